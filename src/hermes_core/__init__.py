@@ -1,0 +1,72 @@
+"""hermes_core: a small, readable Hermes-style agent kernel.
+
+    from hermes_core import Agent, tool
+
+Names are imported on first use, so `import hermes_core` stays cheap and pulls in no HTTP client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Agent": "agent",
+    "Session": "agent",
+    "RunResult": "loop",
+    "Limits": "loop",
+    "tool": "tools",
+    "Tool": "tools",
+    "ToolContext": "tools",
+    "ToolError": "tools",
+    "ToolRegistry": "tools",
+    "ModelClient": "models",
+    "ModelError": "models",
+    "ModelUnavailable": "models",
+    "ModelRequestRejected": "models",
+    "ModelResponse": "messages",
+    "ToolCall": "messages",
+    "Usage": "messages",
+}
+
+if TYPE_CHECKING:
+    from .agent import Agent, Session
+    from .loop import Limits, RunResult
+    from .messages import ModelResponse, ToolCall, Usage
+    from .models import ModelClient, ModelError, ModelRequestRejected, ModelUnavailable
+    from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = [
+    "Agent",
+    "Limits",
+    "ModelClient",
+    "ModelError",
+    "ModelRequestRejected",
+    "ModelResponse",
+    "ModelUnavailable",
+    "RunResult",
+    "Session",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "Usage",
+    "tool",
+]

@@ -1,0 +1,173 @@
+"""`Agent`: the configuration of an agent, and the two calls that run it.
+
+The agent is data (model settings, system prompt, tools, limits); the behaviour is `run_loop`.
+The model client is built on first use, so constructing an Agent imports no HTTP library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .loop import Limits, RunResult, run_loop
+from .messages import Message
+from .models.base import ModelClient, TextCallback
+from .prompts import DEFAULT_SYSTEM_PROMPT
+from .replies import Language, detect_language
+from .tools import Tool, ToolRegistry
+
+DEFAULT_GREETINGS: tuple[str, ...] = (
+    r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
+    r"(你好|您好|嗨|哈喽|在吗|在不在|早上好|晚上好|下午好|谢谢|多谢|好的|再见|拜拜)",
+)
+_TRAILING = r"[\s!！.。~～?？,，]*"
+
+
+@dataclass
+class Session:
+    """One conversation's history, kept in memory. (A durable store replaces this later.)"""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass
+class Agent:
+    """Everything that defines an agent. `await agent.run("…")` runs one task."""
+
+    model: str | ModelClient | None = None  # a model name, a ModelClient, or None for HERMES_MODEL
+    base_url: str | None = None  # None: HERMES_BASE_URL; neither set: the offline demo model
+    api_key: str | None = field(default=None, repr=False)  # None: HERMES_API_KEY
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]] = ()
+    max_turns: int = 8
+    max_tool_calls: int = 8
+    max_tool_failures: int = 3
+    tool_timeout: float = 30.0
+    max_result_chars: int = 3000
+    temperature: float = 0.2
+    max_tokens: int | None = None
+    top_p: float | None = None
+    timeout: float = 30.0
+    response_format: dict[str, Any] | None = None
+    stream: bool = False
+    max_retries: int = 3
+    retry_base_delay: float = 1.0
+    fallback_models: Sequence[str] = ()
+    max_concurrency: int = 64
+    requests_per_second: float | None = None
+    greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
+    language: Language | None = None  # fixed replies; None: the language of each message
+
+    def __post_init__(self) -> None:
+        self.registry = ToolRegistry()
+        for item in self.tools:
+            self.registry.add(item)
+        self._greeting = _compile_greetings(self.greeting_patterns)
+        self._client: ModelClient | None = self.model if isinstance(self.model, ModelClient) else None
+
+    def register_tool(
+        self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None
+    ) -> Tool:
+        """Add a tool after construction: a `@tool`, a documented function, or a dict entry."""
+        return self.registry.add(item, name=name)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            self.max_turns,
+            self.max_tool_calls,
+            self.max_tool_failures,
+            self.tool_timeout,
+            self.max_result_chars,
+        )
+
+    @property
+    def client(self) -> ModelClient:
+        if self._client is None:
+            self._client = self._build_client()
+        return self._client
+
+    def is_greeting(self, message: str) -> bool:
+        return bool(self._greeting and self._greeting.fullmatch(message.strip().lower()))
+
+    async def run(
+        self, message: str, *, session: Session | None = None, on_text: TextCallback | None = None
+    ) -> RunResult:
+        """Run one task: the message, the model's decisions, the tools it calls, the reply."""
+        history = session.messages if session is not None else []
+        messages: list[Message] = [{"role": "system", "content": self.system_prompt}, *history]
+        messages.append({"role": "user", "content": message})
+        fast = self.is_greeting(message)
+        result = await run_loop(
+            self.client,
+            self.registry,
+            messages,
+            self.limits if not fast else Limits(max_turns=1),
+            self.language or detect_language(message),
+            offer_tools=not fast,
+            task_id=uuid.uuid4().hex,
+            session_id=session.id if session is not None else None,
+            on_text=on_text,
+        )
+        if session is not None:
+            session.messages.extend(messages[len(history) + 1 :])
+            if not result.ok:  # keep the history answerable: close the turn with what the user saw
+                session.messages.append({"role": "assistant", "content": result.reply})
+        return result
+
+    def run_sync(self, message: str, *, session: Session | None = None) -> RunResult:
+        """`run` for synchronous code (any thread without a running event loop)."""
+
+        async def run_and_close() -> RunResult:
+            try:
+                return await self.run(message, session=session)
+            finally:
+                await self.aclose()
+
+        return asyncio.run(run_and_close())
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    def _build_client(self) -> ModelClient:
+        base_url = self.base_url or os.environ.get("HERMES_BASE_URL")
+        if not base_url:
+            from .models.offline import OfflineModel
+
+            return OfflineModel()
+        from .models.openai_compat import OpenAICompatClient
+        from .models.settings import ModelSettings
+
+        model_name = self.model if isinstance(self.model, str) else os.environ.get("HERMES_MODEL", "")
+        if not model_name:
+            raise ValueError("a base URL is set but no model name: pass model=… or set HERMES_MODEL")
+        settings = ModelSettings(
+            model=model_name,
+            base_url=base_url,
+            api_key=self.api_key or os.environ.get("HERMES_API_KEY") or None,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_p=self.top_p,
+            timeout=self.timeout,
+            response_format=self.response_format,
+            stream=self.stream,
+            max_retries=self.max_retries,
+            retry_base_delay=self.retry_base_delay,
+            fallback_models=tuple(self.fallback_models),
+            max_concurrency=self.max_concurrency,
+            requests_per_second=self.requests_per_second,
+        )
+        return OpenAICompatClient(settings)
+
+
+def _compile_greetings(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("(?:" + "|".join(f"(?:{p})" for p in patterns) + ")" + _TRAILING)

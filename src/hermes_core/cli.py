@@ -1,0 +1,120 @@
+"""`hermes-core`: chat in the terminal, run one message, list tools.
+
+Only argparse is imported on the way to `--help`; the agent, pydantic and the HTTP client are
+imported by the command that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+EXIT_WORDS = {"exit", "quit", "/exit", "/quit", "退出"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hermes-core",
+        description="A small Hermes-style agent: the model decides, code runs the tools.",
+        epilog="With no model configured, a built-in offline demo model answers. Configure one with "
+        "HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model).",
+    )
+    parser.add_argument("--config", help="YAML configuration file")
+    parser.add_argument("--model", help="model name (overrides configuration)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("chat", help="interactive chat (exit, quit or Ctrl-D to leave)")
+    run = commands.add_parser("run", help="run one message and print the reply")
+    run.add_argument("message", help="the message to send")
+    run.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    commands.add_parser("tools", help="list the tools and their JSON schemas")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from .config import ConfigError, build_agent, load_settings
+
+    try:
+        agent = build_agent(load_settings(args.config), model=args.model, base_url=args.base_url)
+    except (ConfigError, ValueError, TypeError) as exc:
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "tools":
+        return print_tools(agent)
+    if args.command == "run":
+        return asyncio.run(run_once(agent, args.message, as_json=args.json))
+    return asyncio.run(chat(agent))
+
+
+def print_tools(agent: Any) -> int:
+    for declared in agent.registry:
+        print(f"{declared.name}: {declared.description}")
+        print(json.dumps(declared.parameters, ensure_ascii=False, indent=2))
+    return 0
+
+
+async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
+    try:
+        result = await agent.run(message)
+    finally:
+        await agent.aclose()
+    if as_json:
+        summary = {
+            "reply": result.reply,
+            "stop_reason": result.stop_reason,
+            "tool_calls": [
+                {"name": o.call.name, "arguments": o.arguments, "result": o.content}
+                for o in result.tool_calls
+            ],
+            "usage": vars(result.usage),
+            "model_calls": result.model_calls,
+        }
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+    else:
+        print(result.reply)
+    return 0 if result.ok else 1
+
+
+async def chat(agent: Any) -> int:
+    from .agent import Session
+
+    session = Session()
+    streamed: list[str] = []
+
+    def show(piece: str) -> None:
+        streamed.append(piece)
+        print(piece, end="", flush=True)
+
+    print("hermes-core chat — type exit or quit (or Ctrl-D) to leave.")
+    try:
+        while True:
+            try:
+                line = await asyncio.to_thread(input, "> ")
+            except (EOFError, KeyboardInterrupt):
+                print()
+                break
+            if line.strip().lower() in EXIT_WORDS:
+                break
+            if not line.strip():
+                continue
+            streamed.clear()
+            result = await agent.run(line, session=session, on_text=show)
+            if streamed and "".join(streamed) == result.reply:
+                print()
+            else:
+                print(("\n" if streamed else "") + result.reply)
+    finally:
+        await agent.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

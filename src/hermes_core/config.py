@@ -1,0 +1,186 @@
+"""Configuration is data: a YAML file, then environment variables (and `.env`), in that order.
+
+    model:
+      name: qwen2.5-14b-instruct
+      base_url: http://127.0.0.1:8000/v1
+      temperature: 0.2
+    agent:
+      max_turns: 8
+    tools: [mypkg.tools]
+
+Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
+A bad value is reported with its key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
+ENV_KEYS = {
+    "HERMES_BASE_URL": ("model", "base_url"),
+    "HERMES_MODEL": ("model", "name"),
+    "HERMES_TEMPERATURE": ("model", "temperature"),
+    "HERMES_TIMEOUT": ("model", "timeout"),
+}
+EXAMPLE_TOOLS = "hermes_core.tools.examples"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who wrote the configuration."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    name: str | None = None
+    base_url: str | None = None
+    temperature: float = Field(0.2, ge=0, le=2)
+    max_tokens: int | None = Field(None, gt=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    timeout: float = Field(30.0, gt=0)
+    response_format: dict[str, Any] | None = None
+    stream: bool = False
+    max_retries: int = Field(3, ge=0, le=10)
+    fallback: list[str] = Field(default_factory=list)
+    max_concurrency: int = Field(64, ge=1)
+    requests_per_second: float | None = Field(None, gt=0)
+
+
+class AgentConfig(_Section):
+    system_prompt: str | None = None
+    max_turns: int = Field(8, ge=1, le=100)
+    max_tool_calls: int = Field(8, ge=0, le=1000)
+    max_tool_failures: int = Field(3, ge=1)
+    tool_timeout: float = Field(30.0, gt=0)
+    max_result_chars: int = Field(3000, ge=100)
+    greeting_patterns: list[str] | None = None
+    language: Literal["zh", "en"] | None = None
+
+
+class Settings(_Section):
+    model: ModelConfig = ModelConfig()
+    agent: AgentConfig = AgentConfig()
+    tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    dotenv: str | Path | None = ".env",
+) -> Settings:
+    """Read the YAML file (if any), apply HERMES_* environment variables, validate."""
+    if dotenv is not None and env is None:
+        load_dotenv(dotenv)
+    environ = os.environ if env is None else env
+    data: dict[str, Any] = _read_yaml(Path(path)) if path else {}
+    _refuse_secrets(data)
+    for variable, (section, key) in ENV_KEYS.items():
+        if environ.get(variable):
+            data.setdefault(section, {})[key] = environ[variable]
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def build_agent(settings: Settings, **overrides: Any) -> Any:
+    """An `Agent` from settings; the API key is read from HERMES_API_KEY by the agent itself."""
+    from .agent import DEFAULT_GREETINGS, Agent
+    from .prompts import DEFAULT_SYSTEM_PROMPT
+
+    m, a = settings.model, settings.agent
+    options: dict[str, Any] = dict(
+        model=m.name, base_url=m.base_url, temperature=m.temperature, max_tokens=m.max_tokens, top_p=m.top_p,
+        timeout=m.timeout, response_format=m.response_format, stream=m.stream, max_retries=m.max_retries,
+        fallback_models=m.fallback, max_concurrency=m.max_concurrency,
+        requests_per_second=m.requests_per_second,
+        system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, max_turns=a.max_turns,
+        max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
+        max_result_chars=a.max_result_chars, language=a.language,
+        greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
+        tools=load_tools(settings.tools),
+    )  # fmt: skip
+    options.update({key: value for key, value in overrides.items() if value is not None})
+    return Agent(**options)
+
+
+def load_tools(modules: list[str]) -> list[Any]:
+    """Every `Tool` defined at the top level of each named module (or listed in its `TOOLS`)."""
+    from .tools import Tool
+
+    found: list[Any] = []
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"tools: cannot import module {name!r}: {exc}") from exc
+        declared = getattr(module, "TOOLS", None)
+        items = list(declared) if declared is not None else list(vars(module).values())
+        found.extend(item for item in items if isinstance(item, Tool) or declared is not None)
+    return found
+
+
+def load_dotenv(path: str | Path) -> None:
+    """Minimal `.env` reader: KEY=VALUE lines; never overrides a variable already set."""
+    file = Path(path)
+    if not file.is_file():
+        return
+    for line in file.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        os.environ.setdefault(key.strip(), value)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (model, agent, tools)")
+    return data
+
+
+def _refuse_secrets(data: Any, where: str = "") -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            here = f"{where}.{key}" if where else str(key)
+            if str(key).lower() in SECRET_KEYS and value not in (None, ""):
+                raise ConfigError(
+                    f"{here}: secrets are read only from the environment (e.g. HERMES_API_KEY or a .env "
+                    "file), never from the configuration file; remove it from the file"
+                )
+            _refuse_secrets(value, here)
+
+
+def _describe(exc: ValidationError, path: str | Path | None) -> str:
+    source = f" in {path}" if path else ""
+    lines = []
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        else:
+            lines.append(f"{key}: {error['msg'].lower()} (got {error.get('input')!r})")
+    return f"invalid configuration{source}: " + "; ".join(lines)

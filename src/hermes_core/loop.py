@@ -1,0 +1,178 @@
+"""The agent loop: the model decides, code executes tools, results go back, a reply comes out.
+
+Read `run_loop` top to bottom; everything it needs is named for what it does. The guards of a
+task (turn limit, tool-call budget, repeated calls, tools that keep failing) live in `TaskGuards`,
+so the loop itself only says *when* they are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .messages import Message, ModelResponse, ToolCall, Usage
+from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+from .replies import Language, fixed_reply
+from .tools import ToolContext, ToolRegistry
+from .tools.registry import ToolOutcome
+from .tools.results import error_result
+
+
+@dataclass
+class Limits:
+    max_turns: int = 8  # model calls per task
+    max_tool_calls: int = 8  # executed tool calls per task
+    max_tool_failures: int = 3  # consecutive failures before a tool is withdrawn
+    tool_timeout: float = 30.0
+    max_result_chars: int = 3000
+
+
+@dataclass
+class RunResult:
+    reply: str
+    messages: list[Message]
+    tool_calls: list[ToolOutcome] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model_calls: int = 0
+    stop_reason: str = "completed"  # completed | max_turns | max_tool_calls | model_unavailable | …
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.stop_reason == "completed"
+
+
+async def run_loop(
+    model: ModelClient,
+    registry: ToolRegistry,
+    messages: list[Message],
+    limits: Limits,
+    language: Language,
+    *,
+    offer_tools: bool = True,
+    task_id: str = "",
+    session_id: str | None = None,
+    on_text: TextCallback | None = None,
+) -> RunResult:
+    """Run one task over `messages` (which it extends in place) until the model answers."""
+    run = RunResult(reply="", messages=messages)
+    guards = TaskGuards(limits)
+    started = time.perf_counter()
+    model_seconds = 0.0
+    for _ in range(limits.max_turns):
+        tools = registry.schemas(exclude=guards.withdrawn) if offer_tools else []
+        call_started = time.perf_counter()
+        try:
+            response = await model.complete(messages, tools or None, on_text=on_text)
+        except ModelUnavailable:
+            return _finish(run, fixed_reply("model_unavailable", language), "model_unavailable", started)
+        except ModelRequestRejected:
+            return _finish(run, fixed_reply("model_rejected", language), "model_rejected", started)
+        finally:
+            model_seconds += time.perf_counter() - call_started
+        run.model_calls += 1
+        run.usage += response.usage
+        run.timings["model"] = model_seconds
+        messages.append(response.to_message())
+        if not response.tool_calls:
+            return _finish(run, response.text or fixed_reply("empty_reply", language), "completed", started)
+        outcomes = await run_tool_calls(response, registry, guards, limits, task_id, session_id)
+        run.tool_calls.extend(outcomes)
+        messages.extend(outcome.to_message() for outcome in outcomes)
+        if guards.budget_exhausted:
+            return _finish(run, fixed_reply("max_tool_calls", language), "max_tool_calls", started)
+    return _finish(run, fixed_reply("max_turns", language), "max_turns", started)
+
+
+async def run_tool_calls(
+    response: ModelResponse,
+    registry: ToolRegistry,
+    guards: TaskGuards,
+    limits: Limits,
+    task_id: str,
+    session_id: str | None,
+) -> list[ToolOutcome]:
+    """Run the calls of one model turn concurrently; outcomes come back in call order."""
+    planned: list[ToolOutcome | None] = [guards.refuse(call) for call in response.tool_calls]
+
+    async def execute(call: ToolCall) -> ToolOutcome:
+        context = ToolContext(call_id=call.id, tool_name=call.name, task_id=task_id, session_id=session_id)
+        outcome = await registry.execute(
+            call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
+        )
+        guards.record(outcome)
+        return outcome
+
+    runnable = [(i, call) for i, call in enumerate(response.tool_calls) if planned[i] is None]
+    results = await asyncio.gather(*(execute(call) for _, call in runnable))
+    for (i, _), outcome in zip(runnable, results, strict=True):
+        planned[i] = outcome
+    return [outcome for outcome in planned if outcome is not None]
+
+
+class TaskGuards:
+    """K2's guards for one task. `refuse` decides, before execution, whether a call may run."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.executed = 0
+        self.budget_exhausted = False
+        self.withdrawn: set[str] = set()
+        self._seen: set[tuple[str, str]] = set()
+        self._failures: Counter[str] = Counter()
+
+    def refuse(self, call: ToolCall) -> ToolOutcome | None:
+        """An outcome explaining why `call` is not executed, or None to execute it."""
+        if call.name in self.withdrawn:
+            message = f"tool {call.name} failed {self.limits.max_tool_failures} times in a row and is no "
+            return _refused(
+                call, message + "longer available in this task; use another approach", "withdrawn"
+            )
+        key = (call.name, _canonical(call.arguments))
+        if key in self._seen:
+            message = (
+                f"identical call to {call.name} with the same arguments was already made; its result is "
+                "above. Do not repeat it: change your strategy or answer with what you have."
+            )
+            return _refused(call, message, "repeated_call")
+        if self.executed >= self.limits.max_tool_calls:
+            self.budget_exhausted = True
+            return _refused(call, f"tool call limit of {self.limits.max_tool_calls} reached", "budget")
+        self._seen.add(key)
+        self.executed += 1
+        return None
+
+    def record(self, outcome: ToolOutcome) -> None:
+        name = outcome.call.name
+        if outcome.ok:
+            self._failures[name] = 0
+        elif outcome.error != "unknown_tool":
+            self._failures[name] += 1
+            if self._failures[name] >= self.limits.max_tool_failures:
+                self.withdrawn.add(name)
+
+
+def _refused(call: ToolCall, message: str, reason: str) -> ToolOutcome:
+    return ToolOutcome(call, error_result(message), ok=False, error=reason)
+
+
+def _canonical(arguments: str) -> str:
+    """Same arguments written differently (spacing, key order) count as the same call."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return arguments.strip()
+
+
+def _finish(run: RunResult, reply: str, reason: str, started: float) -> RunResult:
+    run.reply, run.stop_reason = reply, reason
+    run.timings["total"] = time.perf_counter() - started
+    run.timings.setdefault("model", 0.0)
+    run.timings["tools"] = sum(outcome.elapsed for outcome in run.tool_calls)
+    return run
+
+
+__all__ = ["Limits", "RunResult", "TaskGuards", "run_loop", "run_tool_calls"]

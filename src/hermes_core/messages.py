@@ -1,0 +1,80 @@
+"""The typed values that flow through the loop: tool calls, token usage, one model response.
+
+Conversation history itself stays in the OpenAI wire format (a list of plain dicts), because that
+is what every OpenAI-compatible endpoint reads and what a person debugging a run expects to see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for. `arguments` is the raw text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Usage:
+        if not isinstance(data, dict):
+            return cls()
+
+        def count(key: str) -> int:
+            value = data.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+        prompt, completion = count("prompt_tokens"), count("completion_tokens")
+        return cls(prompt, completion, count("total_tokens") or prompt + completion)
+
+
+@dataclass
+class ModelResponse:
+    """What one model call returned, already decoded from the wire (streamed or not)."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+    refusal: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The visible reply: the content, or the refusal when the model refused."""
+        return self.content or self.refusal or ""
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the history, in wire format."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_wire() for call in self.tool_calls]
+        elif self.content is None:
+            message["content"] = self.text
+        return message

@@ -1,0 +1,49 @@
+"""Fixed replies the user may see, in Chinese and English, and how the language is chosen.
+
+The model answers in the user's language by itself (the system prompt asks it to); these are the
+few texts the code writes when the model cannot: limits hit, the model unreachable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+Language = Literal["zh", "en"]
+
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+REPLIES: dict[str, dict[Language, str]] = {
+    "max_turns": {
+        "zh": "这个任务需要的步骤超出了单次处理的上限，我先停在这里。请把请求拆小一些或换个说法再试。",
+        "en": "This task needed more steps than I can take in one go, so I stopped here. "
+        "Please simplify or split the request and try again.",
+    },
+    "max_tool_calls": {
+        "zh": "这个任务调用工具的次数已达上限，我先停在这里。请把请求拆小一些再试。",
+        "en": "This task reached the limit on tool calls, so I stopped here. "
+        "Please split the request into smaller parts and try again.",
+    },
+    "model_unavailable": {
+        "zh": "抱歉，模型服务暂时不可用，请稍后再试。",
+        "en": "Sorry, the model service is temporarily unavailable. Please try again in a moment.",
+    },
+    "model_rejected": {
+        "zh": "抱歉，模型服务拒绝了这次请求，问题已记录。请换个说法或联系管理员。",
+        "en": "Sorry, the model service rejected this request; the problem has been logged. "
+        "Please rephrase or contact the administrator.",
+    },
+    "empty_reply": {
+        "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
+        "en": "Sorry, the model did not give a usable answer. Please try again.",
+    },
+}
+
+
+def detect_language(text: str) -> Language:
+    """Chinese when the text contains CJK ideographs, English otherwise."""
+    return "zh" if _CJK.search(text or "") else "en"
+
+
+def fixed_reply(key: str, language: Language) -> str:
+    return REPLIES[key][language]

@@ -1,0 +1,561 @@
+"""A fake OpenAI-compatible chat-completions server: a real HTTP test double.
+
+It listens on 127.0.0.1 and speaks the OpenAI wire format, so a model client's retries, timeouts,
+streaming and concurrency are exercised exactly as against a real endpoint, with no network and
+no API key. Each reply comes from a FIFO script, from a handler, or from a small default that lets
+an agent loop finish a turn (call the first offered tool, then answer "done: <tool result>")::
+
+    from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.tool_call("add", {"a": 1, "b": 2}), FakeReply.text("3"))
+        ...  # point the client under test at fake.base_url
+        assert fake.requests[1].messages[-1]["role"] == "tool"
+
+From synchronous code: ``fake = FakeOpenAIServer().start_in_thread()`` ... ``fake.stop()``.
+For benchmarks in another process::
+
+    python -m hermes_core.testing.fake_openai --port 0 --latency 0.2 --tool-args '{"a": 1}'
+
+prints one line ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import inspect
+import itertools
+import json
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+ToolArgs = dict[str, Any] | str
+"""Tool-call arguments: a dict is JSON-encoded by the fake, a str is sent verbatim (may be broken)."""
+
+_ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
+_BAD_KEY = "Incorrect API key provided."
+
+
+@dataclass
+class FakeReply:
+    """One answer of the fake server. The defaults describe a plain, successful reply.
+
+    - ``content``: assistant text (``None`` for a tool-call-only reply).
+    - ``tool_calls``: ``(name, arguments)`` pairs; ids ``call_<n>`` are assigned when sent.
+    - ``status`` / ``headers``: HTTP status and extra response headers (e.g. ``Retry-After``).
+    - ``raw_body``: sent verbatim instead of a completion (errors, malformed JSON, broken SSE).
+    - ``delay``: seconds to wait before answering; ``None`` means the server's ``latency``.
+    - ``usage``: the ``usage`` object; ``None`` computes a rough estimate (~4 chars per token).
+    - ``finish_reason``: ``None`` means ``"tool_calls"`` if there are tool calls, else ``"stop"``.
+    - ``model``: the ``model`` field of the answer; ``None`` echoes the requested model.
+    - ``disconnect``: close the connection after ``delay`` without sending any response.
+    - ``chunk_delay``: seconds between streamed chunks (``0`` sends the whole stream at once).
+    """
+
+    content: str | None = None
+    tool_calls: list[tuple[str, ToolArgs]] = field(default_factory=list)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_body: str | bytes | None = None
+    delay: float | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    disconnect: bool = False
+    chunk_delay: float = 0.0
+
+    @classmethod
+    def text(cls, content: str, **kw: Any) -> FakeReply:
+        """A plain text answer."""
+        return cls(content=content, **kw)
+
+    @classmethod
+    def tool_call(cls, name: str, args: ToolArgs | None = None, **kw: Any) -> FakeReply:
+        """An answer that calls one tool; ``args`` may be a dict or verbatim argument text."""
+        return cls(tool_calls=[(name, {} if args is None else args)], **kw)
+
+    @classmethod
+    def parallel_tool_calls(cls, calls: list[tuple[str, ToolArgs]], **kw: Any) -> FakeReply:
+        """An answer that calls several tools at once; also reachable as ``FakeReply.tool_calls``."""
+        return cls(tool_calls=list(calls), **kw)
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "fake error",
+        headers: dict[str, str] | None = None,
+        *,
+        code: str | None = None,
+        error_type: str | None = None,
+    ) -> FakeReply:
+        """An OpenAI-style error: ``{"error": {"message", "type", "param", "code"}}``."""
+        body = json.dumps(_error_body(status, message, code, error_type))
+        return cls(status=status, headers=dict(headers or {}), raw_body=body)
+
+    @classmethod
+    def malformed(cls, body: str | bytes = '{"choices": [') -> FakeReply:
+        """A 200 answer whose body is not a valid completion."""
+        return cls(raw_body=body)
+
+    @classmethod
+    def slow(cls, seconds: float, reply: FakeReply | None = None) -> FakeReply:
+        """``reply`` (default: text "hello") answered after ``seconds``."""
+        return replace(reply or cls.text("hello"), delay=seconds)
+
+
+# `FakeReply.tool_calls([...])` is a constructor while `reply.tool_calls` is the field: a
+# dataclass field with a default_factory leaves no class attribute, so the class attribute can be
+# the constructor, and each instance's own `tool_calls` value hides it. (Type checkers only know
+# the field: typed code should call `FakeReply.parallel_tool_calls`.)
+FakeReply.tool_calls = FakeReply.parallel_tool_calls  # type: ignore[assignment]
+
+
+@dataclass
+class RecordedRequest:
+    """One request received on a chat-completions route, valid or not."""
+
+    body: dict[str, Any] | None  # parsed JSON object, or None if the body was not one
+    raw: bytes
+    headers: Mapping[str, str]  # case-insensitive
+    path: str
+    received_at: float  # time.monotonic() on arrival
+
+    @property
+    def model(self) -> str | None:
+        model = (self.body or {}).get("model")
+        return model if isinstance(model, str) else None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = (self.body or {}).get("messages")
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        tools = (self.body or {}).get("tools")
+        return tools if isinstance(tools, list) else []
+
+
+Handler = Callable[[RecordedRequest], FakeReply | Awaitable[FakeReply]]
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` endpoint with scripted answers.
+
+    Knobs (all plain attributes, changeable while running):
+
+    - ``latency``: seconds before each reply that has no ``delay`` of its own (``asyncio.sleep``,
+      so concurrent requests overlap instead of queueing).
+    - ``handler``: ``(RecordedRequest) -> FakeReply`` (sync or async), used when no script is left.
+    - ``default_tool_args``: arguments of the default handler's tool call.
+    - ``models``: if set, any other requested model gets 404 ``model_not_found``.
+    - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
+    - ``reject_tools``: answer 400 "tools is not supported" when a request has ``tools``.
+    - ``record_requests``: keep every request in ``requests`` (turn off for long benchmarks).
+
+    Records: ``requests`` (every chat request, even rejected ones), ``in_flight`` and
+    ``max_in_flight`` (chat requests open at once, from arrival to the end of the answer).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: float = 0.0,
+        handler: Handler | None = None,
+        default_tool_args: dict[str, Any] | None = None,
+        models: list[str] | None = None,
+        api_key: str | None = None,
+        reject_tools: bool = False,
+        record_requests: bool = True,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.latency = latency
+        self.handler = handler
+        self.default_tool_args: dict[str, Any] = {} if default_tool_args is None else default_tool_args
+        self.models = models
+        self.api_key = api_key
+        self.reject_tools = reject_tools
+        self.record_requests = record_requests
+        self.requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._script: deque[FakeReply] = deque()
+        self._model_scripts: dict[str, deque[FakeReply]] = {}
+        self._call_ids = itertools.count(1)
+        self._completion_ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give an OpenAI client, e.g. ``http://127.0.0.1:PORT/v1``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies (general and per-model) are not consumed yet."""
+        return len(self._script) + sum(len(queue) for queue in self._model_scripts.values())
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def script(self, *replies: FakeReply) -> None:
+        """Queue replies, consumed one per request in order."""
+        self._script.extend(replies)
+
+    def script_for(self, model: str, *replies: FakeReply) -> None:
+        """Queue replies used only for requests for ``model`` (before the general queue)."""
+        self._model_scripts.setdefault(model, deque()).extend(replies)
+
+    def reset(self) -> None:
+        """Forget scripts, recorded requests and the in-flight high-water mark."""
+        self._script.clear()
+        self._model_scripts.clear()
+        self.requests.clear()
+        self.max_in_flight = self.in_flight
+
+    def default_reply(self, request: RecordedRequest) -> FakeReply:
+        """What the fake says when nothing is scripted and there is no handler."""
+        messages = request.messages
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if last.get("role") == "tool":
+            content = last.get("content")
+            text = content if isinstance(content, str) else json.dumps(content)
+            return FakeReply.text("done: " + text[:200])
+        if request.tools:
+            name = request.tools[0].get("function", {}).get("name", "tool")
+            return FakeReply.tool_call(name, dict(self.default_tool_args))
+        return FakeReply.text("hello")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> FakeOpenAIServer:
+        """Start listening in the running event loop; ``port`` is then the real port."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/healthz", self._health)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port, backlog=2048).start()
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        return self
+
+    async def aclose(self) -> None:
+        """Stop a server started with ``start()`` / ``async with``."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    def start_in_thread(self, timeout: float = 10.0) -> FakeOpenAIServer:
+        """Serve from a daemon thread with its own event loop; returns once listening."""
+        loop = asyncio.new_event_loop()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def serve() -> None:
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:  # e.g. the port is taken: re-raised in the caller
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            loop.run_forever()
+            loop.run_until_complete(self.aclose())
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=serve, name="fake-openai", daemon=True)
+        self._thread.start()
+        started.result(timeout)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop a server started with ``start_in_thread()``."""
+        if self._thread is None or self._loop is None:
+            if self._runner is not None:
+                raise RuntimeError("server runs in an event loop: use `await fake.aclose()`")
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        self._thread = self._loop = None
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- HTTP handlers -----------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            received_at = time.monotonic()
+            raw = await request.read()
+            headers = CIMultiDict(request.headers)
+            record = RecordedRequest(_json_object(raw), raw, headers, request.path, received_at)
+            if self.record_requests:
+                self.requests.append(record)
+            reply = self._rejection(record) or await self._next_reply(record)
+            return await self._answer(request, record, reply)
+        finally:
+            self.in_flight -= 1
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        if not self._authorized(request.headers):
+            return _json_response(401, _error_body(401, _BAD_KEY))
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in self.models or []
+        ]
+        return _json_response(200, {"object": "list", "data": data})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    # -- choosing a reply --------------------------------------------------------------------
+
+    def _authorized(self, headers: Mapping[str, str]) -> bool:
+        return self.api_key is None or headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    def _rejection(self, record: RecordedRequest) -> FakeReply | None:
+        """The immediate error a real server would give this request, if any."""
+        body = record.body
+        if not self._authorized(record.headers):
+            return _instant_error(401, _BAD_KEY)
+        if body is None:
+            return _instant_error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            return _instant_error(400, "You must provide a model parameter.")
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            return _instant_error(400, "'messages' must be a non-empty array.")
+        if self.models is not None and body["model"] not in self.models:
+            message = f"The model `{body['model']}` does not exist or you do not have access to it."
+            return _instant_error(404, message, code="model_not_found")
+        if self.reject_tools and "tools" in body:
+            return _instant_error(400, "tools is not supported")
+        return None
+
+    async def _next_reply(self, record: RecordedRequest) -> FakeReply:
+        model_queue = self._model_scripts.get(record.model or "")
+        if model_queue:
+            return model_queue.popleft()
+        if self._script:
+            return self._script.popleft()
+        if self.handler is None:
+            return self.default_reply(record)
+        reply = self.handler(record)
+        return await reply if inspect.isawaitable(reply) else reply
+
+    # -- writing the answer ------------------------------------------------------------------
+
+    async def _answer(
+        self, request: web.Request, record: RecordedRequest, reply: FakeReply
+    ) -> web.StreamResponse:
+        delay = self.latency if reply.delay is None else reply.delay
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if reply.disconnect:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response()  # never sent: the connection is gone
+        body = record.body or {}
+        streaming = body.get("stream") is True and reply.status == 200
+        if reply.raw_body is not None:
+            raw = reply.raw_body.encode() if isinstance(reply.raw_body, str) else reply.raw_body
+            content_type = "text/event-stream" if streaming else "application/json"
+            return web.Response(
+                status=reply.status, body=raw, headers={"Content-Type": content_type, **reply.headers}
+            )
+        completion = self._completion(record, reply)
+        if not streaming:
+            return _json_response(reply.status, completion, reply.headers)
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        events = [
+            b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in _chunks(completion, include_usage)
+        ]
+        events.append(b"data: [DONE]\n\n")
+        return await _send_events(request, events, reply)
+
+    def _completion(self, record: RecordedRequest, reply: FakeReply) -> dict[str, Any]:
+        """The non-streamed ``chat.completion`` object for ``reply``."""
+        calls = [
+            _wire_tool_call(f"call_{next(self._call_ids)}", name, args) for name, args in reply.tool_calls
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        finish_reason = reply.finish_reason or ("tool_calls" if calls else "stop")
+        return {
+            "id": f"chatcmpl-fake{next(self._completion_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": reply.model or record.model or "fake-model",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+            "usage": reply.usage or _estimate_usage(record, reply.content, calls),
+        }
+
+
+def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a completion, in the order OpenAI streams them."""
+    base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(choice["message"]["content"] or ""):
+        yield chunk({"content": piece})
+    for index, call in enumerate(choice["message"].get("tool_calls", [])):
+        function = call["function"]
+        head = {"index": index, "id": call["id"], "type": "function"}
+        yield chunk({"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]})
+        for piece in _pieces(function["arguments"]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield {**base, "choices": [], "usage": completion["usage"]}
+
+
+async def _send_events(request: web.Request, events: list[bytes], reply: FakeReply) -> web.StreamResponse:
+    """Send server-sent events: all in one write, or one by one ``reply.chunk_delay`` apart."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+    response.headers.setdefault("Cache-Control", "no-cache")
+    await response.prepare(request)
+    if reply.chunk_delay <= 0:
+        await response.write(b"".join(events))
+    else:
+        for event in events:
+            await response.write(event)
+            await asyncio.sleep(reply.chunk_delay)
+    await response.write_eof()
+    return response
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """Split text into pieces of 3 to 8 characters, roughly like a tokenizer's output."""
+    start, step = 0, 0
+    while start < len(text):
+        size = 3 + step % 6
+        yield text[start : start + size]
+        start, step = start + size, step + 1
+
+
+def _wire_tool_call(call_id: str, name: str, args: ToolArgs) -> dict[str, Any]:
+    arguments = args if isinstance(args, str) else json.dumps(args)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _estimate_usage(
+    record: RecordedRequest, content: str | None, calls: list[dict[str, Any]]
+) -> dict[str, int]:
+    """Token counts at roughly four characters per token."""
+    prompt_chars = sum(len(str(message.get("content") or "")) for message in record.messages)
+    completion_chars = len(content or "") + sum(len(json.dumps(call["function"])) for call in calls)
+    prompt, completion = prompt_chars // 4, completion_chars // 4
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _error_body(
+    status: int, message: str, code: str | None = None, error_type: str | None = None
+) -> dict[str, Any]:
+    default_type = "invalid_request_error" if status < 500 else "server_error"
+    code = code or _ERROR_CODES.get(status)
+    return {"error": {"message": message, "type": error_type or default_type, "param": None, "code": code}}
+
+
+def _instant_error(status: int, message: str, code: str | None = None) -> FakeReply:
+    """An error a real server gives before any model work: not delayed by ``latency``."""
+    return replace(FakeReply.error(status, message, code=code), delay=0.0)
+
+
+def _json_response(
+    status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None
+) -> web.Response:
+    all_headers = {"Content-Type": "application/json", **(headers or {})}
+    return web.Response(status=status, body=json.dumps(body).encode(), headers=all_headers)
+
+
+# -- command line (benchmarks run the fake in a separate process) ---------------------------------
+
+
+def _json_dict(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+async def _serve_until_signalled(server: FakeOpenAIServer) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stopping.set)
+        except NotImplementedError:  # Windows: Ctrl+C raises KeyboardInterrupt instead
+            pass
+    async with server:
+        print(f"READY {server.base_url}", flush=True)
+        await stopping.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the fake with its default handler until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m hermes_core.testing.fake_openai",
+        description="Fake OpenAI-compatible chat-completions server. Prints 'READY <base_url>'.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 lets the OS pick a free port")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
+    parser.add_argument("--tool-args", type=_json_dict, default={}, help="JSON arguments of tool calls")
+    args = parser.parse_args(argv)
+    server = FakeOpenAIServer(
+        host=args.host,
+        port=args.port,
+        latency=args.latency,
+        default_tool_args=args.tool_args,
+        record_requests=False,  # nobody can read them from another process
+    )
+    asyncio.run(_serve_until_signalled(server))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""From the text a model wrote to validated Python arguments.
+
+Models write arguments as text, and often not quite JSON: code fences, prose around the object,
+single quotes, Python literals, trailing commas, or output cut off mid-object. `parse_arguments`
+recovers the object when it can; `validate_arguments` then coerces it through pydantic's lax
+JSON mode ("5" → 5, "true" → True) and, when that fails, says which field expected what and what
+came, so the model can fix its call.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+_FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+
+
+class ArgumentError(ValueError):
+    """The arguments cannot be used; the message is written for the model to read."""
+
+
+def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Recover a JSON object from a model's argument text, or raise ArgumentError."""
+    if isinstance(raw, dict):
+        return raw
+    text = (raw or "").strip()
+    if not text:
+        return {}
+    for candidate in _candidates(text):
+        value = _loads(candidate)
+        if isinstance(value, str):  # arguments JSON-encoded twice
+            value = _loads(value.strip())
+        if isinstance(value, dict):
+            return value
+    value = _repair(text)
+    if isinstance(value, dict) and (value or "{" in text):
+        return value
+    raise ArgumentError(f"arguments must be a JSON object, got: {_preview(text)}")
+
+
+def _candidates(text: str) -> list[str]:
+    """The text itself, without a code fence, and the outermost {...} inside prose."""
+    found = [text]
+    fenced = _FENCE.match(text)
+    if fenced:
+        found.append(fenced.group(1).strip())
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        found.append(text[start : end + 1])
+    return found
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:  # Python literal syntax: single quotes, True/False/None
+        return ast.literal_eval(text) if len(text) < 100_000 else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _repair(text: str) -> Any:
+    """Last resort: a maintained JSON repair library (trailing commas, truncation, bare words)."""
+    from json_repair import repair_json  # imported on first broken input only
+
+    start = text.find("{")
+    try:
+        return repair_json(text[start:] if start >= 0 else text, return_objects=True)
+    except Exception:  # the library must never crash the loop on hostile text
+        return None
+
+
+def validate_arguments(model: type[BaseModel], arguments: dict[str, Any]) -> BaseModel:
+    """Validate in pydantic's lax JSON mode; raise ArgumentError naming every bad field."""
+    try:
+        payload = json.dumps(arguments, ensure_ascii=False, default=str)
+        return model.model_validate_json(payload)
+    except ValidationError as exc:
+        raise ArgumentError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+        if error["type"] == "missing":
+            problems.append(f"field '{where}' is required but missing")
+        else:
+            problems.append(f"field '{where}': {error['msg'].lower()}, got {_preview(error.get('input'))}")
+    return "; ".join(problems)
+
+
+def required_fields_missing(schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+    """For dict-style tools without a typed handler: the schema's required keys that are absent."""
+    return [name for name in schema.get("required", []) if name not in arguments]
+
+
+def _preview(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = repr(text) if isinstance(value, str) else text
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,280 @@
+"""Declaring a tool is writing a Python function.
+
+`@tool` reads the function's signature and docstring once, at decoration time, and builds two
+things from them with pydantic's public API: the JSON Schema the model sees, and the pydantic
+model that validates (and leniently coerces) the arguments the model sends back. The schema is
+never written twice, and a tool that cannot be described fails here, not in production.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
+
+_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?)\s*:\s*$"
+)
+_GOOGLE_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+class ToolDefinitionError(TypeError):
+    """A tool cannot be declared as written (no description, no type hint, bad name…)."""
+
+
+class ToolError(Exception):
+    """Raise from a tool to report a business error to the model (not a crash)."""
+
+
+@dataclass
+class ToolContext:
+    """Per-call information a tool may ask for by annotating a parameter with `ToolContext`.
+
+    `scratch` belongs to this one call: concurrent calls of one turn never share it.
+    """
+
+    call_id: str
+    tool_name: str
+    task_id: str = ""
+    session_id: str | None = None
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Tool:
+    """A callable the model may ask for, with its schema and execution settings."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[..., Any]
+    arguments_model: type[BaseModel] | None = None
+    timeout: float | None = None
+    extractor: Callable[[Any], Any] | None = None
+    context_param: str | None = None
+    keywords: tuple[str, ...] = ()
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.handler)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI `tools` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """A decorated function stays callable as the plain function."""
+        return self.handler(*args, **kwargs)
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    extractor: Callable[[Any], Any] | None = None,
+    keywords: tuple[str, ...] | list[str] = (),
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    extractor: Callable[[Any], Any] | None = None,
+    keywords: tuple[str, ...] | list[str] = (),
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a typed, documented function (sync or async) into a `Tool`.
+
+    `timeout` overrides the agent's per-tool timeout; `extractor` compresses the function's
+    result before it is serialised for the model; `keywords` are extra words (any language)
+    appended to the description so the model — and the offline demo model — know when to use it.
+    """
+
+    def decorate(func: Callable[..., Any]) -> Tool:
+        return tool_from_function(
+            func, name=name, description=description, timeout=timeout, extractor=extractor, keywords=keywords
+        )
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def tool_from_function(
+    func: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    extractor: Callable[[Any], Any] | None = None,
+    keywords: tuple[str, ...] | list[str] = (),
+) -> Tool:
+    tool_name = name or func.__name__
+    if not _NAME_PATTERN.match(tool_name):
+        raise ToolDefinitionError(f"tool name {tool_name!r} must match {_NAME_PATTERN.pattern}")
+    summary, param_docs = parse_docstring(inspect.getdoc(func) or "")
+    text = (description or summary).strip()
+    if not text:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r} has no description: add a docstring or pass description=…"
+        )
+    if keywords:
+        text = f"{text} ({', '.join(keywords)})"
+    model, context_param = arguments_model_for(func, tool_name, param_docs)
+    return Tool(
+        name=tool_name,
+        description=text,
+        parameters=schema_of(model),
+        handler=func,
+        arguments_model=model,
+        timeout=timeout,
+        extractor=extractor,
+        context_param=context_param,
+        keywords=tuple(keywords),
+    )
+
+
+def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
+    """Accept the dict-style registry entry of seed 000: {description, parameters, handler}."""
+    missing = [key for key in ("description", "parameters", "handler") if key not in entry]
+    if missing:
+        raise ToolDefinitionError(f"tool entry {name!r} lacks {', '.join(missing)}")
+    if not str(entry["description"]).strip():
+        raise ToolDefinitionError(f"tool {name!r} has no description")
+    if not _NAME_PATTERN.match(name):
+        raise ToolDefinitionError(f"tool name {name!r} must match {_NAME_PATTERN.pattern}")
+    handler = entry["handler"]
+    try:  # a typed handler still gets lax coercion; the declared schema is what the model sees
+        model, context_param = arguments_model_for(handler, name, {})
+    except ToolDefinitionError:
+        model, context_param = None, None
+    return Tool(
+        name=name,
+        description=str(entry["description"]).strip(),
+        parameters=dict(entry["parameters"]),
+        handler=handler,
+        arguments_model=model,
+        timeout=entry.get("timeout"),
+        extractor=entry.get("extractor"),
+        context_param=context_param,
+    )
+
+
+def arguments_model_for(
+    func: Callable[..., Any], tool_name: str, param_docs: Mapping[str, str]
+) -> tuple[type[BaseModel], str | None]:
+    """Build the pydantic model of a function's parameters; find its ToolContext parameter."""
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as exc:  # unresolvable forward references
+        raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve type hints: {exc}") from exc
+    fields: dict[str, Any] = {}
+    context_param = None
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model")
+        if param.name not in hints:
+            raise ToolDefinitionError(f"tool {tool_name!r}: parameter {param.name!r} has no type hint")
+        annotation = hints[param.name]
+        if annotation is ToolContext:
+            context_param = param.name
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        doc = param_docs.get(param.name)
+        info = Field(default, description=doc) if doc and not _has_description(annotation) else Field(default)
+        fields[param.name] = (annotation, info)
+    model_name = "".join(part.title() for part in re.split(r"[_-]", tool_name)) + "Arguments"
+    model = create_model(model_name, __config__=ConfigDict(extra="ignore"), **fields)
+    return cast("type[BaseModel]", model), context_param
+
+
+def _has_description(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return False
+    return any(isinstance(meta, FieldInfo) and meta.description for meta in annotation.__metadata__)
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """JSON Schema for the model, without pydantic's auto titles (noise that costs prompt bytes)."""
+    schema = model.model_json_schema()
+    return cast("dict[str, Any]", _drop_titles(schema))
+
+
+def _drop_titles(node: Any, parent_key: str = "") -> Any:
+    if isinstance(node, dict):
+        # "properties" and "$defs" map user names to schemas: a field may legitimately be named "title"
+        keep_all = parent_key in ("properties", "$defs")
+        return {
+            key: _drop_titles(value, key)
+            for key, value in node.items()
+            if keep_all or not (key == "title" and isinstance(value, str))
+        }
+    if isinstance(node, list):
+        return [_drop_titles(item) for item in node]
+    return node
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its summary and per-parameter descriptions.
+
+    Understands Google style (`Args:` then `name (type): text`) and Sphinx style
+    (`:param name: text`); continuation lines are joined.
+    """
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    for line in doc.splitlines():
+        sphinx = _SPHINX_PARAM.match(line)
+        if sphinx:
+            section, current = "sphinx", sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            continue
+        header = _SECTION.match(line)
+        if header:
+            section = "args" if header.group(1).startswith(("Arg", "Param")) else "other"
+            current = None
+            continue
+        if line.lstrip().startswith(":"):
+            section, current = "other", None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section == "args":
+            google = _GOOGLE_PARAM.match(line)
+            if google and (len(line) - len(line.lstrip())) <= 4:
+                current = google.group(1).lstrip("*")
+                params[current] = google.group(2).strip()
+            elif current and line.strip():
+                params[current] = f"{params[current]} {line.strip()}".strip()
+        elif section == "sphinx" and current and line.strip():
+            params[current] = f"{params[current]} {line.strip()}".strip()
+    return "\n".join(summary).strip(), params
+
+
+__all__ = [
+    "Tool",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolError",
+    "parse_docstring",
+    "tool",
+    "tool_from_entry",
+    "tool_from_function",
+]

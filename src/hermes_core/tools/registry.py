@@ -1,0 +1,157 @@
+"""The tools an agent may use, and the one path every tool call is executed through.
+
+`execute` never raises: unknown names, unparseable or invalid arguments, exceptions, business
+errors and timeouts all come back as a `ToolOutcome` whose `content` is what the model reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import difflib
+import functools
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..messages import Message, ToolCall
+from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
+from .declare import Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
+from .results import DEFAULT_MAX_CHARS, error_result, is_error_value, render_result
+
+# Sync tools run here, never on the event loop. A thread cannot be killed, so a timed-out sync
+# tool keeps its worker until it returns; the pool is sized so that a few stuck tools do not
+# starve the rest.
+_SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="hermes-tool")
+
+
+@dataclass
+class ToolOutcome:
+    """The result of one tool call, as recorded for the run and as shown to the model."""
+
+    call: ToolCall
+    content: str
+    ok: bool
+    arguments: dict[str, Any] | None = None
+    elapsed: float = 0.0
+    error: str | None = None  # "unknown_tool", "bad_arguments", "exception", "timeout", "tool_error", …
+
+    def to_message(self) -> Message:
+        return {"role": "tool", "tool_call_id": self.call.id, "content": self.content}
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for item in tools:
+            self.add(item)
+
+    def add(self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None) -> Tool:
+        """Register a `@tool`, a plain documented function, or a dict-style entry."""
+        if isinstance(item, Tool):
+            declared = item
+        elif isinstance(item, Mapping):
+            entry_name = name or item.get("name")
+            if not entry_name:
+                raise TypeError("a dict-style tool entry needs a name (pass name=… or a 'name' key)")
+            declared = tool_from_entry(str(entry_name), item)
+        elif callable(item):
+            declared = tool_from_function(item, name=name)
+        else:
+            raise TypeError(f"cannot register {item!r} as a tool")
+        if declared.name in self._tools and self._tools[declared.name] is not declared:
+            raise ValueError(f"a tool named {declared.name!r} is already registered")
+        self._tools[declared.name] = declared
+        return declared
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def schemas(self, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+        skipped = set(exclude)
+        return [t.schema() for t in self._tools.values() if t.name not in skipped]
+
+    def closest(self, name: str, limit: int = 3) -> list[str]:
+        close = difflib.get_close_matches(name, self.names, n=limit, cutoff=0.4)
+        return close or self.names[:limit]
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        timeout: float = 30.0,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        context: ToolContext | None = None,
+    ) -> ToolOutcome:
+        started = time.perf_counter()
+        outcome = await self._execute(call, timeout, max_chars, context)
+        outcome.elapsed = time.perf_counter() - started
+        return outcome
+
+    async def _execute(
+        self, call: ToolCall, timeout: float, max_chars: int, context: ToolContext | None
+    ) -> ToolOutcome:
+        declared = self._tools.get(call.name)
+        if declared is None:
+            message = f"unknown tool {call.name!r}; available tools: {', '.join(self.closest(call.name))}"
+            return ToolOutcome(call, error_result(message), ok=False, error="unknown_tool")
+        try:
+            arguments = parse_arguments(call.arguments)
+            kwargs = self._bind(declared, arguments)
+        except ArgumentError as exc:
+            message = f"invalid arguments for {call.name}: {exc}. Fix the arguments and call again."
+            return ToolOutcome(call, error_result(message), ok=False, error="bad_arguments")
+        if declared.context_param:
+            kwargs[declared.context_param] = context or ToolContext(call_id=call.id, tool_name=call.name)
+        limit = declared.timeout if declared.timeout is not None else timeout
+        try:
+            value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)
+            if declared.extractor is not None:
+                value = declared.extractor(value)
+        except asyncio.TimeoutError:
+            message = f"tool {call.name} timed out after {limit:g} s"
+            return ToolOutcome(call, error_result(message), False, arguments, error="timeout")
+        except ToolError as exc:
+            return ToolOutcome(call, error_result(str(exc)), False, arguments, error="tool_error")
+        except Exception as exc:  # a tool's crash is data for the model, never the user's problem
+            message = f"tool {call.name} failed: {type(exc).__name__}: {exc}"
+            return ToolOutcome(call, error_result(message), False, arguments, error="exception")
+        if is_error_value(value):
+            return ToolOutcome(call, render_result(value, max_chars), False, arguments, error="tool_error")
+        return ToolOutcome(call, render_result(value, max_chars), True, arguments)
+
+    @staticmethod
+    def _bind(declared: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments; a private copy, so concurrent calls cannot share objects."""
+        if declared.arguments_model is None:
+            missing = required_fields_missing(declared.parameters, arguments)
+            if missing:
+                raise ArgumentError("; ".join(f"field '{name}' is required but missing" for name in missing))
+            return copy.deepcopy(arguments)
+        validated = validate_arguments(declared.arguments_model, arguments)
+        return {name: getattr(validated, name) for name in type(validated).model_fields}
+
+
+async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
+    if declared.is_async:
+        return await declared.handler(**kwargs)
+    loop = asyncio.get_running_loop()
+    # copy_context: the tool sees the caller's context variables but its changes stay its own
+    run = functools.partial(contextvars.copy_context().run, declared.handler, **kwargs)
+    result = await loop.run_in_executor(_SYNC_TOOL_POOL, run)
+    if asyncio.iscoroutine(result):  # a sync wrapper that returned a coroutine
+        result = await result
+    return result

@@ -1,0 +1,50 @@
+"""What the model reads back from a tool: JSON text, capped, with errors as data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+DEFAULT_MAX_CHARS = 3000
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain data for json.dumps: pydantic models and dataclasses become dicts."""
+    if hasattr(value, "model_dump") and callable(value.model_dump):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return value
+
+
+def render_result(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+    """Serialise a tool's return value as JSON (a string stays as it is), then cap it."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=_fallback)
+    return cap(text, max_chars)
+
+
+def cap(text: str, max_chars: int) -> str:
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[truncated: shown {max_chars} of {len(text)} chars]"
+
+
+def error_result(message: str, **details: Any) -> str:
+    """A tool failure as the model sees it: a JSON object with an `error` field."""
+    return json.dumps({"error": message, **details}, ensure_ascii=False, default=str)
+
+
+def is_error_value(value: Any) -> bool:
+    """A business error returned (not raised) by a tool: a mapping with a truthy `error`."""
+    return isinstance(value, dict) and bool(value.get("error"))
+
+
+def _fallback(value: Any) -> Any:
+    converted = to_jsonable(value)
+    return str(value) if converted is value else converted

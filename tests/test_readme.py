@@ -1,0 +1,45 @@
+"""The README's examples are run here, so they cannot rot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hermes_core.testing.fake_openai import FakeOpenAIServer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def example(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- readme-example: {name} -->\s*```python\n(.*?)```", text, re.DOTALL)
+    assert found, f"README example {name!r} is missing"
+    return found.group(1)
+
+
+def test_tool_agent_example_runs_against_an_openai_compatible_endpoint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeOpenAIServer(default_tool_args={"city": "Beijing"}, api_key="sk-readme") as fake:
+        monkeypatch.setenv("HERMES_BASE_URL", fake.base_url)
+        monkeypatch.setenv("HERMES_MODEL", "any-model")
+        monkeypatch.setenv("HERMES_API_KEY", "sk-readme")
+        exec(compile(example("tool-agent"), "README.md", "exec"), {})
+        first, second = fake.requests
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'done: {"city": "Beijing", "condition": "sunny", "temp_c": 21}'
+    assert out[1].startswith("['get_weather'] ")
+    assert first.body["tools"][0]["function"]["name"] == "get_weather"
+    assert second.messages[-1]["role"] == "tool"
+
+
+def test_scripted_example_runs() -> None:
+    exec(compile(example("scripted"), "README.md", "exec"), {})
+
+
+def test_readme_commands_match_ci() -> None:
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'pip install ".[test]" && python -m pytest' in README.read_text(encoding="utf-8")
+    assert 'pip install ".[test]" && python -m pytest' in ci
