@@ -1,0 +1,66 @@
+"""Run every benchmark, print one summary table, write it to benchmarks/results/latest.md.
+
+    python benchmarks/run_all.py [--quick]
+
+--quick runs fewer repetitions (still at the minimums the benchmarks ask for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_concurrency  # noqa: E402
+import bench_import  # noqa: E402
+import bench_install_size  # noqa: E402
+import bench_one_turn_process  # noqa: E402
+import bench_overhead  # noqa: E402
+from _common import BENCH_DIR, format_table, machine, markdown_table  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="minimum repetitions")
+    quick = parser.parse_args().quick
+    benchmarks = {
+        "import": lambda: bench_import.run(runs=7 if quick else 11),
+        "one turn, process": lambda: bench_one_turn_process.run(runs=10 if quick else 15),
+        "overhead": lambda: bench_overhead.run(turns=200 if quick else 1000),
+        "concurrency": lambda: bench_concurrency.run(runs=3 if quick else 7),
+        "install size": bench_install_size.run,
+    }
+    started = time.perf_counter()
+    rows, seconds = [], {}
+    for name, run in benchmarks.items():
+        print(f"running {name} …", flush=True)
+        began = time.perf_counter()
+        rows += run()["rows"]
+        seconds[name] = time.perf_counter() - began
+    total = time.perf_counter() - started
+
+    durations = ", ".join(f"{name} {s:.0f} s" for name, s in seconds.items())
+    notes = [
+        f"{machine()}; total {total:.0f} s ({durations}).",
+        "Ratios are hermes / baseline, measured side by side in the same run; 'bare aiohttp' is a",
+        "no-framework script making the same two POSTs with one aiohttp.ClientSession.",
+        "Concurrency: Agent(max_concurrency=1000), bare TCPConnector(limit=1000).",
+    ]
+    print()
+    print(format_table(rows))
+    print()
+    print("\n".join(notes))
+    results = BENCH_DIR / "results"
+    results.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    text = f"# hermes_core benchmarks ({stamp})\n\n{markdown_table(rows)}\n\n" + " ".join(notes) + "\n"
+    (results / "latest.md").write_text(text, encoding="utf-8")
+    print(f"written to {(results / 'latest.md').relative_to(BENCH_DIR.parent)}")
+
+
+if __name__ == "__main__":
+    main()
