@@ -43,3 +43,15 @@ def test_readme_commands_match_ci() -> None:
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert 'pip install ".[test]" && python -m pytest' in README.read_text(encoding="utf-8")
     assert 'pip install ".[test]" && python -m pytest' in ci
+
+
+def test_readme_configuration_example_is_valid(tmp_path: Path) -> None:
+    from hermes_core.config import load_settings
+
+    text = README.read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    assert block
+    path = tmp_path / "hermes.yaml"
+    path.write_text(block.group(1).replace("mypkg.tools", "hermes_core.tools.examples"), encoding="utf-8")
+    settings = load_settings(path, env={}, dotenv=None)
+    assert settings.model.tool_mode == "auto" and settings.model.fallback == ["qwen2.5-7b-instruct"]

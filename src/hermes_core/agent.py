@@ -17,6 +17,7 @@ from typing import Any
 from .loop import Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
+from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
 from .tools import Tool, ToolRegistry
@@ -61,6 +62,8 @@ class Agent:
     fallback_models: Sequence[str] = ()
     max_concurrency: int = 64
     requests_per_second: float | None = None
+    tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
+    think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
 
@@ -69,7 +72,9 @@ class Agent:
         for item in self.tools:
             self.registry.add(item)
         self._greeting = _compile_greetings(self.greeting_patterns)
-        self._client: ModelClient | None = self.model if isinstance(self.model, ModelClient) else None
+        if self.tool_mode not in TOOL_MODES:
+            raise ValueError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, got {self.tool_mode!r}")
+        self._client: ModelClient | None = None
 
     def register_tool(
         self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None
@@ -90,7 +95,8 @@ class Agent:
     @property
     def client(self) -> ModelClient:
         if self._client is None:
-            self._client = self._build_client()
+            inner = self.model if isinstance(self.model, ModelClient) else self._build_client()
+            self._client = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
         return self._client
 
     def is_greeting(self, message: str) -> bool:

@@ -53,6 +53,8 @@ class ModelConfig(_Section):
     fallback: list[str] = Field(default_factory=list)
     max_concurrency: int = Field(64, ge=1)
     requests_per_second: float | None = Field(None, gt=0)
+    tool_mode: Literal["native", "text", "auto"] = "auto"
+    think_open: bool = False
 
 
 class AgentConfig(_Section):
@@ -103,7 +105,8 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
         model=m.name, base_url=m.base_url, temperature=m.temperature, max_tokens=m.max_tokens, top_p=m.top_p,
         timeout=m.timeout, response_format=m.response_format, stream=m.stream, max_retries=m.max_retries,
         fallback_models=m.fallback, max_concurrency=m.max_concurrency,
-        requests_per_second=m.requests_per_second,
+        requests_per_second=m.requests_per_second, tool_mode=m.tool_mode,
+        think_open=m.think_open,
         system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, max_turns=a.max_turns,
         max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
         max_result_chars=a.max_result_chars, language=a.language,

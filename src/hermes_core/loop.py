@@ -35,10 +35,14 @@ class RunResult:
     reply: str
     messages: list[Message]
     tool_calls: list[ToolOutcome] = field(default_factory=list)
+    responses: list[ModelResponse] = field(default_factory=list)  # raw model outputs, for the trace
     usage: Usage = field(default_factory=Usage)
-    model_calls: int = 0
     stop_reason: str = "completed"  # completed | max_turns | max_tool_calls | model_unavailable | …
     timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def model_calls(self) -> int:
+        return len(self.responses)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +77,7 @@ async def run_loop(
             return _finish(run, fixed_reply("model_rejected", language), "model_rejected", started)
         finally:
             model_seconds += time.perf_counter() - call_started
-        run.model_calls += 1
+        run.responses.append(response)
         run.usage += response.usage
         run.timings["model"] = model_seconds
         messages.append(response.to_message())

@@ -64,6 +64,7 @@ class ModelResponse:
     model: str = ""
     finish_reason: str | None = None
     refusal: str | None = None
+    reasoning: str | None = None  # <think> text: kept for the trace, never shown or sent back
 
     @property
     def text(self) -> str:

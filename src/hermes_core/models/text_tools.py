@@ -1,0 +1,211 @@
+"""Tool calls written as text, and the text-tool mode for endpoints that have no `tools` parameter.
+
+Local models often answer a tool request with the call written in their content — Hermes/Qwen
+`<tool_call>{…}</tool_call>`, Llama-3 JSON, Mistral `[TOOL_CALLS]`, pythonic lists — instead of
+native `tool_calls`. `TextToolCalls` wraps any `ModelClient` and turns such text into ordinary
+`ToolCall`s, so the loop runs them exactly like native ones. Its mode decides how the tools
+reach the model:
+
+- `native`: always as the `tools` parameter (text calls in the reply are still read);
+- `text`: rendered into the system prompt in the Hermes convention; tool results go back as
+  `<tool_response>` content and earlier calls as `<tool_call>` text;
+- `auto`: native until the endpoint answers 400 to `tools`, or the model answers with a text
+  call; then text, remembered for that model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from ..messages import Message, ModelResponse
+from .base import ModelClient, ModelRequestRejected, TextCallback
+
+ToolMode = Literal["native", "text", "auto"]
+TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
+
+log = logging.getLogger("hermes_core.model")
+
+TOOLS_PROMPT = """\
+# Tools
+
+You may call one or more functions to help with the user's request.
+
+The function signatures are given within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+To call a function, answer with a JSON object with the function name and arguments within \
+<tool_call></tool_call> XML tags, one block per call:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>
+Function results come back to you within <tool_response></tool_response> XML tags."""
+
+
+class TextToolCalls(ModelClient):
+    def __init__(
+        self,
+        inner: ModelClient,
+        mode: ToolMode = "auto",
+        formats: Sequence[str] | None = None,
+        *,
+        think_open: bool = False,
+    ) -> None:
+        """`think_open`: the model's chat template opens `<think>` in the prompt (DeepSeek-R1, QwQ,
+        Qwen3 thinking), so its replies start inside reasoning. Streaming cannot take back text it
+        has shown, so this must be known up front rather than guessed from the reply."""
+        if mode not in TOOL_MODES:
+            raise ValueError(f"tool mode must be one of {', '.join(TOOL_MODES)}, got {mode!r}")
+        self.inner = inner
+        self.mode = mode
+        self.formats = formats
+        self.think_open = think_open
+        self.name = inner.name
+        self.text_mode_models: set[str] = set()  # models `auto` has switched to text mode
+
+    def uses_text_mode(self) -> bool:
+        return self.mode == "text" or (self.mode == "auto" and self.inner.name in self.text_mode_models)
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        text_mode = bool(tools) and self.uses_text_mode()
+        try:
+            response, calls_in_text = await self._complete(messages, tools, text_mode, on_text)
+        except ModelRequestRejected as exc:
+            if not (self.mode == "auto" and tools and not text_mode and _refuses_tools(exc)):
+                raise
+            log.warning(
+                "model %s refused the tools parameter (%s); switching to text-tool mode", self.name, exc
+            )
+            self.text_mode_models.add(self.inner.name)
+            return (await self._complete(messages, tools, True, on_text))[0]
+        if self.mode == "auto" and tools and not text_mode and calls_in_text:
+            log.info("model %s writes tool calls as text; switching to text-tool mode", self.name)
+            self.text_mode_models.add(self.inner.name)
+        return response
+
+    async def _complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        text_mode: bool,
+        on_text: TextCallback | None,
+    ) -> tuple[ModelResponse, bool]:
+        """One call in the chosen mode; also says whether the calls came from the text."""
+        from ..textcalls.stream import StreamingTextCallParser
+
+        parser = StreamingTextCallParser(self.formats, think_open=self.think_open)
+
+        async def visible(piece: str) -> None:
+            shown = parser.feed(piece).text
+            if shown and on_text is not None:
+                await _emit(on_text, shown)
+
+        sent = render_text_mode(messages, tools or []) if text_mode else messages
+        response = await self.inner.complete(
+            sent, None if text_mode else tools, on_text=visible if on_text is not None else None
+        )
+        if on_text is not None:
+            rest = parser.flush().text
+            if rest:
+                await _emit(on_text, rest)
+        found = extract_text_calls(response, self.formats, think_open=self.think_open)
+        return found, bool(found.tool_calls) and not response.tool_calls
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def extract_text_calls(
+    response: ModelResponse, formats: Sequence[str] | None = None, *, think_open: bool = False
+) -> ModelResponse:
+    """The response with text calls turned into `ToolCall`s and `<think>` moved out of the content."""
+    from ..textcalls.parsers import parse_text_calls
+
+    if not response.content:
+        return response
+    parsed = parse_text_calls(response.content, formats, think_open=think_open)
+    if response.tool_calls:  # native calls win; the text only loses its reasoning block
+        return replace(response, content=parsed.content if parsed.reasoning else response.content,
+                       reasoning=parsed.reasoning or response.reasoning)  # fmt: skip
+    if not parsed.calls and parsed.reasoning is None:
+        return response
+    # ids unique across the whole history: some servers reject a conversation that reuses one
+    calls = parsed.tool_calls(id_prefix=f"textcall_{uuid.uuid4().hex[:12]}")
+    return replace(
+        response,
+        content=parsed.content or (None if calls else ""),
+        tool_calls=calls,
+        reasoning=parsed.reasoning or response.reasoning,
+        finish_reason="tool_calls" if calls else response.finish_reason,
+    )
+
+
+def render_text_mode(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
+    """The conversation as a model without a `tools` parameter reads it (Hermes convention)."""
+    block = TOOLS_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    rendered: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "system":
+            rendered.append(
+                {"role": "system", "content": f"{message.get('content') or ''}\n\n{block}".strip()}
+            )
+        elif role == "assistant" and message.get("tool_calls"):
+            rendered.append({"role": "assistant", "content": _calls_as_text(message)})
+        elif role == "tool":
+            response = f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"
+            previous = rendered[-1] if rendered else None
+            if (
+                previous
+                and previous["role"] == "user"
+                and str(previous["content"]).startswith("<tool_response>")
+            ):
+                previous["content"] = (
+                    f"{previous['content']}\n{response}"  # one user turn per batch of results
+                )
+            else:
+                rendered.append({"role": "user", "content": response})
+        else:
+            rendered.append(dict(message))
+    if not rendered or rendered[0]["role"] != "system":
+        rendered.insert(0, {"role": "system", "content": block})
+    return rendered
+
+
+def _calls_as_text(message: Message) -> str:
+    blocks = [message["content"]] if message.get("content") else []
+    for call in message["tool_calls"]:
+        function = call["function"]
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            arguments = function.get("arguments")
+        payload = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
+        blocks.append(f"<tool_call>\n{payload}\n</tool_call>")
+    return "\n".join(blocks)
+
+
+def _refuses_tools(exc: ModelRequestRejected) -> bool:
+    """A 400 that is about tools (vLLM, Ollama and llama.cpp all name them), not about the prompt."""
+    text = str(exc).lower()
+    return exc.status == 400 and ("tool" in text or "function" in text)
+
+
+async def _emit(on_text: TextCallback, piece: str) -> None:
+    import inspect
+
+    result = on_text(piece)
+    if inspect.isawaitable(result):
+        await result

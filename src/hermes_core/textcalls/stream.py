@@ -1,0 +1,95 @@
+"""Text tool calls in a streamed reply: show the text that is safe to show, hand over each call
+as soon as its block closes, and end with exactly what `parse_text_calls` says of the whole reply.
+
+    parser = StreamingTextCallParser()
+    for piece in pieces:
+        update = parser.feed(piece)      # update.text: show it; update.calls: closed calls
+    last = parser.flush()                # the rest of the text and calls
+    parsed = parser.finish()             # == parse_text_calls(whole reply, think_open=False)
+
+What is held back: a tail that may be the start of a tag (`<tool_c…`, `<thi…`, `[TOOL_CA…`), every
+open block until it closes, whitespace until text follows it, and the whole reply while it may
+still be one whole-message call (it starts with `{`, `[` or a code fence). Shown text is never taken
+back: everything shown, plus `flush().text`, is `finish().content`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .parsers import (
+    ContentBuilder,
+    MessageParser,
+    ParsedText,
+    TextCall,
+    ThinkSplitter,
+    may_be_whole_message,
+    parse_selected,
+    release,
+    scan_blocks,
+    select_parsers,
+)
+
+
+@dataclass
+class StreamUpdate:
+    """What a piece of the stream released: text to show and calls whose block closed."""
+
+    text: str = ""
+    calls: list[TextCall] = field(default_factory=list)
+
+
+class StreamingTextCallParser:
+    """Parses a reply piece by piece, agreeing exactly with `parse_text_calls` on the whole of it.
+
+    `think_open` must be known up front here (see `parse_text_calls`): a stream cannot take back
+    text it has shown when a stray `</think>` later turns it into reasoning.
+    """
+
+    def __init__(self, formats: Sequence[str] | None = None, *, think_open: bool = False) -> None:
+        self._parsers = select_parsers(formats)
+        self._think_open = think_open
+        self._thoughts = ThinkSplitter(think_open)
+        self._content = ContentBuilder()
+        self._pieces: list[str] = []
+        self._pending = ""  # think-stripped text not released yet
+        self._offset = 0  # where `_pending` starts in the whole think-stripped text
+        self._scanning = not any(isinstance(parser, MessageParser) for _, parser in self._parsers)
+        self._shown = 0  # characters of content released so far
+        self._calls_sent = 0
+        self._result: ParsedText | None = None
+        self._flushed = False
+
+    def feed(self, piece: str) -> StreamUpdate:
+        """Add the next piece of the reply; return what can be released now."""
+        if self._result is not None:
+            raise RuntimeError("the stream has ended: feed() after finish() or flush()")
+        self._pieces.append(piece)
+        self._pending += self._thoughts.feed(piece)
+        if not self._scanning:  # held until it cannot be a whole-message call any more
+            self._scanning = not may_be_whole_message(self._pending)
+            if not self._scanning:
+                return StreamUpdate()
+        segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
+        self._pending, self._offset = self._pending[used:], self._offset + used
+        return self._sent(*release(segments, self._content))
+
+    def flush(self) -> StreamUpdate:
+        """End the stream: the text and calls not released yet (empty when called again)."""
+        parsed = self.finish()
+        if self._flushed:
+            return StreamUpdate()
+        self._flushed = True
+        return self._sent(parsed.content[self._shown :], parsed.calls[self._calls_sent :])
+
+    def finish(self) -> ParsedText:
+        """The whole reply parsed; exactly `parse_text_calls(reply, formats, think_open=think_open)`."""
+        if self._result is None:
+            self._result = parse_selected("".join(self._pieces), self._parsers, self._think_open)
+        return self._result
+
+    def _sent(self, text: str, calls: list[TextCall]) -> StreamUpdate:
+        self._shown += len(text)
+        self._calls_sent += len(calls)
+        return StreamUpdate(text, calls)

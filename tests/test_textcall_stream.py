@@ -1,0 +1,171 @@
+"""Streaming text tool calls: whatever the split, the stream agrees with the whole-reply parse.
+
+Invariants, for any reply and any split into pieces:
+  (a) finish() equals parse_text_calls(reply, think_open=…);
+  (b) streamed texts + flush().text == content, and streamed calls + flush().calls == calls;
+  (c) no streamed text holds any part of a call block or a think block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hermes_core.textcalls import ParsedText, StreamingTextCallParser, StreamUpdate, parse_text_calls
+
+W = '{"name": "get_weather", "arguments": {"city": "北京"}}'
+
+# One representative reply per format and rule. Where the visible text has no "<", "[" or "`" (CLEAN),
+# any of those in a streamed piece would be part of a tag (invariant c).
+REPLIES = {
+    "hermes": f"Let me check.\n<tool_call>\n{W}\n</tool_call>\n<tool_call>{W}</tool_call>\nDone.",
+    "hermes unclosed": f"Checking 北京.\n<tool_call>\n{W}",
+    "hermes malformed next to valid": f"A <tool_call>oops</tool_call> B <tool_call>{W}</tool_call> C",
+    "qwen3_coder": "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n北京\n</parameter>\n"
+    "</function>\n</tool_call>\nWaiting.",
+    "function_tag": 'Ok <function=get_weather>{"city": "北京"}</function> and '
+    '<function name="add">{}</function>.',
+    "tool_tags": f"One <tool>{W}</tool> two <tools>[{W}]</tools> three <function_call>{W}</function_call>.",
+    "mistral": 'Looking.[TOOL_CALLS]get_weather[ARGS]{"city": "北京"}[TOOL_CALLS]add[ARGS]{"a": 1}',
+    "json fenced": f"```json\n{W}\n```",
+    "llama json": '{"name": "get_weather", "parameters": {"city": "北京"}};{"name": "now", "parameters": {}}',
+    "pythonic": '[get_weather(city="北京"), add(a=1, b=2)]',
+    "think": f"<think>Maybe <tool_call>{W}</tool_call>.</think>\n\nHello 世界 <tool_call>{W}</tool_call> bye",
+    "think unclosed": "Visible first. <think>then thinking until the end",
+    "prose with brackets": "Use a < b and x[0] and {braces} freely.",
+    "fence then prose": f"```python\nprint(1)\n```\nThat prints 1. <tool_call>{W}</tool_call>",
+}
+MARKERS = ("<", "[", "`", "tool_call", "think", "function")
+
+
+Streamed = tuple[ParsedText, list[str], list[StreamUpdate]]
+
+
+def stream(pieces: Sequence[str], think_open: bool = False) -> Streamed:
+    parser = StreamingTextCallParser(think_open=think_open)
+    updates = [parser.feed(piece) for piece in pieces]
+    updates.append(parser.flush())
+    return parser.finish(), [update.text for update in updates[:-1]], updates
+
+
+def check(text: str, pieces: Sequence[str], think_open: bool = False) -> None:
+    parsed, streamed, updates = stream(pieces, think_open)
+    assert parsed == parse_text_calls(text, think_open=think_open)  # (a)
+    assert "".join(update.text for update in updates) == parsed.content  # (b)
+    assert [call for update in updates for call in update.calls] == parsed.calls
+
+
+@pytest.mark.parametrize("name", REPLIES)
+def test_every_single_split_and_every_character(name: str) -> None:
+    text = REPLIES[name]
+    for think_open in (False, True):
+        check(text, list(text), think_open)
+        for i in range(len(text) + 1):
+            check(text, [text[:i], text[i:]], think_open)
+
+
+CLEAN = [
+    name for name, text in REPLIES.items() if not any(m in parse_text_calls(text).content for m in MARKERS)
+]
+
+
+def test_most_replies_have_clean_content() -> None:
+    assert len(CLEAN) >= len(REPLIES) - 3  # the malformed block and the fences are visible on purpose
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_no_streamed_piece_holds_part_of_a_tag(name: str) -> None:
+    text = REPLIES[name]
+    for pieces in [list(text), *([text[:i], text[i:]] for i in range(len(text) + 1))]:
+        _, streamed, _ = stream(pieces)
+        for piece in streamed:
+            assert not any(marker in piece for marker in MARKERS), (pieces, piece)
+
+
+def test_visible_text_streams_before_and_between_calls() -> None:
+    parser = StreamingTextCallParser()
+    assert parser.feed("Let me check") == StreamUpdate("Let me check")
+    assert parser.feed(" the weather.\n<tool_") == StreamUpdate(" the weather.")  # "\n<tool_" held
+    assert parser.feed("call>\n" + W[:20]) == StreamUpdate()  # inside the block
+    closed = parser.feed(W[20:] + "\n</tool_call>")
+    assert (closed.text, [call.name for call in closed.calls]) == ("", ["get_weather"])
+    assert parser.feed("\nDone") == StreamUpdate("\nDone")
+    assert parser.flush() == StreamUpdate()
+    assert parser.finish().content == "Let me check the weather.\nDone"
+
+
+def test_whole_message_candidates_are_held_until_they_cannot_be_calls() -> None:
+    parser = StreamingTextCallParser()
+    assert parser.feed("[get_weather(") == StreamUpdate()
+    assert parser.feed('city="北京")]') == StreamUpdate()
+    assert [call.name for call in parser.flush().calls] == ["get_weather"]
+
+    parser = StreamingTextCallParser()
+    assert parser.feed("```python\nprint(1)\n```") == StreamUpdate()
+    assert parser.feed("\nThat prints 1.") == StreamUpdate("```python\nprint(1)\n```\nThat prints 1.")
+
+
+def test_mistral_calls_arrive_at_the_end() -> None:
+    parser = StreamingTextCallParser()
+    assert parser.feed('Looking.[TOOL_CALLS][{"name": "add", "arguments": {}}]') == StreamUpdate("Looking.")
+    assert [call.name for call in parser.flush().calls] == ["add"]
+
+
+def test_think_open_streams_reasoning_out_of_sight() -> None:
+    parser = StreamingTextCallParser(think_open=True)
+    assert parser.feed("the template opened this thought") == StreamUpdate()
+    assert parser.feed("</think>\n\nAnswer.") == StreamUpdate("Answer.")
+    assert parser.finish().reasoning == "the template opened this thought"
+
+
+def test_formats_restrict_what_is_held() -> None:
+    parser = StreamingTextCallParser(formats=["hermes"])
+    assert parser.feed("{not held: no message format}") == StreamUpdate("{not held: no message format}")
+    assert parser.feed(" <tool>x</tool>") == StreamUpdate(" <tool>x</tool>")
+
+
+def test_the_stream_ends_once() -> None:
+    parser = StreamingTextCallParser()
+    assert parser.feed("[1] Hi") == StreamUpdate()  # may still be a pythonic or JSON list
+    assert parser.flush() == StreamUpdate("[1] Hi")
+    assert parser.flush() == StreamUpdate()
+    with pytest.raises(RuntimeError):
+        parser.feed("more")
+
+
+fragments = st.sampled_from(
+    [
+        *("<tool_call>", "</tool_call>", "<think>", "</think>", "[TOOL_CALLS]", "[ARGS]", "<tools>"),
+        *("</tools>", "<tool>"),
+        *("<function=f>", "<function name='g'>", "</function>", "<parameter=x>", "</parameter>"),
+        *("```", "```json\n", "{", "}", "[", "]", "<", ";", ",", ":", '"name"', "f(x=1)", "'"),
+        *(W, '{"name": "add", "parameters": {"a": 1}}', "[now()]", '"arguments": {}'),
+        *(" ", "\n", "\n\n", "Hello", "世界", "北京", "prose.", "}}"),
+    ]
+)
+replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(replies, st.data(), st.booleans())
+def test_any_reply_any_split(text: str, data: st.DataObject, think_open: bool) -> None:
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    check(text, pieces, think_open)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    replies,
+    st.sets(st.sampled_from(["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral"])),
+)
+def test_any_reply_any_formats_char_by_char(text: str, formats: set[str]) -> None:
+    parser = StreamingTextCallParser(formats=sorted(formats))
+    updates = [parser.feed(char) for char in text] + [parser.flush()]
+    parsed = parser.finish()
+    assert parsed == parse_text_calls(text, sorted(formats), think_open=False)
+    assert "".join(update.text for update in updates) == parsed.content
+    assert [call for update in updates for call in update.calls] == parsed.calls
