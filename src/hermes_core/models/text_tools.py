@@ -103,25 +103,32 @@ class TextToolCalls(ModelClient):
         on_text: TextCallback | None,
     ) -> tuple[ModelResponse, bool]:
         """One call in the chosen mode; also says whether the calls came from the text."""
+        sent = render_text_mode(messages, tools or []) if text_mode else messages
+        if on_text is None:
+            response = await self.inner.complete(sent, None if text_mode else tools)
+        else:
+            response = await self._complete_streaming(sent, None if text_mode else tools, on_text)
+        found = extract_text_calls(response, self.formats, think_open=self.think_open)
+        return found, bool(found.tool_calls) and not response.tool_calls
+
+    async def _complete_streaming(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None, on_text: TextCallback
+    ) -> ModelResponse:
+        """Stream visible text only: partial tags, calls and reasoning are held back."""
         from ..textcalls.stream import StreamingTextCallParser
 
         parser = StreamingTextCallParser(self.formats, think_open=self.think_open)
 
         async def visible(piece: str) -> None:
             shown = parser.feed(piece).text
-            if shown and on_text is not None:
+            if shown:
                 await _emit(on_text, shown)
 
-        sent = render_text_mode(messages, tools or []) if text_mode else messages
-        response = await self.inner.complete(
-            sent, None if text_mode else tools, on_text=visible if on_text is not None else None
-        )
-        if on_text is not None:
-            rest = parser.flush().text
-            if rest:
-                await _emit(on_text, rest)
-        found = extract_text_calls(response, self.formats, think_open=self.think_open)
-        return found, bool(found.tool_calls) and not response.tool_calls
+        response = await self.inner.complete(messages, tools, on_text=visible)
+        rest = parser.flush().text
+        if rest:
+            await _emit(on_text, rest)
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -131,10 +138,10 @@ def extract_text_calls(
     response: ModelResponse, formats: Sequence[str] | None = None, *, think_open: bool = False
 ) -> ModelResponse:
     """The response with text calls turned into `ToolCall`s and `<think>` moved out of the content."""
+    if not response.content or not _may_hold_calls(response.content, think_open):
+        return response
     from ..textcalls.parsers import parse_text_calls
 
-    if not response.content:
-        return response
     parsed = parse_text_calls(response.content, formats, think_open=think_open)
     if response.tool_calls:  # native calls win; the text only loses its reasoning block
         return replace(response, content=parsed.content if parsed.reasoning else response.content,
@@ -195,6 +202,12 @@ def _calls_as_text(message: Message) -> str:
         payload = json.dumps({"name": function["name"], "arguments": arguments}, ensure_ascii=False)
         blocks.append(f"<tool_call>\n{payload}\n</tool_call>")
     return "\n".join(blocks)
+
+
+def _may_hold_calls(text: str, think_open: bool) -> bool:
+    """Cheap pre-check so that plain answers never load the parsers: every format and the think
+    tags need one of these characters."""
+    return think_open or any(marker in text for marker in ("<", "{", "[", "```"))
 
 
 def _refuses_tools(exc: ModelRequestRejected) -> bool:

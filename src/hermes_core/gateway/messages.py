@@ -1,0 +1,42 @@
+"""The typed messages that cross the seam between channels and the agent.
+
+A channel turns a platform event into an `InboundMessage` and delivers `OutboundMessage`s; it never
+sees the agent loop. Routing facts live in named fields, not in a free-form metadata dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class InboundMessage:
+    channel: str  # "webhook", "feishu", "cli", …
+    conversation: str  # session key: the chat for groups, the sender for one-to-one chats
+    sender: str  # platform user id (Feishu open_id, webhook user_id)
+    text: str
+    message_id: str  # platform message id: the dedup key
+    event_id: str | None = None  # platform delivery id: a second dedup key
+    chat_id: str | None = None  # where replies go (Feishu chat_id)
+    chat_type: str = "p2p"  # "p2p" | "group"
+    reply_to: str | None = None  # platform message to thread the reply under
+    callback_url: str | None = None  # webhook async variant: where to POST the reply
+    received_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)  # raw platform details for the trace only
+    id: int | None = None  # the inbox row, once persisted
+
+
+@dataclass
+class OutboundMessage:
+    channel: str
+    conversation: str
+    text: str
+    uuid: str  # idempotency key derived from (message_id, reply index): a resend cannot duplicate
+    chat_id: str | None = None
+    reply_to: str | None = None
+    callback_url: str | None = None
+    inbound_id: int | None = None
+    index: int = 0
+    id: int | None = None  # the outbox row
+    attempts: int = 0
