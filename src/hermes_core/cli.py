@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("message", help="the message to send")
     run.add_argument("--json", action="store_true", help="print the whole result as JSON")
     commands.add_parser("tools", help="list the tools and their JSON schemas")
+    serve = commands.add_parser("serve", help="run the gateway: webhook and Feishu channels, /healthz")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
     return parser
 
 
@@ -43,12 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError, build_agent, load_settings
 
     try:
-        agent = build_agent(load_settings(args.config), model=args.model, base_url=args.base_url)
+        settings = load_settings(args.config)
+        settings.model.name = args.model or settings.model.name
+        settings.model.base_url = args.base_url or settings.model.base_url
+        agent = build_agent(settings)
     except (ConfigError, ValueError, TypeError) as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
         return 2
     if args.command == "tools":
         return print_tools(agent)
+    if args.command == "serve":
+        return run_server(settings, agent, args)
     if args.command == "run":
         return asyncio.run(run_once(agent, args.message, as_json=args.json))
     return asyncio.run(chat(agent))
@@ -58,6 +66,20 @@ def print_tools(agent: Any) -> int:
     for declared in agent.registry:
         print(f"{declared.name}: {declared.description}")
         print(json.dumps(declared.parameters, ensure_ascii=False, indent=2))
+    return 0
+
+
+def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+    import logging
+
+    from .gateway.server import serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def ready(address: str) -> None:
+        print(f"hermes-core serving on {address} (POST /webhook, /feishu/events; GET /healthz)", flush=True)
+
+    asyncio.run(serve(settings, host=args.host, port=args.port, ready=ready, agent=agent))
     return 0
 
 

@@ -28,6 +28,9 @@ ENV_KEYS = {
     "HERMES_MODEL": ("model", "name"),
     "HERMES_TEMPERATURE": ("model", "temperature"),
     "HERMES_TIMEOUT": ("model", "timeout"),
+    "FEISHU_APP_ID": ("feishu", "app_id"),
+    "FEISHU_MODE": ("feishu", "mode"),
+    "FEISHU_BASE_URL": ("feishu", "base_url"),
 }
 EXAMPLE_TOOLS = "hermes_core.tools.examples"
 
@@ -68,9 +71,29 @@ class AgentConfig(_Section):
     language: Literal["zh", "en"] | None = None
 
 
+class GatewayConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    data_dir: str = ".hermes"
+    max_concurrent_turns: int = Field(256, ge=1)
+    shutdown_grace: float = Field(10.0, ge=0)
+
+
+class FeishuConfig(_Section):
+    """Feishu/Lark bot. Secrets (FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY) come
+    from the environment only; the bot is on when an app id and secret are both present."""
+
+    app_id: str | None = None
+    mode: Literal["webhook", "longconn"] = "webhook"
+    base_url: str = "https://open.feishu.cn"
+    send_rate: float = Field(5.0, gt=0)
+
+
 class Settings(_Section):
     model: ModelConfig = ModelConfig()
     agent: AgentConfig = AgentConfig()
+    gateway: GatewayConfig = GatewayConfig()
+    feishu: FeishuConfig = FeishuConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
 
 

@@ -33,6 +33,19 @@ REPLIES: dict[str, dict[Language, str]] = {
         "en": "Sorry, the model service rejected this request; the problem has been logged. "
         "Please rephrase or contact the administrator.",
     },
+    "internal_error": {
+        "zh": "抱歉，处理这条消息时出了问题，已记录下来。请稍后再试。",
+        "en": "Sorry, something went wrong while handling this message; it has been logged. "
+        "Please try again later.",
+    },
+    "non_text": {
+        "zh": "抱歉，我目前只能读懂文字消息，请用文字描述你的需求。",
+        "en": "Sorry, I can only read text messages for now. Please describe what you need in text.",
+    },
+    "how_can_i_help": {
+        "zh": "你好，有什么可以帮你？",
+        "en": "Hi, how can I help?",
+    },
     "empty_reply": {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",

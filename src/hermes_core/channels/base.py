@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from ..gateway.messages import OutboundMessage
 
@@ -30,3 +31,15 @@ class Channel(ABC):
     async def stop(self) -> None:
         """Close connections. Safe to call more than once."""
         return None
+
+
+async def read_body(request: Any, limit: int) -> bytes | None:
+    """An HTTP request's body, or None when it is larger than `limit` bytes (read no further)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)

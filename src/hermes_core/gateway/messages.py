@@ -17,6 +17,7 @@ class InboundMessage:
     sender: str  # platform user id (Feishu open_id, webhook user_id)
     text: str
     message_id: str  # platform message id: the dedup key
+    kind: str = "text"  # "text", or "non_text" for images, files… (answered politely, not run)
     event_id: str | None = None  # platform delivery id: a second dedup key
     chat_id: str | None = None  # where replies go (Feishu chat_id)
     chat_type: str = "p2p"  # "p2p" | "group"

@@ -1,0 +1,223 @@
+"""The gateway: accepted messages become agent turns, replies go out through the outbox.
+
+One turn in flight per conversation, in arrival order; different conversations run concurrently.
+A message that arrives while its conversation is busy waits its turn. Replies of one conversation
+are sent in order too; a reply that cannot be delivered is retried with backoff and finally kept
+in the dead-letter table, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar
+
+from ..channels.base import Channel, DeliveryError
+from ..replies import detect_language, fixed_reply
+from .messages import InboundMessage, OutboundMessage
+from .store import GatewayStore
+
+log = logging.getLogger("hermes_core.gateway")
+
+T = TypeVar("T")
+DEDUP_RETENTION = 48 * 3600.0  # ≥ 24 h: Feishu retries for about 7 h, redeliveries can come later
+
+
+class Runner(Protocol):
+    """Turns one inbound message into reply texts (the agent, with the conversation's session)."""
+
+    async def __call__(self, message: InboundMessage) -> list[str]: ...
+
+
+class Lanes(Generic[T]):
+    """Run the items of one key strictly one after another; different keys run concurrently."""
+
+    def __init__(self, handle: Callable[[T], Awaitable[None]]) -> None:
+        self._handle = handle
+        self._queues: dict[str, deque[T]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def push(self, key: str, item: T) -> None:
+        self._queues.setdefault(key, deque()).append(item)
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.create_task(self._drain(key), name=f"lane:{key}")
+
+    async def _drain(self, key: str) -> None:
+        queue = self._queues[key]
+        try:
+            while queue:
+                await self._handle(queue[0])
+                queue.popleft()
+        finally:
+            del self._tasks[key]
+            if not queue:
+                del self._queues[key]
+
+    @property
+    def busy(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(queue) for queue in self._queues.values())
+
+    async def stop(self, grace: float) -> None:
+        """Let running items finish for up to `grace` seconds, then cancel (they stay persisted)."""
+        tasks = list(self._tasks.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._queues.clear()
+
+
+class Gateway:
+    def __init__(
+        self,
+        store: GatewayStore,
+        runner: Runner,
+        *,
+        max_concurrent_turns: int = 256,
+        send_attempts: int = 8,
+        send_backoff: float = 1.0,
+        max_send_backoff: float = 300.0,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.channels: dict[str, Channel] = {}
+        self.send_attempts = send_attempts
+        self.send_backoff = send_backoff
+        self.max_send_backoff = max_send_backoff
+        self.accepting = False
+        self.turns_done = 0
+        self.replies_sent = 0
+        self._turn_slots = asyncio.Semaphore(max_concurrent_turns)
+        self._inbound: Lanes[InboundMessage] = Lanes(self._process)
+        self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
+        self._pruner: asyncio.Task[None] | None = None
+
+    def add_channel(self, channel: Channel) -> None:
+        self.channels[channel.name] = channel
+
+    async def start(self) -> None:
+        """Resume what a previous process left: unfinished turns first, then unsent replies."""
+        for channel in self.channels.values():
+            await channel.start()
+        for reply in await self.store.pending_outbound():
+            self._outbound.push(reply.conversation, reply)
+        pending = await self.store.pending_inbound()
+        for message in pending:
+            self._inbound.push(message.conversation, message)
+        if pending:
+            log.info("resuming %d unfinished message(s)", len(pending))
+        self._pruner = asyncio.create_task(self._prune_periodically())
+        self.accepting = True
+
+    async def accept(self, message: InboundMessage) -> int | None:
+        """Persist and schedule a message; None for a duplicate. Returns before the turn runs, so a
+        caller may register interest in its replies before any can be sent."""
+        if not self.accepting:
+            raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
+        message.received_at = message.received_at or time.time()
+        inbound_id = await self.store.accept(message)
+        if inbound_id is None:
+            log.info("duplicate %s message %s ignored", message.channel, message.message_id)
+            return None
+        self._inbound.push(message.conversation, message)
+        return inbound_id
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting, let in-flight turns and sends finish for up to `grace` s, persist the rest."""
+        self.accepting = False
+        if self._pruner is not None:
+            self._pruner.cancel()
+        await self._inbound.stop(grace)
+        await self._outbound.stop(max(0.5, grace / 2))
+        for channel in self.channels.values():
+            await channel.stop()
+        await self.store.close()
+
+    def status(self) -> dict[str, int]:
+        return {
+            "conversations_busy": self._inbound.busy,
+            "messages_waiting": self._inbound.waiting,
+            "replies_waiting": self._outbound.waiting,
+            "turns_done": self.turns_done,
+            "replies_sent": self.replies_sent,
+        }
+
+    async def _process(self, message: InboundMessage) -> None:
+        async with self._turn_slots:
+            try:
+                texts = await self.runner(message)
+            except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
+                log.exception("turn for %s message %s failed", message.channel, message.message_id)
+                texts = [fixed_reply("internal_error", detect_language(message.text))]
+        assert message.id is not None
+        replies = [reply_for(message, text, index) for index, text in enumerate(texts)]
+        for reply in await self.store.complete(message.id, replies):
+            self._outbound.push(reply.conversation, reply)
+        self.turns_done += 1
+
+    async def _deliver(self, reply: OutboundMessage) -> None:
+        assert reply.id is not None
+        channel = self.channels.get(reply.channel)
+        while True:
+            try:
+                if channel is None:
+                    raise DeliveryError(f"no channel named {reply.channel!r} is configured", permanent=True)
+                platform_id = await channel.send(reply)
+                await self.store.mark_sent(reply.id, platform_id)
+                self.replies_sent += 1
+                return
+            except Exception as exc:
+                delay = await self._failed_attempt(reply, exc)
+                if delay is None:
+                    return
+                await asyncio.sleep(delay)
+
+    async def _failed_attempt(self, reply: OutboundMessage, exc: Exception) -> float | None:
+        """Record a failed send; the delay before the next try, or None once it is dead-lettered."""
+        assert reply.id is not None
+        reply.attempts += 1
+        error = f"{type(exc).__name__}: {exc}"
+        await self.store.record_attempt(reply.id, error)
+        permanent = isinstance(exc, DeliveryError) and exc.permanent
+        if permanent or reply.attempts >= self.send_attempts:
+            await self.store.dead_letter(reply.id, error)
+            log.error("reply %s to %s dead-lettered after %d attempt(s): %s",
+                      reply.id, reply.conversation, reply.attempts, error)  # fmt: skip
+            return None
+        hint = exc.retry_after if isinstance(exc, DeliveryError) else None
+        delay = hint if hint is not None else self.send_backoff * 2 ** (reply.attempts - 1)
+        log.warning("reply %s to %s failed (%s); retry in %.1fs", reply.id, reply.conversation, error, delay)
+        return min(delay, self.max_send_backoff)
+
+    async def _prune_periodically(self) -> None:
+        while True:
+            try:
+                await self.store.prune(time.time() - DEDUP_RETENTION)
+            except Exception:
+                log.exception("pruning the gateway store failed")
+            await asyncio.sleep(3600)
+
+
+def reply_for(message: InboundMessage, text: str, index: int) -> OutboundMessage:
+    """The outbound message for reply `index` of `message`, with its idempotency key."""
+    key = f"{message.channel}|{message.message_id}|{index}".encode()
+    return OutboundMessage(
+        channel=message.channel,
+        conversation=message.conversation,
+        text=text,
+        uuid=hashlib.sha256(key).hexdigest()[:40],
+        chat_id=message.chat_id,
+        reply_to=message.reply_to,
+        callback_url=message.callback_url,
+        inbound_id=message.id,
+        index=index,
+    )

@@ -1,0 +1,115 @@
+"""`hermes-core serve`: the gateway, its channels and /healthz on one port.
+
+With no configuration it starts on embedded defaults: SQLite under ./.hermes/, the webhook
+channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID and
+FEISHU_APP_SECRET are set. SIGTERM or SIGINT stops it gracefully: no new messages are accepted
+(callers get 503 and retry), in-flight turns get `shutdown_grace` seconds to finish, and whatever
+is still unfinished stays in the inbox for the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ..channels.webhook import WebhookChannel
+from ..config import Settings, build_agent
+from .dispatcher import Gateway
+from .runner import AgentRunner
+from .store import SQLiteGatewayStore
+
+log = logging.getLogger("hermes_core.server")
+
+
+def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
+    agent = agent or build_agent(settings)
+    store = SQLiteGatewayStore(Path(settings.gateway.data_dir) / "gateway.db")
+    gateway = Gateway(store, AgentRunner(agent), max_concurrent_turns=settings.gateway.max_concurrent_turns)
+    webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
+    gateway.add_channel(webhook)
+    routes = webhook.routes()
+    app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
+    if app_id and app_secret:
+        from ..channels.feishu.api import FeishuAPI
+        from ..channels.feishu.channel import FeishuChannel
+        from ..channels.feishu.ratelimit import SendLimiter
+
+        api = FeishuAPI(
+            app_id, app_secret, base_url=settings.feishu.base_url,
+            limiter=SendLimiter(steady_rate=settings.feishu.send_rate),
+        )  # fmt: skip
+        feishu = FeishuChannel(
+            gateway,
+            app_id=app_id,
+            app_secret=app_secret,
+            verification_token=os.environ.get("FEISHU_VERIFICATION_TOKEN"),
+            encrypt_key=os.environ.get("FEISHU_ENCRYPT_KEY"),
+            base_url=settings.feishu.base_url,
+            mode=settings.feishu.mode,
+            api=api,
+        )
+        gateway.add_channel(feishu)
+        routes += feishu.routes()
+    return gateway, routes
+
+
+async def serve(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+    agent: Any = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or until `stop` is set)."""
+    agent = agent or build_agent(settings)
+    gateway, routes = build_gateway(settings, agent)
+
+    async def healthz(request: web.Request) -> web.Response:
+        counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
+        return web.json_response({"ok": gateway.accepting, **gateway.status(), **counts},
+                                 status=200 if gateway.accepting else 503)  # fmt: skip
+
+    app = web.Application(client_max_size=2 * 1024 * 1024)
+    app.add_routes([*routes, web.get("/healthz", healthz)])
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
+            pass
+    try:
+        await gateway.start()
+        site = web.TCPSite(
+            runner, host or settings.gateway.host, settings.gateway.port if port is None else port
+        )
+        await site.start()
+        address = _address(site)
+        log.info("hermes-core serving on %s", address)
+        if ready is not None:
+            ready(address)
+        await stop.wait()
+        log.info("stopping: finishing in-flight turns (up to %.0fs)", settings.gateway.shutdown_grace)
+    finally:
+        gateway.accepting = False
+        await gateway.stop(settings.gateway.shutdown_grace)
+        await runner.cleanup()
+        await agent.aclose()
+
+
+def _address(site: web.TCPSite) -> str:
+    server = site._server  # aiohttp exposes the bound port only through the server's sockets
+    sockets = getattr(server, "sockets", None) or []
+    host, port = sockets[0].getsockname()[:2] if sockets else ("?", "?")
+    return f"http://{host}:{port}"

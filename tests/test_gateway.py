@@ -1,0 +1,305 @@
+"""The gateway over real HTTP: webhook channel, durable inbox/outbox, per-conversation order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from hermes_core.channels.base import Channel, DeliveryError
+from hermes_core.channels.webhook import WebhookChannel, sign
+from hermes_core.gateway.dispatcher import Gateway, reply_for
+from hermes_core.gateway.messages import InboundMessage, OutboundMessage
+from hermes_core.gateway.store import SQLiteGatewayStore
+
+Runner = Callable[[InboundMessage], Awaitable[list[str]]]
+
+
+async def echo(message: InboundMessage) -> list[str]:
+    return [f"echo: {message.text}"]
+
+
+@asynccontextmanager
+async def running_gateway(
+    tmp_path: Path, runner: Runner = echo, *, secret: str | None = None, **options: float
+) -> AsyncIterator[tuple[Gateway, str]]:
+    gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), runner, **options)  # type: ignore[arg-type]
+    webhook = WebhookChannel(gateway, secret=secret, reply_timeout=5)
+    gateway.add_channel(webhook)
+    app = web.Application()
+    app.add_routes(webhook.routes())
+    site_runner = web.AppRunner(app, access_log=None)
+    await site_runner.setup()
+    site = web.TCPSite(site_runner, "127.0.0.1", 0)
+    await gateway.start()
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield gateway, f"http://127.0.0.1:{port}"
+    finally:
+        await gateway.stop(grace=2)
+        await site_runner.cleanup()
+
+
+async def post(url: str, body: bytes | dict, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
+    async with aiohttp.ClientSession() as session, session.post(url, data=data, headers=headers) as response:
+        return response.status, await response.json()
+
+
+async def test_webhook_round_trip_in_utf8(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path) as (_, url):
+        status, body = await post(f"{url}/webhook", {"message": "你好，世界", "user_id": "u1"})
+    assert status == 200 and body["reply"] == "echo: 你好，世界"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        (b'{"message": "hi"', 400, "UTF-8 JSON"),
+        (b"\xff\xfe", 400, "UTF-8 JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"message": "", "user_id": "u"}', 400, "'message'"),
+        (b'{"message": "hi"}', 400, "'user_id'"),
+        (b'{"message": "hi", "user_id": "u", "callback_url": "ftp://x"}', 400, "callback_url"),
+        (b'{"message": "' + b"x" * (1024 * 1024) + b'", "user_id": "u"}', 413, "too large"),
+    ],
+    ids=["truncated", "not-utf8", "array", "empty-message", "no-user", "bad-callback", "oversized"],
+)
+async def test_bad_requests_get_clear_errors_and_nothing_runs(
+    tmp_path: Path, body: bytes, status: int, error: str
+) -> None:
+    ran: list[str] = []
+
+    async def runner(message: InboundMessage) -> list[str]:
+        ran.append(message.text)
+        return ["x"]
+
+    async with running_gateway(tmp_path, runner) as (gateway, url):
+        got, answer = await post(f"{url}/webhook", body)
+        counts = await gateway.store.counts()  # type: ignore[attr-defined]
+    assert got == status and error in answer["error"]
+    assert ran == [] and counts["inbox_pending"] == 0
+
+
+async def test_hmac_authentication(tmp_path: Path) -> None:
+    secret = "webhook-secret-value"
+    body = json.dumps({"message": "hi there", "user_id": "u1"}).encode()
+    now = str(int(time.time()))
+    async with running_gateway(tmp_path, secret=secret) as (_, url):
+        unsigned = await post(f"{url}/webhook", body)
+        forged = await post(
+            f"{url}/webhook", body, {"X-Hermes-Timestamp": now, "X-Hermes-Signature": "sha256=00"}
+        )
+        stale_ts = str(int(time.time()) - 3600)
+        stale = await post(
+            f"{url}/webhook",
+            body,
+            {"X-Hermes-Timestamp": stale_ts, "X-Hermes-Signature": sign(secret, stale_ts, body)},
+        )
+        good = await post(
+            f"{url}/webhook", body, {"X-Hermes-Timestamp": now, "X-Hermes-Signature": sign(secret, now, body)}
+        )
+    assert [unsigned[0], forged[0], stale[0]] == [401, 401, 401]
+    assert good == (200, {"reply": "echo: hi there", "message_id": good[1]["message_id"]})
+
+
+async def test_resent_message_id_is_answered_once(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    async def runner(message: InboundMessage) -> list[str]:
+        ran.append(message.message_id)
+        return ["ok"]
+
+    async with running_gateway(tmp_path, runner) as (_, url):
+        first = await post(f"{url}/webhook", {"message": "hi", "user_id": "u", "message_id": "m-1"})
+        second = await post(f"{url}/webhook", {"message": "hi", "user_id": "u", "message_id": "m-1"})
+    assert first[1]["reply"] == "ok" and second[1] == {"duplicate": True, "message_id": "m-1"}
+    assert ran == ["m-1"]
+
+
+async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(tmp_path: Path) -> None:
+    running: dict[str, int] = {}
+    overlap: list[str] = []
+    order: list[tuple[str, str]] = []
+
+    async def runner(message: InboundMessage) -> list[str]:
+        running[message.conversation] = running.get(message.conversation, 0) + 1
+        if running[message.conversation] > 1:
+            overlap.append(message.conversation)
+        await asyncio.sleep(0.1)
+        order.append((message.conversation, message.text))
+        running[message.conversation] -= 1
+        return [message.text]
+
+    async with running_gateway(tmp_path, runner) as (_, url):
+        started = time.perf_counter()
+        requests = [
+            post(f"{url}/webhook", {"message": f"{user}-{i}", "user_id": user})
+            for i in range(3)
+            for user in ("alice", "bob", "carol")
+        ]
+        results = []
+        for request in requests:  # sent in this order, each accepted before the next is sent
+            results.append(asyncio.ensure_future(request))
+            await asyncio.sleep(0.01)
+        answers = await asyncio.gather(*results)
+        elapsed = time.perf_counter() - started
+    assert overlap == []
+    for user in ("alice", "bob", "carol"):
+        assert [text for conv, text in order if conv == f"webhook:{user}"] == [
+            f"{user}-{i}" for i in range(3)
+        ]
+    assert (
+        elapsed < 0.75
+    )  # 3 conversations × 3 turns × 0.1 s: concurrent across conversations (serial: 0.9 s)
+    assert all(status == 200 for status, _ in answers)
+
+
+async def test_async_callback_variant_retries_until_delivered(tmp_path: Path) -> None:
+    received: list[dict] = []
+    failures = iter([500, 503])
+
+    async def callback(request: web.Request) -> web.Response:
+        status = next(failures, 200)
+        if status == 200:
+            received.append(
+                {"body": await request.json(), "signature": request.headers.get("X-Hermes-Signature")}
+            )
+        return web.Response(status=status)
+
+    app = web.Application()
+    app.add_routes([web.post("/cb", callback)])
+    callback_runner = web.AppRunner(app)
+    await callback_runner.setup()
+    site = web.TCPSite(callback_runner, "127.0.0.1", 0)
+    await site.start()
+    callback_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/cb"  # type: ignore[union-attr]
+    secret = "s3cret"
+    body = json.dumps({"message": "later please", "user_id": "u", "callback_url": callback_url}).encode()
+    now = str(int(time.time()))
+    headers = {"X-Hermes-Timestamp": now, "X-Hermes-Signature": sign(secret, now, body)}
+    async with running_gateway(tmp_path, secret=secret, send_backoff=0.05) as (gateway, url):
+        status, answer = await post(f"{url}/webhook", body, headers)
+        for _ in range(100):
+            if received:
+                break
+            await asyncio.sleep(0.05)
+    await callback_runner.cleanup()
+    assert status == 202 and answer["accepted"] is True
+    assert received and received[0]["body"]["reply"] == "echo: later please"
+    assert received[0]["signature"].startswith("sha256=")
+
+
+class FlakyChannel(Channel):
+    """Fails the first `failures` sends of each reply; records what it delivered."""
+
+    name = "flaky"
+
+    def __init__(self, failures: int, permanent: bool = False) -> None:
+        self.failures, self.permanent = failures, permanent
+        self.tries: dict[str, int] = {}
+        self.delivered: list[str] = []
+
+    async def send(self, message: OutboundMessage) -> str | None:
+        self.tries[message.uuid] = self.tries.get(message.uuid, 0) + 1
+        if self.tries[message.uuid] <= self.failures:
+            raise DeliveryError("platform busy", retry_after=0.01, permanent=self.permanent)
+        self.delivered.append(message.text)
+        return f"sent-{message.uuid[:6]}"
+
+
+def inbound(conversation: str, text: str, message_id: str, channel: str = "flaky") -> InboundMessage:
+    return InboundMessage(
+        channel=channel, conversation=conversation, sender="u", text=text, message_id=message_id
+    )
+
+
+async def test_transient_send_failures_are_retried_in_order(tmp_path: Path) -> None:
+    gateway = Gateway(SQLiteGatewayStore(tmp_path / "g.db"), echo)
+    channel = FlakyChannel(failures=2)
+    gateway.add_channel(channel)
+    await gateway.start()
+    for i in range(5):
+        await gateway.accept(inbound("c1", f"m{i}", f"id{i}"))
+    for _ in range(200):
+        if len(channel.delivered) == 5:
+            break
+        await asyncio.sleep(0.02)
+    await gateway.stop(grace=1)
+    assert channel.delivered == [f"echo: m{i}" for i in range(5)]
+
+
+async def test_undeliverable_reply_goes_to_the_dead_letter_table(tmp_path: Path) -> None:
+    store = SQLiteGatewayStore(tmp_path / "g.db")
+    gateway = Gateway(store, echo, send_attempts=3)
+    gateway.add_channel(FlakyChannel(failures=99))
+    await gateway.start()
+    await gateway.accept(inbound("c1", "hello", "id1"))
+    for _ in range(200):
+        if (await store.counts())["dead_letters"]:
+            break
+        await asyncio.sleep(0.02)
+    dead = await store.dead_letters()
+    await gateway.stop(grace=1)
+    assert len(dead) == 1 and dead[0]["attempts"] == 3 and "platform busy" in dead[0]["error"]
+    assert json.loads(dead[0]["payload"])["text"] == "echo: hello"
+
+
+async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_path: Path) -> None:
+    store = SQLiteGatewayStore(tmp_path / "g.db")
+    # a previous process accepted two messages, completed one (its reply unsent), then died
+    first = inbound("c1", "one", "id1")
+    await store.accept(first)
+    await store.accept(inbound("c1", "two", "id2"))
+    assert first.id is not None
+    await store.complete(first.id, [reply_for(first, "reply one", 0)])
+    await store.close()
+
+    channel = FlakyChannel(failures=0)
+    gateway = Gateway(SQLiteGatewayStore(tmp_path / "g.db"), echo)
+    gateway.add_channel(channel)
+    await gateway.start()
+    for _ in range(100):
+        if len(channel.delivered) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await gateway.stop(grace=1)
+    assert channel.delivered == ["reply one", "echo: two"]
+
+
+async def test_duplicates_by_event_id_and_message_id(tmp_path: Path) -> None:
+    store = SQLiteGatewayStore(tmp_path / "g.db")
+    original = InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")
+    assert await store.accept(original) is not None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")) is None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_2")) is None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_2", event_id="ev_1")) is None
+    assert await store.accept(InboundMessage("webhook", "c", "u", "hi", "om_1")) is not None  # other channel
+    await store.close()
+
+
+async def test_graceful_stop_lets_an_inflight_turn_finish(tmp_path: Path) -> None:
+    async def slow(message: InboundMessage) -> list[str]:
+        await asyncio.sleep(0.3)
+        return ["finished"]
+
+    store = SQLiteGatewayStore(tmp_path / "g.db")
+    gateway = Gateway(store, slow)
+    channel = FlakyChannel(failures=0)
+    gateway.add_channel(channel)
+    await gateway.start()
+    await gateway.accept(inbound("c1", "work", "id1"))
+    await asyncio.sleep(0.05)
+    await gateway.stop(grace=2)
+    assert channel.delivered == ["finished"]
+    reopened = SQLiteGatewayStore(tmp_path / "g.db")
+    assert await reopened.pending_inbound() == [] and await reopened.pending_outbound() == []
+    await reopened.close()
