@@ -48,6 +48,14 @@ async def running_gateway(
         await site_runner.cleanup()
 
 
+async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
 async def post(url: str, body: bytes | dict, headers: dict[str, str] | None = None) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
     async with aiohttp.ClientSession() as session, session.post(url, data=data, headers=headers) as response:
@@ -188,10 +196,7 @@ async def test_async_callback_variant_retries_until_delivered(tmp_path: Path) ->
     headers = {"X-Hermes-Timestamp": now, "X-Hermes-Signature": sign(secret, now, body)}
     async with running_gateway(tmp_path, secret=secret, send_backoff=0.05) as (gateway, url):
         status, answer = await post(f"{url}/webhook", body, headers)
-        for _ in range(100):
-            if received:
-                break
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: bool(received))
     await callback_runner.cleanup()
     assert status == 202 and answer["accepted"] is True
     assert received and received[0]["body"]["reply"] == "echo: later please"
@@ -229,10 +234,7 @@ async def test_transient_send_failures_are_retried_in_order(tmp_path: Path) -> N
     await gateway.start()
     for i in range(5):
         await gateway.accept(inbound("c1", f"m{i}", f"id{i}"))
-    for _ in range(200):
-        if len(channel.delivered) == 5:
-            break
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: len(channel.delivered) == 5)
     await gateway.stop(grace=1)
     assert channel.delivered == [f"echo: m{i}" for i in range(5)]
 
@@ -243,9 +245,8 @@ async def test_undeliverable_reply_goes_to_the_dead_letter_table(tmp_path: Path)
     gateway.add_channel(FlakyChannel(failures=99))
     await gateway.start()
     await gateway.accept(inbound("c1", "hello", "id1"))
-    for _ in range(200):
-        if (await store.counts())["dead_letters"]:
-            break
+    deadline = time.monotonic() + 20
+    while not (await store.counts())["dead_letters"] and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     dead = await store.dead_letters()
     await gateway.stop(grace=1)
@@ -267,10 +268,7 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_p
     gateway = Gateway(SQLiteGatewayStore(tmp_path / "g.db"), echo)
     gateway.add_channel(channel)
     await gateway.start()
-    for _ in range(100):
-        if len(channel.delivered) == 2:
-            break
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: len(channel.delivered) == 2)
     await gateway.stop(grace=1)
     assert channel.delivered == ["reply one", "echo: two"]
 

@@ -43,7 +43,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
 
         api = FeishuAPI(
             app_id, app_secret, base_url=settings.feishu.base_url,
-            limiter=SendLimiter(steady_rate=settings.feishu.send_rate),
+            limiter=SendLimiter(rate_per_s=settings.feishu.send_rate),
         )  # fmt: skip
         feishu = FeishuChannel(
             gateway,

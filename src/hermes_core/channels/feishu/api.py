@@ -1,0 +1,449 @@
+"""The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch.
+
+The failure policy, in one place (FEISHU.md §5–§7):
+- the body's `code` is always checked: HTTP 200 can carry `code != 0`;
+- 99991663 / 99991661 (token invalid or missing): forget the token, fetch a new one, retry once;
+- HTTP 429 or 99991400 (app over its rate): pause every send for `x-ogw-ratelimit-reset` seconds
+  (1 s when absent) in the `SendLimiter`, then retry;
+- 230020 (chat over its 5/s): pause that chat for `retry_base_delay`, doubling, then retry;
+- 5xx, connection errors and timeouts: retry after `retry_base_delay`, doubling, `max_retries`
+  times. Retrying a send is safe: every request carries a `uuid`, and Feishu creates at most one
+  message per uuid within an hour (§6);
+- 230011 on a reply (the message replied to was recalled): send into the chat instead;
+- any other code is the request's own fault (230002 bot not in chat, 230013 user outside the
+  app's availability, 230025 too large, 230001 bad content…): `FeishuError(permanent=True)`
+  naming the code and msg;
+- out of retries: `FeishuError(retry_after=…)`, so the outbox can try again later.
+
+The app secret and tokens never appear in a log line or an exception message. aiohttp is imported
+inside methods, so importing this module does not import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import uuid as uuidlib
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...gateway.messages import OutboundMessage
+from ..base import DeliveryError
+from .formatting import Part, format_reply
+from .ratelimit import SendLimiter
+
+if TYPE_CHECKING:
+    import aiohttp
+
+log = logging.getLogger("hermes_core.feishu")
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+TOKEN_REFRESH_MARGIN = 600.0  # fetch a new token when less than 10 minutes remain (§5)
+UUID_MAX = 50  # §6: a request uuid is at most 50 characters
+
+TOKEN_INVALID = 99991663
+TOKEN_MISSING = 99991661
+APP_RATE_LIMITED = 99991400
+CHAT_RATE_LIMITED = 230020
+REPLY_TARGET_RECALLED = 230011
+MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back with retry_after
+
+
+class FeishuError(DeliveryError):
+    """A Feishu call failed; `code` is the platform's error code when it gave one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        retry_after: float | None = None,
+        permanent: bool = False,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after, permanent=permanent)
+        self.code = code
+
+
+class _Transient(Exception):
+    """Worth another attempt after a backoff: 5xx, connection error, timeout."""
+
+
+class _TokenRejected(Exception):
+    def __init__(self, reason: str, token: str, code: int) -> None:
+        super().__init__(reason)
+        self.token, self.code = token, code
+
+
+class _Throttled(Exception):
+    """A rate limit answered: `wait` is the server's hint (app-wide), `chat` the chat to back off."""
+
+    def __init__(self, reason: str, code: int, *, wait: float | None = None, chat: str | None = None) -> None:
+        super().__init__(reason)
+        self.code, self.wait, self.chat = code, wait, chat
+
+
+@dataclass
+class _Response:
+    status: int
+    headers: dict[str, str]  # names lower-cased: Feishu's header case is not to be relied on (§7)
+    body: dict[str, Any]
+
+
+class FeishuAPI:
+    """One app's client. Safe to share between tasks; `aclose()` when done.
+
+    All calls go through `limiter` (shared with other clients of the same app if you pass one),
+    so sends stay under the limits of §7 before the platform has to refuse them.
+    """
+
+    def __init__(
+        self,
+        app_id: str,
+        app_secret: str,
+        *,
+        base_url: str = "https://open.feishu.cn",
+        timeout: float = 10.0,
+        max_retries: int = 3,
+        retry_base_delay: float = 1.0,
+        limiter: SendLimiter | None = None,
+    ) -> None:
+        self.app_id = app_id
+        self._secret = app_secret
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.retry_base_delay = retry_base_delay
+        self.limiter = limiter if limiter is not None else SendLimiter()
+        self._token: str | None = None
+        self._token_refresh_at = 0.0
+        self._token_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._chat_order = _ChatOrder()
+
+    def __repr__(self) -> str:
+        return f"FeishuAPI(app_id={self.app_id!r}, base_url={self.base_url!r})"
+
+    async def __aenter__(self) -> FeishuAPI:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- the calls -------------------------------------------------------------------------
+
+    async def bot_info(self) -> dict[str, Any]:
+        """The bot's own profile (§4): `open_id`, `app_name`, … — the `bot` object, no `data` wrapper."""
+        body = await self._call("GET", "/open-apis/bot/v3/info")
+        bot = body.get("bot")
+        return bot if isinstance(bot, dict) else {}
+
+    async def send(self, message: OutboundMessage) -> str:
+        """Deliver `message.text`, split into as many messages as the limits need (§6).
+
+        Replies under `message.reply_to` when set (falling back to the chat if that message was
+        recalled), else creates the message in `message.chat_id`. Each part's request uuid comes
+        from `message.uuid` and the part's index, so sending the same message again creates
+        nothing new. Parts go out in order, and sends to one chat are delivered in call order.
+        Returns the Feishu message_id of the last part.
+        """
+        parts = format_reply(message.text)
+        if not parts:
+            raise FeishuError("nothing to send: the reply text is empty", permanent=True)
+        target = message.chat_id or message.reply_to
+        if target is None:
+            raise FeishuError("the message has neither chat_id nor reply_to", permanent=True)
+        reply_to = message.reply_to
+        message_id = ""
+        async with self._chat_order.hold(target):
+            for index, part in enumerate(parts):
+                request_uuid = part_uuid(message.uuid, index)
+                message_id, reply_to = await self._send_part(part, message.chat_id, reply_to, request_uuid)
+        return message_id
+
+    async def send_text(
+        self, chat_id: str, text: str, *, reply_to: str | None = None, uuid: str | None = None
+    ) -> str:
+        """`send` for callers without an `OutboundMessage`; a fresh uuid unless one is given."""
+        message = OutboundMessage(
+            channel="feishu",
+            conversation=chat_id,
+            text=text,
+            uuid=uuid or uuidlib.uuid4().hex,
+            chat_id=chat_id,
+            reply_to=reply_to,
+        )
+        return await self.send(message)
+
+    async def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
+        """Replace an interactive message's card (§6, option A).
+
+        The old and the new card must both set `config.update_multi: true`. Limited to 5 QPS per
+        message, which is what the limiter's per-target bucket enforces here.
+        """
+        content = json.dumps(card, ensure_ascii=False)
+        path = f"/open-apis/im/v1/messages/{message_id}"
+        await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}")
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        # A session can only be closed from its own loop; one left on a dead loop is just dropped.
+        if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
+            await session.close()
+
+    # --- sending ---------------------------------------------------------------------------
+
+    async def _send_part(
+        self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str
+    ) -> tuple[str, str | None]:
+        """Send one part; return its message_id and where the next part should reply to."""
+        body: dict[str, Any] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
+        if reply_to is not None:
+            path = f"/open-apis/im/v1/messages/{reply_to}/reply"
+            try:
+                replied = await self._call("POST", path, body=body, chat=chat_id or reply_to)
+                return _message_id(replied), reply_to
+            except FeishuError as exc:
+                if exc.code != REPLY_TARGET_RECALLED or chat_id is None:
+                    raise
+                log.info("feishu: message %s was recalled; sending to chat %s instead", reply_to, chat_id)
+        assert chat_id is not None  # send() checked that there is a chat_id or a reply_to
+        created = await self._call(
+            "POST",
+            "/open-apis/im/v1/messages",
+            params={"receive_id_type": "chat_id"},
+            body={"receive_id": chat_id, **body},
+            chat=chat_id,
+        )
+        return _message_id(created), None
+
+    # --- one call, with the failure policy -------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        chat: str | None = None,
+    ) -> dict[str, Any]:
+        """Make one API call, retried per the policy in the module docstring; return the body."""
+        failures = throttled = 0
+        token_renewed = False
+        while True:
+            try:
+                return await self._attempt(method, path, params, body, chat)
+            except _TokenRejected as exc:
+                self._forget_token(exc.token)
+                if token_renewed:
+                    reason = f"{method} {path}: {exc}, even just after renewal"
+                    raise FeishuError(reason, code=exc.code, retry_after=self.retry_base_delay) from None
+                token_renewed = True
+                log.info("feishu %s %s: %s; fetching a new token", method, path, exc)
+            except _Throttled as exc:
+                throttled += 1
+                wait = exc.wait if exc.wait is not None else self.retry_base_delay * 2 ** (throttled - 1)
+                if throttled > MAX_THROTTLED:
+                    reason = f"{method} {path}: still {exc} after {MAX_THROTTLED} waits"
+                    raise FeishuError(reason, code=exc.code, retry_after=wait) from None
+                if exc.code == CHAT_RATE_LIMITED and exc.chat is not None:
+                    self.limiter.pause_chat(exc.chat, self.limiter.now() + wait)
+                else:
+                    self.limiter.pause_until(self.limiter.now() + wait)
+                log.warning("feishu %s %s: %s; waiting %.2fs", method, path, exc, wait)
+            except _Transient as exc:
+                failures += 1
+                delay = self.retry_base_delay * 2 ** (failures - 1)
+                if failures > self.max_retries:
+                    reason = f"{method} {path}: {exc} (gave up after {failures} attempts)"
+                    raise FeishuError(reason, retry_after=delay) from None
+                retries = f"{failures}/{self.max_retries}"
+                log.warning("feishu %s %s: %s; retry %s in %.2fs", method, path, exc, retries, delay)
+                await asyncio.sleep(delay)
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        body: dict[str, Any] | None,
+        chat: str | None,
+    ) -> dict[str, Any]:
+        token = await self._tenant_token()
+        async with self.limiter.slot(chat):
+            response = await self._http(method, path, token=token, params=params, body=body)
+        status, code = response.status, response.body.get("code")
+        reason = self._describe(response)
+        if status == 429 or code == APP_RATE_LIMITED:
+            raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
+        if code == CHAT_RATE_LIMITED:
+            raise _Throttled(reason, CHAT_RATE_LIMITED, chat=chat)
+        if code in (TOKEN_INVALID, TOKEN_MISSING):
+            raise _TokenRejected(reason, token, code)
+        if status >= 500 or (status < 400 and code is None):
+            raise _Transient(reason)
+        if code != 0 or status >= 400:
+            raise FeishuError(f"{method} {path}: {reason}", code=code, permanent=True)
+        return response.body
+
+    def _describe(self, response: _Response) -> str:
+        """`HTTP 400, code 230002: <msg> (log_id …)`, with any secret blanked out."""
+        body = response.body
+        text = f"HTTP {response.status}"
+        if "code" in body:
+            text += f", code {body['code']}: {body.get('msg', '')}"
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("log_id"):
+            text += f" (log_id {error['log_id']})"
+        return self._redact(text)
+
+    # --- the tenant_access_token (§5) ------------------------------------------------------
+
+    async def _tenant_token(self) -> str:
+        token = self._valid_token()
+        if token is None:
+            self._bind_to_running_loop()
+            async with self._token_lock:  # single flight: whoever waited here finds the new token
+                token = self._valid_token() or await self._fetch_token()
+        return token
+
+    def _valid_token(self) -> str | None:
+        return self._token if time.monotonic() < self._token_refresh_at else None
+
+    def _forget_token(self, token: str) -> None:
+        if self._token == token:  # a token already replaced by a concurrent call stays replaced
+            self._token = None
+            self._token_refresh_at = 0.0
+
+    async def _fetch_token(self) -> str:
+        credentials = {"app_id": self.app_id, "app_secret": self._secret}
+        response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
+        body, code = response.body, response.body.get("code")
+        if response.status >= 500 or response.status == 429 or code == APP_RATE_LIMITED:
+            raise _Transient(f"tenant_access_token: {self._describe(response)}")
+        token, expire = body.get("tenant_access_token"), body.get("expire")
+        if code != 0 or not isinstance(token, str) or not token:
+            raise FeishuError(
+                f"Feishu refused the credentials of app {self.app_id} ({self._describe(response)}): "
+                "check app_id and app_secret",
+                code=code if isinstance(code, int) else None,
+                permanent=True,
+            )
+        lifetime = max(0.0, float(expire)) if isinstance(expire, (int, float)) else 7200.0
+        self._token = token
+        # Renew 10 minutes early; a token issued with little time left is renewed half-way instead.
+        self._token_refresh_at = time.monotonic() + lifetime - min(TOKEN_REFRESH_MARGIN, lifetime / 2)
+        log.info("feishu: new tenant_access_token for app %s, valid %.0fs", self.app_id, lifetime)
+        return token
+
+    def _redact(self, text: str) -> str:
+        for secret in (self._secret, self._token):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    # --- HTTP ------------------------------------------------------------------------------
+
+    async def _http(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None,
+        params: Mapping[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> _Response:
+        import aiohttp
+
+        session = self._bind_to_running_loop()
+        headers = {"Content-Type": "application/json; charset=utf-8"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8") if body is not None else None
+        request = session.request(
+            method,
+            self.base_url + path,
+            params=params,
+            data=data,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.timeout),
+        )
+        try:
+            async with request as reply:
+                raw = await reply.read()
+                reply_headers = {name.lower(): value for name, value in reply.headers.items()}
+                return _Response(reply.status, reply_headers, _json_object(raw))
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            # Only the exception's type and text: aiohttp errors can carry the request headers.
+            raise _Transient(self._redact(f"{type(exc).__name__}: {exc}".rstrip(": "))) from None
+
+    def _bind_to_running_loop(self) -> aiohttp.ClientSession:
+        """The session (and token lock) of the running loop: asyncio objects belong to one loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._session, self._token_lock = loop, None, asyncio.Lock()
+        if self._session is None or self._session.closed:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+
+def part_uuid(message_uuid: str, index: int) -> str:
+    """The request uuid of part `index` of a message: at most 50 characters, the same every time."""
+    suffix = f"-{index}"
+    base = message_uuid
+    if len(base) + len(suffix) > UUID_MAX:
+        base = hashlib.sha256(base.encode("utf-8")).hexdigest()[: UUID_MAX - len(suffix)]
+    return base + suffix
+
+
+class _ChatOrder:
+    """One FIFO lock per chat, dropped as soon as nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, chat: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(chat) or (asyncio.Lock(), 0)
+        self._locks[chat] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[chat]
+            if users == 1:
+                del self._locks[chat]
+            else:
+                self._locks[chat] = (lock, users - 1)
+
+
+def _reset_seconds(headers: Mapping[str, str]) -> float:
+    """`x-ogw-ratelimit-reset` (seconds until the app's bucket refills, §7), 1 s when absent."""
+    try:
+        return max(0.0, float(headers.get("x-ogw-ratelimit-reset", "1")))
+    except ValueError:
+        return 1.0
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _message_id(body: dict[str, Any]) -> str:
+    data = body.get("data")
+    message_id = data.get("message_id") if isinstance(data, dict) else None
+    if not isinstance(message_id, str):
+        raise FeishuError("Feishu accepted the message but returned no message_id", retry_after=1.0)
+    return message_id

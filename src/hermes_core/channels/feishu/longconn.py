@@ -1,0 +1,344 @@
+"""Feishu long-connection mode: events arrive over an outbound WebSocket, so no public URL is needed.
+
+The protocol (FEISHU.md §8) in the order this module follows it:
+
+1. `POST {domain}/callback/ws/endpoint` with the app credentials returns a `wss://` URL (carrying
+   `device_id` and `service_id`) and a `ClientConfig` (ping and reconnect settings, in seconds).
+2. Connect, ping at once and then every `PingInterval`; a pong may carry a new `ClientConfig`.
+3. DATA frames carry one event, possibly split into parts; the client joins the parts, runs the
+   handler and ACKs by echoing the frame with `biz_rt` and `{"code":200}` (500 if the handler raised).
+   Without an ACK within 3 s Feishu re-pushes the event later (15 s, 5 min, 1 h, 6 h).
+4. On any disconnect, back off and do the whole handshake again.
+
+Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
+
+log = logging.getLogger("hermes_core.feishu")
+
+EventHandler = Callable[[dict], Awaitable[None]]
+
+TRANSIENT_CODES = frozenset({1, 1000040343})  # "system busy", "internal error": worth retrying
+_CLIENT_HANDSHAKE_CODES = frozenset({403, 1000040350})  # forbidden, too many connections
+_HANDSHAKE_TIMEOUT = 10.0  # seconds for the endpoint POST
+_CLOSE_TIMEOUT = 1.0  # seconds to wait for the server's close frame before dropping the socket
+
+
+class LongConnectionError(RuntimeError):
+    """Feishu refused the connection; `code` and `msg` are Feishu's own."""
+
+    def __init__(self, code: int, msg: str, *, transient: bool | None = None) -> None:
+        super().__init__(f"Feishu long connection refused: code {code}: {msg}")
+        self.code, self.msg = code, msg
+        self.transient = code in TRANSIENT_CODES if transient is None else transient
+
+
+@dataclass
+class ClientConfig:
+    """Server-tuned settings, in seconds; the defaults are what Feishu sends today."""
+
+    ping_interval: float = 120.0
+    reconnect_interval: float = 120.0  # caps our backoff: the server never asks us to wait longer
+    reconnect_nonce: float = 30.0  # random jitter, so a fleet of clients does not reconnect at once
+    reconnect_count: int = -1  # consecutive failed attempts before giving up; -1 means never
+
+    def update(self, raw: dict[str, Any]) -> None:
+        """Apply the fields Feishu sent (handshake `ClientConfig` or a pong); ignore anything odd."""
+        for key, name in _CONFIG_FIELDS.items():
+            value = raw.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if name == "reconnect_count":
+                self.reconnect_count = int(value)
+            elif value > 0 or (value == 0 and name == "reconnect_nonce"):  # a zero interval would spin
+                setattr(self, name, float(value))
+
+
+_CONFIG_FIELDS = {
+    "PingInterval": "ping_interval",
+    "ReconnectInterval": "reconnect_interval",
+    "ReconnectNonce": "reconnect_nonce",
+    "ReconnectCount": "reconnect_count",
+}
+
+
+@dataclass
+class _PartialEvent:
+    """Parts of one split event, keyed by `seq`; Feishu lets us hold them for 5 s."""
+
+    total: int
+    first_seen: float
+    parts: dict[int, bytes] = field(default_factory=dict)
+
+
+class FeishuLongConnection:
+    """One long connection for one app: `await start()`, events flow to `on_event`, `await stop()`.
+
+    `on_event` gets the event envelope (the same JSON as a webhook) and must be quick: the ACK waits
+    for it and Feishu re-pushes events not ACKed within 3 s. The gateway's handler only persists the
+    event, so a handler slower than `ack_timeout` is a bug worth a warning, not a reason to ACK
+    early (an early ACK would lose the event if the handler then failed). Each event runs in its
+    own task, so a slow handler never delays pings or other events.
+    """
+
+    def __init__(self, app_id: str, app_secret: str, on_event: EventHandler, *,
+                 domain: str = "https://open.feishu.cn", reconnect_base_delay: float = 1.0,
+                 reconnect_max_delay: float = 60.0, ack_timeout: float = 2.5,
+                 part_timeout: float = 5.0) -> None:  # fmt: skip
+        self.app_id, self._app_secret, self._on_event = app_id, app_secret, on_event
+        self.domain = domain.rstrip("/")
+        self.reconnect_base_delay, self.reconnect_max_delay = reconnect_base_delay, reconnect_max_delay
+        self.ack_timeout, self.part_timeout = ack_timeout, part_timeout
+        self.config = ClientConfig()
+        self.connected = False
+        self.reconnects = 0
+        self.events_received = 0
+        self._session: Any = None  # aiohttp.ClientSession, imported lazily
+        self._ws: Any = None
+        self._service_id = 0
+        self._run_task: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._partial: dict[str, _PartialEvent] = {}
+        self._config_changed = asyncio.Event()
+
+    async def start(self) -> None:
+        """Connect, then keep the connection alive in the background. Bad credentials raise here."""
+        if self._run_task is not None:
+            raise RuntimeError("FeishuLongConnection already started")
+        import aiohttp
+
+        self._session = aiohttp.ClientSession()
+        try:
+            await self._connect_with_backoff(retry_all=False)
+        except BaseException:
+            await self.stop()
+            raise
+        self._run_task = asyncio.create_task(self._run(), name="feishu-longconn")
+
+    async def stop(self) -> None:
+        """Cancel the connection and in-flight handlers and close the socket; safe to call twice.
+
+        A handler cancelled here has not been ACKed, so Feishu re-pushes its event later.
+        """
+        me = asyncio.current_task()  # stop() may be called from a handler, which must not await itself
+        tasks = [t for t in (self._run_task, *self._handlers) if t is not None and t is not me]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._run_task = None
+        await self._close_socket()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _run(self) -> None:
+        """Serve the socket until it drops, reconnect, repeat; ends only on stop() or giving up."""
+        while True:
+            try:
+                await self._serve(self._ws)
+            except Exception:  # a bug in frame handling must not end the connection for good
+                log.exception("feishu long connection for %s: reader failed", self.app_id)
+            try:
+                await self._connect_with_backoff(retry_all=True)
+            except Exception as exc:
+                log.error("feishu long connection for %s gave up: %s", self.app_id, exc)
+                return
+            self.reconnects += 1
+
+    async def _connect_with_backoff(self, *, retry_all: bool) -> None:
+        """Try to connect until it works, sleeping between attempts.
+
+        At start (`retry_all=False`) only Feishu's transient codes are retried, so a wrong secret
+        fails loudly; after a disconnect everything is retried, since the network is what usually
+        broke. A reconnect waits before its first attempt too, so clients spread out after an outage.
+        """
+        failures = 0
+        while True:
+            if retry_all or failures:
+                await asyncio.sleep(self._backoff(failures))
+            try:
+                await self._connect()
+                return
+            except Exception as exc:
+                transient = isinstance(exc, LongConnectionError) and exc.transient
+                if not (retry_all or transient):
+                    raise
+                failures += 1
+                if 0 <= self.config.reconnect_count <= failures:
+                    raise ConnectionError(f"no connection after {failures} attempts: {exc}") from exc
+                log.warning("feishu: connect attempt %d for %s failed: %s", failures, self.app_id, exc)
+
+    def _backoff(self, failures: int) -> float:
+        ceiling = min(self.reconnect_max_delay, self.config.reconnect_interval)
+        delay = min(self.reconnect_base_delay * 2 ** min(failures, 30), ceiling)
+        return delay + random.uniform(0, self.config.reconnect_nonce)
+
+    async def _connect(self) -> None:
+        url = await self._fetch_endpoint()
+        query = parse_qs(urlsplit(url).query)
+        if not query.get("device_id") or not query.get("service_id"):
+            raise LongConnectionError(0, f"endpoint URL lacks device_id or service_id: {url}")
+        service_id = int(query["service_id"][0])
+        import aiohttp
+
+        try:
+            self._ws = await self._session.ws_connect(url, autoping=True)
+        except aiohttp.WSServerHandshakeError as exc:  # auth errors come back as handshake headers
+            raise _handshake_error(exc) from exc
+        self._service_id, self.connected = service_id, True
+        log.info("feishu long connection for %s up (device %s)", self.app_id, query["device_id"][0])
+
+    async def _fetch_endpoint(self) -> str:
+        """The handshake: credentials in the body, `locale: zh`, and no Authorization header."""
+        import aiohttp
+
+        body = {"AppID": self.app_id, "AppSecret": self._app_secret}
+        url, headers = f"{self.domain}/callback/ws/endpoint", {"locale": "zh"}
+        timeout = aiohttp.ClientTimeout(total=_HANDSHAKE_TIMEOUT)
+        async with self._session.post(url, json=body, headers=headers, timeout=timeout) as response:
+            try:
+                reply = await response.json(content_type=None)
+            except ValueError:
+                reply = None
+        if not isinstance(reply, dict):
+            raise LongConnectionError(response.status, "endpoint reply is not JSON", transient=True)
+        if reply.get("code") != 0:
+            raise LongConnectionError(int(reply.get("code") or -1), str(reply.get("msg", "")))
+        data = reply.get("data") or {}
+        self.config.update(data.get("ClientConfig") or {})
+        return str(data.get("URL", ""))
+
+    async def _serve(self, ws: Any) -> None:
+        """Read frames until the socket closes; pings run beside the reader in their own task."""
+        import aiohttp
+
+        pinger = asyncio.create_task(self._ping_loop(ws), name="feishu-longconn-ping")
+        try:
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.BINARY:
+                    self._on_frame(ws, message.data)
+                elif message.type == aiohttp.WSMsgType.ERROR:
+                    log.warning("feishu long connection error: %s", ws.exception())
+                    break
+            log.warning("feishu long connection for %s closed (code %s)", self.app_id, ws.close_code)
+        finally:
+            self.connected = False
+            pinger.cancel()
+            await asyncio.gather(pinger, return_exceptions=True)
+            await self._close_socket()
+
+    async def _close_socket(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), _CLOSE_TIMEOUT)  # stop() must not hang on a dead peer
+
+    async def _ping_loop(self, ws: Any) -> None:
+        """Ping now and every PingInterval; a pong that changes the interval wakes us early."""
+        ping = Frame(service=self._service_id, method=METHOD_CONTROL, headers=[("type", "ping")]).encode()
+        while True:
+            self._config_changed.clear()
+            try:
+                await ws.send_bytes(ping)
+            except Exception as exc:  # the reader sees the broken socket too and reconnects
+                log.warning("feishu long connection ping failed: %s", exc)
+                return
+            sent_at = time.monotonic()
+            while (left := sent_at + self.config.ping_interval - time.monotonic()) > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._config_changed.wait(), left)
+                self._config_changed.clear()
+
+    def _on_frame(self, ws: Any, data: bytes) -> None:
+        """Route one frame without awaiting, so the reader never waits on a handler."""
+        try:
+            frame = Frame.decode(data)
+        except FrameError as exc:
+            log.warning("feishu long connection: undecodable frame dropped: %s", exc)
+            return
+        kind = frame.header("type")
+        if frame.method == METHOD_CONTROL:
+            if kind == "pong" and frame.payload:
+                with contextlib.suppress(ValueError, AttributeError):
+                    self.config.update(json.loads(frame.payload))
+                    self._config_changed.set()
+        elif frame.method == METHOD_DATA and kind == "event":  # "card" (old card callbacks): no ACK
+            payload = self._reassemble(frame)
+            if payload is not None:
+                task = asyncio.create_task(self._handle_event(ws, frame, payload))
+                self._handlers.add(task)
+                task.add_done_callback(self._handlers.discard)
+
+    def _reassemble(self, frame: Frame) -> bytes | None:
+        """The whole payload once every part of a split event is here; None while parts are missing.
+
+        Parts are joined in `seq` order; a part older than `part_timeout` is dropped (checked when
+        the next split frame arrives), so a late part can never complete a stale event.
+        """
+        message_id, trace_id = frame.header("message_id"), frame.header("trace_id")
+        total, seq = frame.header("sum") or "", frame.header("seq") or ""
+        if not (message_id and trace_id is not None and total.isdecimal() and seq.isdecimal()):
+            log.warning("feishu long connection: event frame without its headers dropped: %s", frame.headers)
+            return None
+        if int(total) <= 1:
+            return frame.payload or b""
+        now = time.monotonic()
+        for stale in [k for k, p in self._partial.items() if now - p.first_seen > self.part_timeout]:
+            log.warning("feishu long connection: incomplete event %s expired", stale)
+            del self._partial[stale]
+        partial = self._partial.setdefault(message_id, _PartialEvent(int(total), now))
+        partial.parts[int(seq)] = frame.payload or b""
+        if len(partial.parts) < partial.total:
+            return None
+        del self._partial[message_id]
+        return b"".join(part for _, part in sorted(partial.parts.items()))
+
+    async def _handle_event(self, ws: Any, frame: Frame, payload: bytes) -> None:
+        """Run the handler, then ACK on the socket the frame came from (a lost ACK means a re-push)."""
+        started, code = time.monotonic(), 200
+        message_id = frame.header("message_id")
+        slow = asyncio.get_running_loop().call_later(
+            self.ack_timeout, log.warning, "feishu event %s: handler still running after %.1fs; "
+            "Feishu re-pushes events not ACKed within 3 s", message_id, self.ack_timeout,
+        )  # fmt: skip
+        try:
+            event = json.loads(payload)
+            self.events_received += 1
+            await self._on_event(event)
+        except Exception:
+            log.exception("feishu event %s: handler failed; ACKing 500", message_id)
+            code = 500
+        finally:
+            slow.cancel()
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        ack = dataclasses.replace(frame.with_header("biz_rt", str(elapsed_ms)), payload=b'{"code":%d}' % code)
+        try:
+            await ws.send_bytes(ack.encode())
+        except Exception as exc:
+            log.warning("feishu event %s: ACK not sent (%s); Feishu will re-push it", message_id, exc)
+
+
+def _handshake_error(exc: Any) -> LongConnectionError:
+    """Map a refused WebSocket upgrade (`handshake-status` and friends) to Feishu's own code."""
+    headers = exc.headers or {}
+    status = headers.get("handshake-status")
+    if status is None:
+        return LongConnectionError(exc.status, f"WebSocket upgrade refused: {exc.message}", transient=True)
+    code = int(headers.get("handshake-autherrcode") or status)
+    transient = code not in _CLIENT_HANDSHAKE_CODES and int(status) not in _CLIENT_HANDSHAKE_CODES
+    return LongConnectionError(code, headers.get("handshake-msg", ""), transient=transient)

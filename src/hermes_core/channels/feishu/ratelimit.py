@@ -1,0 +1,185 @@
+"""Client-side pacing for Feishu sends, so the platform rarely has to say no (FEISHU.md §7).
+
+Feishu limits message create, reply and patch to 50/s and 1,000/min per app, and 5/s per chat
+(shared by every bot in a group) or per user; patching one card is limited to 5/s per message.
+`SendLimiter` keeps under all of them, plus a steady overall rate (5 messages/s by default), and
+holds every send back while the platform has asked us to wait:
+
+    async with limiter.slot(chat_id):
+        ...  # one HTTP request
+
+All limits are `TokenBucket`s. With rate `r` and burst `b`, any `n` requests that a bucket lets
+through span at least `(n - b) / r` seconds, so "at most L requests in any W seconds" holds with
+`r = (L + 1 - b) / W`. The platform counts requests when they arrive, and arrivals jitter (a large
+body takes longer to upload than a small one), so each platform limit is kept over `W + margin`
+seconds: a request sent exactly on time would otherwise be refused now and then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[object]]
+
+
+class TokenBucket:
+    """`burst` requests at once, then `rate_per_s` on average; waiting callers are served in order.
+
+    Kept in its "theoretical arrival time" form (GCRA): `_due` is when the bucket would be full
+    again. A caller reserves its turn at once and then sleeps until it comes, so nobody overtakes.
+    """
+
+    def __init__(
+        self,
+        rate_per_s: float,
+        burst: float = 1,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if rate_per_s <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate_per_s > 0 and burst >= 1")
+        self.interval = 1.0 / rate_per_s
+        self._tolerance = (burst - 1) * self.interval
+        self._due = -math.inf
+        self._clock = clock
+        self._sleep = sleep
+
+    def earliest(self, now: float) -> float:
+        """The first moment at or after `now` when a token is available."""
+        return max(now, self._due - self._tolerance)
+
+    def take(self, at: float) -> None:
+        """Spend one token at time `at` (which must be at or after `earliest`)."""
+        self._due = max(self._due, at) + self.interval
+
+    def is_full(self, now: float) -> bool:
+        """True when the bucket is as good as new: forgetting it would change nothing."""
+        return self._due <= now
+
+    async def acquire(self) -> None:
+        now = self._clock()
+        at = self.earliest(now)
+        self.take(at)
+        if at > now:
+            await self._sleep(at - now)
+
+
+@dataclass
+class _ChatState:
+    bucket: TokenBucket
+    paused_until: float = -math.inf
+
+
+class SendLimiter:
+    """The app-wide limits, a steady overall rate, one bucket per chat, and pauses.
+
+    - `rate_per_s`: the steady overall pace (evenly spaced); None leaves only the platform limits.
+    - `app_per_s`, `app_per_min`: Feishu's 50/s and 1,000/min (§7). The per-second limit spaces
+      requests evenly; the minute bucket may burst `app_per_s` requests, then refills.
+    - `chat_per_s`: the per-chat (or per-message, for card patches) limit, evenly spaced.
+    - `margin`: seconds added to each platform window to absorb network jitter.
+    - `idle_after`: how often (seconds) per-chat state that no longer matters is dropped; a chat
+      whose bucket is full and whose pause is over is indistinguishable from a new one.
+    """
+
+    def __init__(
+        self,
+        *,
+        rate_per_s: float | None = 5.0,
+        chat_per_s: float = 5.0,
+        app_per_s: float = 50.0,
+        app_per_min: float = 1000.0,
+        margin: float = 0.1,
+        idle_after: float = 60.0,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._clock, self._sleep = clock, sleep
+        self._margin = margin
+        self._chat_per_s = chat_per_s
+        minute_burst = max(1.0, min(app_per_s, app_per_min / 2))  # at most half a minute's worth at once
+        self._app_buckets = [
+            self._platform_limit(app_per_s, 1.0),
+            self._platform_limit(app_per_min, 60.0, minute_burst),
+        ]
+        if rate_per_s is not None:
+            self._app_buckets.append(TokenBucket(rate_per_s, 1))
+        self._chats: dict[str, _ChatState] = {}
+        self._paused_until = -math.inf
+        self._idle_after = idle_after
+        self._next_sweep = clock() + idle_after
+
+    @asynccontextmanager
+    async def slot(self, chat_id: str | None = None) -> AsyncIterator[None]:
+        """Wait for a turn to send one request to `chat_id` (None: app-wide limits only).
+
+        The turn is taken from every bucket at the same moment, so a wait imposed by one limit
+        never makes the others burst afterwards. A pause announced while we waited for our turn
+        sends us back to the start. Nothing is held once the block is entered.
+        """
+        while True:
+            while (pause := self._pause_left(chat_id)) > 0:
+                await self._sleep(pause)
+            now = self._clock()
+            buckets = list(self._app_buckets)
+            if chat_id is not None:
+                buckets.append(self._chat(chat_id).bucket)
+            at = max(bucket.earliest(now) for bucket in buckets)
+            for bucket in buckets:
+                bucket.take(at)
+            if at > now:
+                await self._sleep(at - now)
+            if self._pause_left(chat_id) <= 0:
+                break
+        yield
+
+    def now(self) -> float:
+        """The limiter's clock (`time.monotonic` unless one was given): pause deadlines are on it."""
+        return self._clock()
+
+    def pause_until(self, deadline: float) -> None:
+        """Hold every send until `deadline` (the limiter's clock): the app hit 99991400 (§7)."""
+        self._paused_until = max(self._paused_until, deadline)
+
+    def pause_chat(self, chat_id: str, deadline: float) -> None:
+        """Hold sends to one chat until `deadline`: the chat hit 230020 (§7)."""
+        state = self._chat(chat_id)
+        state.paused_until = max(state.paused_until, deadline)
+
+    def tracked_chats(self) -> int:
+        """How many chats the limiter currently remembers (idle ones are dropped)."""
+        return len(self._chats)
+
+    def _platform_limit(self, limit: float, window: float, burst: float = 1.0) -> TokenBucket:
+        """A bucket letting at most `limit` requests start in any `window + margin` seconds."""
+        return TokenBucket(
+            (limit + 1 - burst) / (window + self._margin), burst, clock=self._clock, sleep=self._sleep
+        )
+
+    def _chat(self, chat_id: str) -> _ChatState:
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._forget_idle_chats(now)
+        state = self._chats.get(chat_id)
+        if state is None:
+            bucket = self._platform_limit(self._chat_per_s, 1.0)
+            state = self._chats[chat_id] = _ChatState(bucket)
+        return state
+
+    def _forget_idle_chats(self, now: float) -> None:
+        idle = [chat for chat, s in self._chats.items() if s.bucket.is_full(now) and s.paused_until <= now]
+        for chat in idle:
+            del self._chats[chat]
+        self._next_sweep = now + self._idle_after
+
+    def _pause_left(self, chat_id: str | None) -> float:
+        state = self._chats.get(chat_id) if chat_id is not None else None
+        until = max(self._paused_until, state.paused_until if state else -math.inf)
+        return until - self._clock()

@@ -1,0 +1,310 @@
+"""A fake Feishu/Lark platform: open API, webhook event pusher and long connection, on 127.0.0.1.
+
+It implements FEISHU.md §10 ("what a faithful local fake must implement") over real HTTP and
+WebSocket, so a bot's token cache, retries, throttling, webhook decryption and long-connection
+client are exercised as against the real platform, with no network::
+
+    from hermes_core.testing.fake_feishu import FakeFeishu
+
+    async with FakeFeishu(encrypt_key="k", time_scale=0.001) as feishu:
+        ...  # point the bot at feishu.base_url (its Feishu domain)
+        feishu.deliver(feishu.user_message("hi", mention_bot=True), bot_webhook_url)
+        await feishu.drain(5)
+        assert feishu.messages_in("oc_chat1")[-1].text == "hello"
+
+From synchronous code: ``feishu = FakeFeishu().start_in_thread()`` … ``feishu.stop()``; the async
+methods (``push``, ``drain``, ``ws_deliver`` …) may then be awaited from any event loop.
+
+The pieces, one module each:
+
+- ``api.py``: tokens, bot info, send / reply / patch / edit, validation, throttling (§4–§7);
+- ``pusher.py``: webhook pushes, the §3 retry schedule, duplicates, ``drain`` (§1–§3);
+- ``ws.py``: the long-connection endpoint, frames, pings and ACKs (§8);
+- this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4).
+
+Time: the §3 retry delays (15 s, 5 min, 1 h, 6 h) are multiplied by ``time_scale``; the ack
+deadlines (``ack_timeout`` 3 s, ``challenge_timeout`` 1 s) are real seconds, settable.
+``advance_time(s)`` moves the API clock (token expiry, uuid window) without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from .api import OpenApi, Patch, RecordedCall, SentMessage, plain_text
+from .pusher import RETRY_DELAYS, PushAttempt, PushResult, redelivery
+from .ws import LongConnectionPusher
+
+__all__ = [
+    "RETRY_DELAYS",
+    "FakeFeishu",
+    "Patch",
+    "PushAttempt",
+    "PushResult",
+    "RecordedCall",
+    "SentMessage",
+    "plain_text",
+]
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+MESSAGES_PATH = "/open-apis/im/v1/messages"
+
+
+class FakeFeishu(OpenApi, LongConnectionPusher):
+    """One self-built app on a fake Feishu: its open API, its event subscriptions, its users.
+
+    Records: ``sent`` (the bot's messages), ``patches``, ``requests`` (every API call),
+    ``tokens_issued``, ``push_log`` (every delivery attempt, webhook and WS), ``ws_acks``.
+    """
+
+    def __init__(
+        self,
+        *,
+        app_id: str = "cli_fake",
+        app_secret: str = "fake-secret",
+        verification_token: str = "fake-vt",
+        encrypt_key: str | None = None,
+        bot_open_id: str = "ou_bot",
+        bot_name: str = "hermes-bot",
+        time_scale: float = 1.0,
+        token_ttl: float = 7200.0,
+        tenant_key: str = "tenant_fake",
+        seed: int | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.app_id, self.app_secret = app_id, app_secret
+        self.verification_token, self.encrypt_key = verification_token, encrypt_key
+        self.bot_open_id, self.bot_name, self.tenant_key = bot_open_id, bot_name, tenant_key
+        self.time_scale, self.token_ttl = time_scale, token_ttl
+        self.host, self.port = host, port
+        self.rng = random.Random(seed)
+        self._init_api()
+        self._init_pusher()
+        self._init_ws()
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The bot's Feishu domain, e.g. ``http://127.0.0.1:PORT``."""
+        return f"http://{self.host}:{self.port}"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _app(self) -> web.Application:
+        """Every route of the fake, in one table."""
+        route = self._route
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_post(TOKEN_PATH, route("auth.tenant_access_token", self._token, authed=False))
+        app.router.add_get("/open-apis/bot/v3/info", route("bot.info", self._bot_info))
+        app.router.add_post(MESSAGES_PATH, route("im.message.create", self._create))
+        app.router.add_post(MESSAGES_PATH + "/{message_id}/reply", route("im.message.reply", self._reply))
+        app.router.add_patch(MESSAGES_PATH + "/{message_id}", route("im.message.patch", self._patch))
+        app.router.add_put(MESSAGES_PATH + "/{message_id}", route("im.message.update", self._edit))
+        app.router.add_post("/callback/ws/endpoint", route("ws.endpoint", self._ws_endpoint, authed=False))
+        app.router.add_get("/ws", self._ws)
+        return app
+
+    async def start(self) -> FakeFeishu:
+        """Start listening in the running event loop; ``port`` is then the real port."""
+        runner = web.AppRunner(self._app(), access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port, backlog=2048).start()
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        self._loop = asyncio.get_running_loop()
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        return self
+
+    async def aclose(self) -> None:
+        """Cancel every delivery and retry timer, drop the long connections, stop the server."""
+        await self._cancel_deliveries()
+        await self._close_connections()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        self._loop = None
+        self._client_joined = None
+
+    def start_in_thread(self, timeout: float = 10.0) -> FakeFeishu:
+        """Serve from a daemon thread with its own event loop; returns once listening."""
+        loop = asyncio.new_event_loop()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def serve() -> None:
+            try:
+                loop.run_until_complete(self.start())
+            except BaseException as exc:  # e.g. the port is taken: re-raised in the caller
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            loop.run_forever()
+            loop.run_until_complete(self.aclose())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-feishu", daemon=True)
+        self._thread.start()
+        started.result(timeout)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop a fake started with ``start_in_thread()`` (cancelling every retry timer)."""
+        if self._thread is None:
+            if self._runner is not None:
+                raise RuntimeError("the fake runs in an event loop: use `await feishu.aclose()`")
+            return
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        self._thread.join(timeout)
+        self._thread = None
+
+    async def __aenter__(self) -> FakeFeishu:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> FakeFeishu:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- what users do (events) --------------------------------------------------------------
+
+    def event(self, event_type: str, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """A v2 envelope (§1) around ``event``: fresh ``event_id``, ms ``create_time``, the VT as token."""
+        header = {
+            "event_id": event_id or uuid.uuid4().hex, "token": self.verification_token,
+            "create_time": _millis(), "event_type": event_type, "tenant_key": self.tenant_key,
+            "app_id": self.app_id,
+        }  # fmt: skip
+        return {"schema": "2.0", "header": header, "event": event}
+
+    def user_message(
+        self,
+        text: str = "",
+        *,
+        chat_id: str = "oc_chat1",
+        chat_type: str = "p2p",
+        sender: str = "ou_user1",
+        mention_bot: bool = False,
+        mentions: Sequence[str] = (),
+        message_type: str = "text",
+        content: dict[str, Any] | None = None,
+        event_id: str | None = None,
+        message_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> dict[str, Any]:
+        """An ``im.message.receive_v1`` envelope (§4) for a message ``sender`` writes in ``chat_id``.
+
+        Mentions (the bot first when ``mention_bot``, then ``mentions`` open_ids) get keys
+        ``@_user_1``, ``@_user_2`` …, which are put in front of the text (``"@_user_1 hi"``) or as
+        ``at`` nodes of a post. ``content`` (a dict) overrides the generated content; on the wire it
+        is always a JSON string. ``reply_to`` makes it a reply (``parent_id``/``root_id``). The
+        message is remembered, so the bot can reply to it.
+        """
+        people = ([(self.bot_open_id, self.bot_name)] if mention_bot else []) + [
+            (m, _name(m)) for m in mentions
+        ]
+        wire_mentions = [
+            {"key": f"@_user_{n}", "id": {"union_id": _union_id(open_id), "open_id": open_id},
+             "name": name, "tenant_key": self.tenant_key}
+            for n, (open_id, name) in enumerate(people, 1)
+        ]  # fmt: skip
+        if content is None:
+            content = _content_with_mentions(message_type, text, wire_mentions)
+        message_id = message_id or "om_" + uuid.uuid4().hex
+        now = _millis()
+        message: dict[str, Any] = {
+            "message_id": message_id, "create_time": now, "update_time": now, "chat_id": chat_id,
+            "chat_type": chat_type, "message_type": message_type,
+            "content": json.dumps(content, ensure_ascii=False),
+        }  # fmt: skip
+        record = SentMessage(
+            message_id, chat_id, message_type, content, plain_text(message_type, content),
+            sender=sender, created_at=time.time(),
+        )  # fmt: skip
+        if reply_to is not None:
+            parent = self._messages.get(reply_to)
+            record.reply_to, record.root_id = reply_to, (parent.root_id if parent else None) or reply_to
+            record.thread_id = parent.thread_id if parent else None
+            message.update(parent_id=record.reply_to, root_id=record.root_id)
+            if record.thread_id:
+                message["thread_id"] = record.thread_id
+        if wire_mentions:
+            message["mentions"] = wire_mentions
+        self._remember_inbound(record, chat_type)
+        event_sender = {
+            "sender_id": {"union_id": _union_id(sender), "open_id": sender},
+            "sender_type": "user", "tenant_key": self.tenant_key,
+        }  # fmt: skip
+        return self.event(
+            "im.message.receive_v1", {"sender": event_sender, "message": message}, event_id=event_id
+        )
+
+    def card_action(
+        self, open_id: str, message_id: str, value: dict[str, Any], *, tag: str = "button"
+    ) -> dict[str, Any]:
+        """A ``card.action.trigger`` envelope: ``open_id`` clicked a component of card ``message_id``.
+
+        **UNCONFIRMED** (not in FEISHU.md): the layout follows the public card-callback docs —
+        ``event.operator``, ``event.action.{value, tag}``, ``event.context.{open_message_id,
+        open_chat_id}``, ``event.token``.
+        """
+        known = self._messages.get(message_id)
+        event = {
+            "operator": {"tenant_key": self.tenant_key, "open_id": open_id, "union_id": _union_id(open_id)},
+            "token": "c-" + uuid.uuid4().hex,
+            "action": {"value": value, "tag": tag},
+            "host": "im_message",
+            "context": {"open_message_id": message_id, "open_chat_id": known.chat_id if known else ""},
+        }
+        return self.event("card.action.trigger", event)
+
+    def redelivery_of(self, envelope: dict[str, Any], *, new_event_id: bool) -> dict[str, Any]:
+        """The same message again: same ``event_id``, or a new one (same ``message_id``) (§3)."""
+        return redelivery(envelope, new_event_id=new_event_id)
+
+
+def _content_with_mentions(message_type: str, text: str, mentions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Received content (§4): text with the mention keys in front, or a post with ``at`` nodes."""
+    if message_type == "text":
+        keys = " ".join(mention["key"] for mention in mentions)
+        return {"text": f"{keys} {text}" if keys else text}
+    if message_type == "post":
+        nodes: list[dict[str, Any]] = [
+            {"tag": "at", "user_id": mention["key"], "user_name": mention["name"]} for mention in mentions
+        ]
+        nodes.append({"tag": "text", "text": f" {text}" if mentions else text, "style": []})
+        return {"title": "", "content": [nodes]}
+    raise ValueError(f"message_type {message_type!r} needs content=")
+
+
+def _union_id(open_id: str) -> str:
+    return "on_" + open_id.removeprefix("ou_")
+
+
+def _name(open_id: str) -> str:
+    return "User " + open_id.removeprefix("ou_")
+
+
+def _millis() -> str:
+    return str(int(time.time() * 1000))

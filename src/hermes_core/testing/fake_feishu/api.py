@@ -1,0 +1,611 @@
+"""The fake's open API: tenant tokens, bot info, send, reply, card patch, edit (FEISHU.md §4–§7, §10).
+
+What is modelled, and from where:
+
+- §5 ``tenant_access_token/internal``: ``expire`` is the remaining lifetime in seconds; the same
+  token comes back while at least 30 min remain, a new one below that (the old one stays valid
+  until it expires). Wrong secret → code 10014 (**UNCONFIRMED** in FEISHU.md; HTTP 400 chosen).
+- §10 every other ``/open-apis`` call needs ``Authorization: Bearer <token>``: missing → 99991661,
+  unknown / expired / revoked → 99991663, both HTTP 400 (status **UNCONFIRMED**, 400 as advised).
+- §6 send and reply: ``receive_id_type``, ``msg_type`` and ``content`` (a JSON *string* holding an
+  object) are validated → HTTP 400 code 230001; text over 150 KB and post/card over 30 KB → 230025;
+  a repeated ``uuid`` within 1 h returns the ORIGINAL message with code 0 and creates nothing
+  (what a duplicate returns is **UNCONFIRMED**); a reply sets ``parent_id``/``root_id``, and
+  ``reply_in_thread`` a ``thread_id``.
+- §6 PATCH (cards only, ``update_multi`` on old and new card, < 14 days, 5 QPS per message) and PUT
+  (edit text/post). The codes for "not a card", "not shared", "too old" and "not your message" are
+  **UNCONFIRMED**: 230001 with a message saying which rule failed.
+- §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min → HTTP 429 code 99991400 with
+  ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset`` (HTTP 400 in legacy mode); 5 QPS per chat
+  or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
+
+Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import uuid as uuid_module
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+RECEIVE_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email", "chat_id"})
+SENDABLE_TYPES = frozenset(
+    {"text", "post", "image", "file", "audio", "media", "sticker", "interactive", "share_chat", "share_user"}
+)
+EDITABLE_TYPES = frozenset({"text", "post"})
+TEXT_LIMIT = 150 * 1024  # bytes of the content string (§6)
+RICH_LIMIT = 30 * 1024  # post and interactive
+UUID_WINDOW = 3600.0
+TOKEN_REUSE_MIN = 1800.0
+PATCH_MAX_AGE = 14 * 86400.0
+
+_REQUIRED_KEYS = {
+    "text": "text", "image": "image_key", "file": "file_key", "audio": "file_key", "media": "file_key",
+    "sticker": "file_key", "share_chat": "chat_id", "share_user": "user_id",
+}  # fmt: skip
+_LOCALE = re.compile(r"^[a-z]{2}_[a-z]{2}$")
+_AT_TAG = re.compile(r'<at user_id="([^"]*)">([^<]*)</at>')
+_MESSAGES = {
+    1: "system busy",
+    230001: "Your request contains an invalid request parameter.",
+    230002: "The bot can not be outside the group.",
+    230011: "The message was withdrawn.",
+    230013: "Bot has NO availability to this user.",
+    230020: "This operation triggers the frequency limit.",
+    230025: "The length of the message content reaches its limit.",
+    99991400: "request trigger frequency limit",
+    99991661: "Missing access token for authorization. Please make a request with token attached.",
+    99991663: "Invalid access token for authorization. Please make a request with token attached.",
+}
+
+
+@dataclass
+class SentMessage:
+    """A message in a chat: created by the bot (``sender == "app"``) or by a fake user (an open_id).
+
+    ``content`` and ``text`` are the *current* version: a PATCH or PUT replaces them, and
+    ``versions`` keeps the plain text of every version, the first one as created. ``text`` is the
+    plain text of a text, post or card message (see ``plain_text``), for assertions.
+    """
+
+    message_id: str
+    chat_id: str
+    msg_type: str
+    content: dict[str, Any]
+    text: str
+    reply_to: str | None = None  # parent_id
+    root_id: str | None = None
+    thread_id: str | None = None
+    uuid: str | None = None
+    sender: str = "app"
+    created_at: float = 0.0  # time.time() (plus any advance_time)
+    receive_id: str | None = None
+    receive_id_type: str | None = None
+    raw_content: str = ""  # the content JSON string of the current version
+    updated: bool = False
+    recalled: bool = False
+    versions: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One successful update of a message: ``PATCH`` (card) or ``PUT`` (edit text/post)."""
+
+    message_id: str
+    method: str
+    msg_type: str
+    content: dict[str, Any]
+    text: str
+    at: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One HTTP call to the fake (open API and ``/callback/ws/endpoint``), valid or not."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: Mapping[str, str]  # case-insensitive
+    body: Any  # the parsed JSON body; None if absent or not JSON
+    status: int
+    code: int | None  # the ``code`` of the answer
+    at: float  # time.monotonic()
+
+
+@dataclass
+class Answer:
+    """What a route handler returns: HTTP status, JSON body, extra headers."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+ApiHandler = Callable[[web.Request, Any], Answer]
+
+
+def error(status: int, code: int, msg: str | None = None, headers: dict[str, str] | None = None) -> Answer:
+    """A Feishu error body: ``{"code", "msg", "error": {"log_id"}}``."""
+    log_id = time.strftime("%Y%m%d%H%M%S") + os.urandom(8).hex().upper()
+    body = {"code": code, "msg": msg or _MESSAGES.get(code, "error"), "error": {"log_id": log_id}}
+    return Answer(status, body, headers or {})
+
+
+def _invalid(why: str) -> Answer:
+    return error(400, 230001, f"{_MESSAGES[230001]} {why}")
+
+
+@dataclass
+class _InjectedFailure:
+    remaining: int
+    code: int
+    status: int | None
+    reset: float
+    paths: tuple[str, ...]
+
+
+class OpenApi:
+    """State and handlers of the open API; mixed into ``FakeFeishu``, which wires the routes."""
+
+    # Set by FakeFeishu.__init__.
+    app_id: str
+    app_secret: str
+    tenant_key: str
+    bot_open_id: str
+    bot_name: str
+    token_ttl: float
+
+    def _init_api(self) -> None:
+        self.sent: list[SentMessage] = []
+        self.patches: list[Patch] = []
+        self.requests: list[RecordedCall] = []
+        self.tokens_issued: list[str] = []
+        self.record_requests = True
+        self.chats_without_bot: set[str] = set()  # sending there → 230002
+        self.unavailable_users: set[str] = set()  # sending to them → 230013
+        self.set_limits()
+        self._token_expiry: dict[str, float] = {}
+        self._current_token: str | None = None
+        self._messages: dict[str, SentMessage] = {}  # every message, by id (bot's and users')
+        self._by_uuid: dict[str, tuple[float, SentMessage]] = {}
+        self._p2p_chats: dict[str, str] = {}  # user open_id → their p2p chat with the bot
+        self._app_windows: dict[str, tuple[deque[float], deque[float]]] = {}
+        self._target_windows: dict[str, deque[float]] = {}
+        self._failures: list[_InjectedFailure] = []
+        self._clock_offset = 0.0
+
+    # -- knobs -------------------------------------------------------------------------------
+
+    def set_limits(
+        self,
+        app_qps: int = 50,
+        app_qpm: int = 1000,
+        chat_qps: int = 5,
+        legacy_status_400: bool = False,
+        message_qps: int = 5,
+    ) -> None:
+        """Throttling (§7): per-(API, app) QPS/QPM, per chat/user QPS, per-message card-patch QPS."""
+        self.app_qps, self.app_qpm, self.chat_qps = app_qps, app_qpm, chat_qps
+        self.legacy_status_400, self.message_qps = legacy_status_400, message_qps
+
+    def fail_next(
+        self,
+        n: int,
+        *,
+        code: int,
+        status: int | None = None,
+        reset: float = 1.0,
+        paths: Iterable[str] = ("messages",),
+    ) -> None:
+        """Fail the next ``n`` calls whose path contains one of ``paths`` with ``code``.
+
+        ``status`` defaults to 429 for 99991400 (400 in legacy mode, with the rate-limit headers,
+        ``x-ogw-ratelimit-reset`` = ``reset``) and 400 otherwise. Checked before authentication.
+        A fractional ``reset`` is written as is (the gateway sends whole seconds) to keep tests fast.
+        """
+        self._failures.append(_InjectedFailure(n, code, status, reset, tuple(paths)))
+
+    def expire_tokens(self) -> None:
+        """Make every tenant token expire now; the next token call issues a new one."""
+        self._token_expiry.clear()
+
+    def revoke(self, token: str) -> None:
+        """Invalidate one token (it answers 99991663 from now on)."""
+        self._token_expiry.pop(token, None)
+
+    def advance_time(self, seconds: float) -> None:
+        """Move the API clock forward: token lifetimes, the uuid window, the 14-day patch limit."""
+        self._clock_offset += seconds
+
+    def recall(self, message_id: str) -> None:
+        """Mark a message recalled: replying to or patching it then fails with 230011."""
+        self._messages[message_id].recalled = True
+
+    def messages_in(self, chat_id: str) -> list[SentMessage]:
+        """The bot's messages in one chat, in order."""
+        return [message for message in self.sent if message.chat_id == chat_id]
+
+    # -- the route wrapper -------------------------------------------------------------------
+
+    def _route(
+        self, api: str, handler: ApiHandler, *, authed: bool = True
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """An aiohttp handler: injected failures, auth, the app rate limit, ``handler``, recording."""
+
+        async def serve(request: web.Request) -> web.Response:
+            raw = await request.read()
+            body = _parse_json(raw) if raw else None
+            answer = self._injected_failure(request.path)
+            if answer is None and authed:
+                answer = self._auth_error(request.headers) or self._app_limit(api)
+            if answer is None:
+                answer = handler(request, body)
+            if self.record_requests:
+                call = RecordedCall(
+                    request.method, request.path, dict(request.query), CIMultiDict(request.headers),
+                    body, answer.status, answer.body.get("code"), time.monotonic(),
+                )  # fmt: skip
+                self.requests.append(call)
+            headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
+            return web.Response(status=answer.status, body=json.dumps(answer.body).encode(), headers=headers)
+
+        return serve
+
+    def _now(self) -> float:
+        return time.monotonic() + self._clock_offset
+
+    def _injected_failure(self, path: str) -> Answer | None:
+        for failure in self._failures:
+            if failure.remaining > 0 and any(part in path for part in failure.paths):
+                failure.remaining -= 1
+                if failure.code == 99991400:
+                    return self._rate_limited(self.app_qps, failure.reset, failure.status)
+                return error(failure.status or 400, failure.code)
+        return None
+
+    def _auth_error(self, headers: Mapping[str, str]) -> Answer | None:
+        scheme, _, token = headers.get("Authorization", "").partition(" ")
+        if scheme != "Bearer" or not token.strip():
+            return error(400, 99991661)
+        expiry = self._token_expiry.get(token.strip())
+        if expiry is None or expiry <= self._now():
+            return error(400, 99991663)
+        return None
+
+    def _app_limit(self, api: str) -> Answer | None:
+        """Per-(API, app) QPS and QPM (§7); a rejected call does not count."""
+        now = self._now()
+        per_second, per_minute = self._app_windows.setdefault(api, (deque(), deque()))
+        for times, limit, span in ((per_second, self.app_qps, 1.0), (per_minute, self.app_qpm, 60.0)):
+            wait = _window_wait(times, now, limit, span)
+            if wait:
+                return self._rate_limited(limit, math.ceil(wait))
+        per_second.append(now)
+        per_minute.append(now)
+        return None
+
+    def _rate_limited(self, limit: int, reset: float, status: int | None = None) -> Answer:
+        headers = {"x-ogw-ratelimit-limit": str(limit), "x-ogw-ratelimit-reset": f"{reset:g}"}
+        return error(status or (400 if self.legacy_status_400 else 429), 99991400, headers=headers)
+
+    def _target_limit(self, key: str, limit: int) -> Answer | None:
+        """5 QPS per chat, per user (§7) or per patched message (§6) → 400 / 230020."""
+        now = self._now()
+        times = self._target_windows.setdefault(key, deque())
+        if _window_wait(times, now, limit, 1.0):
+            return error(400, 230020)
+        times.append(now)
+        return None
+
+    # -- auth and bot info -------------------------------------------------------------------
+
+    def _token(self, request: web.Request, body: Any) -> Answer:
+        """§5: the same token while ≥ 30 min remain, else a new one (the old one stays valid)."""
+        if not isinstance(body, dict) or body.get("app_id") != self.app_id:
+            return error(400, 10003, "invalid param: app_id")  # UNCONFIRMED code
+        if body.get("app_secret") != self.app_secret:
+            return error(400, 10014, "app secret invalid")  # UNCONFIRMED code and status
+        now = self._now()
+        token = self._current_token
+        if token is None or self._token_expiry.get(token, now) - now < TOKEN_REUSE_MIN:
+            token = "t-" + uuid_module.uuid4().hex
+            self._token_expiry[token] = now + self.token_ttl
+            self._current_token = token
+            self.tokens_issued.append(token)
+        expire = round(self._token_expiry[token] - now)
+        return Answer(200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire})
+
+    def _bot_info(self, request: web.Request, body: Any) -> Answer:
+        """§4: note the ``bot`` object sits at the top level, without a ``data`` wrapper."""
+        bot = {
+            "activate_status": 2, "app_name": self.bot_name, "avatar_url": "https://example.invalid/avatar.png",
+            "ip_white_list": [], "open_id": self.bot_open_id,
+        }  # fmt: skip
+        return Answer(200, {"code": 0, "msg": "ok", "bot": bot})
+
+    # -- send, reply, patch, edit ------------------------------------------------------------
+
+    def _create(self, request: web.Request, body: Any) -> Answer:
+        """``POST /open-apis/im/v1/messages?receive_id_type=…`` (§6)."""
+        id_type = request.query.get("receive_id_type", "")
+        if id_type not in RECEIVE_ID_TYPES:
+            return _invalid(f"receive_id_type must be one of {sorted(RECEIVE_ID_TYPES)}, got {id_type!r}")
+        if not isinstance(body, dict):
+            return _invalid("the body must be a JSON object")
+        receive_id = body.get("receive_id")
+        if not isinstance(receive_id, str) or not receive_id:
+            return _invalid("receive_id is required")
+        checked = _checked_content(body, SENDABLE_TYPES)
+        if isinstance(checked, Answer):
+            return checked
+        if id_type == "chat_id" and receive_id in self.chats_without_bot:
+            return error(400, 230002)
+        if id_type != "chat_id" and receive_id in self.unavailable_users:
+            return error(400, 230013)
+        duplicate = self._duplicate(body.get("uuid"))
+        if duplicate is not None:
+            return duplicate
+        is_chat = id_type == "chat_id"
+        limited = self._target_limit(("chat:" if is_chat else "user:") + receive_id, self.chat_qps)
+        if limited is not None:
+            return limited
+        chat_id = receive_id if is_chat else self._p2p_chats.get(receive_id, f"oc_p2p_{receive_id}")
+        message = self._store(chat_id, *checked, body.get("uuid"))
+        message.receive_id, message.receive_id_type = receive_id, id_type
+        return self._message_answer(message)
+
+    def _reply(self, request: web.Request, body: Any) -> Answer:
+        """``POST /open-apis/im/v1/messages/:message_id/reply`` (§6)."""
+        parent = self._messages.get(request.match_info["message_id"])
+        if parent is None:
+            return _invalid("message_id not found")  # UNCONFIRMED code
+        if parent.recalled:
+            return error(400, 230011)
+        if not isinstance(body, dict):
+            return _invalid("the body must be a JSON object")
+        checked = _checked_content(body, SENDABLE_TYPES)
+        if isinstance(checked, Answer):
+            return checked
+        in_thread = body.get("reply_in_thread", False)
+        if not isinstance(in_thread, bool):
+            return _invalid("reply_in_thread must be a boolean")
+        duplicate = self._duplicate(body.get("uuid"))
+        if duplicate is not None:
+            return duplicate
+        limited = self._target_limit("chat:" + parent.chat_id, self.chat_qps)
+        if limited is not None:
+            return limited
+        if in_thread and parent.thread_id is None:
+            parent.thread_id = "omt_" + uuid_module.uuid4().hex[:16]  # the parent becomes the topic root
+        message = self._store(parent.chat_id, *checked, body.get("uuid"))
+        message.reply_to, message.root_id = parent.message_id, parent.root_id or parent.message_id
+        message.thread_id = parent.thread_id
+        return self._message_answer(message)
+
+    def _patch(self, request: web.Request, body: Any) -> Answer:
+        """``PATCH /open-apis/im/v1/messages/:message_id``: replace a shared card (§6)."""
+        message = self._updatable(request.match_info["message_id"])
+        if isinstance(message, Answer):
+            return message
+        if message.msg_type != "interactive":
+            return _invalid("only interactive (card) messages can be patched; use PUT to edit text/post")
+        if not isinstance(body, dict):
+            return _invalid("the body must be a JSON object")
+        checked = _checked_content(
+            {"msg_type": "interactive", "content": body.get("content")}, {"interactive"}
+        )
+        if isinstance(checked, Answer):
+            return checked
+        if not (_is_shared_card(message.content) and _is_shared_card(checked[1])):
+            return _invalid("both the old and the new card must set config.update_multi: true")
+        limited = self._target_limit("message:" + message.message_id, self.message_qps)
+        if limited is not None:
+            return limited
+        self._update(message, "PATCH", *checked)
+        return Answer(200, {"code": 0, "msg": "success"})
+
+    def _edit(self, request: web.Request, body: Any) -> Answer:
+        """``PUT /open-apis/im/v1/messages/:message_id``: edit a text or post message (§6)."""
+        message = self._updatable(request.match_info["message_id"])
+        if isinstance(message, Answer):
+            return message
+        if message.msg_type not in EDITABLE_TYPES:
+            return _invalid("only text and post messages can be edited; use PATCH for cards")
+        if not isinstance(body, dict):
+            return _invalid("the body must be a JSON object")
+        checked = _checked_content(body, EDITABLE_TYPES)
+        if isinstance(checked, Answer):
+            return checked
+        self._update(message, "PUT", *checked)
+        return self._message_answer(message)
+
+    def _updatable(self, message_id: str) -> SentMessage | Answer:
+        message = self._messages.get(message_id)
+        if message is None:
+            return _invalid("message_id not found")
+        if message.recalled:
+            return error(400, 230011)
+        if message.sender != "app":
+            return _invalid("only messages sent by this app can be updated")
+        if (time.time() + self._clock_offset) - message.created_at > PATCH_MAX_AGE:
+            return _invalid("messages older than 14 days cannot be updated")
+        return message
+
+    def _duplicate(self, uuid: Any) -> Answer | None:
+        """§6: a uuid seen within 1 h returns the original message; nothing new is created."""
+        if not isinstance(uuid, str):
+            return None
+        seen = self._by_uuid.get(uuid)
+        if seen is not None and self._now() - seen[0] < UUID_WINDOW:
+            return self._message_answer(seen[1])
+        return None
+
+    def _store(
+        self, chat_id: str, msg_type: str, content: dict[str, Any], raw: str, uuid: Any
+    ) -> SentMessage:
+        text = plain_text(msg_type, content)
+        message = SentMessage(
+            "om_" + uuid_module.uuid4().hex, chat_id, msg_type, content, text,
+            uuid=uuid if isinstance(uuid, str) else None, created_at=time.time() + self._clock_offset,
+            raw_content=raw, versions=[text],
+        )  # fmt: skip
+        self.sent.append(message)
+        self._messages[message.message_id] = message
+        if message.uuid is not None:
+            self._by_uuid[message.uuid] = (self._now(), message)
+        return message
+
+    def _update(
+        self, message: SentMessage, method: str, msg_type: str, content: dict[str, Any], raw: str
+    ) -> None:
+        message.msg_type, message.content, message.raw_content = msg_type, content, raw
+        message.text, message.updated = plain_text(msg_type, content), True
+        message.versions.append(message.text)
+        self.patches.append(
+            Patch(message.message_id, method, msg_type, content, message.text, time.monotonic())
+        )
+
+    def _message_answer(self, message: SentMessage) -> Answer:
+        """The §6 message object."""
+        millis = str(int(message.created_at * 1000))
+        data: dict[str, Any] = {
+            "message_id": message.message_id, "msg_type": message.msg_type,
+            "create_time": millis, "update_time": millis, "deleted": message.recalled,
+            "updated": message.updated, "chat_id": message.chat_id,
+            "sender": {"id": self.app_id, "id_type": "app_id", "sender_type": "app",
+                       "tenant_key": self.tenant_key},
+            "body": {"content": message.raw_content},
+        }  # fmt: skip
+        if message.reply_to is not None:
+            data["parent_id"], data["root_id"] = message.reply_to, message.root_id
+        if message.thread_id is not None:
+            data["thread_id"] = message.thread_id
+        mentions = _mentions_of(message, self.tenant_key)
+        if mentions:
+            data["mentions"] = mentions
+        return Answer(200, {"code": 0, "msg": "success", "data": data})
+
+    def _remember_inbound(self, message: SentMessage, chat_type: str) -> None:
+        """A fake user's message: the bot may reply to it; a p2p chat becomes the user's DM."""
+        self._messages[message.message_id] = message
+        if chat_type == "p2p":
+            self._p2p_chats[message.sender] = message.chat_id
+
+
+def plain_text(msg_type: str, content: dict[str, Any]) -> str:
+    """The readable text of a message, for assertions: text, post (title + paragraphs), card strings.
+
+    A card's text is every string under a ``content`` key (plain_text, lark_md, markdown, titles) in
+    document order, one per line. Other types give "".
+    """
+    if msg_type == "text":
+        return str(content.get("text", ""))
+    if msg_type == "post":
+        post = _post_body(content) or content
+        lines = [str(post["title"])] if post.get("title") else []
+        for paragraph in post.get("content") or []:
+            lines.append("".join(_node_text(node) for node in paragraph if isinstance(node, dict)))
+        return "\n".join(lines)
+    if msg_type == "interactive":
+        return "\n".join(_card_strings(content))
+    return ""
+
+
+def _node_text(node: dict[str, Any]) -> str:
+    if node.get("tag") == "at":
+        return "@" + str(node.get("user_name") or node.get("user_id", ""))
+    return str(node.get("text", ""))
+
+
+def _card_strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        found: list[str] = []
+        for key, item in value.items():
+            if key == "content" and isinstance(item, str):
+                found.append(item)
+            else:
+                found.extend(_card_strings(item))
+        return found
+    if isinstance(value, list):
+        return [text for item in value for text in _card_strings(item)]
+    return []
+
+
+def _post_body(content: dict[str, Any]) -> dict[str, Any] | None:
+    """The first locale's post body (``{"zh_cn": {"title", "content"}}``) when sending requires one."""
+    for key, value in content.items():
+        if _LOCALE.match(key) and isinstance(value, dict) and isinstance(value.get("content"), list):
+            return value
+    return None
+
+
+def _is_shared_card(card: dict[str, Any]) -> bool:
+    """``config.update_multi: true``. JSON 2.0 cards are always shared; templates and CardKit entities
+    cannot be inspected here and are accepted (**UNCONFIRMED**)."""
+    if card.get("schema") == "2.0" or card.get("type") in ("template", "card"):
+        return True
+    config = card.get("config")
+    return isinstance(config, dict) and config.get("update_multi") is True
+
+
+def _checked_content(
+    body: dict[str, Any], allowed: frozenset[str] | set[str]
+) -> tuple[str, dict[str, Any], str] | Answer:
+    """``(msg_type, parsed content, content string)``, or the 230001 / 230025 answer (§6)."""
+    msg_type, raw = body.get("msg_type"), body.get("content")
+    if not isinstance(msg_type, str) or msg_type not in allowed:
+        return _invalid(f"msg_type must be one of {sorted(allowed)}, got {msg_type!r}")
+    if not isinstance(raw, str):
+        return _invalid("content must be a JSON-encoded string, not a JSON value")
+    uuid = body.get("uuid")
+    if uuid is not None and (not isinstance(uuid, str) or len(uuid) > 50):
+        return _invalid("uuid must be a string of at most 50 characters")
+    limit = TEXT_LIMIT if msg_type == "text" else RICH_LIMIT
+    if len(raw.encode()) > limit:
+        return error(400, 230025)
+    content = _parse_json(raw.encode())
+    if not isinstance(content, dict):
+        return _invalid("content is not a JSON object")
+    required = _REQUIRED_KEYS.get(msg_type)
+    if required is not None and not isinstance(content.get(required), str):
+        return _invalid(f"{msg_type} content needs a string {required!r}")
+    if msg_type == "post" and _post_body(content) is None:
+        return _invalid('post content needs a locale key, e.g. {"zh_cn": {"title": "", "content": [[...]]}}')
+    if msg_type == "interactive" and not content:
+        return _invalid("the card is empty")
+    return msg_type, content, raw
+
+
+def _mentions_of(message: SentMessage, tenant_key: str) -> list[dict[str, Any]]:
+    """``<at user_id="ou_…">Name</at>`` tags of a sent text message, as the response lists them."""
+    if message.msg_type != "text" or "<at" not in message.text:
+        return []
+    return [
+        {"key": f"@_user_{n}", "id": user_id, "id_type": "open_id", "name": name, "tenant_key": tenant_key}
+        for n, (user_id, name) in enumerate(_AT_TAG.findall(message.text), 1)
+    ]
+
+
+def _window_wait(times: deque[float], now: float, limit: int, span: float) -> float:
+    """Seconds until a sliding window of ``span`` s has room for one more call (0.0: room now)."""
+    while times and times[0] <= now - span:
+        times.popleft()
+    return times[0] + span - now if len(times) >= limit else 0.0
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
