@@ -1,8 +1,8 @@
 """The gateway's durable inbox and outbox: what was received, what is done, what must still be sent.
 
 `GatewayStore` is the seam (a distributed engine can implement it later); `SQLiteGatewayStore` is
-the embedded default: WAL, synchronous=FULL, every write in BEGIN IMMEDIATE, run on one writer
-thread so the event loop never waits on fsync.
+the embedded default, in the process's shared database file (`storage/sqlite.py`: WAL,
+synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
@@ -14,22 +14,17 @@ uuid, which the platform deduplicates.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import sqlite3
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..storage import SQLiteDatabase
 from .messages import InboundMessage, OutboundMessage
 
-T = TypeVar("T")
-
-SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE inbox (
@@ -116,56 +111,9 @@ class GatewayStore(ABC):
 
 class SQLiteGatewayStore(GatewayStore):
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hermes-store")
-        self._db: sqlite3.Connection | None = None
-        self._run_sync(self._open)
-
-    # -- the single writer thread -------------------------------------------------------------
-    def _open(self) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("PRAGMA foreign_keys=ON")
-        self._db = db
-        self._migrate(db)
-
-    @staticmethod
-    def _migrate(db: sqlite3.Connection) -> None:
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        current = row[0] or 0
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in filter(str.strip, MIGRATIONS[version].split(";")):
-                    db.execute(statement)
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-
-    def _run_sync(self, fn: Callable[[], T]) -> T:
-        return self._writer.submit(fn).result()
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, self._transaction, fn)
-
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        db = self._db
-        if db is None:
-            raise RuntimeError("the gateway store is closed")
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(db)
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-        return result
+        self.db = SQLiteDatabase.shared(path)
+        self.db.migrate("gateway", MIGRATIONS)
+        self._run = self.db.transaction
 
     # -- GatewayStore -------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> int | None:
@@ -289,13 +237,7 @@ class SQLiteGatewayStore(GatewayStore):
         return await self._run(count)
 
     async def close(self) -> None:
-        def close() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        await asyncio.get_running_loop().run_in_executor(self._writer, close)
-        self._writer.shutdown(wait=False)
+        await self.db.close()
 
 
 def _dump(message: InboundMessage | OutboundMessage) -> str:

@@ -1,0 +1,5 @@
+"""Embedded storage shared by the gateway, sessions, memory and task journals: one SQLite file."""
+
+from .sqlite import SQLiteDatabase
+
+__all__ = ["SQLiteDatabase"]
