@@ -189,3 +189,23 @@ async def test_arbitrary_argument_text_never_crashes(raw: str) -> None:
     assert isinstance(outcome.content, str)
     if not outcome.ok:
         assert outcome.error == "bad_arguments" and "error" in json.loads(outcome.content)
+
+
+def test_levels_and_idempotence_are_declared_and_checked() -> None:
+    @tool(level=0)
+    def look(key: str) -> str:
+        """Read a value."""
+        return key
+
+    @tool(idempotent=True)
+    def put(key: str) -> str:
+        """Write a value."""
+        return key
+
+    assert (look.level, look.idempotent, put.level, put.idempotent) == (0, False, 1, True)
+    with pytest.raises(ToolDefinitionError, match="level must be"):
+
+        @tool(level=3)
+        def nuke() -> str:
+            """Irreversible beyond irreversible."""
+            return ""

@@ -61,6 +61,8 @@ class Tool:
     extractor: Callable[[Any], Any] | None = None
     context_param: str | None = None
     keywords: tuple[str, ...] = ()
+    level: int = 1  # 0 read-only, 1 reversible write, 2 irreversible; unknown side effects count as writes
+    idempotent: bool = False  # running it twice with the same arguments has the effect of running it once
 
     @property
     def is_async(self) -> bool:
@@ -88,6 +90,8 @@ def tool(
     timeout: float | None = None,
     extractor: Callable[[Any], Any] | None = None,
     keywords: tuple[str, ...] | list[str] = (),
+    level: int = 1,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -100,18 +104,25 @@ def tool(
     timeout: float | None = None,
     extractor: Callable[[Any], Any] | None = None,
     keywords: tuple[str, ...] | list[str] = (),
+    level: int = 1,
+    idempotent: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
     `timeout` overrides the agent's per-tool timeout; `extractor` compresses the function's
     result before it is serialised for the model; `keywords` are extra words (any language)
     appended to the description so the model — and the offline demo model — know when to use it.
+    `level` says what the tool may change (0 nothing, 1 reversible, 2 irreversible) and
+    `idempotent` that a repeat is harmless: together they decide whether a call interrupted by a
+    crash may simply be run again.
     """
 
     def decorate(func: Callable[..., Any]) -> Tool:
-        return tool_from_function(
+        declared = tool_from_function(
             func, name=name, description=description, timeout=timeout, extractor=extractor, keywords=keywords
         )
+        declared.level, declared.idempotent = _check_level(level, declared.name), idempotent
+        return declared
 
     return decorate(fn) if fn is not None else decorate
 
@@ -150,6 +161,12 @@ def tool_from_function(
     )
 
 
+def _check_level(level: int, name: str) -> int:
+    if level not in (0, 1, 2):
+        raise ToolDefinitionError(f"tool {name!r}: level must be 0 (read-only), 1 or 2, got {level!r}")
+    return level
+
+
 def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
     """Accept the dict-style registry entry of seed 000: {description, parameters, handler}."""
     missing = [key for key in ("description", "parameters", "handler") if key not in entry]
@@ -173,6 +190,8 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
         timeout=entry.get("timeout"),
         extractor=entry.get("extractor"),
         context_param=context_param,
+        level=_check_level(entry.get("level", 1), name),
+        idempotent=bool(entry.get("idempotent", False)),
     )
 
 

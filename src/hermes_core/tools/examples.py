@@ -14,7 +14,7 @@ from . import calculator, clock
 from .declare import tool
 
 
-@tool(name="calculator")
+@tool(name="calculator", level=0)
 def calculator_tool(
     expression: Annotated[str, Field(description="Arithmetic expression, e.g. (12+34)*2 or sqrt(2)^2")],
 ) -> dict[str, object]:
@@ -25,7 +25,7 @@ def calculator_tool(
     return {"expression": expression, "result": value}
 
 
-@tool(name="current_time")
+@tool(name="current_time", level=0)
 def current_time(
     timezone: Annotated[
         str | None, Field(description="IANA timezone such as Asia/Shanghai; omit for local")
