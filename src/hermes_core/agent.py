@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .loop import Limits, RunResult, run_loop
 from .messages import Message
@@ -21,6 +21,9 @@ from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
 from .tools import Tool, ToolRegistry
+
+if TYPE_CHECKING:
+    from .tasks.journal import TaskJournal
 
 DEFAULT_GREETINGS: tuple[str, ...] = (
     r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
@@ -64,6 +67,7 @@ class Agent:
     requests_per_second: float | None = None
     tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
+    journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
 
@@ -103,24 +107,43 @@ class Agent:
         return bool(self._greeting and self._greeting.fullmatch(message.strip().lower()))
 
     async def run(
-        self, message: str, *, session: Session | None = None, on_text: TextCallback | None = None
+        self,
+        message: str,
+        *,
+        session: Session | None = None,
+        on_text: TextCallback | None = None,
+        task_id: str | None = None,
     ) -> RunResult:
-        """Run one task: the message, the model's decisions, the tools it calls, the reply."""
+        """Run one task: the message, the model's decisions, the tools it calls, the reply.
+
+        With a `journal`, pass a `task_id` that stays the same if the task is run again after a
+        crash (the gateway uses the message's id): the task then resumes from its journal.
+        """
         history = session.messages if session is not None else []
         messages: list[Message] = [{"role": "system", "content": self.system_prompt}, *history]
         messages.append({"role": "user", "content": message})
         fast = self.is_greeting(message)
+        task_id = task_id or uuid.uuid4().hex
+        model, registry = self.client, self.registry
+        if self.journal is not None:
+            from .tasks.journal import resume
+
+            model, registry = await resume(self.journal, task_id, model, registry)
         result = await run_loop(
-            self.client,
-            self.registry,
+            model,
+            registry,
             messages,
             self.limits if not fast else Limits(max_turns=1),
             self.language or detect_language(message),
             offer_tools=not fast,
-            task_id=uuid.uuid4().hex,
+            task_id=task_id,
             session_id=session.id if session is not None else None,
             on_text=on_text,
         )
+        if self.journal is not None:
+            await self.journal.append(
+                task_id, "finished", {"reply": result.reply, "stop_reason": result.stop_reason}
+            )
         if session is not None:
             session.messages.extend(messages[len(history) + 1 :])
             if not result.ok:  # keep the history answerable: close the turn with what the user saw

@@ -11,6 +11,7 @@ list to compute every answer from the conversation. Every call is recorded in `m
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from ..models.base import ModelClient, TextCallback
 
 Tools = list[dict[str, Any]] | None
 Step = ModelResponse | str | BaseException | Callable[[list[Message], Tools], Any]
+
+
+_call_ids = itertools.count(1)  # unique within the process, like a real model's call ids
 
 
 def reply(text: str, *, usage: Usage | None = None) -> ModelResponse:
@@ -34,8 +38,8 @@ def call(
     """A turn with one tool call (or several: `call("a", {...}, ("b", {...}))`)."""
     pairs = [(name, arguments), *more]
     calls = [
-        ToolCall(f"call_{id(pairs)}_{i}", n, a if isinstance(a, str) else json.dumps(a, ensure_ascii=False))
-        for i, (n, a) in enumerate(pairs)
+        ToolCall(f"call_{next(_call_ids)}", n, a if isinstance(a, str) else json.dumps(a, ensure_ascii=False))
+        for n, a in pairs
     ]
     return ModelResponse(content=None, tool_calls=calls, usage=Usage(10, 5, 15), finish_reason="tool_calls")
 

@@ -1,0 +1,246 @@
+"""Durable task state (S7): every step of a running task is journaled before the next one.
+
+A task is one run of the loop for one message. Before the loop takes its next step, the model's
+response or the tool's result is on disk. When a process dies mid-task and the message is run
+again under the same task id, the loop replays the journal instead of repeating work:
+
+- recorded model responses are returned in order instead of calling the model again;
+- a tool call with a recorded result gets that result back; the tool does not run again;
+- a tool call that started but has no result (the crash hit while it ran) runs again only if
+  it is read-only (level 0) or declared idempotent; otherwise the model is told that its outcome
+  is unknown, and decides what to do;
+- a task that had finished returns its recorded reply.
+
+The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..messages import ModelResponse, ToolCall, Usage
+from ..models.base import ModelClient, TextCallback
+from ..storage import SQLiteDatabase
+from ..tools import ToolContext, ToolRegistry
+from ..tools.registry import ToolOutcome
+from ..tools.results import error_result
+
+MIGRATIONS = {
+    1: """
+    CREATE TABLE task_journal (
+        task_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,          -- model_response | tool_started | tool_result | finished
+        data TEXT NOT NULL,
+        at REAL NOT NULL,
+        PRIMARY KEY (task_id, seq)
+    )
+    """,
+}
+
+UNKNOWN_OUTCOME = (
+    "the outcome of this call is unknown: the service restarted while the tool was running, and it "
+    "may or may not have taken effect. Do not assume either; check before calling it again."
+)
+
+
+@dataclass
+class JournalEntry:
+    kind: str
+    data: dict[str, Any]
+
+
+class TaskJournal(ABC):
+    @abstractmethod
+    async def entries(self, task_id: str) -> list[JournalEntry]: ...
+
+    @abstractmethod
+    async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None: ...
+
+    async def export(self, task_id: str) -> dict[str, Any]:
+        """A task's whole state as JSON-ready data (a snapshot that `load` accepts)."""
+        entries = await self.entries(task_id)
+        return {"task_id": task_id, "entries": [{"kind": e.kind, "data": e.data} for e in entries]}
+
+    async def load(self, snapshot: dict[str, Any]) -> str:
+        """Import an exported snapshot (its task must not exist here yet); returns the task id."""
+        task_id = str(snapshot["task_id"])
+        if await self.entries(task_id):
+            raise ValueError(f"task {task_id!r} already has a journal")
+        for entry in snapshot["entries"]:
+            await self.append(task_id, str(entry["kind"]), dict(entry["data"]))
+        return task_id
+
+
+class SQLiteTaskJournal(TaskJournal):
+    def __init__(self, path: str | Path) -> None:
+        self.db = SQLiteDatabase.shared(path)
+        self.db.migrate("journal", MIGRATIONS)
+
+    async def entries(self, task_id: str) -> list[JournalEntry]:
+        rows = await self.db.transaction(
+            lambda db: db.execute(
+                "SELECT kind, data FROM task_journal WHERE task_id = ? ORDER BY seq", (task_id,)
+            ).fetchall()
+        )
+        return [JournalEntry(kind, json.loads(data)) for kind, data in rows]
+
+    async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None:
+        payload = json.dumps(data, ensure_ascii=False)
+
+        def insert(db: Any) -> None:
+            db.execute(
+                "INSERT INTO task_journal (task_id, seq, kind, data, at) SELECT ?, "
+                "COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM task_journal WHERE task_id = ?",
+                (task_id, kind, payload, time.time(), task_id),
+            )
+
+        await self.db.transaction(insert)
+
+    async def prune(self, older_than: float) -> None:
+        await self.db.transaction(
+            lambda db: db.execute("DELETE FROM task_journal WHERE at < ?", (older_than,))
+        )
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+@dataclass
+class Replay:
+    """What a journal says about a task, ready for the wrappers."""
+
+    responses: list[ModelResponse]
+    results: dict[str, ToolOutcome]
+    started: set[str]  # call ids that started and have no result
+    finished: dict[str, Any] | None
+
+
+def replay_of(entries: list[JournalEntry]) -> Replay:
+    replay = Replay([], {}, set(), None)
+    for entry in entries:
+        if entry.kind == "model_response":
+            replay.responses.append(response_from_data(entry.data))
+        elif entry.kind == "tool_started":
+            replay.started.add(entry.data["id"])
+        elif entry.kind == "tool_result":
+            replay.started.discard(entry.data["id"])
+            replay.results[entry.data["id"]] = outcome_from_data(entry.data)
+        elif entry.kind == "finished":
+            replay.finished = entry.data
+    return replay
+
+
+class JournaledModel(ModelClient):
+    """Returns the journal's responses in order, then calls the model and journals each answer."""
+
+    def __init__(self, inner: ModelClient, journal: TaskJournal, task_id: str, recorded: list[ModelResponse]):
+        self.inner, self.journal, self.task_id = inner, journal, task_id
+        self.name = inner.name
+        self._recorded = list(recorded)
+
+    async def complete(
+        self,
+        messages: list[Any],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        if self._recorded:
+            return self._recorded.pop(0)
+        response = await self.inner.complete(messages, tools, on_text=on_text)
+        await self.journal.append(self.task_id, "model_response", response_data(response))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class JournaledTools(ToolRegistry):
+    """The agent's tools, with every execution journaled (start, then result) and replayed on resume."""
+
+    def __init__(self, registry: ToolRegistry, journal: TaskJournal, task_id: str, replay: Replay) -> None:
+        super().__init__()
+        self._tools = registry._tools  # the same tools: only `execute` differs
+        self.journal, self.task_id, self.replay = journal, task_id, replay
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        timeout: float = 30.0,
+        max_chars: int = 3000,
+        context: ToolContext | None = None,
+    ) -> ToolOutcome:
+        if call.id in self.replay.results:
+            return self.replay.results[call.id]
+        declared = self.get(call.name)
+        if call.id in self.replay.started and not (declared and (declared.level == 0 or declared.idempotent)):
+            outcome = ToolOutcome(call, error_result(UNKNOWN_OUTCOME), ok=False, error="outcome_unknown")
+        else:
+            await self.journal.append(self.task_id, "tool_started", {"id": call.id, "name": call.name})
+            outcome = await super().execute(call, timeout=timeout, max_chars=max_chars, context=context)
+        await self.journal.append(self.task_id, "tool_result", outcome_data(outcome))
+        return outcome
+
+
+async def resume(
+    journal: TaskJournal, task_id: str, model: ModelClient, registry: ToolRegistry
+) -> tuple[ModelClient, ToolRegistry]:
+    """The model and tools for running `task_id`, journaled, and replaying what the journal holds.
+
+    A finished task replays to the end without calling the model or any tool, which rebuilds its
+    messages and reply exactly as they were.
+    """
+    replay = replay_of(await journal.entries(task_id))
+    return JournaledModel(model, journal, task_id, replay.responses), JournaledTools(
+        registry, journal, task_id, replay
+    )
+
+
+def response_data(response: ModelResponse) -> dict[str, Any]:
+    return {
+        "content": response.content,
+        "tool_calls": [[c.id, c.name, c.arguments] for c in response.tool_calls],
+        "usage": [
+            response.usage.prompt_tokens,
+            response.usage.completion_tokens,
+            response.usage.total_tokens,
+        ],
+        "model": response.model,
+        "finish_reason": response.finish_reason,
+        "refusal": response.refusal,
+        "reasoning": response.reasoning,
+    }
+
+
+def response_from_data(data: dict[str, Any]) -> ModelResponse:
+    return ModelResponse(
+        content=data.get("content"),
+        tool_calls=[ToolCall(*call) for call in data.get("tool_calls", [])],
+        usage=Usage(*data.get("usage", [0, 0, 0])),
+        model=data.get("model", ""),
+        finish_reason=data.get("finish_reason"),
+        refusal=data.get("refusal"),
+        reasoning=data.get("reasoning"),
+    )
+
+
+def outcome_data(outcome: ToolOutcome) -> dict[str, Any]:
+    call = outcome.call
+    return {
+        "id": call.id, "name": call.name, "arguments": call.arguments, "content": outcome.content,
+        "ok": outcome.ok, "parsed": outcome.arguments, "elapsed": outcome.elapsed, "error": outcome.error,
+    }  # fmt: skip
+
+
+def outcome_from_data(data: dict[str, Any]) -> ToolOutcome:
+    call = ToolCall(data["id"], data["name"], data.get("arguments", "{}"))
+    return ToolOutcome(
+        call, data["content"], data["ok"], data.get("parsed"), data.get("elapsed", 0.0), data.get("error")
+    )
