@@ -34,10 +34,16 @@ _TRAILING = r"[\s!！.。~～?？,，]*"
 
 @dataclass
 class Session:
-    """One conversation's history, kept in memory. (A durable store replaces this later.)"""
+    """One conversation as a run sees it: the history to send, and notes for the system message.
+
+    `notes` (a state snapshot, a summary, a pinned goal: see `sessions/memory.py`) is appended to
+    the system prompt of every model call of the run, so it is never part of the history and no
+    cut can drop it. The run appends its new messages to `messages`.
+    """
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     messages: list[Message] = field(default_factory=list)
+    notes: str = ""
 
 
 @dataclass
@@ -120,7 +126,9 @@ class Agent:
         crash (the gateway uses the message's id): the task then resumes from its journal.
         """
         history = session.messages if session is not None else []
-        messages: list[Message] = [{"role": "system", "content": self.system_prompt}, *history]
+        notes = session.notes if session is not None else ""
+        system = f"{self.system_prompt}\n\n{notes}" if notes else self.system_prompt
+        messages: list[Message] = [{"role": "system", "content": system}, *history]
         messages.append({"role": "user", "content": message})
         fast = self.is_greeting(message)
         task_id = task_id or uuid.uuid4().hex

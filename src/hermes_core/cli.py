@@ -106,9 +106,9 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
 
 
 async def chat(agent: Any) -> int:
-    from .agent import Session
+    from .gateway.runner import AgentRunner
 
-    session = Session()
+    runner = AgentRunner(agent)  # the gateway's turn handling: memory, window, /memory and /forget
     streamed: list[str] = []
 
     def show(piece: str) -> None:
@@ -128,11 +128,11 @@ async def chat(agent: Any) -> int:
             if not line.strip():
                 continue
             streamed.clear()
-            result = await agent.run(line, session=session, on_text=show)
-            if streamed and "".join(streamed) == result.reply:
+            reply = await runner.reply("cli", line, on_text=show)
+            if streamed and "".join(streamed) == reply:
                 print()
             else:
-                print(("\n" if streamed else "") + result.reply)
+                print(("\n" if streamed else "") + reply)
     finally:
         await agent.aclose()
     return 0

@@ -89,11 +89,24 @@ class FeishuConfig(_Section):
     send_rate: float = Field(5.0, gt=0)
 
 
+class MemoryConfig(_Section):
+    """What each model call gets of a conversation (sessions/memory.py): the last `window_turns` turns
+    within `budget_tokens` of history + state, older turns folded into a summary (`fold`), and up to
+    `examples` past outcomes from long-term memory (`long_term`)."""
+
+    window_turns: int = Field(10, ge=1, le=1000)
+    budget_tokens: int = Field(2000, ge=200)
+    fold: bool = True
+    long_term: bool = True
+    examples: int = Field(3, ge=0, le=20)
+
+
 class Settings(_Section):
     model: ModelConfig = ModelConfig()
     agent: AgentConfig = AgentConfig()
     gateway: GatewayConfig = GatewayConfig()
     feishu: FeishuConfig = FeishuConfig()
+    memory: MemoryConfig = MemoryConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
 
 

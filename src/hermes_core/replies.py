@@ -50,6 +50,30 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",
     },
+    # /memory and /forget (sessions/memory.py); {n}, {text} and {count} are filled in
+    "memory_empty": {
+        "zh": "这次对话我还没有记下任何要点。",
+        "en": "I have not noted anything for this conversation yet.",
+    },
+    "memory_header": {"zh": "这次对话我记下的内容：", "en": "What I remember of this conversation:"},
+    "memory_facts": {"zh": "事实与约束：", "en": "Facts and constraints:"},
+    "memory_pending": {"zh": "待办步骤：", "en": "Pending steps:"},
+    "memory_done": {"zh": "已完成步骤：", "en": "Completed steps:"},
+    "memory_summary": {"zh": "早前对话摘要：", "en": "Summary of earlier messages: "},
+    "memory_usage": {
+        "zh": "发送 /forget N 删除第 N 条，发送 /forget 全部清除。",
+        "en": "Send /forget N to remove item N, or /forget to clear everything.",
+    },
+    "memory_forgot_one": {"zh": "已删除第 {n} 条：{text}", "en": "Removed item {n}: {text}"},
+    "memory_no_item": {
+        "zh": "没有第 {n} 条。发送 /memory 查看列表。",
+        "en": "There is no item {n}. Send /memory to see the list.",
+    },
+    "memory_forgot_all": {
+        "zh": "已清除这次对话中记下的 {count} 项内容（要点和摘要），聊天记录本身保留。",
+        "en": "Cleared {count} item(s) I had noted for this conversation (notes and summary); "
+        "the chat history itself is kept.",
+    },
 }
 
 

@@ -1,51 +1,48 @@
-"""The default runner: the agent, with one in-memory session per conversation.
+"""The default runner: the agent, with a memory per conversation.
 
-The gateway depends only on the `Runner` protocol, so a durable session store can replace the
-in-memory `sessions` without touching the gateway or any channel.
+For each message: `/memory` and `/forget` are answered here, before any model call, so every
+channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
+the window and notes that `ConversationMemory.prepare` builds, and the turn's messages are
+committed to the session store afterwards. The gateway depends only on the `Runner` protocol.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from ..agent import Agent, Session
+from ..agent import Agent
+from ..models.base import TextCallback
 from ..replies import REPLIES, detect_language, fixed_reply
+from ..sessions import ConversationMemory, InMemorySessionStore
 from .messages import InboundMessage
-
-MAX_CONVERSATIONS = 10_000
-MAX_HISTORY_MESSAGES = 40
 
 
 class AgentRunner:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, memory: ConversationMemory | None = None) -> None:
+        """`memory` defaults to in-process conversations (lost on restart); `serve` passes a SQLite one."""
         self.agent = agent
-        self.sessions: OrderedDict[str, Session] = OrderedDict()
+        self.memory = memory or ConversationMemory(InMemorySessionStore())
+        self.memory.attach(agent)
 
     async def __call__(self, message: InboundMessage) -> list[str]:
         if message.kind != "text":  # images, files…: we cannot read them, and we do not know the language
             return [f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"]
         if not message.text.strip():  # a bare @mention
             return [fixed_reply("how_can_i_help", detect_language(message.text))]
-        session = self._session(message.conversation)
-        result = await self.agent.run(message.text, session=session)
-        trim_history(session)
-        return [result.reply]
+        # the same id when the message is run again after a crash: the task resumes from its journal
+        task_id = f"{message.channel}:{message.message_id}"
+        return [await self.reply(message.conversation, message.text, task_id=task_id)]
 
-    def _session(self, conversation: str) -> Session:
-        session = self.sessions.pop(conversation, None) or Session(id=conversation)
-        self.sessions[conversation] = session  # most recently used last
-        while len(self.sessions) > MAX_CONVERSATIONS:
-            self.sessions.popitem(last=False)
-        return session
+    async def reply(
+        self, conversation: str, text: str, *, on_text: TextCallback | None = None, task_id: str | None = None
+    ) -> str:
+        """One user message in, the reply text out: a memory command, or one agent turn."""
+        answer = await self.memory.command(conversation, text, self.agent.language)
+        if answer is not None:
+            return answer
+        prompt = await self.memory.prepare(conversation, text, self.agent.client)
+        session = prompt.session()
+        result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id)
+        await self.memory.commit(conversation, session.messages[len(prompt.window) :], result)
+        return result.reply
 
-
-def trim_history(session: Session, limit: int = MAX_HISTORY_MESSAGES) -> None:
-    """Keep the newest messages, cutting only before a user message, so a tool call is never
-    separated from its results."""
-    messages = session.messages
-    if len(messages) <= limit:
-        return
-    for start in range(len(messages) - limit, len(messages)):
-        if messages[start].get("role") == "user":
-            del messages[:start]
-            return
+    async def aclose(self) -> None:
+        await self.memory.close()

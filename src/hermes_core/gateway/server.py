@@ -21,6 +21,8 @@ from aiohttp import web
 
 from ..channels.webhook import WebhookChannel
 from ..config import Settings, build_agent
+from ..sessions import ConversationMemory, SQLiteSessionStore
+from ..tasks import SQLiteTaskJournal
 from .dispatcher import Gateway
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
@@ -30,8 +32,12 @@ log = logging.getLogger("hermes_core.server")
 
 def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
     agent = agent or build_agent(settings)
-    store = SQLiteGatewayStore(Path(settings.gateway.data_dir) / "gateway.db")
-    gateway = Gateway(store, AgentRunner(agent), max_concurrent_turns=settings.gateway.max_concurrent_turns)
+    database = Path(settings.gateway.data_dir) / "gateway.db"
+    store = SQLiteGatewayStore(database)
+    if agent.journal is None:  # turns resume from their journal after a crash (tasks/journal.py)
+        agent.journal = SQLiteTaskJournal(database)
+    runner = AgentRunner(agent, build_memory(settings))
+    gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
     webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
     gateway.add_channel(webhook)
     routes = webhook.routes()
@@ -58,6 +64,21 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         gateway.add_channel(feishu)
         routes += feishu.routes()
     return gateway, routes
+
+
+def build_memory(settings: Settings) -> ConversationMemory:
+    """Conversations in the gateway's database file; long-term outcomes there too, if enabled."""
+    options = settings.memory
+    store = SQLiteSessionStore(Path(settings.gateway.data_dir) / "gateway.db")
+    long_term = None
+    if options.long_term:
+        from ..memory import LongTermMemory
+
+        long_term = LongTermMemory(store.db)
+    return ConversationMemory(
+        store, window_turns=options.window_turns, budget_tokens=options.budget_tokens, fold=options.fold,
+        long_term=long_term, examples=options.examples,
+    )  # fmt: skip
 
 
 async def serve(
@@ -104,6 +125,8 @@ async def serve(
     finally:
         gateway.accepting = False
         await gateway.stop(settings.gateway.shutdown_grace)
+        if isinstance(gateway.runner, AgentRunner):
+            await gateway.runner.aclose()
         await runner.cleanup()
         await agent.aclose()
 
