@@ -151,6 +151,8 @@ class TaskGuards:
 
     def record(self, outcome: ToolOutcome) -> None:
         name = outcome.call.name
+        if outcome.error == "outcome_unknown":  # interrupted by a restart: trying it again is not a loop
+            self._seen.discard((name, _canonical(outcome.call.arguments)))
         if outcome.ok:
             self._failures[name] = 0
         elif outcome.error != "unknown_tool":
