@@ -21,6 +21,7 @@ from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
 from .tools import Tool, ToolRegistry
+from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
     from .tasks.journal import TaskJournal
@@ -73,12 +74,15 @@ class Agent:
     requests_per_second: float | None = None
     tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
+    permissions: Policy = field(
+        default_factory=Policy
+    )  # roles, levels, allowed models (tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
 
     def __post_init__(self) -> None:
-        self.registry = ToolRegistry()
+        self.registry = ToolRegistry(policy=self.permissions)
         for item in self.tools:
             self.registry.add(item)
         self._greeting = _compile_greetings(self.greeting_patterns)
@@ -119,11 +123,13 @@ class Agent:
         session: Session | None = None,
         on_text: TextCallback | None = None,
         task_id: str | None = None,
+        caller: Caller | None = None,
     ) -> RunResult:
         """Run one task: the message, the model's decisions, the tools it calls, the reply.
 
         With a `journal`, pass a `task_id` that stays the same if the task is run again after a
         crash (the gateway uses the message's id): the task then resumes from its journal.
+        `caller` is who the task runs for; tools are offered and run only as its role permits.
         """
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
@@ -147,6 +153,7 @@ class Agent:
             task_id=task_id,
             session_id=session.id if session is not None else None,
             on_text=on_text,
+            caller=caller,
         )
         if self.journal is not None:
             await self.journal.append(

@@ -101,11 +101,21 @@ class MemoryConfig(_Section):
     examples: int = Field(3, ge=0, le=20)
 
 
+class PermissionsConfig(_Section):
+    """Roles by user id (Feishu open_id, webhook user_id); everyone else is a member."""
+
+    admins: list[str] = Field(default_factory=list)
+    roles: dict[str, str] = Field(default_factory=dict)
+    allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
+    batch_max_level: int = Field(1, ge=0, le=2)
+
+
 class Settings(_Section):
     model: ModelConfig = ModelConfig()
     agent: AgentConfig = AgentConfig()
     gateway: GatewayConfig = GatewayConfig()
     feishu: FeishuConfig = FeishuConfig()
+    permissions: PermissionsConfig = PermissionsConfig()
     memory: MemoryConfig = MemoryConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
 
@@ -135,6 +145,7 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     """An `Agent` from settings; the API key is read from HERMES_API_KEY by the agent itself."""
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
+    from .tools.permissions import Policy
 
     m, a = settings.model, settings.agent
     options: dict[str, Any] = dict(
@@ -148,6 +159,10 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
         max_result_chars=a.max_result_chars, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=load_tools(settings.tools),
+        permissions=Policy.from_lists(
+            settings.permissions.admins, settings.permissions.roles,
+            settings.permissions.allow_irreversible, settings.permissions.batch_max_level,
+        ),
     )  # fmt: skip
     options.update({key: value for key, value in overrides.items() if value is not None})
     return Agent(**options)

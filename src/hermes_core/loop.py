@@ -11,12 +11,13 @@ import asyncio
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .messages import Message, ModelResponse, ToolCall, Usage
 from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
 from .replies import Language, fixed_reply
 from .tools import ToolContext, ToolRegistry
+from .tools.permissions import Caller
 from .tools.registry import ToolOutcome
 from .tools.results import error_result
 
@@ -60,14 +61,16 @@ async def run_loop(
     task_id: str = "",
     session_id: str | None = None,
     on_text: TextCallback | None = None,
+    caller: Caller | None = None,
 ) -> RunResult:
     """Run one task over `messages` (which it extends in place) until the model answers."""
     run = RunResult(reply="", messages=messages)
     guards = TaskGuards(limits)
+    task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name)
     started = time.perf_counter()
     model_seconds = 0.0
     for _ in range(limits.max_turns):
-        tools = registry.schemas(exclude=guards.withdrawn) if offer_tools else []
+        tools = registry.schemas(guards.withdrawn, caller, model.name) if offer_tools else []
         call_started = time.perf_counter()
         try:
             response = await model.complete(messages, tools or None, on_text=on_text)
@@ -83,7 +86,7 @@ async def run_loop(
         messages.append(response.to_message())
         if not response.tool_calls:
             return _finish(run, response.text or fixed_reply("empty_reply", language), "completed", started)
-        outcomes = await run_tool_calls(response, registry, guards, limits, task_id, session_id)
+        outcomes = await run_tool_calls(response, registry, guards, limits, task_context)
         run.tool_calls.extend(outcomes)
         messages.extend(outcome.to_message() for outcome in outcomes)
         if guards.budget_exhausted:
@@ -96,14 +99,13 @@ async def run_tool_calls(
     registry: ToolRegistry,
     guards: TaskGuards,
     limits: Limits,
-    task_id: str,
-    session_id: str | None,
+    task: ToolContext,
 ) -> list[ToolOutcome]:
     """Run the calls of one model turn concurrently; outcomes come back in call order."""
     planned: list[ToolOutcome | None] = [guards.refuse(call) for call in response.tool_calls]
 
     async def execute(call: ToolCall) -> ToolOutcome:
-        context = ToolContext(call_id=call.id, tool_name=call.name, task_id=task_id, session_id=session_id)
+        context = replace(task, call_id=call.id, tool_name=call.name, scratch={})  # each call its own
         outcome = await registry.execute(
             call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
         )

@@ -12,6 +12,7 @@ from ..agent import Agent
 from ..models.base import TextCallback
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore
+from ..tools.permissions import Caller
 from .messages import InboundMessage
 
 
@@ -29,10 +30,17 @@ class AgentRunner:
             return [fixed_reply("how_can_i_help", detect_language(message.text))]
         # the same id when the message is run again after a crash: the task resumes from its journal
         task_id = f"{message.channel}:{message.message_id}"
-        return [await self.reply(message.conversation, message.text, task_id=task_id)]
+        caller = self.agent.permissions.caller(message.sender, message.channel)
+        return [await self.reply(message.conversation, message.text, task_id=task_id, caller=caller)]
 
     async def reply(
-        self, conversation: str, text: str, *, on_text: TextCallback | None = None, task_id: str | None = None
+        self,
+        conversation: str,
+        text: str,
+        *,
+        on_text: TextCallback | None = None,
+        task_id: str | None = None,
+        caller: Caller | None = None,
     ) -> str:
         """One user message in, the reply text out: a memory command, or one agent turn."""
         answer = await self.memory.command(conversation, text, self.agent.language)
@@ -40,7 +48,7 @@ class AgentRunner:
             return answer
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
-        result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id)
+        result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
         await self.memory.commit(conversation, session.messages[len(prompt.window) :], result)
         return result.reply
 

@@ -18,6 +18,8 @@ from typing import Any, cast, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
+from .permissions import Caller
+
 _NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION = re.compile(
     r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?)\s*:\s*$"
@@ -46,6 +48,8 @@ class ToolContext:
     task_id: str = ""
     session_id: str | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
+    caller: Caller | None = None  # who the task runs for (permissions)
+    model: str = ""  # the model that asked for the call (permissions: allowed_models)
 
 
 @dataclass
@@ -63,6 +67,8 @@ class Tool:
     keywords: tuple[str, ...] = ()
     level: int = 1  # 0 read-only, 1 reversible write, 2 irreversible; unknown side effects count as writes
     idempotent: bool = False  # running it twice with the same arguments has the effect of running it once
+    required_role: str | None = None  # e.g. "admin": only callers with that role may run it
+    allowed_models: tuple[str, ...] = ()  # empty: any model
 
     @property
     def is_async(self) -> bool:
@@ -92,6 +98,8 @@ def tool(
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
+    required_role: str | None = None,
+    allowed_models: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -106,6 +114,8 @@ def tool(
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
+    required_role: str | None = None,
+    allowed_models: tuple[str, ...] | list[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
@@ -114,7 +124,8 @@ def tool(
     appended to the description so the model — and the offline demo model — know when to use it.
     `level` says what the tool may change (0 nothing, 1 reversible, 2 irreversible) and
     `idempotent` that a repeat is harmless: together they decide whether a call interrupted by a
-    crash may simply be run again.
+    crash may simply be run again. `required_role` and `allowed_models` limit who and which
+    models may run it (tools/permissions.py).
     """
 
     def decorate(func: Callable[..., Any]) -> Tool:
@@ -122,6 +133,7 @@ def tool(
             func, name=name, description=description, timeout=timeout, extractor=extractor, keywords=keywords
         )
         declared.level, declared.idempotent = _check_level(level, declared.name), idempotent
+        declared.required_role, declared.allowed_models = required_role, tuple(allowed_models)
         return declared
 
     return decorate(fn) if fn is not None else decorate
@@ -192,6 +204,8 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
         context_param=context_param,
         level=_check_level(entry.get("level", 1), name),
         idempotent=bool(entry.get("idempotent", False)),
+        required_role=entry.get("required_role"),
+        allowed_models=tuple(entry.get("allowed_models", ())),
     )
 
 

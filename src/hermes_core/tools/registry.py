@@ -11,6 +11,7 @@ import contextvars
 import copy
 import difflib
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,10 @@ from typing import Any
 from ..messages import Message, ToolCall
 from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
 from .declare import Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
+from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, error_result, is_error_value, render_result
+
+log = logging.getLogger("hermes_core.tools")
 
 # Sync tools run here, never on the event loop. A thread cannot be killed, so a timed-out sync
 # tool keeps its worker until it returns; the pool is sized so that a few stuck tools do not
@@ -44,8 +48,9 @@ class ToolOutcome:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = (), policy: Policy | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self.policy = policy or Policy()
         for item in tools:
             self.add(item)
 
@@ -80,9 +85,16 @@ class ToolRegistry:
     def __iter__(self) -> Any:
         return iter(self._tools.values())
 
-    def schemas(self, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+    def schemas(
+        self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str = ""
+    ) -> list[dict[str, Any]]:
+        """The tools to offer: not excluded, and permitted for this caller and model."""
         skipped = set(exclude)
-        return [t.schema() for t in self._tools.values() if t.name not in skipped]
+        return [
+            t.schema()
+            for t in self._tools.values()
+            if t.name not in skipped and self.policy.refusal(t, caller, model) is None
+        ]
 
     def closest(self, name: str, limit: int = 3) -> list[str]:
         close = difflib.get_close_matches(name, self.names, n=limit, cutoff=0.4)
@@ -108,6 +120,13 @@ class ToolRegistry:
         if declared is None:
             message = f"unknown tool {call.name!r}; available tools: {', '.join(self.closest(call.name))}"
             return ToolOutcome(call, error_result(message), ok=False, error="unknown_tool")
+        context = context or ToolContext(call_id=call.id, tool_name=call.name)
+        refusal = self.policy.refusal(declared, context.caller, context.model)
+        if refusal is not None:  # the one choke point: refused calls never run, whatever they say
+            log.warning(
+                "refused %s for %s: %s", call.name, context.caller or "an unidentified caller", refusal
+            )
+            return ToolOutcome(call, error_result(refusal), ok=False, error="permission_denied")
         try:
             arguments = parse_arguments(call.arguments)
             kwargs = self._bind(declared, arguments)
@@ -115,7 +134,7 @@ class ToolRegistry:
             message = f"invalid arguments for {call.name}: {exc}. Fix the arguments and call again."
             return ToolOutcome(call, error_result(message), ok=False, error="bad_arguments")
         if declared.context_param:
-            kwargs[declared.context_param] = context or ToolContext(call_id=call.id, tool_name=call.name)
+            kwargs[declared.context_param] = context
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
             value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)

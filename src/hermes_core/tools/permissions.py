@@ -1,0 +1,76 @@
+"""Who may run which tool (T4). The model proposes; this code decides.
+
+Every tool call passes `ToolRegistry.execute`, which asks `Policy.refusal` before anything else:
+a refused call is never executed, whatever its arguments, its wording or the number of attempts;
+the model reads "you do not have permission to call X" and the refusal is logged. The same check
+decides which tools are offered at all, so the model is not even shown what it cannot use.
+
+- roles: per user id, from configuration (`admins`, `roles`) or a callback; "member" by default.
+  A tool with `required_role` runs only for that role (admins may run everything a role may).
+- levels: 0 read-only, 1 reversible write, 2 irreversible. Level-2 tools run only when the
+  configuration names them in `allow_irreversible`; non-interactive (batch) runs mount only
+  levels up to `batch_max_level` (1).
+- `allowed_models`: a tool may be limited to some models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .declare import Tool
+
+ADMIN = "admin"
+MEMBER = "member"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The person a task runs for, as the channel identified them."""
+
+    user_id: str = ""
+    role: str = MEMBER
+    channel: str = ""
+    interactive: bool = True
+
+
+@dataclass
+class Policy:
+    admins: frozenset[str] = frozenset()
+    roles: Mapping[str, str] = field(default_factory=dict)  # user id → custom role
+    role_of: Callable[[str, str], str | None] | None = None  # (channel, user id) → role, overrides the lists
+    allow_irreversible: frozenset[str] = frozenset()  # level-2 tools the operator explicitly allows
+    batch_max_level: int = 1
+
+    @classmethod
+    def from_lists(
+        cls,
+        admins: Iterable[str] = (),
+        roles: Mapping[str, str] | None = None,
+        allow_irreversible: Iterable[str] = (),
+        batch_max_level: int = 1,
+    ) -> Policy:
+        return cls(frozenset(admins), dict(roles or {}), None, frozenset(allow_irreversible), batch_max_level)
+
+    def caller(self, user_id: str, channel: str = "", *, interactive: bool = True) -> Caller:
+        """Resolve a user's role: the callback first, then the admin list, then custom roles."""
+        role = self.role_of(channel, user_id) if self.role_of is not None else None
+        if role is None:
+            role = ADMIN if user_id in self.admins else self.roles.get(user_id, MEMBER)
+        return Caller(user_id, role, channel, interactive)
+
+    def refusal(self, tool: Tool, caller: Caller | None, model: str) -> str | None:
+        """Why `caller` may not run `tool` through `model`, or None if it may."""
+        caller = caller or Caller()
+        denied = f"you do not have permission to call {tool.name}"
+        if tool.level >= 2 and tool.name not in self.allow_irreversible:
+            return f"{denied}: irreversible tools are disabled unless the operator allows them"
+        if not caller.interactive and tool.level > self.batch_max_level:
+            return f"{denied} in a non-interactive run"
+        if tool.required_role and caller.role not in (tool.required_role, ADMIN):
+            return f"{denied}: it requires the {tool.required_role} role"
+        if tool.allowed_models and model not in tool.allowed_models:
+            return f"{denied} with this model"
+        return None
