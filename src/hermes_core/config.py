@@ -69,6 +69,10 @@ class AgentConfig(_Section):
     max_result_chars: int = Field(3000, ge=100)
     greeting_patterns: list[str] | None = None
     language: Literal["zh", "en"] | None = None
+    workspace: str | None = None  # mounts read_file / write_file / list_directory confined to this folder
+    shell_allow: list[str] = Field(
+        default_factory=list
+    )  # programs run_command may run (level 2: also allow it)
 
 
 class GatewayConfig(_Section):
@@ -158,7 +162,7 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
         max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
         max_result_chars=a.max_result_chars, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
-        tools=load_tools(settings.tools),
+        tools=load_tools(settings.tools) + workspace_tools(a.workspace, a.shell_allow),
         permissions=Policy.from_lists(
             settings.permissions.admins, settings.permissions.roles,
             settings.permissions.allow_irreversible, settings.permissions.batch_max_level,
@@ -166,6 +170,24 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     )  # fmt: skip
     options.update({key: value for key, value in overrides.items() if value is not None})
     return Agent(**options)
+
+
+def workspace_tools(workspace: str | None, shell_allow: list[str]) -> list[Any]:
+    """The file tools (and the allow-listed shell) when a workspace folder is configured."""
+    if workspace is None:
+        if shell_allow:
+            raise ConfigError("agent.shell_allow: needs agent.workspace (the folder commands run in)")
+        return []
+    from .tools.files import Workspace, file_tools
+    from .tools.shell import run_command_tool
+
+    root = Path(workspace)
+    if not root.is_dir():
+        raise ConfigError(f"agent.workspace: {workspace!r} is not an existing folder")
+    tools: list[Any] = file_tools(Workspace(root))
+    if shell_allow:
+        tools.append(run_command_tool(root, shell_allow))
+    return tools
 
 
 def load_tools(modules: list[str]) -> list[Any]:

@@ -1,0 +1,54 @@
+"""The built-in tools, safe by default (T7): what an agent gets without writing a tool itself.
+
+Always: calculator, current_time, date_diff (pure functions, level 0). With a workspace:
+read_file and list_directory (level 0) and write_file (level 1), confined to that directory.
+With a workspace *and* a non-empty list of allowed programs: run_command (level 2). The shell is
+off unless configuration names the programs, because a command's effects cannot be known.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from . import clock
+from .declare import Tool, ToolError, tool
+from .examples import calculator_tool, current_time
+from .files import Workspace, file_tools
+from .shell import run_command_tool
+
+
+@tool(name="date_diff", level=0, idempotent=True)
+def date_diff(
+    start: Annotated[str, Field(description="Start date or datetime, ISO format, e.g. 2024-05-01")],
+    end: Annotated[str, Field(description="End date or datetime, e.g. 2024-12-25T08:00:00+08:00")],
+) -> dict[str, int | float | str]:
+    """How many days (and seconds) lie between two dates; negative when end is earlier. Use it for any date arithmetic. 计算两个日期之间相差多少天、还有多久、过了多久。"""  # noqa: E501
+    try:
+        return clock.date_diff(start, end)
+    except ValueError as exc:  # a wrong date is the model's to fix, not a crash
+        raise ToolError(str(exc)) from None
+
+
+def builtin_tools(workspace: Path | Workspace | None, *, shell_allow: list[str] | None = None) -> list[Tool]:
+    """The built-in tools for an agent: see the module docstring for what each argument turns on.
+
+    Pass a `Workspace` instead of a path to change its size limits. `shell_allow` names the
+    programs run_command may start (e.g. ["ls", "git"]); it needs a workspace, which becomes the
+    programs' working directory.
+    """
+    tools: list[Tool] = [calculator_tool, current_time, date_diff]
+    if workspace is None:
+        if shell_allow:
+            raise ValueError("run_command needs a workspace to run in; pass workspace=… with shell_allow")
+        return tools
+    space = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+    tools.extend(file_tools(space))
+    if shell_allow:
+        tools.append(run_command_tool(space.root, shell_allow))
+    return tools
+
+
+__all__ = ["builtin_tools", "date_diff"]

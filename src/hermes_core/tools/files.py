@@ -1,0 +1,341 @@
+"""File tools confined to one workspace directory: read_file, write_file, list_directory.
+
+The model chooses every path, and it may have copied that path from a hostile message, so each
+path goes through two independent checks before any byte is read or written:
+
+1. **Resolution.** The path is checked as text (no NUL byte, no `..` that climbs above the root,
+   an absolute path only if it lies under the root), then joined to the root and resolved with
+   symlinks followed; the result must still lie under the root. This refuses `../../etc/passwd`,
+   `/etc/passwd`, `foo/../../x`, `../<root name>/x` (a path through the root's parent) and any
+   symlink — of the file or of a parent directory — that points outside.
+2. **Opening.** Between that check and the open, someone could swap a directory for a symlink
+   (a TOCTOU race). So the resolved path is opened one component at a time from a descriptor of
+   the root, each with `O_NOFOLLOW` (`openat` under the hood): a symlink that appeared after
+   the check makes the open fail instead of being followed. The opened file is then checked with
+   `fstat` to be a regular file; FIFOs and devices are refused (FIFOs are opened non-blocking,
+   so a FIFO with no writer cannot hang the call).
+
+This needs `dir_fd` support in `os.open` (Linux, macOS, the BSDs); elsewhere `Workspace` refuses
+to start rather than offer a weaker sandbox. Hard links are not detected: a hard link is the
+file itself, and creating one to a file you do not own is blocked by the kernel on most systems.
+
+Refusals are `ToolError`s, which the registry turns into an `error` the model reads. Messages name
+paths relative to the workspace and never the absolute root, which is the host's business.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from .declare import Tool, ToolError, tool
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it changes nothing for regular files.
+# O_NOCTTY: opening a terminal device must never make it the process's controlling terminal.
+_FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class Workspace:
+    """A directory the file tools may use, and the limits that keep one call cheap.
+
+    `max_read_bytes` bounds the file read_file will load, `max_write_bytes` one write_file call,
+    `max_entries` the entries list_directory shows.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_read_bytes: int = 1_000_000,
+        max_write_bytes: int = 1_000_000,
+        max_entries: int = 500,
+    ) -> None:
+        if not (os.open in os.supports_dir_fd and os.scandir in os.supports_fd):
+            raise RuntimeError("the file tools need openat-style dir_fd support (Linux, macOS or BSD)")
+        self.root = Path(root).resolve(strict=True)
+        if not self.root.is_dir():
+            raise NotADirectoryError(f"workspace root {root} is not a directory")
+        self._configured_root = Path(os.path.abspath(root))  # the spelling an absolute path may use
+        self.max_read_bytes = max_read_bytes
+        self.max_write_bytes = max_write_bytes
+        self.max_entries = max_entries
+
+    # -- the three operations -------------------------------------------------------------
+
+    def read_file(
+        self, path: str, max_chars: int = 4000, start_line: int | None = None, end_line: int | None = None
+    ) -> dict[str, Any]:
+        """The text of a file (UTF-8, undecodable bytes replaced), capped at `max_chars`.
+
+        Whole lines are shown whenever possible. When the text is cut or a range is asked for,
+        the result says which lines are shown and how many there are, so the model can ask for
+        the next range instead of guessing what it missed (seed 001 §3.2). Metadata comes before
+        the content so that a later cap on the whole result cuts the content, not the numbers.
+        """
+        if max_chars < 1:
+            raise ToolError("max_chars must be at least 1")
+        if start_line is not None and end_line is not None and end_line < start_line:
+            raise ToolError(f"end_line ({end_line}) is before start_line ({start_line})")
+        relative = self.resolve(path)
+        with self._open_file(relative, os.O_RDONLY) as fd:
+            data = _read_at_most(fd, self.max_read_bytes + 1)
+        if len(data) > self.max_read_bytes:
+            raise ToolError(
+                f"{_show(relative)} is larger than the read limit of {self.max_read_bytes:,} bytes"
+            )
+        lines = _split_lines(data.decode("utf-8", errors="replace"))
+        first = start_line or 1
+        last = min(end_line or len(lines), len(lines))
+        if first > max(len(lines), 1):
+            raise ToolError(f"{_show(relative)} has only {len(lines)} lines; start_line {first} is past it")
+        shown, partial = _fit_lines(lines[first - 1 : last], max_chars)
+        shown_last = first + len(shown) - 1
+        truncated = partial or shown_last < last
+        result: dict[str, Any] = {"path": _show(relative)}
+        if truncated or start_line is not None or end_line is not None:
+            result.update(
+                total_lines=len(lines),
+                shown_lines=f"{first}-{shown_last}" if shown else "none",
+                truncated=truncated,
+            )
+        if partial:
+            result["hint"] = f"line {first} alone is longer than {max_chars} characters; raise max_chars"
+        elif truncated:
+            result["hint"] = f"cut at {max_chars} characters; call again with start_line={shown_last + 1}"
+        result["content"] = "".join(shown)
+        return result
+
+    def write_file(self, path: str, content: str, append: bool = False) -> dict[str, Any]:
+        """Create, overwrite or append to a file; missing parent directories are created inside the root."""
+        data = content.encode("utf-8")
+        if len(data) > self.max_write_bytes:
+            raise ToolError(f"content is {len(data):,} bytes; the limit is {self.max_write_bytes:,} bytes")
+        relative = self.resolve(path)
+        if not relative.parts:
+            raise ToolError("the path names the workspace itself; give a file name")
+        # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
+        with self._open_file(relative, flags, create_parents=True) as fd:
+            if not append:
+                os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        return {"path": _show(relative), "bytes_written": len(data), "appended": append}
+
+    def list_directory(self, path: str = ".") -> dict[str, Any]:
+        """Names, kinds and sizes of a directory's entries, sorted by name and capped at `max_entries`.
+
+        Symlinks are listed as such, without their targets: a target may name a place outside the
+        workspace, which is not the model's business.
+        """
+        relative = self.resolve(path)
+        with self._open_directory(relative) as fd, os.scandir(fd) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+            shown = [_describe(entry) for entry in entries[: self.max_entries]]  # stat() needs fd open
+        result: dict[str, Any] = {"path": _show(relative), "total": len(entries), "entries": shown}
+        if len(entries) > self.max_entries:
+            result["more"] = f"… {len(entries) - self.max_entries} more entries not shown"
+        return result
+
+    # -- path checks ----------------------------------------------------------------------
+
+    def resolve(self, path: str) -> PurePosixPath:
+        """The path relative to the root, with symlinks resolved, or a `ToolError` if it leaves the root."""
+        if "\x00" in path:
+            raise ToolError("the path contains a NUL byte")
+        relative = self._lexically_relative(path)
+        try:
+            resolved = (self.root / relative).resolve(strict=False)
+        except (OSError, RuntimeError):  # a symlink loop, a name too long
+            raise ToolError(f"cannot resolve {path!r} inside the workspace") from None
+        if not resolved.is_relative_to(self.root):
+            raise ToolError(f"{path!r} points outside the workspace (through a symlink); access refused")
+        return PurePosixPath(resolved.relative_to(self.root).as_posix())
+
+    def _lexically_relative(self, path: str) -> PurePosixPath:
+        """Refuse what is wrong in the text itself: outside absolute paths and `..` above the root."""
+        candidate = Path(path)
+        if candidate.is_absolute():
+            for root in (self.root, self._configured_root):
+                if candidate.is_relative_to(root):
+                    candidate = candidate.relative_to(root)
+                    break
+            else:
+                raise ToolError(f"{path!r} is outside the workspace; use a path relative to the workspace")
+        depth = 0
+        for part in candidate.parts:
+            depth += -1 if part == ".." else 0 if part == "." else 1
+            if depth < 0:
+                raise ToolError(f"{path!r} climbs out of the workspace with '..'; access refused")
+        return PurePosixPath(candidate.as_posix())
+
+    # -- opening without following symlinks ----------------------------------------------
+
+    @contextmanager
+    def _open_directory(self, relative: PurePosixPath, create: bool = False) -> Iterator[int]:
+        """A descriptor of `relative`, reached from the root one `O_NOFOLLOW` step at a time."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for part in relative.parts:
+                if create:
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                    except OSError as exc:
+                        raise _refusal(exc, relative) from None
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    raise _refusal(exc, relative, expect_directory=True) from None
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _open_file(self, relative: PurePosixPath, flags: int, create_parents: bool = False) -> Iterator[int]:
+        """A descriptor of the regular file `relative`; anything else (dir, FIFO, device) is refused."""
+        if not relative.parts:
+            raise ToolError("'.' is the workspace directory, not a file; use list_directory")
+        with self._open_directory(relative.parent, create=create_parents) as parent:
+            try:
+                fd = os.open(relative.name, flags | _FILE_FLAGS, 0o666, dir_fd=parent)
+            except OSError as exc:
+                raise _refusal(exc, relative) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (FIFO, socket, device)"
+                raise ToolError(f"{_show(relative)} is {kind}; only regular files can be read or written")
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def _refusal(exc: OSError, relative: PurePosixPath, expect_directory: bool = False) -> ToolError:
+    """An OSError as a message for the model: relative path and reason, never the absolute root."""
+    name = _show(relative)
+    if isinstance(exc, FileNotFoundError):
+        return ToolError(f"{name} does not exist (paths are relative to the workspace; try list_directory)")
+    if isinstance(exc, IsADirectoryError):
+        return ToolError(f"{name} is a directory, not a file; use list_directory")
+    if isinstance(exc, NotADirectoryError) and expect_directory:
+        # O_DIRECTORY|O_NOFOLLOW on a symlink also lands here on some systems
+        return ToolError(f"{name} is not a directory (or part of it became a symlink); access refused")
+    if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a symlink (EMLINK on FreeBSD)
+        return ToolError(f"{name} is a symlink loop or changed while it was opened; access refused")
+    if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing
+        return ToolError(f"{name} is not a regular file (FIFO, socket, device); access refused")
+    if isinstance(exc, PermissionError):
+        return ToolError(f"permission denied for {name}")
+    return ToolError(f"cannot open {name}: {exc.strerror or type(exc).__name__}")
+
+
+def _show(relative: PurePosixPath) -> str:
+    return relative.as_posix() if relative.parts else "."
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines ending in "\\n", numbered as editors do (`str.splitlines` would also split on \\f, \\v…)."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
+
+def _fit_lines(lines: list[str], max_chars: int) -> tuple[list[str], bool]:
+    """As many whole lines as fit in `max_chars`; if not even the first fits, the start of it (partial)."""
+    shown: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) > max_chars:
+            break
+        shown.append(line)
+        used += len(line)
+    if lines and not shown:
+        return [lines[0][:max_chars]], True
+    return shown, False
+
+
+def _describe(entry: os.DirEntry[str]) -> dict[str, Any]:
+    if entry.is_symlink():
+        return {"name": entry.name, "type": "symlink"}
+    if entry.is_dir(follow_symlinks=False):
+        return {"name": entry.name, "type": "directory"}
+    if entry.is_file(follow_symlinks=False):
+        return {"name": entry.name, "type": "file", "size": entry.stat(follow_symlinks=False).st_size}
+    return {"name": entry.name, "type": "other"}
+
+
+# -- tools bound to a workspace ---------------------------------------------------------------
+
+PathArgument = Annotated[str, Field(description="Path relative to the workspace, e.g. notes/todo.md")]
+
+
+def read_file_tool(workspace: Workspace) -> Tool:
+    @tool(name="read_file", level=0, idempotent=True)
+    def read_file(
+        path: PathArgument,
+        max_chars: Annotated[int, Field(ge=1, le=100_000, description="Most characters to return")] = 4000,
+        start_line: Annotated[int | None, Field(ge=1, description="First line to show (1-based)")] = None,
+        end_line: Annotated[int | None, Field(ge=1, description="Last line to show (inclusive)")] = None,
+    ) -> dict[str, Any]:
+        """Read a text file in the workspace. Long files are cut at max_chars; the result then gives total_lines and the start_line to continue from. 读取工作区里的文本文件，可按行号范围读取；文件太长时会截断并告诉你总行数。"""  # noqa: E501
+        return workspace.read_file(path, max_chars, start_line, end_line)
+
+    return read_file
+
+
+def write_file_tool(workspace: Workspace) -> Tool:
+    # Not idempotent: an append run twice appends twice (an overwrite would be harmless to repeat,
+    # but one flag covers both modes, and a crash-replay must not duplicate an append).
+    @tool(name="write_file", level=1, idempotent=False)
+    def write_file(
+        path: PathArgument,
+        content: Annotated[str, Field(description="The full text to write (UTF-8)")],
+        append: Annotated[bool, Field(description="Add to the end instead of replacing the file")] = False,
+    ) -> dict[str, Any]:
+        """Create or overwrite a text file in the workspace (append=true adds to the end); parent folders are created. Only use it when the user wants a file saved or changed. 在工作区写入或追加文本文件，仅在用户要求保存或修改文件时使用。"""  # noqa: E501
+        return workspace.write_file(path, content, append)
+
+    return write_file
+
+
+def list_directory_tool(workspace: Workspace) -> Tool:
+    @tool(name="list_directory", level=0, idempotent=True)
+    def list_directory(
+        path: Annotated[str, Field(description="Directory relative to the workspace; '.' is the top")] = ".",
+    ) -> dict[str, Any]:
+        """List the files and folders in a workspace directory, with their sizes. 列出工作区目录里的文件和文件夹及大小。"""  # noqa: E501
+        return workspace.list_directory(path)
+
+    return list_directory
+
+
+def file_tools(workspace: Workspace) -> list[Tool]:
+    """read_file, write_file and list_directory, all bound to `workspace`."""
+    return [read_file_tool(workspace), write_file_tool(workspace), list_directory_tool(workspace)]
+
+
+__all__ = ["Workspace", "file_tools", "list_directory_tool", "read_file_tool", "write_file_tool"]
