@@ -19,6 +19,7 @@ from .messages import Message
 from .models.base import ModelClient, TextCallback
 from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
 from .prompts import DEFAULT_SYSTEM_PROMPT
+from .redaction import RedactingModelClient
 from .replies import Language, detect_language
 from .tools import Tool, ToolRegistry
 from .tools.permissions import Caller, Policy
@@ -110,7 +111,8 @@ class Agent:
     def client(self) -> ModelClient:
         if self._client is None:
             inner = self.model if isinstance(self.model, ModelClient) else self._build_client()
-            self._client = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
+            client = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
+            self._client = RedactingModelClient(client)  # no secret in a prompt, none echoed back (O1)
         return self._client
 
     def is_greeting(self, message: str) -> bool:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
 EXIT_WORDS = {"exit", "quit", "/exit", "/quit", "退出"}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="YAML configuration file")
     parser.add_argument("--model", help="model name (overrides configuration)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS,
+        help="log to stderr at this level (default: HERMES_LOG_LEVEL; else INFO for serve, none otherwise)",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("chat", help="interactive chat (exit, quit or Ctrl-D to leave)")
     run = commands.add_parser("run", help="run one message and print the reply")
@@ -44,14 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from .config import ConfigError, build_agent, load_settings
+    from .redaction import redact_text
 
     try:
-        settings = load_settings(args.config)
+        settings = load_settings(args.config)  # loads .env first: the secrets to redact are all known now
+        configure_logging(args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command)
         settings.model.name = args.model or settings.model.name
         settings.model.base_url = args.base_url or settings.model.base_url
         agent = build_agent(settings)
     except (ConfigError, ValueError, TypeError) as exc:
-        print(f"hermes-core: {exc}", file=sys.stderr)
+        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if args.command == "tools":
         return print_tools(agent)
@@ -69,12 +78,22 @@ def print_tools(agent: Any) -> int:
     return 0
 
 
-def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+def configure_logging(level: str | None, command: str) -> None:
+    """Log lines to stderr at `level` (INFO for `serve` when not given), every secret redacted."""
     import logging
 
-    from .gateway.server import serve
+    from .redaction import install_log_redaction
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = level or ("INFO" if command == "serve" else None)
+    if level is not None:
+        if level.upper() not in LOG_LEVELS:
+            raise ValueError(f"HERMES_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+        logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    install_log_redaction()  # also when nothing is configured: warnings still reach stderr
+
+
+def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+    from .gateway.server import serve
 
     def ready(address: str) -> None:
         print(f"hermes-core serving on {address} (POST /webhook, /feishu/events; GET /healthz)", flush=True)
@@ -84,6 +103,8 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
 
 
 async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
+    from .redaction import redact_data, redact_text
+
     try:
         result = await agent.run(message)
     finally:
@@ -99,21 +120,22 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
             "usage": vars(result.usage),
             "model_calls": result.model_calls,
         }
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        print(json.dumps(redact_data(summary), ensure_ascii=False, indent=2))
     else:
-        print(result.reply)
+        print(redact_text(result.reply))
     return 0 if result.ok else 1
 
 
 async def chat(agent: Any) -> int:
     from .gateway.runner import AgentRunner
+    from .redaction import redact_text
 
     runner = AgentRunner(agent)  # the gateway's turn handling: memory, window, /memory and /forget
     streamed: list[str] = []
 
-    def show(piece: str) -> None:
+    def show(piece: str) -> None:  # each piece redacted: a secret split across two pieces would pass
         streamed.append(piece)
-        print(piece, end="", flush=True)
+        print(redact_text(piece), end="", flush=True)
 
     print("hermes-core chat — type exit or quit (or Ctrl-D) to leave.")
     try:
@@ -132,7 +154,7 @@ async def chat(agent: Any) -> int:
             if streamed and "".join(streamed) == reply:
                 print()
             else:
-                print(("\n" if streamed else "") + reply)
+                print(("\n" if streamed else "") + redact_text(reply))
     finally:
         await agent.aclose()
     return 0

@@ -21,13 +21,30 @@ from aiohttp import web
 
 from ..channels.webhook import WebhookChannel
 from ..config import Settings, build_agent
+from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
 from .dispatcher import Gateway
+from .messages import InboundMessage
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
 log = logging.getLogger("hermes_core.server")
+
+
+class RedactingRunner:
+    """The agent's runner, with every reply redacted (redaction.py) before the gateway stores or
+    sends it: a prompt-injected model may try to echo a secret to the user."""
+
+    def __init__(self, inner: AgentRunner, redactor: Redactor) -> None:
+        self.inner = inner
+        self.redactor = redactor
+
+    async def __call__(self, message: InboundMessage) -> list[str]:
+        return [self.redactor.redact(text) for text in await self.inner(message)]
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
@@ -36,7 +53,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     store = SQLiteGatewayStore(database)
     if agent.journal is None:  # turns resume from their journal after a crash (tasks/journal.py)
         agent.journal = SQLiteTaskJournal(database)
-    runner = AgentRunner(agent, build_memory(settings))
+    runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
     webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
     gateway.add_channel(webhook)
@@ -125,7 +142,7 @@ async def serve(
     finally:
         gateway.accepting = False
         await gateway.stop(settings.gateway.shutdown_grace)
-        if isinstance(gateway.runner, AgentRunner):
+        if isinstance(gateway.runner, RedactingRunner):
             await gateway.runner.aclose()
         await runner.cleanup()
         await agent.aclose()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..messages import Message, ToolCall
+from ..redaction import redact_text
 from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
 from .declare import Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
@@ -111,6 +112,7 @@ class ToolRegistry:
         started = time.perf_counter()
         outcome = await self._execute(call, timeout, max_chars, context)
         outcome.elapsed = time.perf_counter() - started
+        outcome.content = redact_text(outcome.content)  # a tool that read a secret does not hand it on
         return outcome
 
     async def _execute(
