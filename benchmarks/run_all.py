@@ -1,8 +1,10 @@
 """Run every benchmark, print one summary table, write it to benchmarks/results/latest.md.
 
-    python benchmarks/run_all.py [--quick]
+    python benchmarks/run_all.py [--quick] [--gateway]
 
---quick runs fewer repetitions (still at the minimums the benchmarks ask for).
+--quick runs fewer repetitions (still at the minimums the benchmarks ask for). --gateway adds the
+gateway benchmark (a real `hermes-core serve` process, ~2 min: Feishu ack latency under load and
+draining 1,000 conversations, whose replies are paced by the send rate limits).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_concurrency  # noqa: E402
+import bench_gateway  # noqa: E402
 import bench_import  # noqa: E402
 import bench_install_size  # noqa: E402
 import bench_one_turn_process  # noqa: E402
@@ -26,7 +29,9 @@ from _common import BENCH_DIR, format_table, machine, markdown_table  # noqa: E4
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="minimum repetitions")
-    quick = parser.parse_args().quick
+    parser.add_argument("--gateway", action="store_true", help="also the gateway benchmark (~2 min)")
+    args = parser.parse_args()
+    quick = args.quick
     benchmarks = {
         "import": lambda: bench_import.run(runs=7 if quick else 11),
         "one turn, process": lambda: bench_one_turn_process.run(runs=10 if quick else 15),
@@ -34,6 +39,8 @@ def main() -> None:
         "concurrency": lambda: bench_concurrency.run(runs=3 if quick else 7),
         "install size": bench_install_size.run,
     }
+    if args.gateway:
+        benchmarks["gateway"] = bench_gateway.run
     started = time.perf_counter()
     rows, seconds = [], {}
     for name, run in benchmarks.items():
@@ -50,6 +57,12 @@ def main() -> None:
         "no-framework script making the same two POSTs with one aiohttp.ClientSession.",
         "Concurrency: Agent(max_concurrency=1000), bare TCPConnector(limit=1000).",
     ]
+    if args.gateway:
+        notes.append(
+            "Gateway: `hermes-core serve` + fake model + FakeFeishu, encrypted and signed pushes; ack "
+            'baseline is a bare aiohttp.web endpoint answering {"msg": "success"}; drain ideals '
+            "are model calls x latency x waves, and the gateway's own send limiter schedule."
+        )
     print()
     print(format_table(rows))
     print()
