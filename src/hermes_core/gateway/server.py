@@ -10,6 +10,7 @@ is still unfinished stays in the inbox for the next start.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -129,6 +130,12 @@ async def serve(
             pass
     try:
         await gateway.start()
+        # Everything loaded so far lives for the whole process: keep it out of the collector's
+        # generations, and collect young objects less often, so that full collections (which stop
+        # the event loop for tens of ms under load) are rare and short. Measured with bench_gateway.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 20)
         site = web.TCPSite(
             runner, host or settings.gateway.host, settings.gateway.port if port is None else port
         )
