@@ -157,11 +157,18 @@ def test_kill_at_each_step_then_resume(tmp_path: Path, platform, kill_point: str
     finally:
         if first.poll() is None:
             first.kill()
+    restarted = time.monotonic()
     second = subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
+        wait(lambda: healthy(port))
+        up = time.monotonic()
         wait(lambda: any(m.reply_to == message_id for m in feishu.sent), timeout=60)
+        print(
+            f"\nresume after kill at {kill_point!r}: serving after {up - restarted:.2f} s, "
+            f"reply after {time.monotonic() - restarted:.2f} s"
+        )
         time.sleep(0.5)  # a second reply would show up now
     finally:
         second.send_signal(signal.SIGTERM)
