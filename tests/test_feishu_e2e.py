@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
+from gateway_harness import serving, wait_for
 from hermes_core.channels.feishu.api import FeishuAPI
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.ratelimit import SendLimiter
@@ -53,27 +53,8 @@ async def feishu_gateway(
         api=api,
     )
     gateway.add_channel(channel)
-    app = web.Application()
-    app.add_routes(channel.routes())
-    site_runner = web.AppRunner(app, access_log=None)
-    await site_runner.setup()
-    site = web.TCPSite(site_runner, "127.0.0.1", 0)
-    await gateway.start()
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield gateway, f"http://127.0.0.1:{port}/feishu/events"
-    finally:
-        await gateway.stop(grace=2)
-        await site_runner.cleanup()
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
+    async with serving(gateway, channel.routes()) as url:
+        yield gateway, f"{url}/feishu/events"
 
 
 @pytest.mark.parametrize("mode", ["webhook", "longconn"])

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from gateway_harness import serving, wait_for
 from hermes_core.channels.base import Channel, DeliveryError
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway, reply_for
@@ -33,27 +34,8 @@ async def running_gateway(
     gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), runner, **options)  # type: ignore[arg-type]
     webhook = WebhookChannel(gateway, secret=secret, reply_timeout=5)
     gateway.add_channel(webhook)
-    app = web.Application()
-    app.add_routes(webhook.routes())
-    site_runner = web.AppRunner(app, access_log=None)
-    await site_runner.setup()
-    site = web.TCPSite(site_runner, "127.0.0.1", 0)
-    await gateway.start()
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield gateway, f"http://127.0.0.1:{port}"
-    finally:
-        await gateway.stop(grace=2)
-        await site_runner.cleanup()
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
+    async with serving(gateway, webhook.routes()) as url:
+        yield gateway, url
 
 
 async def post(url: str, body: bytes | dict, headers: dict[str, str] | None = None) -> tuple[int, dict]:
