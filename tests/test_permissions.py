@@ -128,3 +128,15 @@ def test_permissions_from_configuration(tmp_path: Path) -> None:
     policy = build_agent(load_settings(path, env={}, dotenv=None)).permissions
     assert policy.caller("ou_boss").role == "admin" and policy.caller("ou_hr").role == "hr"
     assert policy.caller("ou_other").role == "member" and policy.allow_irreversible == frozenset({"x"})
+
+
+async def test_a_journaled_agent_keeps_its_policy(tmp_path: Path) -> None:
+    from hermes_core.tasks import SQLiteTaskJournal
+
+    allowed = Policy.from_lists(allow_irreversible=["delete_database"])
+    model = ScriptedModel([call("delete_database", {"name": "staging"}), reply("dropped")])
+    journal = SQLiteTaskJournal(tmp_path / "g.db")
+    agent = Agent(model=model, tools=[delete_database], permissions=allowed, journal=journal)
+    await agent.run("drop staging", task_id="t1")
+    await journal.close()
+    assert RAN == ["delete staging"] and offered(model) == ["delete_database"]

@@ -165,8 +165,8 @@ class JournaledTools(ToolRegistry):
     """The agent's tools, with every execution journaled (start, then result) and replayed on resume."""
 
     def __init__(self, registry: ToolRegistry, journal: TaskJournal, task_id: str, replay: Replay) -> None:
-        super().__init__()
-        self._tools = registry._tools  # the same tools: only `execute` differs
+        super().__init__(policy=registry.policy)  # the same tools and policy: only `execute` differs
+        self._tools = registry._tools
         self.journal, self.task_id, self.replay = journal, task_id, replay
 
     async def execute(
