@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -48,3 +49,10 @@ class ModelClient(ABC):
     async def aclose(self) -> None:
         """Release connections. Safe to call more than once; clients without any keep this no-op."""
         return None
+
+
+async def emit_text(on_text: TextCallback, piece: str) -> None:
+    """Hand a piece of visible text to a callback that may be sync or async."""
+    result = on_text(piece)
+    if inspect.isawaitable(result):
+        await result

@@ -13,7 +13,6 @@ aiohttp is imported inside methods, so importing this module does not import it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import random
@@ -24,7 +23,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Message, ModelResponse, ToolCall, Usage
-from .base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+from .base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, emit_text
 from .settings import ModelSettings
 from .sse import DONE, StreamAssembler, sse_data
 
@@ -159,7 +158,7 @@ class OpenAICompatClient(ModelClient):
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 raise _Transient(_describe(exc)) from exc
         if on_text is not None and response.content:  # the server ignored stream=true
-            await _emit(on_text, response.content)
+            await emit_text(on_text, response.content)
         return response
 
     def _session_for_running_loop(self) -> aiohttp.ClientSession:
@@ -210,7 +209,7 @@ async def _read_stream(reply: aiohttp.ClientResponse, on_text: TextCallback | No
             piece = assembler.feed(json.loads(data))
             if piece and on_text is not None:
                 shown = True
-                await _emit(on_text, piece)
+                await emit_text(on_text, piece)
         if assembler.finished:  # some servers end the stream without the [DONE] line
             return assembler.response()
         reason = "stream ended before the reply was finished"
@@ -234,12 +233,6 @@ async def _sse_payloads(content: aiohttp.StreamReader) -> AsyncIterator[str]:
     data = sse_data(pending.decode("utf-8"))
     if data is not None:
         yield data
-
-
-async def _emit(on_text: TextCallback, piece: str) -> None:
-    result = on_text(piece)
-    if inspect.isawaitable(result):
-        await result
 
 
 def _parse_completion(raw: bytes) -> ModelResponse:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from ..messages import Message, ModelResponse
-from .base import ModelClient, ModelRequestRejected, TextCallback
+from .base import ModelClient, ModelRequestRejected, TextCallback, emit_text
 
 ToolMode = Literal["native", "text", "auto"]
 TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
@@ -122,12 +122,12 @@ class TextToolCalls(ModelClient):
         async def visible(piece: str) -> None:
             shown = parser.feed(piece).text
             if shown:
-                await _emit(on_text, shown)
+                await emit_text(on_text, shown)
 
         response = await self.inner.complete(messages, tools, on_text=visible)
         rest = parser.flush().text
         if rest:
-            await _emit(on_text, rest)
+            await emit_text(on_text, rest)
         return response
 
     async def aclose(self) -> None:
@@ -214,11 +214,3 @@ def _refuses_tools(exc: ModelRequestRejected) -> bool:
     """A 400 that is about tools (vLLM, Ollama and llama.cpp all name them), not about the prompt."""
     text = str(exc).lower()
     return exc.status == 400 and ("tool" in text or "function" in text)
-
-
-async def _emit(on_text: TextCallback, piece: str) -> None:
-    import inspect
-
-    result = on_text(piece)
-    if inspect.isawaitable(result):
-        await result

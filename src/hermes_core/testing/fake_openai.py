@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import inspect
 import itertools
 import json
@@ -38,6 +37,8 @@ from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from ._thread import serve_in_thread
 
 ToolArgs = dict[str, Any] | str
 """Tool-call arguments: a dict is JSON-encoded by the fake, a str is sent verbatim (may be broken)."""
@@ -266,25 +267,7 @@ class FakeOpenAIServer:
 
     def start_in_thread(self, timeout: float = 10.0) -> FakeOpenAIServer:
         """Serve from a daemon thread with its own event loop; returns once listening."""
-        loop = asyncio.new_event_loop()
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def serve() -> None:
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # e.g. the port is taken: re-raised in the caller
-                started.set_exception(exc)
-                loop.close()
-                return
-            started.set_result(None)
-            loop.run_forever()
-            loop.run_until_complete(self.aclose())
-            loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=serve, name="fake-openai", daemon=True)
-        self._thread.start()
-        started.result(timeout)
+        self._loop, self._thread = serve_in_thread(self.start, self.aclose, "fake-openai", timeout)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -30,7 +30,6 @@ deadlines (``ack_timeout`` 3 s, ``challenge_timeout`` 1 s) are real seconds, set
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import random
 import threading
@@ -42,6 +41,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from .._thread import serve_in_thread
 from .api import OpenApi, Patch, RecordedCall, SentMessage, plain_text
 from .pusher import RETRY_DELAYS, PushAttempt, PushResult, redelivery
 from .ws import LongConnectionPusher
@@ -143,24 +143,7 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
 
     def start_in_thread(self, timeout: float = 10.0) -> FakeFeishu:
         """Serve from a daemon thread with its own event loop; returns once listening."""
-        loop = asyncio.new_event_loop()
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        def serve() -> None:
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as exc:  # e.g. the port is taken: re-raised in the caller
-                started.set_exception(exc)
-                loop.close()
-                return
-            started.set_result(None)
-            loop.run_forever()
-            loop.run_until_complete(self.aclose())
-            loop.close()
-
-        self._thread = threading.Thread(target=serve, name="fake-feishu", daemon=True)
-        self._thread.start()
-        started.result(timeout)
+        _, self._thread = serve_in_thread(self.start, self.aclose, "fake-feishu", timeout)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
