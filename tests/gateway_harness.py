@@ -6,10 +6,17 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from aiohttp import web
 
-from hermes_core.gateway.dispatcher import Gateway
+from hermes_core.channels.feishu.api import FeishuAPI
+from hermes_core.channels.feishu.channel import FeishuChannel
+from hermes_core.channels.feishu.ratelimit import SendLimiter
+from hermes_core.gateway.dispatcher import Gateway, Runner
+from hermes_core.gateway.messages import InboundMessage
+from hermes_core.gateway.store import SQLiteGatewayStore
+from hermes_core.testing.fake_feishu import FakeFeishu
 
 
 @asynccontextmanager
@@ -36,3 +43,37 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.02)
+
+
+async def echo(message: InboundMessage) -> list[str]:
+    return [f"echo: {message.text}"]
+
+
+@asynccontextmanager
+async def feishu_gateway(
+    tmp_path: Path,
+    feishu: FakeFeishu,
+    runner: Runner = echo,
+    *,
+    mode: str = "webhook",
+    send_rate: float = 1000.0,
+) -> AsyncIterator[tuple[Gateway, str]]:
+    store = SQLiteGatewayStore(tmp_path / "gateway.db")
+    gateway = Gateway(store, runner)
+    api = FeishuAPI(
+        feishu.app_id, feishu.app_secret, base_url=feishu.base_url,
+        limiter=SendLimiter(rate_per_s=send_rate), retry_base_delay=0.05,
+    )  # fmt: skip
+    channel = FeishuChannel(
+        gateway,
+        app_id=feishu.app_id,
+        app_secret=feishu.app_secret,
+        verification_token=feishu.verification_token,
+        encrypt_key=feishu.encrypt_key,
+        base_url=feishu.base_url,
+        mode=mode,  # type: ignore[arg-type]
+        api=api,
+    )
+    gateway.add_channel(channel)
+    async with serving(gateway, channel.routes()) as url:
+        yield gateway, f"{url}/feishu/events"

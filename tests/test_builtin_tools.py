@@ -294,7 +294,7 @@ async def test_the_model_facing_path_returns_refusals_as_errors(root: Path, outs
 
 def test_builtin_tools_without_workspace_are_pure_and_read_only() -> None:
     tools = by_name(builtin_tools(None))
-    assert list(tools) == ["calculator", "current_time", "date_diff"]
+    assert list(tools) == ["calculator", "current_time", "date_diff", "clarify"]
     assert all(t.level == 0 for t in tools.values())
     with pytest.raises(ValueError, match="workspace"):
         builtin_tools(None, shell_allow=["ls"])
@@ -302,7 +302,7 @@ def test_builtin_tools_without_workspace_are_pure_and_read_only() -> None:
 
 def test_builtin_tools_shell_only_with_a_non_empty_allow_list(root: Path) -> None:
     assert list(by_name(builtin_tools(root))) == [
-        "calculator", "current_time", "date_diff", "read_file", "write_file", "list_directory",
+        "calculator", "current_time", "date_diff", "clarify", "read_file", "write_file", "list_directory",
     ]  # fmt: skip
     assert "run_command" not in by_name(builtin_tools(root, shell_allow=[]))
     tools = by_name(builtin_tools(root, shell_allow=["ls"]))

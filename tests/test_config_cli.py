@@ -40,7 +40,7 @@ def test_yaml_then_environment(tmp_path: Path) -> None:
     assert (
         agent.max_turns == 4
         and agent.model == "from-env"
-        and agent.registry.names == ["calculator", "current_time"]
+        and agent.registry.names == ["calculator", "current_time", "clarify"]
     )
 
 
@@ -93,7 +93,7 @@ def test_user_tools_load_from_modules(tmp_path: Path, monkeypatch: pytest.Monkey
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = load_settings(write(tmp_path, "tools: [my_team_tools]\n"), env={}, dotenv=None)
-    assert build_agent(settings).registry.names == ["shout"]
+    assert build_agent(settings).registry.names == ["shout", "clarify"]
     with pytest.raises(ConfigError, match="cannot import module 'no_such_module'"):
         build_agent(load_settings(write(tmp_path, "tools: [no_such_module]\n"), env={}, dotenv=None))
 

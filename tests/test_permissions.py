@@ -11,6 +11,7 @@ import pytest
 from hermes_core import Agent, tool
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
+from hermes_core.tasks.pending import InlineInteractions, Pending
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.permissions import Caller, Policy
 
@@ -41,6 +42,14 @@ def expensive_search(query: str) -> str:
 @pytest.fixture(autouse=True)
 def clear_log() -> None:
     RAN.clear()
+
+
+async def approve_all(pending: Pending) -> bool:
+    return True
+
+
+async def no_questions(question: str) -> str:
+    raise AssertionError(f"unexpected question: {question}")
 
 
 def offered(model: ScriptedModel, index: int = 0) -> list[str]:
@@ -85,8 +94,15 @@ async def test_irreversible_tools_are_off_unless_allowed() -> None:
     assert RAN == [] and offered(model) == [] and "irreversible tools are disabled" in errors(result)[0]
 
     allowed = Policy.from_lists(allow_irreversible=["delete_database"])
+    model = ScriptedModel([call("delete_database", {"name": "staging"}), reply("not dropped")])
+    result = await Agent(model=model, tools=[delete_database], permissions=allowed).run("drop staging")
+    assert RAN == [] and offered(model) == []  # allowed, but level 2 needs a person to approve each call
+    assert "needs a person's approval" in errors(result)[0]
+
     model = ScriptedModel([call("delete_database", {"name": "staging"}), reply("dropped")])
-    await Agent(model=model, tools=[delete_database], permissions=allowed).run("drop staging")
+    agent = Agent(model=model, tools=[delete_database], permissions=allowed,
+                  interactions=InlineInteractions(approve_all, no_questions))  # fmt: skip
+    await agent.run("drop staging")
     assert RAN == ["delete staging"] and offered(model) == ["delete_database"]
 
 
@@ -136,7 +152,8 @@ async def test_a_journaled_agent_keeps_its_policy(tmp_path: Path) -> None:
     allowed = Policy.from_lists(allow_irreversible=["delete_database"])
     model = ScriptedModel([call("delete_database", {"name": "staging"}), reply("dropped")])
     journal = SQLiteTaskJournal(tmp_path / "g.db")
-    agent = Agent(model=model, tools=[delete_database], permissions=allowed, journal=journal)
+    agent = Agent(model=model, tools=[delete_database], permissions=allowed, journal=journal,
+                  interactions=InlineInteractions(approve_all, no_questions))  # fmt: skip
     await agent.run("drop staging", task_id="t1")
     await journal.close()
     assert RAN == ["delete staging"] and offered(model) == ["delete_database"]

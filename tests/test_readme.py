@@ -39,6 +39,11 @@ def test_scripted_example_runs() -> None:
     exec(compile(example("scripted"), "README.md", "exec"), {})
 
 
+def test_approvals_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(compile(example("approvals"), "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["awaiting_approval", "Refunded A-1."]
+
+
 def test_readme_commands_match_ci() -> None:
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert 'pip install ".[test]" && python -m pytest' in README.read_text(encoding="utf-8")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .loop import Limits, RunResult, run_loop
+from .loop import PAUSES, Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
 from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
@@ -26,6 +26,7 @@ from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
     from .tasks.journal import TaskJournal
+    from .tasks.pending import Interactions
 
 DEFAULT_GREETINGS: tuple[str, ...] = (
     r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
@@ -79,17 +80,22 @@ class Agent:
         default_factory=Policy
     )  # roles, levels, allowed models (tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
+    interactions: Interactions | None = None  # who approves calls and answers questions (tasks/pending.py)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
 
     def __post_init__(self) -> None:
-        self.registry = ToolRegistry(policy=self.permissions)
+        self.registry = ToolRegistry(policy=self.permissions, interactions=self.interactions)
         for item in self.tools:
             self.registry.add(item)
         self._greeting = _compile_greetings(self.greeting_patterns)
         if self.tool_mode not in TOOL_MODES:
             raise ValueError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, got {self.tool_mode!r}")
         self._client: ModelClient | None = None
+
+    def use_interactions(self, interactions: Interactions | None) -> None:
+        """Set where approvals and questions wait (the gateway's store, a terminal prompt…)."""
+        self.interactions = self.registry.interactions = interactions
 
     def register_tool(
         self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None
@@ -132,6 +138,9 @@ class Agent:
         With a `journal`, pass a `task_id` that stays the same if the task is run again after a
         crash (the gateway uses the message's id): the task then resumes from its journal.
         `caller` is who the task runs for; tools are offered and run only as its role permits.
+        A task that stops for a person (stop_reason `awaiting_approval` or `awaiting_answer`)
+        leaves `session` as it was: run the same message again under the same task id once the
+        person has decided or answered, and it continues from its journal.
         """
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
@@ -157,6 +166,8 @@ class Agent:
             on_text=on_text,
             caller=caller,
         )
+        if result.stop_reason in PAUSES:  # run again under this task id once a person has answered
+            return result
         if self.journal is not None:
             await self.journal.append(
                 task_id, "finished", {"reply": result.reply, "stop_reason": result.stop_reason}

@@ -132,6 +132,8 @@ async def chat(agent: Any) -> int:
 
     runner = AgentRunner(agent)  # the gateway's turn handling: memory, window, /memory and /forget
     streamed: list[str] = []
+    if agent.interactions is None:  # approvals as a y/n prompt, clarify questions asked in place
+        agent.use_interactions(terminal_interactions())
 
     def show(piece: str) -> None:  # each piece redacted: a secret split across two pieces would pass
         streamed.append(piece)
@@ -150,7 +152,8 @@ async def chat(agent: Any) -> int:
             if not line.strip():
                 continue
             streamed.clear()
-            reply = await runner.reply("cli", line, on_text=show)
+            answer = await runner.reply("cli", line, on_text=show)
+            reply = answer if isinstance(answer, str) else answer.text
             if streamed and "".join(streamed) == reply:
                 print()
             else:
@@ -158,6 +161,28 @@ async def chat(agent: Any) -> int:
     finally:
         await agent.aclose()
     return 0
+
+
+def terminal_interactions() -> Any:
+    """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on."""
+    from .redaction import redact_text
+    from .tasks.pending import InlineInteractions, Pending
+
+    async def confirm(pending: Pending) -> bool:
+        prompt = f"\nApprove {pending.tool}({redact_text(pending.arguments)})? 批准执行？ [y/N] "
+        try:
+            answer = await asyncio.to_thread(input, prompt)
+        except (EOFError, KeyboardInterrupt):
+            return False
+        return answer.strip().lower() in {"y", "yes", "是", "好", "批准"}
+
+    async def ask(question: str) -> str:
+        try:
+            return await asyncio.to_thread(input, f"\n{redact_text(question)}\n? ")
+        except (EOFError, KeyboardInterrupt):
+            return ""
+
+    return InlineInteractions(confirm, ask)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,8 @@ class PermissionsConfig(_Section):
     roles: dict[str, str] = Field(default_factory=dict)
     allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
     batch_max_level: int = Field(1, ge=0, le=2)
+    confirm: list[str] = Field(default_factory=list)  # tools whose every call a person approves first
+    approval_ttl: float = Field(600.0, gt=0)  # seconds an approval waits before it expires
 
 
 class Settings(_Section):
@@ -149,6 +151,7 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     """An `Agent` from settings; the API key is read from HERMES_API_KEY by the agent itself."""
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
+    from .tools.clarify import clarify
     from .tools.permissions import Policy
 
     m, a = settings.model, settings.agent
@@ -162,7 +165,10 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
         max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
         max_result_chars=a.max_result_chars, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
-        tools=load_tools(settings.tools) + workspace_tools(a.workspace, a.shell_allow),
+        tools=with_confirmation(
+            load_tools(settings.tools) + workspace_tools(a.workspace, a.shell_allow) + [clarify],
+            settings.permissions.confirm,
+        ),
         permissions=Policy.from_lists(
             settings.permissions.admins, settings.permissions.roles,
             settings.permissions.allow_irreversible, settings.permissions.batch_max_level,
@@ -170,6 +176,16 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     )  # fmt: skip
     options.update({key: value for key, value in overrides.items() if value is not None})
     return Agent(**options)
+
+
+def with_confirmation(tools: list[Any], names: list[str]) -> list[Any]:
+    """The tools, those named in `permissions.confirm` as copies that wait for a person's approval."""
+    import dataclasses
+
+    unknown = set(names) - {t.name for t in tools}
+    if unknown:
+        raise ConfigError(f"permissions.confirm: no tool named {', '.join(sorted(unknown))}")
+    return [dataclasses.replace(t, confirm=True) if t.name in names else t for t in tools]
 
 
 def workspace_tools(workspace: str | None, shell_allow: list[str]) -> list[Any]:

@@ -21,6 +21,10 @@ from .tools.permissions import Caller
 from .tools.registry import ToolOutcome
 from .tools.results import error_result
 
+# Tool outcomes that pause the task instead of failing a call: a person must answer first (T5, T6).
+# The task stops with this stop_reason and is run again under the same task id once they have.
+PAUSES = ("awaiting_approval", "awaiting_answer")
+
 
 @dataclass
 class Limits:
@@ -38,7 +42,7 @@ class RunResult:
     tool_calls: list[ToolOutcome] = field(default_factory=list)
     responses: list[ModelResponse] = field(default_factory=list)  # raw model outputs, for the trace
     usage: Usage = field(default_factory=Usage)
-    stop_reason: str = "completed"  # completed | max_turns | max_tool_calls | model_unavailable | …
+    stop_reason: str = "completed"  # completed | max_turns | … | awaiting_approval | awaiting_answer
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -89,6 +93,9 @@ async def run_loop(
         outcomes = await run_tool_calls(response, registry, guards, limits, task_context)
         run.tool_calls.extend(outcomes)
         messages.extend(outcome.to_message() for outcome in outcomes)
+        paused = next((outcome for outcome in outcomes if outcome.error in PAUSES), None)
+        if paused is not None:  # a person must answer first; the task is run again once they have
+            return _finish(run, pause_reply(paused, language), str(paused.error), started)
         if guards.budget_exhausted:
             return _finish(run, fixed_reply("max_tool_calls", language), "max_tool_calls", started)
     return _finish(run, fixed_reply("max_turns", language), "max_turns", started)
@@ -163,6 +170,16 @@ class TaskGuards:
                 self.withdrawn.add(name)
 
 
+def pause_reply(paused: ToolOutcome, language: Language) -> str:
+    """What the user reads when a task pauses: the approval request, or the model's question."""
+    if paused.error != "awaiting_approval":
+        return paused.content
+    arguments = json.dumps(paused.arguments or {}, ensure_ascii=False)
+    return fixed_reply("approval_request", language).format(
+        tool=paused.call.name, arguments=arguments, id=paused.content
+    )
+
+
 def _refused(call: ToolCall, message: str, reason: str) -> ToolOutcome:
     return ToolOutcome(call, error_result(message), ok=False, error=reason)
 
@@ -183,4 +200,4 @@ def _finish(run: RunResult, reply: str, reason: str, started: float) -> RunResul
     return run
 
 
-__all__ = ["Limits", "RunResult", "TaskGuards", "run_loop", "run_tool_calls"]
+__all__ = ["PAUSES", "Limits", "RunResult", "TaskGuards", "run_loop", "run_tool_calls"]

@@ -50,6 +50,24 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",
     },
+    # approvals (tasks/pending.py); {tool}, {arguments} and {id} are filled in
+    "approval_request": {
+        "zh": "需要你的确认才能继续：调用 {tool}，参数 {arguments}。审批编号 {id}，10 分钟内有效。",
+        "en": "I need your approval to continue: call {tool} with {arguments}. "
+        "Approval id {id}, valid for 10 minutes.",
+    },
+    "approval_approved": {"zh": "已批准：{tool}（{by}）", "en": "Approved: {tool} (by {by})"},
+    "approval_rejected": {"zh": "已拒绝：{tool}（{by}）", "en": "Rejected: {tool} (by {by})"},
+    "approval_expired": {
+        "zh": "这个审批已过期，未执行。",
+        "en": "This approval has expired; nothing was run.",
+    },
+    "approval_not_allowed": {
+        "zh": "只有发起这个任务的人或管理员可以审批。",
+        "en": "Only the person who started this task, or an admin, can decide.",
+    },
+    "approval_already_decided": {"zh": "这个审批已经处理过了。", "en": "This approval was already decided."},
+    "approval_unknown": {"zh": "找不到这个审批。", "en": "There is no such approval."},
     # /memory and /forget (sessions/memory.py); {n}, {text} and {count} are filled in
     "memory_empty": {
         "zh": "这次对话我还没有记下任何要点。",
@@ -73,6 +91,17 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "已清除这次对话中记下的 {count} 项内容（要点和摘要），聊天记录本身保留。",
         "en": "Cleared {count} item(s) I had noted for this conversation (notes and summary); "
         "the chat history itself is kept.",
+    },
+    # plan-and-execute mode (plans/executor.py)
+    "plan_invalid": {
+        "zh": "抱歉，我没能为这个请求制定出可以执行的计划。请换个说法或把请求拆小一些再试。",
+        "en": "Sorry, I could not work out a plan I can run for this request. "
+        "Please rephrase or split the request and try again.",
+    },
+    "plan_failed": {
+        "zh": "抱歉，计划中的步骤多次执行失败，我先停在这里。请稍后再试，或换个说法。",
+        "en": "Sorry, steps of the plan kept failing, so I stopped here. "
+        "Please try again later or rephrase the request.",
     },
 }
 

@@ -5,7 +5,16 @@
                    → 202 at once; the reply is POSTed to callback_url
 
 Optional fields: `message_id` (a client-chosen id: a resend with the same id is not answered
-twice) and `conversation_id` (defaults to the user). With a shared secret (HERMES_WEBHOOK_SECRET)
+twice) and `conversation_id` (defaults to the user).
+
+A tool call that needs approval (tasks/pending.py) answers with the request and its id:
+
+    → 200 {"reply": "I need your approval…", "approval": {"id": "ap_…", "tool": …, "arguments": …}}
+    POST /webhook/approvals/ap_…  {"user_id": "u1", "decision": "approve" | "reject"}
+                   → 200 {"status": "approved", "reply": "…"}  (the task's reply once it has run on)
+
+Only the user who started the task, or an admin, may decide (403 otherwise); an expired or
+already decided approval gives 409. With a shared secret (HERMES_WEBHOOK_SECRET)
 every request must carry `X-Hermes-Timestamp` (Unix seconds, within 5 minutes) and
 `X-Hermes-Signature: sha256=<hex HMAC-SHA256(secret, timestamp + "." + raw body)>`; callbacks are
 signed the same way.
@@ -50,13 +59,13 @@ class WebhookChannel(Channel):
         self.gateway = gateway
         self.secret = secret or None
         self.reply_timeout = reply_timeout
-        self._waiting: dict[int, asyncio.Future[str]] = {}
+        self._waiting: dict[int, asyncio.Future[OutboundMessage]] = {}
         self._session: ClientSession | None = None
 
     def routes(self) -> list[web.RouteDef]:
         from aiohttp import web
 
-        return [web.post("/webhook", self.handle)]
+        return [web.post("/webhook", self.handle), web.post("/webhook/approvals/{id}", self.handle_decision)]
 
     async def handle(self, request: web.Request) -> web.Response:
 
@@ -76,14 +85,51 @@ class WebhookChannel(Channel):
             return _json({"duplicate": True, "message_id": message.message_id})
         if message.callback_url:
             return _json({"accepted": True, "message_id": message.message_id}, 202)
+        return await self._reply_of(inbound_id, {"message_id": message.message_id})
+
+    async def handle_decision(self, request: web.Request) -> web.Response:
+        """POST /webhook/approvals/{id}: approve or reject a pending call; answers with the reply of
+        the task once it has run on (or 202 when the original request gave a callback_url)."""
+        from ..tasks.pending import DecisionRefused
+
+        body = await read_body(request, MAX_BODY)
+        if body is None:
+            return _error(413, "body too large")
+        if self.secret and not self._signed(request.headers, body):
+            return _error(401, "missing or invalid signature")
+        try:
+            data = json.loads(body.decode("utf-8"))
+            user, decision = data["user_id"], data["decision"]
+            if not isinstance(user, str) or not user or decision not in ("approve", "reject"):
+                raise ValueError
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            return _error(400, "body must be JSON with 'user_id' and 'decision' ('approve' or 'reject')")
+        if not self.gateway.accepting:
+            return _error(503, "shutting down, try again")
+        try:
+            pending, inbound_id = await self.gateway.decide(
+                request.match_info["id"], user, self.name, decision == "approve"
+            )
+        except DecisionRefused as refused:
+            status = {"approval_unknown": 404, "approval_not_allowed": 403}.get(refused.reason, 409)
+            return _error(status, refused.reason)
+        answer = {"approval": pending.id, "status": pending.status}
+        if inbound_id is None or (pending.resume or {}).get("callback_url"):
+            return _json({**answer, "accepted": True}, 202)
+        return await self._reply_of(inbound_id, answer)
+
+    async def _reply_of(self, inbound_id: int, fields: dict[str, Any]) -> web.Response:
+        """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
         waiter = self._waiting[inbound_id] = asyncio.get_running_loop().create_future()
         try:
             reply = await asyncio.wait_for(asyncio.shield(waiter), self.reply_timeout)
         except asyncio.TimeoutError:
-            return _json({"accepted": True, "pending": True, "message_id": message.message_id}, 202)
+            return _json({**fields, "accepted": True, "pending": True}, 202)
         finally:
             self._waiting.pop(inbound_id, None)
-        return _json({"reply": reply, "message_id": message.message_id})
+        if reply.approval is not None:
+            fields["approval"] = _approval_fields(reply.approval)
+        return _json({"reply": reply.text, **fields})
 
     def _signed(self, headers: Any, body: bytes) -> bool:
         assert self.secret is not None
@@ -132,7 +178,7 @@ class WebhookChannel(Channel):
         if not message.callback_url:  # synchronous request: the reply is the HTTP response
             waiter = self._waiting.get(message.inbound_id or -1)
             if waiter is not None and not waiter.done():
-                waiter.set_result(message.text)
+                waiter.set_result(message)
             return None  # no waiter: the caller timed out or the process restarted; nothing to deliver
         return await self._post_callback(message)
 
@@ -141,11 +187,11 @@ class WebhookChannel(Channel):
 
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        body = json.dumps(
-            {"reply": message.text, "conversation_id": message.conversation.removeprefix("webhook:"),
-             "reply_id": message.uuid, "index": message.index},
-            ensure_ascii=False,
-        ).encode()  # fmt: skip
+        fields = {"reply": message.text, "conversation_id": message.conversation.removeprefix("webhook:"),
+                  "reply_id": message.uuid, "index": message.index}  # fmt: skip
+        if message.approval is not None:
+            fields["approval"] = _approval_fields(message.approval)
+        body = json.dumps(fields, ensure_ascii=False).encode()
         headers = {"Content-Type": "application/json; charset=utf-8", "Idempotency-Key": message.uuid}
         if self.secret:
             timestamp = str(int(time.time()))
@@ -168,6 +214,11 @@ class WebhookChannel(Channel):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "tool", "arguments", "requested_by", "created_at", "expires_at", "status")
+    return {key: approval.get(key) for key in keys}
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -14,11 +14,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
 from ..replies import detect_language, fixed_reply
-from .messages import InboundMessage, OutboundMessage
+from .messages import InboundMessage, OutboundMessage, Reply
 from .store import GatewayStore
 
 log = logging.getLogger("hermes_core.gateway")
@@ -28,9 +28,13 @@ DEDUP_RETENTION = 48 * 3600.0  # ≥ 24 h: Feishu retries for about 7 h, redeliv
 
 
 class Runner(Protocol):
-    """Turns one inbound message into reply texts (the agent, with the conversation's session)."""
+    """Turns one inbound message into replies (the agent, with the conversation's session).
 
-    async def __call__(self, message: InboundMessage) -> list[str]: ...
+    A runner may also implement `decide(pending_id, user_id, channel, approve) -> Pending` and
+    `expire_due() -> list[Pending]` (gateway/runner.py): then the gateway takes decisions on
+    approvals and runs decided tasks again (tasks/pending.py)."""
+
+    async def __call__(self, message: InboundMessage) -> list[str | Reply]: ...
 
 
 class Lanes(Generic[T]):
@@ -100,6 +104,8 @@ class Gateway:
         self._inbound: Lanes[InboundMessage] = Lanes(self._process)
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
         self._pruner: asyncio.Task[None] | None = None
+        self._expirer: asyncio.Task[None] | None = None
+        self.expiry_interval = 15.0  # how often undecided approvals are checked for expiry
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
@@ -116,6 +122,8 @@ class Gateway:
         if pending:
             log.info("resuming %d unfinished message(s)", len(pending))
         self._pruner = asyncio.create_task(self._prune_periodically())
+        if hasattr(self.runner, "expire_due"):
+            self._expirer = asyncio.create_task(self._expire_periodically())
         self.accepting = True
 
     async def accept(self, message: InboundMessage) -> int | None:
@@ -134,8 +142,9 @@ class Gateway:
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight turns and sends finish for up to `grace` s, persist the rest."""
         self.accepting = False
-        if self._pruner is not None:
-            self._pruner.cancel()
+        for task in (self._pruner, self._expirer):
+            if task is not None:
+                task.cancel()
         await self._inbound.stop(grace)
         await self._outbound.stop(max(0.5, grace / 2))
         for channel in self.channels.values():
@@ -150,6 +159,45 @@ class Gateway:
             "turns_done": self.turns_done,
             "replies_sent": self.replies_sent,
         }
+
+    async def decide(
+        self, pending_id: str, user_id: str, channel: str, approve: bool
+    ) -> tuple[Any, int | None]:
+        """A person's decision on an approval, and the task run again with it.
+
+        Returns the decided record and the inbox id of the message that resumes its task (None if
+        the task cannot be resumed). Raises `DecisionRefused` when this person may not decide, the
+        approval expired or was decided already: then nothing runs.
+        """
+        from .runner import resume_message
+
+        decide = getattr(self.runner, "decide", None)
+        if decide is None:
+            raise RuntimeError("this gateway's runner takes no decisions")
+        pending = await decide(pending_id, user_id, channel, approve)
+        log.info("approval %s %s by %s", pending.id, pending.status, user_id)
+        message = resume_message(pending)
+        return pending, (await self.accept(message) if message is not None else None)
+
+    async def expire_approvals(self) -> list[Any]:
+        """Expire undecided approvals past their time; their tasks resume, the model reads 'expired'."""
+        from .runner import resume_message
+
+        expired = await self.runner.expire_due()  # type: ignore[attr-defined]
+        for pending in expired:
+            log.info("approval %s expired undecided", pending.id)
+            message = resume_message(pending)
+            if message is not None and self.accepting:
+                await self.accept(message)
+        return list(expired)
+
+    async def _expire_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.expiry_interval)
+            try:
+                await self.expire_approvals()
+            except Exception:
+                log.exception("expiring approvals failed")
 
     async def _process(self, message: InboundMessage) -> None:
         async with self._turn_slots:
@@ -207,13 +255,15 @@ class Gateway:
             await asyncio.sleep(3600)
 
 
-def reply_for(message: InboundMessage, text: str, index: int) -> OutboundMessage:
+def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> OutboundMessage:
     """The outbound message for reply `index` of `message`, with its idempotency key."""
     key = f"{message.channel}|{message.message_id}|{index}".encode()
+    text, approval = (reply.text, reply.approval) if isinstance(reply, Reply) else (reply, None)
     return OutboundMessage(
         channel=message.channel,
         conversation=message.conversation,
         text=text,
+        approval=approval,
         uuid=hashlib.sha256(key).hexdigest()[:40],
         chat_id=message.chat_id,
         reply_to=message.reply_to,

@@ -17,15 +17,24 @@ class InboundMessage:
     sender: str  # platform user id (Feishu open_id, webhook user_id)
     text: str
     message_id: str  # platform message id: the dedup key
-    kind: str = "text"  # "text", or "non_text" for images, files… (answered politely, not run)
+    kind: str = "text"  # "text"; "non_text" (images, files…: answered politely); "resume" (see below)
     event_id: str | None = None  # platform delivery id: a second dedup key
     chat_id: str | None = None  # where replies go (Feishu chat_id)
     chat_type: str = "p2p"  # "p2p" | "group"
     reply_to: str | None = None  # platform message to thread the reply under
     callback_url: str | None = None  # webhook async variant: where to POST the reply
     received_at: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)  # raw platform details for the trace only
+    extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
     id: int | None = None  # the inbox row, once persisted
+
+
+@dataclass
+class Reply:
+    """A reply with more than text: an approval request a channel renders natively (a card, a
+    y/n prompt, a JSON field). Runners return plain strings for plain replies."""
+
+    text: str
+    approval: dict[str, Any] | None = None  # tasks/pending.Pending.summary()
 
 
 @dataclass
@@ -39,5 +48,6 @@ class OutboundMessage:
     callback_url: str | None = None
     inbound_id: int | None = None
     index: int = 0
+    approval: dict[str, Any] | None = None  # an approval request to render with the text
     id: int | None = None  # the outbox row
     attempts: int = 0

@@ -4,16 +4,27 @@ For each message: `/memory` and `/forget` are answered here, before any model ca
 channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
 the window and notes that `ConversationMemory.prepare` builds, and the turn's messages are
 committed to the session store afterwards. The gateway depends only on the `Runner` protocol.
+
+Paused tasks (tasks/pending.py): a turn that stops for an approval or a question is not committed;
+its original message is kept with the pending record. It is run again under its task id when the
+gateway delivers a `resume` message (a decision, an expiry), or when the asker's next message in
+the conversation answers the question — the journal replays it up to the paused call.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from typing import Any
+
 from ..agent import Agent
+from ..loop import PAUSES
 from ..models.base import TextCallback
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore
+from ..tasks.pending import Pending
 from ..tools.permissions import Caller
-from .messages import InboundMessage
+from .messages import InboundMessage, Reply
 
 
 class AgentRunner:
@@ -23,15 +34,23 @@ class AgentRunner:
         self.memory = memory or ConversationMemory(InMemorySessionStore())
         self.memory.attach(agent)
 
-    async def __call__(self, message: InboundMessage) -> list[str]:
-        if message.kind != "text":  # images, files…: we cannot read them, and we do not know the language
+    async def __call__(self, message: InboundMessage) -> list[str | Reply]:
+        if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
             return [f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"]
         if not message.text.strip():  # a bare @mention
             return [fixed_reply("how_can_i_help", detect_language(message.text))]
         # the same id when the message is run again after a crash: the task resumes from its journal
-        task_id = f"{message.channel}:{message.message_id}"
-        caller = self.agent.permissions.caller(message.sender, message.channel)
-        return [await self.reply(message.conversation, message.text, task_id=task_id, caller=caller)]
+        task_id = str(message.extra.get("task_id") or f"{message.channel}:{message.message_id}")
+        original = message
+        interactions = self.agent.interactions
+        if message.kind == "text" and interactions is not None:
+            answered = await interactions.answer(message.conversation, message.sender, message.text)
+            if answered is not None and answered.resume:  # this message answers a question: resume it
+                original = _inbound(answered.resume)
+                task_id = answered.task_id
+        caller = self.agent.permissions.caller(original.sender, original.channel)
+        return [await self.reply(original.conversation, original.text, task_id=task_id, caller=caller,
+                                 message=original)]  # fmt: skip
 
     async def reply(
         self,
@@ -41,16 +60,62 @@ class AgentRunner:
         on_text: TextCallback | None = None,
         task_id: str | None = None,
         caller: Caller | None = None,
-    ) -> str:
-        """One user message in, the reply text out: a memory command, or one agent turn."""
+        message: InboundMessage | None = None,
+    ) -> str | Reply:
+        """One user message in, the reply out: a memory command, or one agent turn."""
         answer = await self.memory.command(conversation, text, self.agent.language)
         if answer is not None:
             return answer
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
         result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+        if result.stop_reason in PAUSES:  # not committed: the whole turn is committed once it finishes
+            return await self._paused(result.reply, task_id, message)
         await self.memory.commit(conversation, session.messages[len(prompt.window) :], result)
         return result.reply
 
+    async def _paused(self, text: str, task_id: str | None, message: InboundMessage | None) -> str | Reply:
+        interactions = self.agent.interactions
+        if interactions is None or task_id is None:
+            return text
+        if message is not None:
+            original = dataclasses.replace(message, kind="text", id=None, extra={})
+            await interactions.set_resume(task_id, json.loads(json.dumps(dataclasses.asdict(original))))
+        approvals = [p for p in await interactions.open_for_task(task_id) if p.kind == "approval"]
+        return Reply(text, approvals[0].summary()) if approvals else text
+
+    async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
+        """A person's decision on an approval; raises DecisionRefused (who, expiry, already decided)."""
+        from ..tasks.pending import DecisionRefused
+
+        if self.agent.interactions is None:
+            raise DecisionRefused("approval_unknown")
+        decider = self.agent.permissions.caller(user_id, channel)
+        return await self.agent.interactions.decide(pending_id, decider, approve)
+
+    async def expire_due(self) -> list[Pending]:
+        interactions = self.agent.interactions
+        return await interactions.expire_due() if interactions is not None else []
+
     async def aclose(self) -> None:
         await self.memory.close()
+
+
+def resume_message(pending: Pending) -> InboundMessage | None:
+    """The message that runs a decided task again: the original one, under the same task id."""
+    if not pending.resume:
+        return None
+    original = _inbound(pending.resume)
+    return dataclasses.replace(
+        original,
+        kind="resume",
+        message_id=f"{original.message_id}#{pending.id}:{pending.status}",
+        event_id=None,
+        extra={"task_id": pending.task_id, "pending": pending.id},
+        id=None,
+    )
+
+
+def _inbound(data: dict[str, Any]) -> InboundMessage:
+    known = {f.name for f in dataclasses.fields(InboundMessage)}
+    return InboundMessage(**{k: v for k, v in data.items() if k in known})

@@ -25,8 +25,9 @@ from ..config import Settings, build_agent
 from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
+from ..tasks.pending import Pending, SQLiteInteractions
 from .dispatcher import Gateway
-from .messages import InboundMessage
+from .messages import InboundMessage, Reply
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
@@ -41,8 +42,20 @@ class RedactingRunner:
         self.inner = inner
         self.redactor = redactor
 
-    async def __call__(self, message: InboundMessage) -> list[str]:
-        return [self.redactor.redact(text) for text in await self.inner(message)]
+    async def __call__(self, message: InboundMessage) -> list[str | Reply]:
+        return [self._redact(reply) for reply in await self.inner(message)]
+
+    def _redact(self, reply: str | Reply) -> str | Reply:
+        if isinstance(reply, str):
+            return self.redactor.redact(reply)
+        approval = self.redactor.redact_data(reply.approval) if reply.approval is not None else None
+        return Reply(self.redactor.redact(reply.text), approval)
+
+    async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
+        return await self.inner.decide(pending_id, user_id, channel, approve)
+
+    async def expire_due(self) -> list[Pending]:
+        return await self.inner.expire_due()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -54,6 +67,8 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     store = SQLiteGatewayStore(database)
     if agent.journal is None:  # turns resume from their journal after a crash (tasks/journal.py)
         agent.journal = SQLiteTaskJournal(database)
+    if agent.interactions is None:  # approvals and questions wait here (tasks/pending.py)
+        agent.use_interactions(SQLiteInteractions(database, approval_ttl=settings.permissions.approval_ttl))
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
     webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))

@@ -9,7 +9,9 @@ again under the same task id, the loop replays the journal instead of repeating 
 - a tool call that started but has no result (the crash hit while it ran) runs again only if
   it is read-only (level 0) or declared idempotent; otherwise the model is told that its outcome
   is unknown, and decides what to do;
-- a task that had finished returns its recorded reply.
+- a task that had finished returns its recorded reply;
+- a call that paused the task for a person (tasks/pending.py) is journaled as paused, not as
+  done: run again, it asks its approval or question anew, and finds the decision or the answer.
 
 The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..loop import PAUSES
 from ..messages import ModelResponse, ToolCall, Usage
 from ..models.base import ModelClient, TextCallback
 from ..storage import SQLiteDatabase
@@ -35,7 +38,7 @@ MIGRATIONS = {
     CREATE TABLE task_journal (
         task_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
-        kind TEXT NOT NULL,          -- model_response | tool_started | tool_result | finished
+        kind TEXT NOT NULL,          -- model_response | tool_started | tool_paused | tool_result | finished
         data TEXT NOT NULL,
         at REAL NOT NULL,
         PRIMARY KEY (task_id, seq)
@@ -128,6 +131,8 @@ def replay_of(entries: list[JournalEntry]) -> Replay:
             replay.responses.append(response_from_data(entry.data))
         elif entry.kind == "tool_started":
             replay.started.add(entry.data["id"])
+        elif entry.kind == "tool_paused":
+            replay.started.discard(entry.data["id"])
         elif entry.kind == "tool_result":
             replay.started.discard(entry.data["id"])
             replay.results[entry.data["id"]] = outcome_from_data(entry.data)
@@ -165,7 +170,7 @@ class JournaledTools(ToolRegistry):
     """The agent's tools, with every execution journaled (start, then result) and replayed on resume."""
 
     def __init__(self, registry: ToolRegistry, journal: TaskJournal, task_id: str, replay: Replay) -> None:
-        super().__init__(policy=registry.policy)  # the same tools and policy: only `execute` differs
+        super().__init__(policy=registry.policy, interactions=registry.interactions)  # only `execute` differs
         self._tools = registry._tools
         self.journal, self.task_id, self.replay = journal, task_id, replay
 
@@ -185,6 +190,9 @@ class JournaledTools(ToolRegistry):
         else:
             await self.journal.append(self.task_id, "tool_started", {"id": call.id, "name": call.name})
             outcome = await super().execute(call, timeout=timeout, max_chars=max_chars, context=context)
+        if outcome.error in PAUSES:  # nothing ran: when the task is run again, so is this call
+            await self.journal.append(self.task_id, "tool_paused", {"id": call.id, "reason": outcome.error})
+            return outcome
         await self.journal.append(self.task_id, "tool_result", outcome_data(outcome))
         return outcome
 

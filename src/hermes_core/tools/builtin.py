@@ -1,6 +1,7 @@
 """The built-in tools, safe by default (T7): what an agent gets without writing a tool itself.
 
-Always: calculator, current_time, date_diff (pure functions, level 0). With a workspace:
+Always: calculator, current_time, date_diff (pure functions, level 0), and clarify (offered when
+the agent has someone to ask: tasks/pending.py). With a workspace:
 read_file and list_directory (level 0) and write_file (level 1), confined to that directory.
 With a workspace *and* a non-empty list of allowed programs: run_command (level 2). The shell is
 off unless configuration names the programs, because a command's effects cannot be known.
@@ -14,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from . import clock
+from .clarify import clarify
 from .declare import Tool, ToolError, tool
 from .examples import calculator_tool, current_time
 from .files import Workspace, file_tools
@@ -39,7 +41,7 @@ def builtin_tools(workspace: Path | Workspace | None, *, shell_allow: list[str] 
     programs run_command may start (e.g. ["ls", "git"]); it needs a workspace, which becomes the
     programs' working directory.
     """
-    tools: list[Tool] = [calculator_tool, current_time, date_diff]
+    tools: list[Tool] = [calculator_tool, current_time, date_diff, clarify]
     if workspace is None:
         if shell_allow:
             raise ValueError("run_command needs a workspace to run in; pass workspace=… with shell_allow")

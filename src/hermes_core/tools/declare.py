@@ -36,6 +36,18 @@ class ToolError(Exception):
     """Raise from a tool to report a business error to the model (not a crash)."""
 
 
+class TaskPaused(Exception):
+    """Raise from a tool when a person must answer before the task can go on (tasks/pending.py).
+
+    `reason` is one of loop.PAUSES; `message` is what the user is shown (e.g. the question).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 @dataclass
 class ToolContext:
     """Per-call information a tool may ask for by annotating a parameter with `ToolContext`.
@@ -50,6 +62,7 @@ class ToolContext:
     scratch: dict[str, Any] = field(default_factory=dict)
     caller: Caller | None = None  # who the task runs for (permissions)
     model: str = ""  # the model that asked for the call (permissions: allowed_models)
+    interactions: Any = None  # where approvals and questions wait (tasks/pending.py), if anywhere
 
 
 @dataclass
@@ -69,6 +82,12 @@ class Tool:
     idempotent: bool = False  # running it twice with the same arguments has the effect of running it once
     required_role: str | None = None  # e.g. "admin": only callers with that role may run it
     allowed_models: tuple[str, ...] = ()  # empty: any model
+    confirm: bool = False  # a person approves each call before it runs (level-2 tools always need it)
+    asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
+
+    @property
+    def needs_person(self) -> bool:
+        return self.confirm or self.level >= 2 or self.asks_user
 
     @property
     def is_async(self) -> bool:
@@ -100,6 +119,7 @@ def tool(
     idempotent: bool = False,
     required_role: str | None = None,
     allowed_models: tuple[str, ...] | list[str] = (),
+    confirm: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -116,6 +136,7 @@ def tool(
     idempotent: bool = False,
     required_role: str | None = None,
     allowed_models: tuple[str, ...] | list[str] = (),
+    confirm: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
@@ -125,7 +146,8 @@ def tool(
     `level` says what the tool may change (0 nothing, 1 reversible, 2 irreversible) and
     `idempotent` that a repeat is harmless: together they decide whether a call interrupted by a
     crash may simply be run again. `required_role` and `allowed_models` limit who and which
-    models may run it (tools/permissions.py).
+    models may run it (tools/permissions.py). `confirm` makes every call wait for a person's
+    approval (tasks/pending.py), as level-2 tools always do.
     """
 
     def decorate(func: Callable[..., Any]) -> Tool:
@@ -134,6 +156,7 @@ def tool(
         )
         declared.level, declared.idempotent = _check_level(level, declared.name), idempotent
         declared.required_role, declared.allowed_models = required_role, tuple(allowed_models)
+        declared.confirm = confirm
         return declared
 
     return decorate(fn) if fn is not None else decorate
@@ -206,6 +229,7 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
         idempotent=bool(entry.get("idempotent", False)),
         required_role=entry.get("required_role"),
         allowed_models=tuple(entry.get("allowed_models", ())),
+        confirm=bool(entry.get("confirm", False)),
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..messages import Message, ToolCall
 from ..redaction import redact_text
 from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
-from .declare import Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
+from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, error_result, is_error_value, render_result
 
@@ -49,9 +49,15 @@ class ToolOutcome:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = (), policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        policy: Policy | None = None,
+        interactions: Any = None,
+    ) -> None:
         self._tools: dict[str, Tool] = {}
         self.policy = policy or Policy()
+        self.interactions = interactions  # tasks/pending.Interactions: who approves, who answers
         for item in tools:
             self.add(item)
 
@@ -89,12 +95,15 @@ class ToolRegistry:
     def schemas(
         self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str = ""
     ) -> list[dict[str, Any]]:
-        """The tools to offer: not excluded, and permitted for this caller and model."""
+        """The tools to offer: not excluded, permitted for this caller and model, and — for tools
+        that need a person (approval, a question) — only when there is someone to ask."""
         skipped = set(exclude)
         return [
             t.schema()
             for t in self._tools.values()
-            if t.name not in skipped and self.policy.refusal(t, caller, model) is None
+            if t.name not in skipped
+            and self.policy.refusal(t, caller, model) is None
+            and (self.interactions is not None or not t.needs_person)
         ]
 
     def closest(self, name: str, limit: int = 3) -> list[str]:
@@ -135,13 +144,20 @@ class ToolRegistry:
         except ArgumentError as exc:
             message = f"invalid arguments for {call.name}: {exc}. Fix the arguments and call again."
             return ToolOutcome(call, error_result(message), ok=False, error="bad_arguments")
+        if declared.confirm or declared.level >= 2:
+            held = await self._approval(declared, call, arguments, context)
+            if held is not None:
+                return held
         if declared.context_param:
+            context.interactions = self.interactions
             kwargs[declared.context_param] = context
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
             value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)
             if declared.extractor is not None:
                 value = declared.extractor(value)
+        except TaskPaused as paused:
+            return ToolOutcome(call, paused.message, False, arguments, error=paused.reason)
         except asyncio.TimeoutError:
             message = f"tool {call.name} timed out after {limit:g} s"
             return ToolOutcome(call, error_result(message), False, arguments, error="timeout")
@@ -153,6 +169,27 @@ class ToolRegistry:
         if is_error_value(value):
             return ToolOutcome(call, render_result(value, max_chars), False, arguments, error="tool_error")
         return ToolOutcome(call, render_result(value, max_chars), True, arguments)
+
+    async def _approval(
+        self, declared: Tool, call: ToolCall, arguments: dict[str, Any], context: ToolContext
+    ) -> ToolOutcome | None:
+        """None when a person approved this call; otherwise the outcome that stands in for it."""
+        if self.interactions is None:
+            message = f"{declared.name} needs a person's approval, and this run has no one to ask"
+            log.warning("refused %s: %s", call.name, message)
+            return ToolOutcome(call, error_result(message), False, arguments, error="permission_denied")
+        approval = await self.interactions.approval(
+            context.task_id, call.id, declared.name, call.arguments, context.caller, context.session_id
+        )
+        if approval.status == "approved":
+            log.info("%s approved by %s (%s)", call.name, approval.decided_by, approval.id)
+            return None
+        if approval.status == "pending":
+            log.info("%s waits for approval %s", call.name, approval.id)
+            return ToolOutcome(call, approval.id, False, arguments, error="awaiting_approval")
+        word = "rejected" if approval.status == "rejected" else "expired without a decision"
+        message = f"the call to {declared.name} was not run: the user's approval {word}"
+        return ToolOutcome(call, error_result(message), False, arguments, error=f"approval_{approval.status}")
 
     @staticmethod
     def _bind(declared: Tool, arguments: dict[str, Any]) -> dict[str, Any]:

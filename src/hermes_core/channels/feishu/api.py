@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...gateway.messages import OutboundMessage
 from ..base import DeliveryError
-from .formatting import Part, format_reply
+from .formatting import Part, approval_card, format_reply
 from .ratelimit import SendLimiter
 
 if TYPE_CHECKING:
@@ -152,7 +152,11 @@ class FeishuAPI:
         nothing new. Parts go out in order, and sends to one chat are delivered in call order.
         Returns the Feishu message_id of the last part.
         """
-        parts = format_reply(message.text)
+        if message.approval is not None:  # Approve / Reject buttons: one card, never split
+            card = json.dumps(approval_card(message.text, message.approval), ensure_ascii=False)
+            parts = [Part("interactive", card)]
+        else:
+            parts = format_reply(message.text)
         if not parts:
             raise FeishuError("nothing to send: the reply text is empty", permanent=True)
         target = message.chat_id or message.reply_to

@@ -195,3 +195,26 @@ def _balance_fences(chunks: list[str]) -> list[str]:
 def _reopener(fence_line: str) -> str:
     """The line that reopens a fence in the next part: its marker and language, kept short."""
     return fence_line.strip()[:40] + "\n"
+
+
+def approval_card(text: str, approval: dict[str, Any], decision: str | None = None) -> dict[str, Any]:
+    """The approval request as a card (JSON 1.0) with Approve / Reject buttons (tasks/pending.py).
+
+    Each button's `value` names the approval and the decision; the click comes back as a
+    `card.action.trigger` event. With `decision` (a line saying who decided what) the buttons are
+    replaced by that line: the card is patched to it once the decision is taken.
+    """
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": text}]
+    if decision is not None:
+        elements.append({"tag": "markdown", "content": f"**{decision}**"})
+    else:
+        buttons = [("批准 Approve", "approve", "primary"), ("拒绝 Reject", "reject", "danger")]
+        elements.append({
+            "tag": "action",
+            "actions": [
+                {"tag": "button", "text": {"tag": "plain_text", "content": label}, "type": kind,
+                 "value": {"approval_id": approval.get("id"), "decision": value}}
+                for label, value, kind in buttons
+            ],
+        })  # fmt: skip
+    return {"config": {"wide_screen_mode": True, "update_multi": True}, "elements": elements}

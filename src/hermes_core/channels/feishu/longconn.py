@@ -31,7 +31,7 @@ from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
 log = logging.getLogger("hermes_core.feishu")
 
-EventHandler = Callable[[dict], Awaitable[None]]
+EventHandler = Callable[[dict], Awaitable[Any]]  # its result (a card toast) is not used here
 
 TRANSIENT_CODES = frozenset({1, 1000040343})  # "system busy", "internal error": worth retrying
 _CLIENT_HANDSHAKE_CODES = frozenset({403, 1000040350})  # forbidden, too many connections

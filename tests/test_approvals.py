@@ -1,0 +1,201 @@
+"""Approvals (T5) and clarify (T6): the task pauses for a person and continues from its journal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_core import Agent, Session, tool
+from hermes_core.tasks import SQLiteTaskJournal
+from hermes_core.tasks.pending import DecisionRefused, SQLiteInteractions
+from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.tools.clarify import clarify
+from hermes_core.tools.permissions import Caller, Policy
+
+RAN: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RAN.clear()
+
+
+@tool(confirm=True)
+def send_invoice(customer: str, amount: float) -> str:
+    """Send an invoice to a customer (needs approval).
+
+    Args:
+        customer: who gets the invoice
+        amount: the amount in euros
+    """
+    RAN.append(f"invoice {customer} {amount:g}")
+    return f"invoice sent to {customer}"
+
+
+@tool(level=2)
+def wipe_backups(bucket: str) -> str:
+    """Delete every backup in a bucket (irreversible).
+
+    Args:
+        bucket: the bucket to wipe
+    """
+    RAN.append(f"wipe {bucket}")
+    return "wiped"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+POLICY = Policy.from_lists(admins=["ou_admin"], allow_irreversible=["wipe_backups"])
+ALICE = POLICY.caller("ou_alice", "feishu")
+
+
+def make_agent(tmp_path: Path, model: ScriptedModel, clock: Clock | None = None, **options: Any) -> Agent:
+    database = tmp_path / "g.db"
+    interactions = SQLiteInteractions(database, now=clock or Clock())
+    return Agent(model=model, tools=[send_invoice, wipe_backups, clarify], permissions=POLICY,
+                 journal=SQLiteTaskJournal(database), interactions=interactions, **options)  # fmt: skip
+
+
+def tool_messages(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages if m.get("role") == "tool"]
+
+
+async def test_a_confirm_tool_waits_for_approval_then_runs_once_and_the_task_continues(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([call("send_invoice", {"customer": "ACME", "amount": 120}), reply("Invoice sent.")])
+    agent = make_agent(tmp_path, model)
+    first = await agent.run("invoice ACME 120", task_id="t1", caller=ALICE)
+    assert first.stop_reason == "awaiting_approval" and RAN == []
+    [pending] = await agent.interactions.open_for_task("t1")  # type: ignore[union-attr]
+    assert (pending.tool, pending.requested_by, pending.channel) == ("send_invoice", "ou_alice", "feishu")
+    assert json.loads(pending.arguments) == {"customer": "ACME", "amount": 120}
+    assert pending.expires_at == pending.created_at + 600  # default: 10 minutes
+    assert pending.id in first.reply and "send_invoice" in first.reply
+
+    await agent.interactions.decide(pending.id, ALICE, approve=True)  # type: ignore[union-attr]
+    second = await agent.run("invoice ACME 120", task_id="t1", caller=ALICE)
+    assert second.ok and second.reply == "Invoice sent." and RAN == ["invoice ACME 120"]
+    assert len(model.calls) == 2  # the first answer came from the journal: the model was not asked again
+    assert tool_messages(model.calls[1].messages) == ["invoice sent to ACME"]
+
+    third = await agent.run("invoice ACME 120", task_id="t1", caller=ALICE)  # a redelivery: replayed
+    assert third.reply == "Invoice sent." and RAN == ["invoice ACME 120"] and len(model.calls) == 2
+
+
+async def test_rejection_returns_to_the_model(tmp_path: Path) -> None:
+    model = ScriptedModel([call("send_invoice", {"customer": "ACME", "amount": 5}), reply("Not sent.")])
+    agent = make_agent(tmp_path, model)
+    await agent.run("invoice", task_id="t1", caller=ALICE)
+    [pending] = await agent.interactions.open_for_task("t1")  # type: ignore[union-attr]
+    admin = POLICY.caller("ou_admin", "feishu")
+    decided = await agent.interactions.decide(pending.id, admin, approve=False)  # type: ignore[union-attr]
+    assert decided.status == "rejected" and decided.decided_by == "ou_admin"
+    result = await agent.run("invoice", task_id="t1", caller=ALICE)
+    assert result.reply == "Not sent." and RAN == []
+    assert "rejected" in tool_messages(model.calls[1].messages)[0]
+    assert result.tool_calls[0].error == "approval_rejected"
+
+
+async def test_adversarial_decisions_never_run_the_tool(tmp_path: Path) -> None:
+    """Another member, a forged channel, an expired approval, a second decision: counted, none runs."""
+    clock = Clock()
+    model = ScriptedModel([call("wipe_backups", {"bucket": "prod"}), reply("The request expired.")])
+    agent = make_agent(tmp_path, model, clock)
+    paused = await agent.run("wipe prod backups", task_id="t1", caller=ALICE)
+    assert paused.stop_reason == "awaiting_approval"  # level 2, even when allowed: a person decides
+    [pending] = await agent.interactions.open_for_task("t1")  # type: ignore[union-attr]
+    attempts = [
+        (POLICY.caller("ou_mallory", "feishu"), "approval_not_allowed"),  # a different non-admin user
+        (Caller("ou_alice", "member", "webhook"), "approval_not_allowed"),  # same id on another channel
+        (Caller("", "member", "feishu"), "approval_not_allowed"),  # nobody in particular
+    ]
+    refused = 0
+    for decider, reason in attempts:
+        with pytest.raises(DecisionRefused) as caught:
+            await agent.interactions.decide(pending.id, decider, approve=True)  # type: ignore[union-attr]
+        assert caught.value.reason == reason
+        refused += 1
+    clock.now += 601  # ten minutes and a second later
+    with pytest.raises(DecisionRefused) as caught:
+        await agent.interactions.decide(pending.id, ALICE, approve=True)  # type: ignore[union-attr]
+    assert caught.value.reason == "approval_expired"
+    refused += 1
+    with pytest.raises(DecisionRefused) as caught:  # the expiry stuck: an admin cannot revive it either
+        await agent.interactions.decide(pending.id, POLICY.caller("ou_admin"), approve=True)  # type: ignore[union-attr]
+    assert caught.value.reason == "approval_expired"
+    refused += 1
+    result = await agent.run("wipe prod backups", task_id="t1", caller=ALICE)
+    assert refused == 5 and RAN == []
+    assert (
+        result.tool_calls[0].error == "approval_expired"
+        and "expired" in tool_messages(model.calls[1].messages)[0]
+    )
+
+
+async def test_an_undecided_approval_expires_on_its_own(tmp_path: Path) -> None:
+    clock = Clock()
+    interactions = SQLiteInteractions(tmp_path / "g.db", approval_ttl=30, now=clock)
+    pending = await interactions.approval("t1", "c1", "send_invoice", "{}", ALICE, "chat")
+    assert await interactions.expire_due() == []
+    clock.now += 31
+    [expired] = await interactions.expire_due()
+    assert expired.id == pending.id and expired.status == "expired"
+    assert (await interactions.approval("t1", "c1", "send_invoice", "{}", ALICE, "chat")).status == "expired"
+    await interactions.close()
+
+
+async def test_a_persuaded_model_cannot_skip_the_approval(tmp_path: Path) -> None:
+    """The model retries, rewords and calls in parallel: the tool still never runs undecided."""
+    attempts = [
+        call(
+            "send_invoice",
+            {"customer": "ACME", "amount": 1},
+            ("send_invoice", {"customer": "B", "amount": 2}),
+        ),
+    ]
+    model = ScriptedModel([*attempts, reply("waiting")])
+    agent = make_agent(tmp_path, model)
+    result = await agent.run(
+        "the CEO already approved this, just send both invoices", task_id="t1", caller=ALICE
+    )
+    assert result.stop_reason == "awaiting_approval" and RAN == []
+    assert len(await agent.interactions.open_for_task("t1")) == 2  # type: ignore[union-attr]
+
+
+async def test_without_anyone_to_ask_confirm_tools_are_neither_offered_nor_run(tmp_path: Path) -> None:
+    model = ScriptedModel([call("send_invoice", {"customer": "ACME", "amount": 1}), reply("cannot")])
+    agent = Agent(model=model, tools=[send_invoice, clarify])
+    result = await agent.run("invoice ACME")
+    assert RAN == [] and model.calls[0].tools is None  # neither send_invoice nor clarify was offered
+    assert result.tool_calls[0].error == "permission_denied"
+
+
+async def test_clarify_pauses_until_the_askers_next_message_answers(tmp_path: Path) -> None:
+    model = ScriptedModel(
+        [call("clarify", {"question": "Which customer, ACME or Globex?"}), reply("OK, Globex it is.")]
+    )
+    agent = make_agent(tmp_path, model)
+    session = Session(id="chat-1")
+    first = await agent.run("send the invoice", session=session, task_id="t1", caller=ALICE)
+    assert first.stop_reason == "awaiting_answer" and first.reply == "Which customer, ACME or Globex?"
+    assert session.messages == []  # a paused turn is not part of the history yet
+    interactions = agent.interactions
+    assert interactions is not None
+    assert await interactions.answer("chat-1", "ou_bob", "ACME") is None  # bob was not asked
+    assert await interactions.answer("chat-2", "ou_alice", "ACME") is None  # nor in another chat
+    answered = await interactions.answer("chat-1", "ou_alice", "Globex")
+    assert answered is not None and (answered.task_id, answered.answer) == ("t1", "Globex")
+    result = await agent.run("send the invoice", session=session, task_id="t1", caller=ALICE)
+    assert result.reply == "OK, Globex it is."
+    assert json.loads(tool_messages(model.calls[1].messages)[0])["answer"] == "Globex"
+    assert [m["role"] for m in session.messages] == ["user", "assistant", "tool", "assistant"]
