@@ -23,6 +23,7 @@ import bench_import  # noqa: E402
 import bench_install_size  # noqa: E402
 import bench_one_turn_process  # noqa: E402
 import bench_overhead  # noqa: E402
+import bench_routing  # noqa: E402
 from _common import BENCH_DIR, format_table, machine, markdown_table  # noqa: E402
 
 
@@ -38,6 +39,7 @@ def main() -> None:
         "overhead": lambda: bench_overhead.run(turns=200 if quick else 1000),
         "concurrency": lambda: bench_concurrency.run(runs=3 if quick else 7),
         "install size": bench_install_size.run,
+        "tool routing": lambda: bench_routing.run(repeats=50 if quick else 200),
     }
     if args.gateway:
         benchmarks["gateway"] = bench_gateway.run

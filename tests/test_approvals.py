@@ -14,25 +14,12 @@ from hermes_core.tasks.pending import DecisionRefused, SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
 from hermes_core.tools.permissions import Caller, Policy
-
-RAN: list[str] = []
+from invoicing import RAN, send_invoice
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     RAN.clear()
-
-
-@tool(confirm=True)
-def send_invoice(customer: str, amount: float) -> str:
-    """Send an invoice to a customer (needs approval).
-
-    Args:
-        customer: who gets the invoice
-        amount: the amount in euros
-    """
-    RAN.append(f"invoice {customer} {amount:g}")
-    return f"invoice sent to {customer}"
 
 
 @tool(level=2)

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from gateway_harness import feishu_gateway, serving, wait_for
-from hermes_core import Agent, tool
+from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway
@@ -28,25 +28,12 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
 from hermes_core.tools.permissions import Policy
-
-RAN: list[str] = []
+from invoicing import RAN, send_invoice
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     RAN.clear()
-
-
-@tool(confirm=True)
-def send_invoice(customer: str, amount: float) -> str:
-    """Send an invoice to a customer (needs approval).
-
-    Args:
-        customer: who gets the invoice
-        amount: the amount in euros
-    """
-    RAN.append(f"invoice {customer} {amount:g}")
-    return f"invoice sent to {customer}"
 
 
 def invoice_model() -> ScriptedModel:

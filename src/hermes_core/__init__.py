@@ -29,6 +29,13 @@ _EXPORTS = {
     "ModelResponse": "messages",
     "ToolCall": "messages",
     "Usage": "messages",
+    "agent_launch": "team",
+    "Expert": "team",
+    "Supervisor": "team",
+    "run_plan": "plans",
+    "Workflow": "plans",
+    "run_workflow": "plans",
+    "SkillSet": "skills",
 }
 
 if TYPE_CHECKING:
@@ -36,6 +43,9 @@ if TYPE_CHECKING:
     from .loop import Limits, RunResult
     from .messages import ModelResponse, ToolCall, Usage
     from .models import ModelClient, ModelError, ModelRequestRejected, ModelUnavailable
+    from .plans import Workflow, run_plan, run_workflow
+    from .skills import SkillSet
+    from .team import Expert, Supervisor, agent_launch
     from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
 
 
@@ -54,6 +64,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "Expert",
     "Limits",
     "ModelClient",
     "ModelError",
@@ -62,11 +73,17 @@ __all__ = [
     "ModelUnavailable",
     "RunResult",
     "Session",
+    "SkillSet",
+    "Supervisor",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolError",
     "ToolRegistry",
     "Usage",
+    "Workflow",
+    "agent_launch",
+    "run_plan",
+    "run_workflow",
     "tool",
 ]

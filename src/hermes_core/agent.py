@@ -25,8 +25,11 @@ from .tools import Tool, ToolRegistry
 from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
+    from .observe.traces import Tracer
+    from .skills import SkillSet
     from .tasks.journal import TaskJournal
     from .tasks.pending import Interactions
+    from .tools.mcp import MCPToolset
 
 DEFAULT_GREETINGS: tuple[str, ...] = (
     r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
@@ -80,14 +83,20 @@ class Agent:
         default_factory=Policy
     )  # roles, levels, allowed models (tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
+    tracer: Tracer | None = None  # log events, each task's record, X-rays of failures (observe/)
     interactions: Interactions | None = None  # who approves calls and answers questions (tasks/pending.py)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
+    skills: SkillSet | None = None  # listed in the prompt, steps loaded when needed (skills.py)
+    route_tools_above: int | None = None  # more tools: offer the message's groups only (tools/routing.py)
+    mcp: MCPToolset | None = None  # tools of MCP servers, connected on the first run (tools/mcp.py)
 
     def __post_init__(self) -> None:
         self.registry = ToolRegistry(policy=self.permissions, interactions=self.interactions)
         for item in self.tools:
             self.registry.add(item)
+        if self.skills is not None:  # the model reads a listed skill's steps on demand (P5)
+            self.registry.add(self.skills.load_skill)
         self._greeting = _compile_greetings(self.greeting_patterns)
         if self.tool_mode not in TOOL_MODES:
             raise ValueError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, got {self.tool_mode!r}")
@@ -117,7 +126,12 @@ class Agent:
     def client(self) -> ModelClient:
         if self._client is None:
             inner = self.model if isinstance(self.model, ModelClient) else self._build_client()
-            client = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
+            client: ModelClient = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
+            if self.route_tools_above is not None:  # before text mode renders the tools into the prompt
+                from .tools.routing import RoutedTools, ToolRouter
+
+                router = ToolRouter(self.registry.get, above=self.route_tools_above)
+                client = RoutedTools(client, router, self.skills.tools_in_use if self.skills else None)
             self._client = RedactingModelClient(client)  # no secret in a prompt, none echoed back (O1)
         return self._client
 
@@ -144,16 +158,25 @@ class Agent:
         """
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
-        system = f"{self.system_prompt}\n\n{notes}" if notes else self.system_prompt
+        prompt = self.system_prompt  # + skill names, and the steps of skills this message triggers (P5)
+        prompt = self.skills.system_prompt(prompt, message) if self.skills is not None else prompt
+        system = f"{prompt}\n\n{notes}" if notes else prompt
         messages: list[Message] = [{"role": "system", "content": system}, *history]
         messages.append({"role": "user", "content": message})
         fast = self.is_greeting(message)
         task_id = task_id or uuid.uuid4().hex
+        if self.mcp is not None:  # cheap once connected; a server that is down is retried later
+            await self.mcp.attach(self.registry)
         model, registry = self.client, self.registry
         if self.journal is not None:
             from .tasks.journal import resume
 
             model, registry = await resume(self.journal, task_id, model, registry)
+        trace = None
+        if self.tracer is not None:  # after the journal: a resumed task's record shows its replayed steps too
+            conversation = session.id if session is not None else None
+            trace = self.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
+            model, registry = trace.wrap(model, registry)
         result = await run_loop(
             model,
             registry,
@@ -166,6 +189,8 @@ class Agent:
             on_text=on_text,
             caller=caller,
         )
+        if trace is not None:  # recorded whatever the outcome: completed, failed, paused (never raises)
+            await trace.finish(result)
         if result.stop_reason in PAUSES:  # run again under this task id once a person has answered
             return result
         if self.journal is not None:
@@ -190,6 +215,8 @@ class Agent:
         return asyncio.run(run_and_close())
 
     async def aclose(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.aclose()
         if self._client is not None:
             await self._client.aclose()
 

@@ -38,9 +38,48 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("message", help="the message to send")
     run.add_argument("--json", action="store_true", help="print the whole result as JSON")
     commands.add_parser("tools", help="list the tools and their JSON schemas")
+    commands.add_parser("doctor", help="check configuration, model endpoint, Feishu credentials, database")
     serve = commands.add_parser("serve", help="run the gateway: webhook and Feishu channels, /healthz")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    evaluate = commands.add_parser("eval", help="run the regression cases and print a pass table")
+    evaluate.add_argument("--cases", help="folder of case files, or one file (default: ./evals)")
+    evaluate.add_argument("-k", dest="select", help="only the cases whose name contains this")
+    evaluate.add_argument("--json", dest="json_out", metavar="PATH", help="also write the results as JSON")
+    evaluate.add_argument("--concurrency", type=int, default=4, help="cases run at once (default 4)")
+    eval_commands = evaluate.add_subparsers(dest="eval_command", metavar="[add TRACE]")
+    add_case = eval_commands.add_parser("add", help="turn a recorded task (JSON trace) into a case file")
+    add_case.add_argument("trace", help="the JSON dump of a recorded task")
+    add_case.add_argument("--cases", default=argparse.SUPPRESS, help="folder to write the case to")
+    add_case.add_argument("--name", help="case name (default: from the task id)")
+    add_case.add_argument("--force", action="store_true", help="replace a case of the same name")
+    bench = commands.add_parser("bench", help="compare models on tasks: success rate, steps, latency, cost")
+    bench.add_argument("--models", help="comma-separated model names (default: the configured model)")
+    bench.add_argument("--tasks", help="tasks YAML file (default: the built-in task set)")
+    bench.add_argument("-n", type=int, default=20, help="runs of each task per model (default 20)")
+    bench.add_argument("--concurrency", type=int, help="runs in flight per model (default: max_concurrency)")
+    bench.add_argument("--prices", help="YAML of {model: {prompt, completion}} prices per 1k tokens")
+    bench.add_argument("--out", help="folder for bench.csv, bench.json, bench.svg (default: bench-results)")
+    traces = commands.add_parser("traces", help="recent tasks: filter by failed, conversation, tool, date")
+    traces.add_argument("--failed", action="store_true", help="only tasks that failed (not paused ones)")
+    traces.add_argument("--conversation", help="only this conversation")
+    traces.add_argument("--tool", help="only tasks that called this tool")
+    traces.add_argument("--date", help="only tasks started that day (YYYY-MM-DD, local time)")
+    traces.add_argument("--since", help="started at or after (YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
+    traces.add_argument("--until", help="started before (YYYY-MM-DD or YYYY-MM-DDTHH:MM)")
+    traces.add_argument("--limit", type=int, default=20, help="at most this many, newest first (default 20)")
+    traces.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    trace = commands.add_parser("trace", help="one recorded task: trace show ID")
+    show = trace.add_subparsers(dest="trace_command", metavar="show", required=True).add_parser(
+        "show", help="print a task's timeline (--json: export its whole record)"
+    )
+    show.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    show.add_argument("--json", action="store_true", help="print the whole record as JSON")
+    replay = commands.add_parser("replay", help="re-run a recorded task on the current code: what diverges")
+    replay.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    replay.add_argument("--live", action="store_true", help="ask the configured model, not the recording")
+    replay.add_argument("--run-writes", action="store_true", help="run level-1 (writing) tools for real too")
+    replay.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -50,18 +89,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "doctor":  # loads the configuration itself: a bad one is one of its findings
+        from .doctor import run_doctor
+
+        return run_doctor(args)
     from .config import ConfigError, build_agent, load_settings
     from .redaction import redact_text
 
     try:
         settings = load_settings(args.config)  # loads .env first: the secrets to redact are all known now
-        configure_logging(args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command)
+        configure_logging(
+            args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command, settings.observe
+        )
         settings.model.name = args.model or settings.model.name
         settings.model.base_url = args.base_url or settings.model.base_url
         agent = build_agent(settings)
+        if args.command in ("run", "chat", "serve") and agent.tracer is None:  # log events, traces (observe/)
+            from .observe.traces import tracer_for
+
+            agent.tracer = tracer_for(settings, serving=args.command == "serve")
     except (ConfigError, ValueError, TypeError) as exc:
         print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2
+    if args.command == "eval":
+        from .evals.runner import eval_command
+
+        return eval_command(settings, args)
+    if args.command == "bench":
+        from .evals.bench import bench_command
+
+        return bench_command(settings, args)
+    if args.command in ("traces", "trace", "replay"):
+        from .observe.commands import observe_command
+
+        return observe_command(settings, agent, args)
     if args.command == "tools":
         return print_tools(agent)
     if args.command == "serve":
@@ -72,23 +133,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_tools(agent: Any) -> int:
+    if agent.mcp is not None:  # MCP servers' tools are known once connected
+
+        async def connect() -> None:
+            try:
+                await agent.mcp.attach(agent.registry)
+            finally:
+                await agent.mcp.aclose()
+
+        asyncio.run(connect())
     for declared in agent.registry:
         print(f"{declared.name}: {declared.description}")
         print(json.dumps(declared.parameters, ensure_ascii=False, indent=2))
     return 0
 
 
-def configure_logging(level: str | None, command: str) -> None:
-    """Log lines to stderr at `level` (INFO for `serve` when not given), every secret redacted."""
+def configure_logging(level: str | None, command: str, observe: Any = None) -> None:
+    """Log lines to stderr at `level` (else `observe.level`; INFO for `serve`), every secret redacted.
+    With the configuration's `observe` section: its format, and daily JSON files (observe/logs.py)."""
     import logging
 
     from .redaction import install_log_redaction
 
-    level = level or ("INFO" if command == "serve" else None)
+    level = level or getattr(observe, "level", None) or ("INFO" if command == "serve" else None)
     if level is not None:
         if level.upper() not in LOG_LEVELS:
             raise ValueError(f"HERMES_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
-        logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+        if observe is not None:
+            from .observe.logs import setup_logging
+
+            setup_logging(level, log_format=observe.log_format, log_dir=observe.log_dir,
+                          retention_days=observe.retention_days)  # fmt: skip
+        else:
+            logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     install_log_redaction()  # also when nothing is configured: warnings still reach stderr
 
 

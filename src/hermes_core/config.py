@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 ENV_KEYS = {
@@ -73,6 +73,7 @@ class AgentConfig(_Section):
     shell_allow: list[str] = Field(
         default_factory=list
     )  # programs run_command may run (level 2: also allow it)
+    route_tools_above: int | None = Field(None, ge=0)  # more tools: offer the message's groups (T8)
 
 
 class GatewayConfig(_Section):
@@ -116,6 +117,69 @@ class PermissionsConfig(_Section):
     approval_ttl: float = Field(600.0, gt=0)  # seconds an approval waits before it expires
 
 
+class MCPServerConfig(_Section):
+    """One MCP server (tools/mcp.py, `pip install "hermes-core[mcp]"`): a `command` started as a
+    subprocess (stdio) or a `url` (streamable HTTP). `env` lists the environment variables passed on to
+    the server and `headers` maps each HTTP header to the variable holding its value: by name only, so
+    secrets stay out of the file. `levels` maps the server's tool names to 0, 1 or 2; `tools` offers only
+    those; `prefix` goes before every tool name, and `permissions.allow_irreversible` uses that name."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    level: Literal[0, 1, 2] = 1
+    levels: dict[str, Literal[0, 1, 2]] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    prefix: str = ""
+    timeout: float | None = Field(None, gt=0)  # per call; default: agent.tool_timeout
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a stdio server) or url (a streamable-HTTP server)")
+        return self
+
+
+class ConsoleConfig(_Section):
+    """The web console under /console/ (console/, docs/console.md). On by default when serving on a
+    loopback address; on any other address only with a token in the environment variable `token_env`
+    (with `enabled: true` and no token, serve refuses to start)."""
+
+    enabled: bool | None = None  # None: on for loopback, or when a token is set
+    token_env: str = Field("HERMES_CONSOLE_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SkillsConfig(_Section):
+    """Skill folders (skills.py, docs/skills.md): each holds one folder per skill with a SKILL.md. Each
+    environment's configuration names its own folder (deploy/skills/<environment>); relative paths are
+    relative to where hermes-core is started. A skill needing a tool the agent lacks is a warning and
+    the skill is unavailable, or, with `strict`, an error."""
+
+    dirs: list[str] = Field(default_factory=list)
+    strict: bool = False
+
+
+class ObserveConfig(_Section):
+    """Logs, traces and X-rays (observe/, docs/observability.md). `log_format` is standard error's
+    (`console`: one readable line per event; `json`: the JSON lines of docs/log-schema.json); with
+    `log_dir`, JSON lines also go to `<log_dir>/hermes-core.log`, rotated at midnight, `retention_days`
+    old files kept. `traces` (None: on for serve only) stores each task's record in the gateway's
+    database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns them off).
+    `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # None: INFO for serve, else quiet
+    log_format: Literal["console", "json"] = "console"
+    log_dir: str | None = None
+    retention_days: int = Field(7, ge=1, le=3650)
+    traces: bool | None = None
+    xray_dir: str | None = None
+    otel: bool = False
+
+
 class Settings(_Section):
     model: ModelConfig = ModelConfig()
     agent: AgentConfig = AgentConfig()
@@ -123,7 +187,11 @@ class Settings(_Section):
     feishu: FeishuConfig = FeishuConfig()
     permissions: PermissionsConfig = PermissionsConfig()
     memory: MemoryConfig = MemoryConfig()
+    console: ConsoleConfig = ConsoleConfig()
+    skills: SkillsConfig = SkillsConfig()
+    observe: ObserveConfig = ObserveConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
+    mcp: list[MCPServerConfig] = Field(default_factory=list)
 
 
 def load_settings(
@@ -174,8 +242,25 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
             settings.permissions.allow_irreversible, settings.permissions.batch_max_level,
         ),
     )  # fmt: skip
+    options["route_tools_above"] = a.route_tools_above
+    options["mcp"] = mcp_toolset(settings.mcp)  # connected on the agent's first run
     options.update({key: value for key, value in overrides.items() if value is not None})
+    if "skills" not in options:
+        options["skills"] = skill_set(settings.skills, options["tools"])
     return Agent(**options)
+
+
+def skill_set(config: SkillsConfig, tools: list[Any]) -> Any:
+    """The skills of `skills.dirs`, checked against these tools (skills.py); None without a folder."""
+    if not config.dirs:
+        return None
+    from .skills import SkillError, SkillSet
+    from .tools import ToolRegistry
+
+    try:
+        return SkillSet.load(config.dirs, ToolRegistry(tools).names, strict=config.strict)
+    except SkillError as exc:
+        raise ConfigError(f"skills: {exc}") from None
 
 
 def with_confirmation(tools: list[Any], names: list[str]) -> list[Any]:
@@ -186,6 +271,17 @@ def with_confirmation(tools: list[Any], names: list[str]) -> list[Any]:
     if unknown:
         raise ConfigError(f"permissions.confirm: no tool named {', '.join(sorted(unknown))}")
     return [dataclasses.replace(t, confirm=True) if t.name in names else t for t in tools]
+
+
+def mcp_toolset(servers: list[MCPServerConfig]) -> Any:
+    """The MCP servers as a `tools.mcp.MCPToolset` (connected on first use), or None without any."""
+    if not servers:
+        return None
+    try:
+        from .tools.mcp import MCPToolset
+    except ImportError as exc:
+        raise ConfigError(f"mcp: {exc}") from None
+    return MCPToolset.from_config(servers)
 
 
 def workspace_tools(workspace: str | None, shell_allow: list[str]) -> list[Any]:

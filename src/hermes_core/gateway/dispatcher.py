@@ -69,6 +69,10 @@ class Lanes(Generic[T]):
     def waiting(self) -> int:
         return sum(len(queue) for queue in self._queues.values())
 
+    def depths(self) -> dict[str, int]:
+        """Items per key, the one being handled included (it leaves its queue when done)."""
+        return {key: len(queue) for key, queue in self._queues.items() if queue}
+
     async def stop(self, grace: float) -> None:
         """Let running items finish for up to `grace` seconds, then cancel (they stay persisted)."""
         tasks = list(self._tasks.values())
@@ -159,6 +163,10 @@ class Gateway:
             "turns_done": self.turns_done,
             "replies_sent": self.replies_sent,
         }
+
+    def lanes(self) -> dict[str, dict[str, int]]:
+        """Per conversation: messages in its lane (the first is the turn in flight), replies to send."""
+        return {"turns": self._inbound.depths(), "replies": self._outbound.depths()}
 
     async def decide(
         self, pending_id: str, user_id: str, channel: str, approve: bool

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..agent import Agent
@@ -33,6 +34,8 @@ class AgentRunner:
         self.agent = agent
         self.memory = memory or ConversationMemory(InMemorySessionStore())
         self.memory.attach(agent)
+        # streamed text, by task id: who wants a turn's text as it is written (the web console)
+        self.on_text_for: Callable[[str], TextCallback | None] | None = None
 
     async def __call__(self, message: InboundMessage) -> list[str | Reply]:
         if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
@@ -49,8 +52,9 @@ class AgentRunner:
                 original = _inbound(answered.resume)
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
+        on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
         return [await self.reply(original.conversation, original.text, task_id=task_id, caller=caller,
-                                 message=original)]  # fmt: skip
+                                 message=original, on_text=on_text)]  # fmt: skip
 
     async def reply(
         self,

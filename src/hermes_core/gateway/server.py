@@ -69,6 +69,10 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         agent.journal = SQLiteTaskJournal(database)
     if agent.interactions is None:  # approvals and questions wait here (tasks/pending.py)
         agent.use_interactions(SQLiteInteractions(database, approval_ttl=settings.permissions.approval_ttl))
+    if agent.tracer is None:  # every task's record and log events; failed ones as X-rays (observe/traces.py)
+        from ..observe.traces import tracer_for
+
+        agent.tracer = tracer_for(settings, serving=True)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
     webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
@@ -134,6 +138,9 @@ async def serve(
 
     app = web.Application(client_max_size=2 * 1024 * 1024)
     app.add_routes([*routes, web.get("/healthz", healthz)])
+    from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
+
+    mount_console(app, gateway, agent, settings, host=host or settings.gateway.host)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     stop = stop or asyncio.Event()

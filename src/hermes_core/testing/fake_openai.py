@@ -27,12 +27,14 @@ import asyncio
 import inspect
 import itertools
 import json
+import math
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 from aiohttp import web
@@ -164,9 +166,16 @@ class FakeOpenAIServer:
     - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
     - ``reject_tools``: answer 400 "tools is not supported" when a request has ``tools``.
     - ``record_requests``: keep every request in ``requests`` (turn off for long benchmarks).
+    - ``model_latency``: ``{model: seconds}``, that model's latency instead of ``latency``.
+    - ``break_arguments``: ``{model: fraction}``, that share of the model's tool-call replies sent
+      with broken arguments (the values as a JSON array instead of an object, which no lenient
+      parser turns back into an object). The schedule is fixed, not random: the k-th tool-call
+      reply is broken when ``floor(k * fraction)`` grows, so any n replies hold exactly
+      ``floor(n * fraction)`` broken ones (0.3: the 4th, 7th, 10th, …).
 
     Records: ``requests`` (every chat request, even rejected ones), ``in_flight`` and
-    ``max_in_flight`` (chat requests open at once, from arrival to the end of the answer).
+    ``max_in_flight`` (chat requests open at once, from arrival to the end of the answer),
+    ``tool_replies`` and ``broken`` (per model: tool-call replies sent, and how many were broken).
     """
 
     def __init__(
@@ -192,6 +201,10 @@ class FakeOpenAIServer:
         self.reject_tools = reject_tools
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
+        self.model_latency: dict[str, float] = {}
+        self.break_arguments: dict[str, float] = {}
+        self.tool_replies: Counter[str] = Counter()
+        self.broken: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
         self._script: deque[FakeReply] = deque()
@@ -224,10 +237,12 @@ class FakeOpenAIServer:
         self._model_scripts.setdefault(model, deque()).extend(replies)
 
     def reset(self) -> None:
-        """Forget scripts, recorded requests and the in-flight high-water mark."""
+        """Forget scripts, recorded requests and counts, and the in-flight high-water mark."""
         self._script.clear()
         self._model_scripts.clear()
         self.requests.clear()
+        self.tool_replies.clear()
+        self.broken.clear()
         self.max_in_flight = self.in_flight
 
     def default_reply(self, request: RecordedRequest) -> FakeReply:
@@ -304,7 +319,7 @@ class FakeOpenAIServer:
             record = RecordedRequest(_json_object(raw), raw, headers, request.path, received_at)
             if self.record_requests:
                 self.requests.append(record)
-            reply = self._rejection(record) or await self._next_reply(record)
+            reply = self._rejection(record) or self._misbehave(record, await self._next_reply(record))
             return await self._answer(request, record, reply)
         finally:
             self.in_flight -= 1
@@ -353,6 +368,21 @@ class FakeOpenAIServer:
             return self.default_reply(record)
         reply = self.handler(record)
         return await reply if inspect.isawaitable(reply) else reply
+
+    def _misbehave(self, record: RecordedRequest, reply: FakeReply) -> FakeReply:
+        """Apply the per-model knobs: latency, and the fixed schedule of broken arguments."""
+        model = record.model or ""
+        if reply.delay is None and model in self.model_latency:
+            reply = replace(reply, delay=self.model_latency[model])
+        if not reply.tool_calls or reply.raw_body is not None:
+            return reply
+        self.tool_replies[model] += 1
+        share = Fraction(self.break_arguments.get(model, 0.0)).limit_denominator(1000)
+        count = self.tool_replies[model]
+        if math.floor(count * share) == math.floor((count - 1) * share):
+            return reply
+        self.broken[model] += 1
+        return replace(reply, tool_calls=[(name, _broken(args)) for name, args in reply.tool_calls])
 
     # -- writing the answer ------------------------------------------------------------------
 
@@ -451,6 +481,11 @@ def _pieces(text: str) -> Iterator[str]:
         size = 3 + step % 6
         yield text[start : start + size]
         start, step = start + size, step + 1
+
+
+def _broken(args: ToolArgs) -> str:
+    """Arguments as a model breaks them: the values in a JSON array, not an object."""
+    return json.dumps(list(args.values()) if isinstance(args, dict) else [args], ensure_ascii=False)
 
 
 def _wire_tool_call(call_id: str, name: str, args: ToolArgs) -> dict[str, Any]:

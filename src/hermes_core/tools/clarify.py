@@ -15,7 +15,7 @@ from pydantic import Field
 from .declare import TaskPaused, ToolContext, ToolError, tool
 
 
-@tool(name="clarify", level=0)
+@tool(name="clarify", level=0, groups=("always",))  # offered whatever tools routing picks
 async def clarify(
     question: Annotated[str, Field(description="The question, in the user's language; one thing at a time")],
     context: ToolContext,

@@ -84,6 +84,7 @@ class Tool:
     allowed_models: tuple[str, ...] = ()  # empty: any model
     confirm: bool = False  # a person approves each call before it runs (level-2 tools always need it)
     asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
+    groups: tuple[str, ...] = ()  # routing tags (tools/routing.py): with many tools, only relevant groups go
 
     @property
     def needs_person(self) -> bool:
@@ -120,6 +121,7 @@ def tool(
     required_role: str | None = None,
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
+    groups: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -137,6 +139,7 @@ def tool(
     required_role: str | None = None,
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
+    groups: tuple[str, ...] | list[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
@@ -147,7 +150,8 @@ def tool(
     `idempotent` that a repeat is harmless: together they decide whether a call interrupted by a
     crash may simply be run again. `required_role` and `allowed_models` limit who and which
     models may run it (tools/permissions.py). `confirm` makes every call wait for a person's
-    approval (tasks/pending.py), as level-2 tools always do.
+    approval (tasks/pending.py), as level-2 tools always do. `groups` tags the tool for routing: with
+    many tools, only the groups a message is about are offered (tools/routing.py).
     """
 
     def decorate(func: Callable[..., Any]) -> Tool:
@@ -157,6 +161,7 @@ def tool(
         declared.level, declared.idempotent = _check_level(level, declared.name), idempotent
         declared.required_role, declared.allowed_models = required_role, tuple(allowed_models)
         declared.confirm = confirm
+        declared.groups = _groups(groups)
         return declared
 
     return decorate(fn) if fn is not None else decorate
@@ -202,6 +207,10 @@ def _check_level(level: int, name: str) -> int:
     return level
 
 
+def _groups(groups: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return (groups,) if isinstance(groups, str) else tuple(groups)  # "weather" is one group, not seven
+
+
 def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
     """Accept the dict-style registry entry of seed 000: {description, parameters, handler}."""
     missing = [key for key in ("description", "parameters", "handler") if key not in entry]
@@ -230,6 +239,7 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
         required_role=entry.get("required_role"),
         allowed_models=tuple(entry.get("allowed_models", ())),
         confirm=bool(entry.get("confirm", False)),
+        groups=_groups(entry.get("groups", ())),
     )
 
 

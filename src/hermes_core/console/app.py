@@ -1,0 +1,337 @@
+"""The console's routes, under /console/ on the `hermes-core serve` port.
+
+    GET  /console/                      chat (the `web` channel, replies streamed)
+    GET  /console/tasks                 recorded tasks; ?failed=1, ?conversation=…, ?tool=…
+    GET  /console/tasks/{task_id}       one task's timeline: model turns, tool calls, approvals
+    GET  /console/approvals             approvals waiting for a decision, and recent ones
+    GET  /console/status                queues, turns in flight per conversation, rates, model errors
+    GET  /console/login, POST           the token form (only when a token is required)
+    POST /console/api/chat              {"message", "conversation"} → JSON lines (channel.py)
+    POST /console/api/approvals/{id}    {"decision": "approve"|"reject", "stream": bool}
+    GET  /console/api/status            the status page's numbers, as JSON
+    GET  /console/api/tasks/{task_id}   one task's trace, as JSON (redacted)
+
+The console is an admin's view: a decision taken here is an admin's (`decided_by: console`),
+whoever started the task. Chat messages are sent as the user `console`, with the role the
+permissions give that id (a member unless listed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ..config import Settings
+from ..redaction import Redactor, default_redactor
+from ..tools.permissions import ADMIN, Caller
+from .access import Access, add_headers, console_token
+from .channel import WebChannel
+from .pages import Pages, trace_url
+
+log = logging.getLogger("hermes_core.console")
+
+STATIC = Path(__file__).parent / "static"
+CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_MESSAGE_CHARS = 20_000
+MODEL_FAILURES = ("model_unavailable", "model_rejected")
+RATE_WINDOW = 60.0  # seconds the turn and send rates are measured over
+SAMPLE_EVERY = 5.0
+
+
+class Console:
+    """The handlers; they read the gateway, the approvals store and the trace store, never write
+    them except through the gateway's own paths (accept, and a decision's resume message)."""
+
+    def __init__(
+        self, gateway: Any, agent: Any, channel: WebChannel, access: Access, redactor: Redactor
+    ) -> None:
+        self.gateway = gateway
+        self.agent = agent
+        self.channel = channel
+        self.access = access
+        self.redactor = redactor
+        self.pages = Pages(redactor)
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=int(RATE_WINDOW / SAMPLE_EVERY) + 1)
+
+    @property
+    def traces(self) -> Any:
+        """The trace store (observe/traces.py), or None when the agent records no traces."""
+        return getattr(getattr(self.agent, "tracer", None), "store", None)
+
+    def routes(self) -> list[web.AbstractRouteDef]:
+        return [
+            web.get("/", self.chat),
+            web.get("/tasks", self.tasks),
+            web.get("/tasks/{task_id:.+}", self.task),
+            web.get("/approvals", self.approvals),
+            web.get("/status", self.status),
+            web.get("/login", self.login_form),
+            web.post("/login", self.login),
+            web.post("/api/chat", self.post_chat),
+            web.post("/api/approvals/{id}", self.decide),
+            web.get("/api/status", self.status_json),
+            web.get("/api/tasks/{task_id:.+}", self.task_json),
+            web.static("/static", STATIC),
+        ]
+
+    # -- pages -----------------------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.Response:
+        return _html(self.pages.chat())
+
+    async def tasks(self, request: web.Request) -> web.Response:
+        query = request.query
+        filters = {key: query.get(key, "").strip()[:200] for key in ("failed", "conversation", "tool")}
+        if self.traces is None:
+            return _html(self.pages.tasks(None, filters))
+        rows = await self.traces.list(
+            failed=True if filters["failed"] else None,
+            conversation=filters["conversation"] or None,
+            tool=filters["tool"] or None,
+            limit=100,
+        )
+        return _html(self.pages.tasks(rows, filters))
+
+    async def task(self, request: web.Request) -> web.Response:
+        task_id = request.match_info["task_id"]
+        record = await self.traces.get(task_id) if self.traces is not None else None
+        if record is None:
+            return _html(self.pages.missing_trace(task_id, self.traces is not None), 404)
+        return _html(self.pages.trace(record))
+
+    async def task_json(self, request: web.Request) -> web.Response:
+        record = await self.traces.get(request.match_info["task_id"]) if self.traces is not None else None
+        if record is None:
+            return _json({"error": "no such task"}, 404)
+        return _json(self.redactor.redact_data(record))
+
+    async def approvals(self, request: web.Request) -> web.Response:
+        interactions = self.agent.interactions
+        if interactions is None or not hasattr(interactions, "list"):
+            return _html(self.pages.approvals([], [], has_store=False))
+        waiting = [p.summary() for p in await interactions.list("pending") if p.kind == "approval"]
+        recent = [
+            p.summary()
+            for p in await interactions.list(None, limit=50)
+            if p.kind == "approval" and not p.open
+        ][:20]
+        return _html(self.pages.approvals(waiting, recent, has_store=True))
+
+    async def status(self, request: web.Request) -> web.Response:
+        return _html(self.pages.status(await self.numbers()))
+
+    async def status_json(self, request: web.Request) -> web.Response:
+        return _json(await self.numbers())
+
+    # -- chat and decisions ----------------------------------------------------------------------
+
+    async def post_chat(self, request: web.Request) -> web.StreamResponse:
+        data = await _json_body(request)
+        text, conversation = data.get("message"), data.get("conversation") or "console"
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_MESSAGE_CHARS:
+            return _json({"error": f"'message' must be 1 to {MAX_MESSAGE_CHARS} characters"}, 400)
+        if not isinstance(conversation, str) or not CONVERSATION.match(conversation):
+            return _json({"error": "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"}, 400)
+        if not self.gateway.accepting:
+            return _json({"error": "shutting down, try again"}, 503)
+        message = self.channel.message(text, conversation)
+        task_id = f"{message.channel}:{message.message_id}"  # as gateway/runner.py names the task
+        head = {"task_id": task_id, "trace": trace_url(task_id)}
+        return await self.channel.converse(request, task_id, lambda: self.gateway.accept(message), head)
+
+    async def decide(self, request: web.Request) -> web.StreamResponse:
+        """An admin's decision; with `stream` and a task of the web channel, its reply is streamed."""
+        from ..gateway.runner import resume_message
+        from ..tasks.pending import DecisionRefused
+
+        data = await _json_body(request)
+        if data.get("decision") not in ("approve", "reject"):
+            return _json({"error": "'decision' must be 'approve' or 'reject'"}, 400)
+        if self.agent.interactions is None or not self.gateway.accepting:
+            return _json({"error": "approvals are not available"}, 503)
+        admin = Caller("console", ADMIN, self.channel.name)
+        try:
+            pending = await self.agent.interactions.decide(
+                request.match_info["id"], admin, data["decision"] == "approve"
+            )
+        except DecisionRefused as refused:
+            return _json({"error": refused.reason}, 404 if refused.reason == "approval_unknown" else 409)
+        log.info("approval %s %s in the console", pending.id, pending.status)
+        message = resume_message(pending)
+        answer = {
+            "approval": pending.id,
+            "status": pending.status,
+            "task_id": pending.task_id,
+            "trace": trace_url(pending.task_id),
+        }
+        if message is None:
+            return _json(answer)
+        if data.get("stream") and message.channel == self.channel.name:
+            return await self.channel.converse(
+                request, pending.task_id, lambda: self.gateway.accept(message), answer
+            )
+        await self.gateway.accept(message)  # the reply goes to the task's own channel
+        return _json(answer)
+
+    # -- access ----------------------------------------------------------------------------------
+
+    async def login_form(self, request: web.Request) -> web.Response:
+        if not self.access.required:
+            raise web.HTTPSeeOther("/console/")
+        return _html(self.pages.login())
+
+    async def login(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        typed = form.get("token")
+        if not isinstance(typed, str) or not self.access.token_matches(typed):
+            await self.access.refuse_guess()
+            return _html(self.pages.login("Wrong token."), 401)
+        response = web.Response(status=303, headers={"Location": "/console/"})
+        self.access.login(response, request)
+        return response
+
+    def denied(self, request: web.Request, status: int) -> web.StreamResponse:
+        if request.path.startswith("/console/api/"):
+            error = "token required" if status == 401 else "the console answers only on this machine"
+            return _json({"error": error}, status)
+        page = self.pages.login() if status == 401 else self.pages.refused()
+        return _html(page, status)
+
+    # -- numbers ---------------------------------------------------------------------------------
+
+    async def numbers(self) -> dict[str, Any]:
+        """Queues, lanes, rates, approvals and model errors: the status page, as data."""
+        gateway = self.gateway
+        store = gateway.store
+        counts = await store.counts() if hasattr(store, "counts") else {}
+        interactions = self.agent.interactions
+        waiting = (
+            await interactions.list("pending")
+            if interactions is not None and hasattr(interactions, "list")
+            else []
+        )
+        return {
+            "gateway": {"ok": gateway.accepting, **gateway.status(), **counts},
+            "lanes": gateway.lanes() if hasattr(gateway, "lanes") else {"turns": {}, "replies": {}},
+            "rates": self.rates(),
+            "approvals_waiting": sum(1 for p in waiting if p.kind == "approval"),
+            "model": await self.model_errors(),
+        }
+
+    def sample(self) -> None:
+        self._samples.append((time.monotonic(), self.gateway.turns_done, self.gateway.replies_sent))
+
+    def rates(self) -> dict[str, float]:
+        """Turns done and replies sent in the last minute (since start, for a younger process)."""
+        now, turns, sent = time.monotonic(), self.gateway.turns_done, self.gateway.replies_sent
+        then, turns0, sent0 = self._samples[0] if self._samples else (now, turns, sent)
+        return {
+            "turns_per_minute": (turns - turns0) * 60.0 / max(now - then, RATE_WINDOW),
+            "sends_per_minute": (sent - sent0) * 60.0 / max(now - then, RATE_WINDOW),
+            "window": now - then,
+        }
+
+    async def model_errors(self) -> dict[str, Any] | None:
+        """Over the last hour of traces: model calls, how many failed, and how tasks ended."""
+        if self.traces is None:
+            return None
+        rows = await self.traces.list(since=time.time() - 3600, limit=1000)
+        reasons: dict[str, int] = {}
+        for row in rows:
+            reason = str(row.get("stop_reason") or "unknown")
+            reasons[reason] = reasons.get(reason, 0) + 1
+        errors = sum(reasons.get(reason, 0) for reason in MODEL_FAILURES)
+        calls = sum(int(row.get("model_calls") or 0) for row in rows)
+        calls = max(calls, errors)
+        tokens = sum(_total_tokens(row.get("tokens")) for row in rows)
+        return {
+            "tasks": len(rows),
+            "failed": sum(1 for row in rows if not row.get("ok")),
+            "model_calls": calls,
+            "model_errors": errors,
+            "error_rate": errors / calls if calls else 0.0,
+            "stop_reasons": reasons,
+            "tokens": tokens,
+        }
+
+    async def sampling(self, app: web.Application) -> AsyncIterator[None]:
+        """`cleanup_ctx`: sample the counters every few seconds, for the rates."""
+        import asyncio
+
+        async def every() -> None:
+            while True:
+                self.sample()
+                await asyncio.sleep(SAMPLE_EVERY)
+
+        task = asyncio.create_task(every())
+        yield
+        task.cancel()
+
+
+def mount_console(
+    app: web.Application,
+    gateway: Any,
+    agent: Any,
+    settings: Settings,
+    *,
+    host: str,
+    environ: Mapping[str, str] | None = None,
+) -> Console | None:
+    """Add the web channel to `gateway` and the console to `app` under /console/, if the console is
+    on for `host` (access.py); None when it is off. Call before the app and the gateway start."""
+    enabled, token = console_token(settings.console, host, os.environ if environ is None else environ)
+    if not enabled:
+        return None
+    redactor = default_redactor()
+    if token is not None:
+        redactor.add(token)
+    channel = WebChannel(gateway, redactor)
+    gateway.add_channel(channel)
+    runner = getattr(gateway.runner, "inner", gateway.runner)  # RedactingRunner wraps the AgentRunner
+    if hasattr(runner, "on_text_for"):
+        runner.on_text_for = channel.streams.on_text
+    access = Access(token)
+    console = Console(gateway, agent, channel, access, redactor)
+    sub = web.Application(middlewares=[access.middleware(console.denied)])
+    sub.add_routes(console.routes())
+    sub.on_response_prepare.append(add_headers)
+    sub.cleanup_ctx.append(console.sampling)
+    app.router.add_get("/console", _to_console)  # before the sub-application, which would answer 404
+    app.add_subapp("/console/", sub)
+    log.info("console on /console/ (%s)", "token required" if token else "this machine only")
+    return console
+
+
+async def _to_console(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/console/")
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = json.loads(await request.text())
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _total_tokens(tokens: Any) -> int:
+    if isinstance(tokens, dict):
+        return int(tokens.get("total_tokens") or 0)
+    return int(tokens) if isinstance(tokens, (int, float)) else 0
+
+
+def _html(page: str, status: int = 200) -> web.Response:
+    return web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda value: json.dumps(value, ensure_ascii=False))

@@ -1,0 +1,152 @@
+// The console's only script: chat with streamed replies, and approval buttons.
+// Text from the server is always set with textContent, never parsed as HTML.
+"use strict";
+
+(() => {
+  const post = (url, body) =>
+    fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+      credentials: "same-origin",
+    });
+
+  const element = (tag, className, text) => {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+
+  // -- chat -----------------------------------------------------------------------------------
+
+  const log = document.getElementById("log");
+  const form = document.getElementById("chat");
+
+  const conversationId = (fresh) => {
+    let id = fresh ? null : sessionStorage.getItem("hermes-console-conversation");
+    if (!id) {
+      id = "c-" + Math.random().toString(36).slice(2, 10);
+      sessionStorage.setItem("hermes-console-conversation", id);
+    }
+    document.getElementById("conversation").textContent = id;
+    return id;
+  };
+
+  const bubble = (who, text) => {
+    const box = element("div", "msg " + who);
+    box.append(element("div", "text", text || ""), element("div", "meta"));
+    log.append(box);
+    box.scrollIntoView({ block: "end" });
+    return box;
+  };
+
+  const showApproval = (box, approval) => {
+    const panel = element("div", "approval");
+    panel.append(element("div", "", "Approval needed: " + approval.tool + " " + approval.arguments));
+    for (const decision of ["approve", "reject"]) {
+      const button = element("button", decision, decision === "approve" ? "Approve" : "Reject");
+      button.type = "button";
+      button.addEventListener("click", () => {
+        panel.querySelectorAll("button").forEach((b) => (b.disabled = true));
+        const url = "/console/api/approvals/" + encodeURIComponent(approval.id);
+        stream(url, { decision, stream: true }, bubble("agent streaming"));
+      });
+      panel.append(button);
+    }
+    box.append(panel);
+  };
+
+  const handle = (box, event) => {
+    const text = box.querySelector(".text");
+    const meta = box.querySelector(".meta");
+    if (event.type === "accepted") {
+      box.dataset.task = event.task_id;
+      if (event.status) meta.append(element("span", "decided", event.status + " · "));
+      const link = element("a", "trace", "trace");
+      link.href = event.trace;
+      meta.append(link);
+    } else if (event.type === "text") {
+      text.textContent = event.text;
+    } else if (event.type === "reply") {
+      text.textContent = event.text;
+      box.classList.remove("streaming");
+      if (event.approval) showApproval(box, event.approval);
+    } else if (event.type === "timeout") {
+      box.classList.remove("streaming");
+      meta.prepend(element("span", "error", event.text + " "));
+    }
+    box.scrollIntoView({ block: "end" });
+  };
+
+  const stream = async (url, body, box) => {
+    try {
+      const response = await post(url, body);
+      const type = response.headers.get("Content-Type") || "";
+      if (!type.startsWith("application/x-ndjson")) {
+        const answer = await response.json();
+        box.classList.remove("streaming");
+        box.querySelector(".text").textContent = answer.error ? "Error: " + answer.error : answer.status;
+        return;
+      }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffered = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffered += decoder.decode(value, { stream: true });
+        const lines = buffered.split("\n");
+        buffered = lines.pop();
+        for (const line of lines) if (line.trim()) handle(box, JSON.parse(line));
+      }
+    } catch (error) {
+      box.classList.remove("streaming");
+      box.querySelector(".text").textContent = "Error: " + error;
+    }
+  };
+
+  if (form) {
+    let conversation = conversationId(false);
+    const input = document.getElementById("message");
+    const send = document.getElementById("send");
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const message = input.value.trim();
+      if (!message) return;
+      input.value = "";
+      send.disabled = true;
+      bubble("user", message);
+      await stream("/console/api/chat", { message, conversation }, bubble("agent streaming"));
+      send.disabled = false;
+      input.focus();
+    });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && !event.shiftKey) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    document.getElementById("new-conversation").addEventListener("click", () => {
+      conversation = conversationId(true);
+      log.replaceChildren();
+    });
+  }
+
+  // -- approvals page -------------------------------------------------------------------------
+
+  document.querySelectorAll("button.decide").forEach((button) => {
+    button.addEventListener("click", async () => {
+      const row = button.closest("tr");
+      row.querySelectorAll("button").forEach((b) => (b.disabled = true));
+      const url = "/console/api/approvals/" + encodeURIComponent(button.dataset.approval);
+      const response = await post(url, { decision: button.dataset.decision });
+      const answer = await response.json();
+      if (response.ok) {
+        window.location.reload();
+      } else {
+        row.lastElementChild.textContent = "Error: " + answer.error;
+      }
+    });
+  });
+})();

@@ -1,0 +1,138 @@
+"""From a recorded failure to a regression case: `hermes-core eval add TRACE`.
+
+TRACE is the JSON dump of one recorded task::
+
+    {"task_id": "…", "conversation": "the conversation's id",
+     "input": "the user message", "history": [earlier messages; optional],
+     "messages": [every message of the run], "reply": "…", "stop_reason": "max_turns",
+     "tool_calls": [{"name", "arguments", "result", "ok", "error", "elapsed"}],
+     "usage": {…}, "timings": {…}}
+
+The case keeps the conversation: `history` (system messages dropped), then `input`. Without
+`input`, the task is the last user message of `messages` and the history what came before it;
+without `history`, what came before `input` in `messages`. It proposes checks: each tool that
+succeeded must be called (and succeed) again, the run must complete, and a run that did not
+complete must not end with the same reply. The recorded calls and reply are written as comments
+above the case, for the person who edits the checks into what "fixed" means.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .cases import WIRE_KEYS, CaseError, Message, clip, parse_case
+
+FILE_TOOLS = ("read_file", "write_file", "list_directory")
+
+
+def add_trace(
+    trace_path: str | Path, cases_dir: str | Path, *, name: str | None = None, force: bool = False
+) -> Path:
+    """Write the case proposed for a trace into `cases_dir`; returns the new file."""
+    import yaml
+
+    from ..redaction import redact_text
+
+    source = Path(trace_path)
+    try:
+        trace = json.loads(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CaseError(f"cannot read trace {source}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise CaseError(f"{source} is not JSON: {exc}") from None
+    if not isinstance(trace, dict):
+        raise CaseError(f"{source}: a trace is a JSON object (task_id, input, history, tool_calls, reply…)")
+    name = name or _case_name(trace, source)
+    target = Path(cases_dir) / f"{name}.yaml"
+    if target.exists() and not force:
+        raise CaseError(f"{target} exists: pass --name to choose another name, or --force to replace it")
+    try:
+        data, notes = case_from_trace(trace, name)
+    except CaseError as exc:
+        raise CaseError(f"{source}: {exc}") from None
+    parse_case(data, str(source))  # what is written must load
+    header = [
+        f"Proposed by `hermes-core eval add` from {source.name}: edit the checks, they are a first guess.",
+        *notes,
+    ]
+    body = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=100)
+    text = "".join(f"# {line}\n" for line in header) + body
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(redact_text(text), encoding="utf-8")
+    return target
+
+
+def case_from_trace(trace: Mapping[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
+    """The case data proposed for a trace, and comment lines describing the recorded run."""
+    history, task = _trace_conversation(trace)
+    calls = [call for call in trace.get("tool_calls") or [] if isinstance(call, Mapping)]
+    succeeded = list(dict.fromkeys(str(call.get("name")) for call in calls if call.get("ok")))
+    stop_reason = str(trace.get("stop_reason") or "")
+    reply = str(trace.get("reply") or "")
+    checks: dict[str, Any] = {}
+    if succeeded:
+        checks["must_call"] = succeeded
+    if stop_reason and stop_reason != "completed" and reply:
+        checks["reply_not_contains"] = [reply]
+    checks["stop_reason"] = "completed"
+    data: dict[str, Any] = {
+        "name": name,
+        "description": f"recorded failure ({stop_reason or 'no stop reason'}); edit the checks",
+    }
+    if trace.get("task_id"):
+        data["source"] = f"task {trace['task_id']}"
+    data["conversation"] = [*(_shorthand(message) for message in history), {"user": task}]
+    data["checks"] = checks
+    return data, _notes(calls, stop_reason, reply)
+
+
+def _notes(calls: list[Mapping[str, Any]], stop_reason: str, reply: str) -> list[str]:
+    """What the recorded run did, as comment lines for the case file."""
+    notes = [f"Recorded run: stop_reason={stop_reason or '?'}, {len(calls)} tool call(s)"]
+    for call in calls:
+        arguments = call.get("arguments")
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        status = "ok" if call.get("ok") else f"failed ({call.get('error') or 'error'})"
+        notes.append(
+            f"  {call.get('name')} {clip(shown or '{}')} -> {status}: {clip(str(call.get('result')))}"
+        )
+    notes.append(f"Recorded reply: {clip(reply)}")
+    if any(call.get("name") in FILE_TOOLS for call in calls):
+        notes.append("The run used the workspace: add the files it needs under `files:` (path: content).")
+    return notes
+
+
+def _trace_conversation(trace: Mapping[str, Any]) -> tuple[list[Message], str]:
+    """(earlier messages, the task) of a trace: `history` + `input`, or derived from `messages`."""
+    messages = [m for m in trace.get("messages") or [] if isinstance(m, Mapping)]
+    task = trace.get("input")
+    history = trace.get("history")
+    if not isinstance(task, str) or not task:
+        users = [
+            i for i, m in enumerate(messages) if m.get("role") == "user" and isinstance(m.get("content"), str)
+        ]
+        if not users:
+            raise CaseError("the trace has no input and no user message in messages")
+        task, history = str(messages[users[-1]]["content"]), messages[: users[-1]]
+    elif not isinstance(history, list):
+        starts = [i for i, m in enumerate(messages) if m.get("role") == "user" and m.get("content") == task]
+        history = messages[: starts[-1]] if starts else []
+    kept = [dict(m) for m in history if isinstance(m, Mapping) and m.get("role") != "system"]
+    return kept, task
+
+
+def _shorthand(message: Mapping[str, Any]) -> dict[str, Any]:
+    """`{user: text}` / `{assistant: text}` where the message is only that, else the wire message."""
+    wire = {key: message[key] for key in WIRE_KEYS if key in message}
+    plain = set(wire) == {"role", "content"} and isinstance(wire["content"], str)
+    return {wire["role"]: wire["content"]} if plain and wire["role"] in ("user", "assistant") else wire
+
+
+def _case_name(trace: Mapping[str, Any], source: Path) -> str:
+    task_id = trace.get("task_id")
+    raw = f"trace-{str(task_id)[:12]}" if task_id else source.stem
+    return re.sub(r"[^\w.-]+", "-", raw).strip("-") or "trace"

@@ -1,0 +1,662 @@
+"""Traces: each task's complete record — stored in SQLite, and dumped as an X-ray file when it fails.
+
+A `Tracer` on the agent (`Agent(tracer=Tracer(store))`; `hermes-core serve` sets one) observes every
+run the way the journal does, without the loop knowing: `TaskTrace.wrap` wraps the model client
+and the tool registry. The wrappers time each model call and each tool call, write the log
+events of observe/logs.py (`model_request`, `model_response`, `tool_call`, `tool_result`, `error`)
+and, with `otel` configured, one OpenTelemetry span each. `Agent.run` starts the trace
+(`message_in`) and finishes it (`reply_out`); the finished record goes to the `TraceStore`, and a
+failed task (not completed, and not paused for a person) is also written to `<xray_dir>/<task>.json`
+— the seed's "X-ray": everything the model saw and did, replayable with `hermes-core replay FILE`.
+
+The record (the X-ray file has the same shape)::
+
+    {"task_id", "conversation", "channel", "caller", "model", "input", "history" (messages before
+     the input, as sent), "messages" (all messages of the run), "model_calls": [{"turn",
+     "started_at", "elapsed", "request_messages_count", "tools", "response": {"content",
+     "tool_calls": [{"id", "name", "arguments"}], "usage", "model", "finish_reason", "refusal",
+     "reasoning"}, "error"}], "tool_calls": [{"turn", "id", "name", "arguments", "result", "ok",
+     "error", "elapsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
+     "ok", "usage", "timings", "started_at", "finished_at", "error"}
+
+Everything recorded is redacted first (redaction.py). A tracer never fails a task: a store that
+cannot write is logged, and the task goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import logging
+import os
+import re
+import time
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..loop import PAUSES, RunResult
+from ..messages import Message, ModelResponse, ToolCall
+from ..models.base import ModelClient, ModelError, TextCallback
+from ..redaction import redact_data
+from ..storage import SQLiteDatabase
+from ..tools import ToolContext, ToolRegistry
+from ..tools.permissions import Caller
+from ..tools.registry import ToolOutcome
+from .logs import log_event, task_context
+
+log = logging.getLogger("hermes_core.traces")
+
+REPLY_SUMMARY_CHARS = 200
+
+MIGRATIONS = {
+    1: """
+    CREATE TABLE traces (
+        task_id TEXT PRIMARY KEY,
+        conversation TEXT,
+        input TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        stop_reason TEXT NOT NULL,
+        ok INTEGER NOT NULL,
+        failed INTEGER NOT NULL,          -- not ok, and not paused for a person
+        reply TEXT NOT NULL,
+        model_calls INTEGER NOT NULL,
+        tool_names TEXT NOT NULL,         -- JSON list, in call order, each name once
+        tokens INTEGER NOT NULL,
+        data TEXT NOT NULL                -- the whole record, JSON
+    );
+    CREATE INDEX traces_by_start ON traces (started_at);
+    CREATE INDEX traces_by_conversation ON traces (conversation, started_at);
+    CREATE TABLE trace_tools (
+        tool TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        PRIMARY KEY (tool, task_id)
+    )
+    """,
+}
+
+
+# --- the store -------------------------------------------------------------------------------------
+
+
+class TraceStore(ABC):
+    """Where finished tasks' records go. A record stored again under the same task id replaces it
+    (a task paused for a person is recorded, then recorded again when it finishes)."""
+
+    @abstractmethod
+    async def record(self, trace: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    async def get(self, task_id: str) -> dict[str, Any] | None:
+        """The full record, or None."""
+
+    @abstractmethod
+    async def list(
+        self,
+        *,
+        failed: bool | None = None,
+        conversation: str | None = None,
+        tool: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+    ) -> builtins.list[dict[str, Any]]:
+        """Summaries of the most recent tasks first: task_id, conversation, input, started_at,
+        finished_at, stop_reason, ok, reply (truncated), model_calls, tool_names, tokens."""
+
+    async def close(self) -> None:
+        return None
+
+
+class SQLiteTraceStore(TraceStore):
+    """Traces in a SQLite file (`serve` uses the gateway's database)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.db = SQLiteDatabase.shared(path)
+        self.db.migrate("traces", MIGRATIONS)
+
+    async def record(self, trace: dict[str, Any]) -> None:
+        names = list(dict.fromkeys(str(call["name"]) for call in trace.get("tool_calls") or []))
+        row = (
+            trace["task_id"],
+            trace.get("conversation"),
+            trace.get("input") or "",
+            trace["started_at"],
+            trace.get("finished_at"),
+            trace.get("stop_reason") or "",
+            int(bool(trace.get("ok"))),
+            int(is_failure(trace)),
+            trace.get("reply") or "",
+            len(trace.get("model_calls") or []),
+            json.dumps(names, ensure_ascii=False),
+            int((trace.get("usage") or {}).get("total_tokens", 0)),
+            json.dumps(trace, ensure_ascii=False),
+        )
+
+        def write(db: Any) -> None:
+            db.execute("DELETE FROM trace_tools WHERE task_id = ?", (trace["task_id"],))
+            db.execute(f"INSERT OR REPLACE INTO traces VALUES ({', '.join('?' * len(row))})", row)
+            db.executemany(
+                "INSERT INTO trace_tools (tool, task_id) VALUES (?, ?)",
+                [(n, trace["task_id"]) for n in names],
+            )
+
+        await self.db.transaction(write)
+
+    async def get(self, task_id: str) -> dict[str, Any] | None:
+        row = await self.db.transaction(
+            lambda db: db.execute("SELECT data FROM traces WHERE task_id = ?", (task_id,)).fetchone()
+        )
+        return json.loads(row[0]) if row else None
+
+    async def list(
+        self,
+        *,
+        failed: bool | None = None,
+        conversation: str | None = None,
+        tool: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+    ) -> builtins.list[dict[str, Any]]:
+        where, args = ["1 = 1"], []
+        for clause, value in (
+            ("failed = ?", None if failed is None else int(failed)),
+            ("conversation = ?", conversation),
+            ("task_id IN (SELECT task_id FROM trace_tools WHERE tool = ?)", tool),
+            ("started_at >= ?", since),
+            ("started_at < ?", until),
+        ):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        query = (
+            "SELECT task_id, conversation, input, started_at, finished_at, stop_reason, ok, reply, "
+            f"model_calls, tool_names, tokens FROM traces WHERE {' AND '.join(where)} "
+            "ORDER BY started_at DESC LIMIT ?"
+        )
+        rows = await self.db.transaction(lambda db: db.execute(query, (*args, limit)).fetchall())
+        keys = (
+            "task_id",
+            "conversation",
+            "input",
+            "started_at",
+            "finished_at",
+            "stop_reason",
+            "ok",
+            "reply",
+            "model_calls",
+            "tool_names",
+            "tokens",
+        )
+        summaries = [dict(zip(keys, row, strict=True)) for row in rows]
+        for summary in summaries:
+            summary["ok"] = bool(summary["ok"])
+            summary["tool_names"] = json.loads(summary["tool_names"])
+            summary["reply"] = clip(summary["reply"], REPLY_SUMMARY_CHARS)
+        return summaries
+
+    async def prune(self, older_than: float) -> None:
+        """Forget the tasks started before `older_than` (a timestamp)."""
+
+        def delete(db: Any) -> None:
+            db.execute(
+                "DELETE FROM trace_tools WHERE task_id IN (SELECT task_id FROM traces WHERE started_at < ?)",
+                (older_than,),
+            )
+            db.execute("DELETE FROM traces WHERE started_at < ?", (older_than,))
+
+        await self.db.transaction(delete)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+def is_failure(trace: dict[str, Any]) -> bool:
+    """Not completed, and not merely waiting for a person's approval or answer."""
+    return not trace.get("ok") and trace.get("stop_reason") not in PAUSES
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- the tracer ------------------------------------------------------------------------------------
+
+
+class Tracer:
+    """Observes the agent's tasks: log events, a record per task in `store`, X-rays of failures.
+
+    Without a store it only writes the log events. `spans` (observe/otel.py) adds OpenTelemetry
+    spans: one per task, with one child per model call and per tool call.
+    """
+
+    def __init__(
+        self, store: TraceStore | None = None, *, xray_dir: str | Path | None = None, spans: Any = None
+    ) -> None:
+        self.store = store
+        self.xray_dir = Path(xray_dir) if xray_dir else None
+        self.spans = spans
+
+    def start(
+        self,
+        task_id: str,
+        message: str,
+        messages: list[Message],
+        *,
+        conversation: str | None = None,
+        caller: Caller | None = None,
+    ) -> TaskTrace:
+        """Begin observing one run over `messages` (the list the loop extends; the input is last)."""
+        return TaskTrace(self, task_id, message, messages, conversation, caller)
+
+    async def close(self) -> None:
+        if self.store is not None:
+            await self.store.close()
+
+
+class TaskTrace:
+    """One run being observed. `wrap` the model and tools; the run ends with `finish` (or, when a
+    wrapped call raises something other than a model error, `crashed`), whichever comes first."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        task_id: str,
+        message: str,
+        messages: list[Message],
+        conversation: str | None,
+        caller: Caller | None,
+    ) -> None:
+        self.tracer, self.task_id, self.input = tracer, task_id, message
+        self.conversation, self.caller = conversation, caller
+        self.messages = messages
+        self.history = _json_copy(messages[:-1])
+        self.started_at = time.time()
+        self.turn = 0  # the current model call, from 1
+        self.model_calls: list[dict[str, Any]] = []
+        self.started_calls: dict[str, dict[str, Any]] = {}  # call id → {"turn", "started_at"}
+        self.outcomes: list[ToolOutcome] = []  # as they finished: what a crashed run's record shows
+        self.registry: ToolRegistry | None = None
+        self.model_name = ""
+        self.done = False
+        self.span = self.start_span(
+            "hermes.task", {"hermes.task_id": task_id, "hermes.conversation": conversation}
+        )
+        with self.bound():
+            channel = caller.channel if caller else None
+            log_event("message_in", input=message, channel=channel, history_messages=len(self.history))
+
+    def bound(self) -> AbstractContextManager[None]:
+        """Inside this block, log records carry the task id, the conversation and the current turn."""
+        return task_context(self.task_id, self.conversation, self.turn)
+
+    def wrap(self, model: ModelClient, registry: ToolRegistry) -> tuple[ModelClient, ToolRegistry]:
+        """The model client and registry to run with: every call observed."""
+        self.registry, self.model_name = registry, model.name
+        return TracedModel(model, self), TracedTools(registry, self)
+
+    # -- what the wrappers report ---------------------------------------------------------------
+
+    def model_done(
+        self,
+        turn: int,
+        started_at: float,
+        elapsed: float,
+        messages_count: int,
+        tools: list[str],
+        response: ModelResponse | None,
+        error: BaseException | None,
+    ) -> None:
+        raw = response_record(response) if response is not None else None
+        failure = describe_error(error) if error is not None else None
+        self.model_calls.append({
+            "turn": turn, "started_at": started_at, "elapsed": elapsed,
+            "request_messages_count": messages_count, "tools": tools, "response": raw, "error": failure,
+        })  # fmt: skip
+        if raw is None:
+            log_event("error", logging.ERROR, stage="model", error=failure, elapsed=elapsed)
+        else:
+            log_event("model_response", elapsed=elapsed, **raw)
+
+    def tool_done(self, turn: int, started_at: float, outcome: ToolOutcome) -> None:
+        self.started_calls[outcome.call.id] = {"turn": turn, "started_at": started_at}
+        self.outcomes.append(outcome)
+        paused = outcome.error in PAUSES
+        log_event(
+            "tool_result",
+            logging.INFO if outcome.ok or paused else logging.WARNING,
+            tool=outcome.call.name,
+            call_id=outcome.call.id,
+            arguments=outcome.call.arguments,
+            ok=outcome.ok,
+            error=outcome.error,
+            elapsed=outcome.elapsed,
+            result=clip(outcome.content, 500),
+            result_chars=len(outcome.content),
+        )
+
+    # -- the end --------------------------------------------------------------------------------
+
+    async def finish(self, result: RunResult) -> dict[str, Any] | None:
+        """Record the run (completed, failed or paused); returns the record, or None if that failed."""
+        if self.done:
+            return None
+        self.done = True
+        try:
+            with self.bound():
+                record = await self._build(result, None)
+                failed = is_failure(record)
+                log_event(
+                    "reply_out",
+                    logging.WARNING if failed else logging.INFO,
+                    reply=record["reply"],
+                    stop_reason=record["stop_reason"],
+                    ok=record["ok"],
+                    usage=record["usage"],
+                    model_calls=len(record["model_calls"]),
+                    tool_calls=len(record["tool_calls"]),
+                    elapsed=result.timings.get("total", 0.0),
+                )
+                await self._keep(record, failed)
+            return record
+        except Exception:
+            log.exception("the trace of task %s was not recorded", self.task_id)
+            return None
+        finally:
+            self.end_span(self.span, {"hermes.stop_reason": result.stop_reason}, None)
+
+    async def crashed(self, error: Exception) -> None:
+        """A wrapped call raised and the run ends with that exception: record what there is."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            with self.bound():
+                log_event("error", logging.ERROR, stage="task", error=describe_error(error))
+                await self._keep(await self._build(None, error), True)
+        except Exception:
+            log.exception("the trace of task %s was not recorded", self.task_id)
+        finally:
+            self.end_span(self.span, {"hermes.stop_reason": "error"}, error)
+
+    async def _build(self, result: RunResult | None, error: BaseException | None) -> dict[str, Any]:
+        outcomes = result.tool_calls if result is not None else self.outcomes
+        usage = (
+            asdict(result.usage)
+            if result is not None
+            else {
+                key: sum(((m["response"] or {}).get("usage") or {}).get(key, 0) for m in self.model_calls)
+                for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+            }
+        )
+        record: dict[str, Any] = {
+            "task_id": self.task_id,
+            "conversation": self.conversation,
+            "channel": self.caller.channel if self.caller else None,
+            "caller": asdict(self.caller) if self.caller else None,
+            "model": self.model_name,
+            "input": self.input,
+            "history": self.history,
+            "messages": _json_copy(self.messages),
+            "model_calls": self.model_calls,
+            "tool_calls": self._tool_calls(outcomes),
+            "approvals": await self._approvals(outcomes),
+            "reply": result.reply if result is not None else "",
+            "stop_reason": result.stop_reason if result is not None else "error",
+            "ok": result.ok if result is not None else False,
+            "usage": usage,
+            "timings": dict(result.timings) if result is not None else {},
+            "started_at": self.started_at,
+            "finished_at": time.time(),
+            "error": describe_error(error) if error is not None else None,
+        }
+        return redact_data(_json_copy(record))
+
+    def _tool_calls(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        """Every call of the run in call order — the refused ones too — with its turn and timing."""
+        asked = [
+            (entry["turn"], call["id"])
+            for entry in self.model_calls
+            for call in (entry["response"] or {}).get("tool_calls", [])
+        ]
+        rows, position = [], 0
+        for outcome in outcomes:
+            call = outcome.call
+            started = self.started_calls.get(call.id, {})
+            turn = started.get("turn")
+            for index in range(position, len(asked)):  # the call's turn: the next response that asked it
+                if asked[index][1] == call.id:
+                    turn, position = asked[index][0], index + 1
+                    break
+            rows.append(
+                {
+                    "turn": turn,
+                    "id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "result": outcome.content,
+                    "ok": outcome.ok,
+                    "error": outcome.error,
+                    "elapsed": outcome.elapsed,
+                    "started_at": started.get("started_at"),
+                }
+            )
+        return rows
+
+    async def _approvals(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
+        """The approvals and questions of this task, as they stand now (tasks/pending.py)."""
+        registry = self.registry
+        interactions = registry.interactions if registry is not None else None
+        if registry is None or interactions is None:
+            return []
+        declared = [registry.get(outcome.call.name) for outcome in outcomes]
+        if not any(tool is not None and tool.needs_person for tool in declared):
+            return []
+        found = {p.id: p.summary() for p in await interactions.open_for_task(self.task_id)}
+        store = self.tracer.store
+        earlier = await store.get(self.task_id) if store is not None else None
+        for old in (earlier or {}).get("approvals") or []:  # decided since the run that asked
+            if old.get("id") not in found:
+                fresh = await interactions.get(old["id"])
+                found[old["id"]] = fresh.summary() if fresh is not None else old
+        return sorted(found.values(), key=lambda p: p.get("created_at") or 0)
+
+    async def _keep(self, record: dict[str, Any], failed: bool) -> None:
+        if self.tracer.store is not None:
+            try:
+                await self.tracer.store.record(record)
+            except Exception:
+                log.exception("the trace of task %s could not be stored", self.task_id)
+        if failed and self.tracer.xray_dir is not None:
+            path = await asyncio.to_thread(write_xray, self.tracer.xray_dir, record)
+            log.info("failed task %s: X-ray written to %s", self.task_id, path)
+
+    # -- spans ----------------------------------------------------------------------------------
+
+    def start_span(self, name: str, attributes: dict[str, Any], parent: Any = None) -> Any:
+        spans = self.tracer.spans
+        return spans.start(name, attributes, parent) if spans is not None else None
+
+    def end_span(self, span: Any, attributes: dict[str, Any], error: BaseException | None) -> None:
+        if span is not None:
+            self.tracer.spans.end(span, attributes, error)
+
+
+class TracedModel(ModelClient):
+    """The model client, observed: each call timed, logged, recorded, and spanned."""
+
+    def __init__(self, inner: ModelClient, trace: TaskTrace) -> None:
+        self.inner, self.trace = inner, trace
+        self.name = inner.name
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        trace = self.trace
+        trace.turn += 1
+        turn, names = trace.turn, [str(schema.get("function", {}).get("name")) for schema in tools or []]
+        span = trace.start_span(
+            "model.complete", {"hermes.turn": turn, "gen_ai.request.model": self.name}, trace.span
+        )
+        with trace.bound():
+            log_event(
+                "model_request",
+                logging.DEBUG,
+                model=self.name,
+                messages_count=len(messages),
+                tools=names,
+                messages=messages,
+            )
+            started_at, clock = time.time(), time.perf_counter()
+            try:
+                response = await self.inner.complete(messages, tools, on_text=on_text)
+            except Exception as exc:
+                trace.model_done(
+                    turn, started_at, time.perf_counter() - clock, len(messages), names, None, exc
+                )
+                trace.end_span(span, {}, exc)
+                if not isinstance(exc, ModelError):  # the loop turns model errors into a reply; not this
+                    await trace.crashed(exc)
+                raise
+            trace.model_done(
+                turn, started_at, time.perf_counter() - clock, len(messages), names, response, None
+            )
+        usage = response.usage
+        trace.end_span(
+            span,
+            {
+                "gen_ai.response.model": response.model,
+                "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                "gen_ai.usage.output_tokens": usage.completion_tokens,
+                "hermes.tool_calls": len(response.tool_calls),
+            },
+            None,
+        )
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TracedTools(ToolRegistry):
+    """The run's tools, observed: each execution timed, logged, recorded, and spanned.
+
+    Like the journal's `JournaledTools`, only `execute` differs; it delegates to the registry it
+    wraps (which may itself be journaled), so the one choke point stays where it is.
+    """
+
+    def __init__(self, registry: ToolRegistry, trace: TaskTrace) -> None:
+        super().__init__(policy=registry.policy, interactions=registry.interactions)
+        self._tools = registry._tools
+        self.inner, self.trace = registry, trace
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        timeout: float = 30.0,
+        max_chars: int = 3000,
+        context: ToolContext | None = None,
+    ) -> ToolOutcome:
+        trace = self.trace
+        turn = trace.turn
+        span = trace.start_span(
+            f"tool {call.name}", {"hermes.turn": turn, "hermes.tool": call.name}, trace.span
+        )
+        with trace.bound():
+            log_event("tool_call", tool=call.name, call_id=call.id, arguments=call.arguments)
+            started_at = time.time()
+            try:
+                outcome = await self.inner.execute(
+                    call, timeout=timeout, max_chars=max_chars, context=context
+                )
+            except Exception as exc:  # the registry never raises; a journal that cannot write might
+                log_event("error", logging.ERROR, stage="tool", tool=call.name, error=describe_error(exc))
+                trace.end_span(span, {}, exc)
+                await trace.crashed(exc)
+                raise
+            trace.tool_done(turn, started_at, outcome)
+        trace.end_span(span, {"hermes.ok": outcome.ok, "hermes.error": outcome.error or ""}, None)
+        return outcome
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def tracer_for(settings: Any, *, serving: bool) -> Tracer:
+    """The tracer `settings.observe` asks for. Traces (`observe.traces`, default: on when `serving`)
+    go to the gateway's database; X-rays to `observe.xray_dir`, by default `<data_dir>/xray` when
+    traces are on. Without traces the tracer still writes the log events."""
+    observe, data_dir = settings.observe, Path(settings.gateway.data_dir)
+    keep = observe.traces if observe.traces is not None else serving
+    store = SQLiteTraceStore(data_dir / "gateway.db") if keep else None
+    xray_dir = observe.xray_dir if observe.xray_dir is not None else (str(data_dir / "xray") if keep else "")
+    spans = None
+    if observe.otel:
+        try:
+            from .otel import OTelSpans
+        except ImportError as exc:
+            raise ValueError(f"observe.otel: {exc}") from None
+        spans = OTelSpans()
+    return Tracer(store, xray_dir=xray_dir or None, spans=spans)
+
+
+def response_record(response: ModelResponse) -> dict[str, Any]:
+    """A model response as the trace keeps it: the raw output, tool calls included."""
+    return {
+        "content": response.content,
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
+        "usage": asdict(response.usage),
+        "model": response.model,
+        "finish_reason": response.finish_reason,
+        "refusal": response.refusal,
+        "reasoning": response.reasoning,
+    }
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def xray_path(xray_dir: str | Path, task_id: str) -> Path:
+    """`<xray_dir>/<task id>.json`, the task id made safe as a file name."""
+    return Path(xray_dir) / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', task_id).strip('.') or 'task'}.json"
+
+
+def write_xray(xray_dir: str | Path, record: dict[str, Any]) -> Path:
+    """Write a failed task's record as a standalone JSON file (atomically); returns its path."""
+    path = xray_path(xray_dir, str(record["task_id"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(redact_data(record), ensure_ascii=False, indent=2), encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def _json_copy(value: Any) -> Any:
+    """A JSON-shaped deep copy: later changes to the run's lists do not reach the record."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+__all__ = [
+    "SQLiteTraceStore",
+    "TaskTrace",
+    "TraceStore",
+    "TracedModel",
+    "TracedTools",
+    "Tracer",
+    "is_failure",
+    "response_record",
+    "tracer_for",
+    "write_xray",
+    "xray_path",
+]

@@ -1,0 +1,104 @@
+"""A small MCP server for the tests, built with the SDK's `MCPServer` (formerly FastMCP).
+
+    python tests/mcp_demo_server.py                  # stdio
+    python tests/mcp_demo_server.py --port 8765      # streamable HTTP on 127.0.0.1:8765/mcp
+
+Every call is appended as one JSON line to the file named by DEMO_CALL_LOG (if set), so a test
+can check which calls reached the server; DEMO_START_LOG gets a line per process started.
+DEMO_GREETING, if set, is what `greet` answers with:
+it shows that an environment variable was passed to the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("demo", log_level="WARNING")
+if os.environ.get("DEMO_START_LOG"):  # one line per server process started
+    with open(os.environ["DEMO_START_LOG"], "a", encoding="utf-8") as starts:
+        starts.write(f"{os.getpid()}\n")
+
+
+def record(tool: str, **arguments: Any) -> None:
+    path = os.environ.get("DEMO_CALL_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(json.dumps({"tool": tool, "arguments": arguments}) + "\n")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    record("add", a=a, b=b)
+    return a + b
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Repeat the text."""
+    record("echo", text=text)
+    return text
+
+
+@server.tool(structured_output=False)
+def greet(name: str) -> str:
+    """Greet someone (plain text, no structured content)."""
+    record("greet", name=name)
+    return f"{os.environ.get('DEMO_GREETING', 'hello')}, {name}"
+
+
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of one header of the HTTP request that carried this call."""
+    record("header", name=name)
+    return (ctx.headers or {}).get(name.lower(), "(none)")
+
+
+@server.tool(name="delete.everything")
+def delete_everything(confirm: bool = False) -> str:
+    """Pretend to delete everything (a name with a dot; configured as irreversible in the tests)."""
+    record("delete.everything", confirm=confirm)
+    return "deleted"
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Sleep for a while, then answer."""
+    record("slow", seconds=seconds)
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails with the given reason."""
+    record("fail", reason=reason)
+    raise ToolError(f"cannot do that: {reason}")
+
+
+@server.tool()
+def crash() -> str:
+    """Ends the server process in the middle of the call."""
+    record("crash")
+    os._exit(3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, help="serve streamable HTTP on this port instead of stdio")
+    args = parser.parse_args()
+    if args.port is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()

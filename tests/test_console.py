@@ -1,0 +1,510 @@
+"""The web console over plain HTTP: who may open it, chat through the `web` channel with streamed
+text, approvals decided by an admin, the status numbers, and pages that never run or show what
+they should not (escaping, redaction). The browser tests are in test_console_browser.py."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from hermes_core import Agent
+from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings
+from hermes_core.console.access import is_loopback
+from hermes_core.console.channel import HOLD_BACK, TextStreams
+from hermes_core.gateway.server import serve
+from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+from hermes_core.redaction import Redactor, default_redactor
+from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from hermes_core.tools.permissions import Policy
+from invoicing import RAN, send_invoice
+
+TOKEN = "console-token-4f9a1c77"
+SECRET = "s3cr3t-Value-9QxZ41kP"  # the value of a secret variable: redacted wherever it shows up
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    RAN.clear()
+    monkeypatch.delenv("HERMES_CONSOLE_TOKEN", raising=False)
+
+
+@asynccontextmanager
+async def console(
+    tmp_path: Path, agent: Agent, *, host: str = "127.0.0.1", config: ConsoleConfig | None = None
+) -> AsyncIterator[str]:
+    """`serve` in this event loop (the real mounting path) on a free port; yields its base URL."""
+    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig())
+    threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
+    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(
+        serve(settings, host=host, port=0, ready=ready.set_result, stop=stop, agent=agent)
+    )
+    try:
+        await asyncio.wait({server, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+        if server.done():
+            server.result()  # raises what stopped it
+        yield ready.result().replace("0.0.0.0", "127.0.0.1")
+    finally:
+        stop.set()
+        await asyncio.wait({server}, timeout=20)
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+
+
+async def fetch(
+    url: str, *, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None, **options: Any
+) -> tuple[int, str, Any]:
+    async with aiohttp.ClientSession(**options) as session:
+        async with session.request(method, url, json=body, headers=headers, allow_redirects=False) as answer:
+            return answer.status, await answer.text(), answer.headers
+
+
+def events(body: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def traced(agent: Agent, tmp_path: Path) -> SQLiteTraceStore:
+    """Give the agent a tracer over a real trace store (serve keeps a tracer it is given)."""
+    store = SQLiteTraceStore(tmp_path / "gateway.db")
+    agent.tracer = Tracer(store)  # type: ignore[attr-defined]
+    return store
+
+
+def trace_record(task_id: str, **fields: Any) -> dict[str, Any]:
+    now = time.time()
+    record = {
+        "task_id": task_id,
+        "conversation": "webhook:u1",
+        "channel": "webhook",
+        "caller": None,
+        "input": "what is 6*7",
+        "history": [],
+        "messages": [],
+        "model_calls": [
+            {
+                "turn": 1,
+                "started_at": now,
+                "elapsed": 0.2,
+                "request_messages_count": 2,
+                "response": {
+                    "content": None,
+                    "tool_calls": [{"id": "c1", "name": "calculator", "arguments": '{"expression": "6*7"}'}],
+                    "usage": {"total_tokens": 30},
+                    "model": "m",
+                    "finish_reason": "tool_calls",
+                },
+                "error": None,
+            },
+            {
+                "turn": 2,
+                "started_at": now + 0.3,
+                "elapsed": 0.1,
+                "request_messages_count": 4,
+                "response": {
+                    "content": "42",
+                    "tool_calls": [],
+                    "usage": {"total_tokens": 40},
+                    "model": "m",
+                    "finish_reason": "stop",
+                },
+                "error": None,
+            },
+        ],
+        "tool_calls": [
+            {
+                "turn": 1,
+                "id": "c1",
+                "name": "calculator",
+                "arguments": '{"expression": "6*7"}',
+                "result": "42",
+                "ok": True,
+                "error": None,
+                "elapsed": 0.05,
+                "started_at": now + 0.2,
+            }
+        ],
+        "approvals": [],
+        "reply": "42",
+        "stop_reason": "completed",
+        "ok": True,
+        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+        "timings": {},
+        "started_at": now,
+        "finished_at": now + 0.5,
+        "error": None,
+    }
+    record.update(fields)
+    return record
+
+
+# -- access -------------------------------------------------------------------------------------
+
+
+def test_loopback_addresses() -> None:
+    assert all(map(is_loopback, ["127.0.0.1", "127.0.1.1", "::1", "[::1]", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.5", "example.org", ""]))
+
+
+async def test_on_loopback_without_a_token_only_local_requests_by_a_local_name_are_answered(
+    tmp_path: Path,
+) -> None:
+    async with console(tmp_path, Agent(model=ScriptedModel([]))) as url:
+        status, page, headers = await fetch(f"{url}/console/")
+        assert status == 200 and 'id="chat"' in page
+        assert "script-src 'self'" in headers["Content-Security-Policy"]
+        assert (await fetch(f"{url}/console"))[0] == 302
+        rebound = await fetch(f"{url}/console/status", headers={"Host": "attacker.example:80"})
+        assert rebound[0] == 403 and "HERMES_CONSOLE_TOKEN" in rebound[1]
+        proxied = await fetch(f"{url}/console/api/status", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert proxied[0] == 403 and json.loads(proxied[1])["error"]
+        assert (await fetch(f"{url}/healthz"))[0] == 200  # the rest of the server is not the console's
+
+
+async def test_exposed_console_requires_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_CONSOLE_TOKEN", TOKEN)
+    async with console(tmp_path, Agent(model=ScriptedModel([])), host="0.0.0.0") as url:
+        status, page, _ = await fetch(f"{url}/console/status")
+        assert status == 401 and 'name="token"' in page and TOKEN not in page
+        assert (await fetch(f"{url}/console/api/status"))[0] == 401
+        wrong = {"Authorization": "Bearer not-the-token"}
+        assert (await fetch(f"{url}/console/api/status", headers=wrong))[0] == 401
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        status, body, _ = await fetch(f"{url}/console/api/status", headers=right)
+        assert status == 200 and json.loads(body)["gateway"]["ok"] is True
+
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+            async with browser.post(f"{url}/console/login", data={"token": "guess"}) as answer:
+                assert answer.status == 401 and "Wrong token" in await answer.text()
+            async with browser.get(f"{url}/console/tasks") as answer:
+                assert answer.status == 401
+            async with browser.post(
+                f"{url}/console/login", data={"token": TOKEN}, allow_redirects=False
+            ) as answer:
+                assert answer.status == 303
+                cookie = answer.cookies["hermes_console"]
+                assert cookie.value != TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
+            async with browser.get(f"{url}/console/tasks") as answer:
+                assert answer.status == 200 and TOKEN not in await answer.text()
+
+
+async def test_a_non_loopback_console_without_a_token_is_off_or_refused(tmp_path: Path) -> None:
+    async with console(tmp_path / "a", Agent(model=ScriptedModel([])), host="0.0.0.0") as url:
+        assert (await fetch(f"{url}/console/"))[0] == 404  # off by default beyond localhost
+        assert (await fetch(f"{url}/healthz"))[0] == 200
+    with pytest.raises(ConfigError, match="HERMES_CONSOLE_TOKEN"):
+        async with console(
+            tmp_path / "b", Agent(model=ScriptedModel([])), host="0.0.0.0", config=ConsoleConfig(enabled=True)
+        ):
+            pass
+    async with console(
+        tmp_path / "c", Agent(model=ScriptedModel([])), config=ConsoleConfig(enabled=False)
+    ) as url:
+        assert (await fetch(f"{url}/console/"))[0] == 404
+
+
+async def test_changes_only_from_the_consoles_own_pages(tmp_path: Path) -> None:
+    model = ScriptedModel([reply("never")])
+    async with console(tmp_path, Agent(model=model)) as url:
+        async with aiohttp.ClientSession() as session:
+            form = await session.post(f"{url}/console/api/chat", data={"message": "hi there"})
+            assert form.status == 403
+            foreign = await session.post(
+                f"{url}/console/api/chat",
+                json={"message": "hi there"},
+                headers={"Origin": "http://attacker.example"},
+            )
+            assert foreign.status == 403
+    assert model.calls == []
+
+
+# -- chat ---------------------------------------------------------------------------------------
+
+
+async def test_chat_runs_through_the_gateway_and_streams_the_text(tmp_path: Path) -> None:
+    long_reply = "The answer, as the model writes it piece by piece: " + "forty-two " * 20
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(long_reply.strip(), chunk_delay=0.005))
+        agent = Agent(model="fake-model", base_url=fake.base_url)
+        async with console(tmp_path, agent) as url:
+            status, body, headers = await fetch(
+                f"{url}/console/api/chat",
+                method="POST",
+                body={"message": "Tell me the answer", "conversation": "t1"},
+            )
+            _, health, _ = await fetch(f"{url}/healthz")
+        assert fake.requests[0].body is not None and fake.requests[0].body.get("stream") is True
+    assert status == 200 and headers["Content-Type"].startswith("application/x-ndjson")
+    seen = events(body)
+    assert seen[0]["type"] == "accepted" and seen[0]["task_id"].startswith("web:")
+    assert seen[0]["trace"] == "/console/tasks/" + seen[0]["task_id"].replace(":", "%3A")
+    texts = [e["text"] for e in seen if e["type"] == "text"]
+    assert texts and all(long_reply.startswith(text) for text in texts)
+    assert all(len(text) <= len(long_reply.strip()) - HOLD_BACK for text in texts)  # the tail waits
+    assert seen[-1] == {"type": "reply", "text": long_reply.strip(), "approval": None}
+    assert json.loads(health)["replies_sent"] == 1  # the web channel's send, through the outbox
+
+
+async def test_chat_input_is_checked(tmp_path: Path) -> None:
+    async with console(tmp_path, Agent(model=ScriptedModel([]))) as url:
+        for body in ({"message": ""}, {"message": "x" * 20_001}, {"message": "hi", "conversation": "../x"}):
+            status, text, _ = await fetch(f"{url}/console/api/chat", method="POST", body=body)
+            assert status == 400 and "error" in json.loads(text)
+
+
+def test_streamed_text_never_shows_a_secret_split_across_pieces() -> None:
+    redactor = Redactor([SECRET])
+    streams = TextStreams(redactor.redact)
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    streams.open("web:1", queue)
+    on_text = streams.on_text("web:1")
+    assert on_text is not None and streams.on_text("web:2") is None
+    text = "x" * 80 + f" the key is {SECRET} " + "y" * 100
+    for start in range(0, len(text), 5):
+        on_text(text[start : start + 5])
+    shown = [queue.get_nowait()["text"] for _ in range(queue.qsize())]
+    assert shown and not any(SECRET[:6] in piece for piece in shown)
+    assert "[REDACTED]" in shown[-1]
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+
+def invoice_agent(*extra: Any) -> tuple[Agent, ScriptedModel]:
+    model = ScriptedModel(
+        [call("send_invoice", {"customer": "ACME", "amount": 120}), reply("Invoice sent."), *extra]
+    )
+    return Agent(model=model, tools=[send_invoice], permissions=Policy.from_lists(admins=["boss"])), model
+
+
+async def test_an_admin_decides_in_the_console_a_call_asked_on_another_channel(tmp_path: Path) -> None:
+    agent, model = invoice_agent()
+    async with console(tmp_path, agent) as url:
+        _, asked, _ = await fetch(
+            f"{url}/webhook", method="POST", body={"message": "invoice", "user_id": "alice"}
+        )
+        approval = json.loads(asked)["approval"]
+        status, page, _ = await fetch(f"{url}/console/approvals")
+        assert status == 200 and approval["id"] in page and "send_invoice" in page and "ACME" in page
+        _, numbers, _ = await fetch(f"{url}/console/api/status")
+        assert json.loads(numbers)["approvals_waiting"] == 1
+
+        decide = f"{url}/console/api/approvals/{approval['id']}"
+        assert (await fetch(decide, method="POST", body={"decision": "maybe"}))[0] == 400
+        status, body, _ = await fetch(decide, method="POST", body={"decision": "approve"})
+        decided = json.loads(body)
+        assert status == 200 and decided["status"] == "approved" and decided["task_id"].startswith("webhook:")
+        for _ in range(200):  # the task resumes on its own channel (the webhook's): no one waits here
+            if len(model.calls) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert RAN == ["invoice ACME 120"]
+        again = await fetch(decide, method="POST", body={"decision": "reject"})
+        assert again[0] == 409 and json.loads(again[1])["error"] == "approval_already_decided"
+        assert (
+            await fetch(f"{url}/console/api/approvals/ap_none", method="POST", body={"decision": "approve"})
+        )[0] == 404
+        _, page, _ = await fetch(f"{url}/console/approvals")
+        assert "approved by console" in page
+
+
+async def test_a_chat_that_pauses_for_approval_streams_the_resumed_reply(tmp_path: Path) -> None:
+    agent, _ = invoice_agent()
+    async with console(tmp_path, agent) as url:
+        _, body, _ = await fetch(f"{url}/console/api/chat", method="POST", body={"message": "invoice ACME"})
+        approval = events(body)[-1]["approval"]
+        assert approval["tool"] == "send_invoice" and approval["requested_by"] == "console" and RAN == []
+        status, body, _ = await fetch(
+            f"{url}/console/api/approvals/{approval['id']}",
+            method="POST",
+            body={"decision": "approve", "stream": True},
+        )
+    resumed = events(body)
+    assert resumed[0]["type"] == "accepted" and resumed[0]["status"] == "approved"
+    assert resumed[-1]["type"] == "reply" and resumed[-1]["text"] == "Invoice sent."
+    assert RAN == ["invoice ACME 120"]
+
+
+# -- tasks and status ---------------------------------------------------------------------------
+
+
+async def test_timeline_shows_each_turn_and_tool_call_with_arguments_and_filters(tmp_path: Path) -> None:
+    agent = Agent(model=ScriptedModel([]))
+    store = traced(agent, tmp_path)
+    await store.record(trace_record("webhook:ok1"))
+    failing = {
+        "turn": 1,
+        "started_at": time.time(),
+        "elapsed": 1.0,
+        "request_messages_count": 2,
+        "response": None,
+        "error": "ModelUnavailable: 503",
+    }
+    await store.record(
+        trace_record(
+            "webhook:bad1",
+            ok=False,
+            stop_reason="model_unavailable",
+            reply="sorry",
+            model_calls=[failing],
+            tool_calls=[],
+        )
+    )
+    async with console(tmp_path, agent) as url:
+        _, listing, _ = await fetch(f"{url}/console/tasks")
+        assert "webhook:ok1" in listing and "webhook:bad1" in listing
+        _, failed, _ = await fetch(f"{url}/console/tasks?failed=1")
+        assert "webhook:bad1" in failed and "webhook:ok1" not in failed
+        _, by_tool, _ = await fetch(f"{url}/console/tasks?tool=calculator")
+        assert "webhook:ok1" in by_tool and "webhook:bad1" not in by_tool
+
+        status, page, _ = await fetch(f"{url}/console/tasks/webhook%3Aok1")
+        assert status == 200 and 'class="tool-name">calculator<' in page
+        assert "&quot;expression&quot;: &quot;6*7&quot;" in page  # the arguments, pretty-printed
+        assert page.count("<rect ") == 3 and "70 tokens" in page
+        _, bad, _ = await fetch(f"{url}/console/tasks/webhook%3Abad1")
+        assert "ModelUnavailable: 503" in bad and "model_unavailable" in bad
+        status, raw, _ = await fetch(f"{url}/console/api/tasks/webhook%3Aok1")
+        assert status == 200 and json.loads(raw)["tool_calls"][0]["name"] == "calculator"
+        assert (await fetch(f"{url}/console/tasks/webhook%3Anone"))[0] == 404
+
+        _, numbers, _ = await fetch(f"{url}/console/api/status")
+    model = json.loads(numbers)["model"]
+    assert model["tasks"] == 2 and model["model_calls"] == 3 and model["model_errors"] == 1
+    assert model["stop_reasons"] == {"completed": 1, "model_unavailable": 1}
+
+
+async def test_status_shows_turns_in_flight_per_conversation(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def slow(messages: Any, tools: Any) -> Any:
+        await release.wait()
+        return reply("done")
+
+    agent = Agent(model=ScriptedModel(slow))
+    async with console(tmp_path, agent) as url:
+        async with aiohttp.ClientSession() as session:
+            posts = [
+                asyncio.create_task(
+                    session.post(f"{url}/webhook", json={"message": f"task {i}", "user_id": "u1"})
+                )
+                for i in range(2)
+            ]
+            for _ in range(200):
+                numbers = json.loads((await fetch(f"{url}/console/api/status"))[1])
+                if numbers["lanes"]["turns"].get("webhook:u1") == 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert numbers["gateway"]["conversations_busy"] == 1
+            _, page, _ = await fetch(f"{url}/console/status")
+            assert "<td>webhook:u1</td><td>1</td><td>1</td>" in page  # one in flight, one waiting
+            release.set()
+            for answer in await asyncio.gather(*posts):
+                answer.close()
+        numbers = json.loads((await fetch(f"{url}/console/api/status"))[1])
+    assert numbers["lanes"]["turns"] == {} and numbers["gateway"]["turns_done"] == 2
+    assert numbers["rates"]["sends_per_minute"] == 2.0  # both within the first minute
+    assert numbers["model"]["tasks"] == 2 and numbers["model"]["model_calls"] == 2  # serve records traces
+
+
+# -- what pages never do ------------------------------------------------------------------------
+
+
+async def test_a_reply_with_markup_is_rendered_inert(tmp_path: Path) -> None:
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    agent = Agent(model=ScriptedModel([]))
+    store = traced(agent, tmp_path)
+    await store.record(trace_record("webhook:evil", input=evil, reply=evil, conversation=f"c{evil}"))
+    async with console(tmp_path, agent) as url:
+        for path in (
+            "/console/tasks",
+            "/console/tasks/webhook%3Aevil",
+            "/console/tasks?conversation=%3Cscript%3E",
+        ):
+            status, page, headers = await fetch(url + path)
+            assert status == 200 and "<script>alert" not in page and "<img src=x" not in page
+            assert "default-src 'none'" in headers["Content-Security-Policy"]
+        _, page, _ = await fetch(f"{url}/console/tasks/webhook%3Aevil")
+    assert '<pre id="reply" class="reply">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img' in page
+
+
+async def test_pages_never_show_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BILLING_API_KEY", SECRET)
+    default_redactor().add_environment()  # as at start-up, after .env is loaded
+    shaped = "sk-proj-" + "a1B2c3D4" * 4  # an unknown key, found by its shape
+    agent, _ = invoice_agent()
+    store = traced(agent, tmp_path)
+    leaky = f"use {SECRET} and {shaped}"
+    call_with_secret = {
+        "turn": 1,
+        "id": "c1",
+        "name": "calculator",
+        "arguments": json.dumps({"key": SECRET}),
+        "result": leaky,
+        "ok": False,
+        "error": leaky,
+        "elapsed": 0.1,
+        "started_at": time.time(),
+    }
+    await store.record(
+        trace_record(
+            "webhook:leak",
+            input=leaky,
+            reply=leaky,
+            error=leaky,
+            tool_calls=[call_with_secret],
+            messages=[{"role": "user", "content": leaky}],
+        )
+    )
+    async with console(tmp_path, agent) as url:
+        await fetch(
+            f"{url}/webhook", method="POST", body={"message": f"invoice {SECRET}", "user_id": "alice"}
+        )
+        pages = [
+            "/console/",
+            "/console/tasks",
+            "/console/tasks/webhook%3Aleak",
+            "/console/api/tasks/webhook%3Aleak",
+            "/console/approvals",
+            "/console/status",
+            "/console/api/status",
+            "/console/tasks?tool=" + SECRET,
+        ]
+        for path in pages:
+            status, page, _ = await fetch(url + path)
+            assert status == 200, path
+            assert SECRET not in page and shaped not in page, path
+        _, page, _ = await fetch(f"{url}/console/tasks/webhook%3Aleak")
+        assert "[REDACTED]" in page
+
+
+async def test_a_browser_that_leaves_mid_turn_loses_nothing(tmp_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def slow(messages: Any, tools: Any) -> Any:
+        await release.wait()
+        return reply("finished anyway")
+
+    async with console(tmp_path, Agent(model=ScriptedModel(slow))) as url:
+        async with aiohttp.ClientSession() as session:
+            answer = await session.post(f"{url}/console/api/chat", json={"message": "take your time"})
+            first = json.loads(await answer.content.readline())
+            answer.close()  # the tab is closed while the model is still thinking
+        release.set()
+        for _ in range(200):
+            health = json.loads((await fetch(f"{url}/healthz"))[1])
+            if health["replies_sent"] == 1:
+                break
+            await asyncio.sleep(0.02)
+        _, page, _ = await fetch(url + "/console/tasks/" + first["task_id"].replace(":", "%3A"))
+    assert health["turns_done"] == 1 and health["replies_sent"] == 1 and health["outbox_pending"] == 0
+    assert "finished anyway" in page  # its trace, with the reply nobody was waiting for

@@ -1,0 +1,226 @@
+"""The web console in a real browser: headless Chromium driven by Selenium, against `hermes-core serve`
+started here with the fake model (FakeOpenAIServer) and the fake Feishu.
+
+- chat: a message typed in the page, the reply streamed in, with a link to its trace;
+- the trace: the tool call the model made, with its arguments;
+- approvals: a call paused for approval is approved in the chat, and one asked on Feishu is approved
+  on the approvals page; both tasks finish.
+
+Screenshots of each step go to test-artifacts/console/. Skipped, saying why, without chromium,
+chromedriver or the selenium package (CI installs them: .ci/run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed")
+from selenium.common.exceptions import WebDriverException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
+WAIT = 20  # seconds any one condition may take
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs the Debian packages chromium and chromium-driver (not installed here)",
+)
+
+
+class Stack:
+    """The fakes, the server as a real process, and the browser: shared by this module's tests."""
+
+    def __init__(self, fake: FakeOpenAIServer, feishu: FakeFeishu, url: str, workspace: Path, browser: Any):
+        self.fake, self.feishu, self.url, self.workspace, self.browser = fake, feishu, url, workspace, browser
+
+    def open(self, path: str) -> None:
+        self.browser.get(self.url + path)
+
+    def wait(self, condition: Any) -> Any:
+        return WebDriverWait(self.browser, WAIT).until(condition)
+
+    def screenshot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def start_server(
+    tmp_path: Path, fake: FakeOpenAIServer, feishu: FakeFeishu
+) -> tuple[subprocess.Popen[str], str]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    config = tmp_path / "hermes.yaml"
+    config.write_text(
+        f"model:\n  name: fake-model\n  base_url: {fake.base_url}\n  max_retries: 0\n"
+        f"agent:\n  workspace: {workspace}\n"
+        f"gateway:\n  data_dir: {tmp_path / 'data'}\n"
+        f"feishu:\n  app_id: {feishu.app_id}\n  base_url: {feishu.base_url}\n"
+        "permissions:\n  confirm: [write_file]\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env.update(FEISHU_APP_SECRET=feishu.app_secret, FEISHU_VERIFICATION_TOKEN=feishu.verification_token)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
+        if found:
+            return process, found.group(1)
+    raise AssertionError(f"the server did not start: exit {process.wait()}")
+
+
+def chromium() -> Any:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,1000",
+    ):
+        options.add_argument(argument)
+    try:
+        return webdriver.Chrome(
+            service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options
+        )
+    except WebDriverException as exc:
+        pytest.skip(f"chromium did not start: {exc.msg}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium look for a driver online
+    tmp_path = tmp_path_factory.mktemp("console-browser")
+    fake = FakeOpenAIServer().start_in_thread()
+    feishu = FakeFeishu(time_scale=0.001).start_in_thread()
+    process, url = start_server(tmp_path, fake, feishu)
+    browser = None
+    try:
+        browser = chromium()
+        yield Stack(fake, feishu, url, tmp_path / "workspace", browser)
+    finally:
+        if browser is not None:
+            browser.quit()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        feishu.stop()
+        fake.stop()
+
+
+def send_chat(stack: Stack, text: str) -> Any:
+    """Type a message in the chat page; returns the agent's bubble once its reply is complete."""
+    replies = len(stack.browser.find_elements(By.CSS_SELECTOR, ".msg.agent"))
+    box = stack.browser.find_element(By.ID, "message")
+    box.send_keys(text)
+    stack.browser.find_element(By.ID, "send").click()
+    stack.wait(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".msg.agent:not(.streaming)")) > replies)
+    return stack.browser.find_elements(By.CSS_SELECTOR, ".msg.agent")[-1]
+
+
+def test_chat_reply_streams_in_and_links_to_its_trace_with_the_tool_call(stack: Stack) -> None:
+    answer = "6 times 7 is 42. " + "Multiplying six by seven gives forty-two. " * 3
+    stack.fake.script(
+        FakeReply.tool_call("calculator", {"expression": "6*7"}),
+        FakeReply.text(answer.strip(), chunk_delay=0.01),
+    )
+    stack.open("/console/")
+    bubble = send_chat(stack, "What is 6*7?")
+    assert bubble.find_element(By.CLASS_NAME, "text").text == answer.strip()
+    stack.screenshot("01-chat-reply")
+
+    bubble.find_element(By.CSS_SELECTOR, "a.trace").click()
+    stack.wait(ec.presence_of_element_located((By.ID, "timeline")))
+    timeline = stack.browser.find_element(By.ID, "timeline")
+    assert "calculator" in timeline.find_element(By.CLASS_NAME, "tool-name").text
+    arguments = timeline.find_element(By.CSS_SELECTOR, "pre.arguments").text
+    assert '"expression": "6*7"' in arguments
+    assert "42" in timeline.find_element(By.CSS_SELECTOR, "pre.result").text
+    assert len(timeline.find_elements(By.CSS_SELECTOR, "svg.bar")) == 3  # two model turns, one tool call
+    stack.screenshot("02-trace")
+
+
+def test_a_call_paused_in_chat_is_approved_there_and_the_task_finishes(stack: Stack) -> None:
+    stack.fake.script(
+        FakeReply.tool_call("write_file", {"path": "note.txt", "content": "hello"}),
+        FakeReply.text("Saved the note."),
+    )
+    stack.open("/console/")
+    bubble = send_chat(stack, "Save a note saying hello")
+    approve = bubble.find_element(By.CSS_SELECTOR, ".approval button.approve")
+    assert "write_file" in bubble.find_element(By.CLASS_NAME, "approval").text
+    assert not (stack.workspace / "note.txt").exists()
+    stack.screenshot("03-chat-approval")
+    approve.click()
+    stack.wait(ec.text_to_be_present_in_element((By.ID, "log"), "Saved the note."))
+    last = stack.browser.find_elements(By.CSS_SELECTOR, ".msg.agent")[-1]
+    assert "approved" in last.find_element(By.CLASS_NAME, "meta").text
+    assert (stack.workspace / "note.txt").read_text(encoding="utf-8") == "hello"
+    stack.screenshot("04-chat-approved")
+
+
+def test_a_call_asked_on_feishu_is_approved_on_the_approvals_page(stack: Stack) -> None:
+    stack.fake.script(
+        FakeReply.tool_call("write_file", {"path": "feishu.txt", "content": "from Feishu"}),
+        FakeReply.text("Saved it for you."),
+    )
+    feishu = stack.feishu
+    message = feishu.user_message("save a note from Feishu", chat_id="oc_console", sender="ou_alice")
+    assert asyncio.run(feishu.push(message, f"{stack.url}/feishu/events")).ok
+    deadline = time.monotonic() + WAIT
+    while not feishu.messages_in("oc_console") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "write_file" in feishu.messages_in("oc_console")[0].text  # the approval card
+
+    stack.open("/console/approvals")
+    row = stack.wait(ec.presence_of_element_located((By.CSS_SELECTOR, "#approvals tr[id^=approval-]")))
+    assert "write_file" in row.text and "ou_alice" in row.text and "feishu.txt" in row.text
+    stack.screenshot("05-approvals")
+    row.find_element(By.CSS_SELECTOR, "button[data-decision=approve]").click()
+    stack.wait(ec.text_to_be_present_in_element((By.ID, "decided"), "approved by console"))
+    stack.screenshot("06-approved")
+
+    stack.wait(lambda _: any(m.text == "Saved it for you." for m in feishu.messages_in("oc_console")))
+    assert (stack.workspace / "feishu.txt").read_text(encoding="utf-8") == "from Feishu"
+    stack.open("/console/tasks?tool=write_file")
+    stack.wait(ec.text_to_be_present_in_element((By.ID, "tasks"), "feishu:"))
+    row = next(
+        r for r in stack.browser.find_elements(By.CSS_SELECTOR, "#tasks tbody tr") if "feishu:" in r.text
+    )
+    assert "completed" in row.text
+    stack.screenshot("07-tasks")
+
+
+def test_status_page_shows_the_gateway_and_the_model(stack: Stack) -> None:
+    stack.open("/console/status")
+    cards = stack.wait(ec.presence_of_element_located((By.ID, "status")))
+    assert "turns done" in cards.text and "sends / min" in cards.text
+    model = stack.browser.find_element(By.ID, "model").text
+    assert "model error rate" in model and "failed model calls" in model
+    stack.screenshot("08-status")
