@@ -188,3 +188,26 @@ def test_cli_asks_yes_or_no_before_a_confirm_tool_runs(tmp_path: Path, answer: s
     assert "Approve write_file" in done.stdout
     assert (tmp_path / "ws" / "note.txt").exists() is written
     assert ("rejected" in tool_result) is not written
+
+
+async def test_the_gateway_forgets_journals_and_traces_past_their_retention(tmp_path: Path) -> None:
+    import time
+
+    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path), retention_days=1))
+    agent = Agent(model=ScriptedModel(lambda messages, tools: "ok"))
+    gateway, _ = build_gateway(settings, agent)
+    journal, traces = agent.journal, agent.tracer.store  # type: ignore[union-attr]
+    await agent.run("old task", task_id="old")
+    await agent.run("new task", task_id="new")
+    two_days_ago = time.time() - 2 * 86400
+    await journal.db.transaction(  # type: ignore[union-attr]
+        lambda db: db.execute("UPDATE task_journal SET at = ? WHERE task_id = 'old'", (two_days_ago,))
+    )
+    await traces.db.transaction(  # type: ignore[union-attr]
+        lambda db: db.execute("UPDATE traces SET started_at = ? WHERE task_id = 'old'", (two_days_ago,))
+    )
+    await gateway.prune()
+    assert await journal.entries("old") == [] and await journal.entries("new") != []  # type: ignore[union-attr]
+    assert await traces.get("old") is None and await traces.get("new") is not None  # type: ignore[union-attr]
+    await gateway.store.close()
+    await gateway.runner.aclose()  # type: ignore[attr-defined]

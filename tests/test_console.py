@@ -508,3 +508,19 @@ async def test_a_browser_that_leaves_mid_turn_loses_nothing(tmp_path: Path) -> N
         _, page, _ = await fetch(url + "/console/tasks/" + first["task_id"].replace(":", "%3A"))
     assert health["turns_done"] == 1 and health["replies_sent"] == 1 and health["outbox_pending"] == 0
     assert "finished anyway" in page  # its trace, with the reply nobody was waiting for
+
+
+def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "hermes.yaml").write_text("console:\n  enabled: true\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--host", "0.0.0.0",
+         "--port", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "HERMES_CONSOLE_TOKEN" in done.stderr

@@ -94,6 +94,23 @@ async def test_a_task_is_recorded_whole(tmp_path: Path) -> None:
     assert not (tmp_path / "xray").exists()  # a completed task leaves no X-ray
 
 
+async def test_plan_mode_is_traced_like_the_loop(tmp_path: Path) -> None:
+    from hermes_core.plans import run_plan
+
+    first = {"id": "one", "tool": "add", "params": {"a": 1, "b": 2}}
+    then = {"id": "two", "tool": "add", "params": {"a": "$output.one", "b": 4}, "requires": ["one"]}
+    plan = {"steps": [first, then]}
+    agent, store = traced(tmp_path, [json.dumps(plan), "It is 7."])
+    result = await run_plan(agent, "add 1 and 2, then 4", task_id="p1")
+    record = await store.get("p1")
+    assert result.reply == "It is 7." and record is not None
+    assert [(c["name"], c["result"], c["ok"]) for c in record["tool_calls"]] == [
+        ("add", "3", True),
+        ("add", "7", True),
+    ]
+    assert len(record["model_calls"]) == 2 and record["reply"] == "It is 7."
+
+
 async def test_a_failed_task_is_an_xray_that_eval_add_reads(tmp_path: Path) -> None:
     script = [call("add", {"a": 1, "b": 1}), call("add", {"a": 2, "b": 2}), call("add", {"a": 3, "b": 3})]
     agent, store = traced(tmp_path, script, max_turns=2)

@@ -165,18 +165,7 @@ class Agent:
         messages.append({"role": "user", "content": message})
         fast = self.is_greeting(message)
         task_id = task_id or uuid.uuid4().hex
-        if self.mcp is not None:  # cheap once connected; a server that is down is retried later
-            await self.mcp.attach(self.registry)
-        model, registry = self.client, self.registry
-        if self.journal is not None:
-            from .tasks.journal import resume
-
-            model, registry = await resume(self.journal, task_id, model, registry)
-        trace = None
-        if self.tracer is not None:  # after the journal: a resumed task's record shows its replayed steps too
-            conversation = session.id if session is not None else None
-            trace = self.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
-            model, registry = trace.wrap(model, registry)
+        model, registry, trace = await self.task_tools(task_id, message, messages, session, caller)
         result = await run_loop(
             model,
             registry,
@@ -202,6 +191,30 @@ class Agent:
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
                 session.messages.append({"role": "assistant", "content": result.reply})
         return result
+
+    async def task_tools(
+        self,
+        task_id: str,
+        message: str,
+        messages: list[Message],
+        session: Session | None = None,
+        caller: Caller | None = None,
+    ) -> tuple[ModelClient, ToolRegistry, Any]:
+        """The model and tools one task runs with (the loop's, or plan mode's), and its trace:
+        MCP tools attached, the journal replaying what it holds, the tracer recording each step."""
+        if self.mcp is not None:  # cheap once connected; a server that is down is retried later
+            await self.mcp.attach(self.registry)
+        model, registry = self.client, self.registry
+        if self.journal is not None:
+            from .tasks.journal import resume
+
+            model, registry = await resume(self.journal, task_id, model, registry)
+        trace = None
+        if self.tracer is not None:  # after the journal: a resumed task's record shows its replayed steps too
+            conversation = session.id if session is not None else None
+            trace = self.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
+            model, registry = trace.wrap(model, registry)
+        return model, registry, trace
 
     def run_sync(self, message: str, *, session: Session | None = None) -> RunResult:
         """`run` for synchronous code (any thread without a running event loop)."""

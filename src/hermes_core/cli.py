@@ -175,7 +175,14 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
     def ready(address: str) -> None:
         print(f"hermes-core serving on {address} (POST /webhook, /feishu/events; GET /healthz)", flush=True)
 
-    asyncio.run(serve(settings, host=args.host, port=args.port, ready=ready, agent=agent))
+    from .config import ConfigError
+    from .redaction import redact_text
+
+    try:
+        asyncio.run(serve(settings, host=args.host, port=args.port, ready=ready, agent=agent))
+    except ConfigError as exc:  # e.g. the console on a public address without a token
+        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        return 2
     return 0
 
 

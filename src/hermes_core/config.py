@@ -82,6 +82,7 @@ class GatewayConfig(_Section):
     data_dir: str = ".hermes"
     max_concurrent_turns: int = Field(256, ge=1)
     shutdown_grace: float = Field(10.0, ge=0)
+    retention_days: float = Field(30.0, gt=0)  # task journals and traces older than this are deleted
 
 
 class FeishuConfig(_Section):

@@ -109,6 +109,7 @@ class Gateway:
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
         self._pruner: asyncio.Task[None] | None = None
         self._expirer: asyncio.Task[None] | None = None
+        self.pruners: list[Callable[[], Awaitable[None]]] = []  # hourly, with the store's own pruning
         self.expiry_interval = 15.0  # how often undecided approvals are checked for expiry
 
     def add_channel(self, channel: Channel) -> None:
@@ -254,12 +255,17 @@ class Gateway:
         log.warning("reply %s to %s failed (%s); retry in %.1fs", reply.id, reply.conversation, error, delay)
         return min(delay, self.max_send_backoff)
 
+    async def prune(self) -> None:
+        """Forget old dedup keys and finished rows, then run the other `pruners` (journal, traces)."""
+        for prune in [lambda: self.store.prune(time.time() - DEDUP_RETENTION), *self.pruners]:
+            try:
+                await prune()
+            except Exception:
+                log.exception("pruning old records failed")
+
     async def _prune_periodically(self) -> None:
         while True:
-            try:
-                await self.store.prune(time.time() - DEDUP_RETENTION)
-            except Exception:
-                log.exception("pruning the gateway store failed")
+            await self.prune()
             await asyncio.sleep(3600)
 
 

@@ -14,7 +14,8 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         agent.tracer = tracer_for(settings, serving=True)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
+    gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
     gateway.add_channel(webhook)
     routes = webhook.routes()
@@ -101,6 +103,16 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         gateway.add_channel(feishu)
         routes += feishu.routes()
     return gateway, routes
+
+
+def retention_pruners(agent: Any, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
+    """Delete task journals and traces older than `gateway.retention_days` (run hourly)."""
+
+    def pruner(prune: Callable[[float], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        return lambda: prune(time.time() - keep_seconds)
+
+    owners: list[Any] = [agent.journal, getattr(agent.tracer, "store", None)]
+    return [pruner(owner.prune) for owner in owners if hasattr(owner, "prune")]
 
 
 def build_memory(settings: Settings) -> ConversationMemory:

@@ -85,21 +85,23 @@ async def run_plan(
     replays its journal: recorded plans and step results are reused, nothing runs twice.
     """
     task_id = task_id or uuid.uuid4().hex
-    model, registry = agent.client, agent.registry
-    if agent.journal is not None:
-        from ..tasks.journal import resume
-
-        model, registry = await resume(agent.journal, task_id, model, registry)
     notes = session.notes if session is not None else ""
     system = f"{agent.system_prompt}\n\n{notes}" if notes else agent.system_prompt
-    planning = f"{system}\n\n{PLAN_INSTRUCTIONS.format(tools=tool_catalogue(registry, caller, model.name))}"
     history = session.messages if session is not None else []
+    if agent.mcp is not None:  # the catalogue names every tool the plan may use
+        await agent.mcp.attach(agent.registry)
+    catalogue = tool_catalogue(agent.registry, caller, agent.client.name)
+    planning = f"{system}\n\n{PLAN_INSTRUCTIONS.format(tools=catalogue)}"
     messages: list[Message] = [{"role": "system", "content": planning}, *history]
     messages.append({"role": "user", "content": message})
+    # the same model and tools as the loop's: journal replayed, every step traced
+    model, registry, trace = await agent.task_tools(task_id, message, messages, session, caller)
     context = ToolContext("", "", task_id, session.id if session else None, caller=caller, model=model.name)
     language = agent.language or detect_language(message)
     runner = PlanRunner(agent, model, registry, context, language, messages)
     result = await runner.run(max_replans, answer_system=system)
+    if trace is not None:  # recorded whatever the outcome (never raises)
+        await trace.finish(result)
     if result.stop_reason in PAUSES:  # run again under this task id once a person has answered
         return result
     if agent.journal is not None:

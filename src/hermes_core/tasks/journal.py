@@ -106,8 +106,13 @@ class SQLiteTaskJournal(TaskJournal):
         await self.db.transaction(insert)
 
     async def prune(self, older_than: float) -> None:
+        """Forget the tasks whose last entry is older than `older_than`: whole tasks, never a part."""
         await self.db.transaction(
-            lambda db: db.execute("DELETE FROM task_journal WHERE at < ?", (older_than,))
+            lambda db: db.execute(
+                "DELETE FROM task_journal WHERE task_id IN "
+                "(SELECT task_id FROM task_journal GROUP BY task_id HAVING MAX(at) < ?)",
+                (older_than,),
+            )
         )
 
     async def close(self) -> None:
