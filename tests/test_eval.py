@@ -7,6 +7,7 @@ fail and the exit code must say so.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -342,3 +343,26 @@ def test_eval_reports_a_missing_cases_folder(tmp_path: Path, capsys: pytest.Capt
     assert cli.main(["eval", "--cases", str(tmp_path / "nowhere")]) == 2
     assert "no cases" in capsys.readouterr().err
     assert isinstance(parse_case({"input": "x"}, "x"), Case)
+
+
+async def test_eval_add_takes_a_task_id_from_the_trace_store(tmp_path: Path) -> None:
+    from hermes_core import Agent
+    from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+    from hermes_core.testing import ScriptedModel, call, reply
+    from hermes_core.tools.examples import calculator_tool
+
+    store = SQLiteTraceStore(tmp_path / "data" / "gateway.db")
+    model = ScriptedModel([call("calculator", {"expression": "(12+34)*2"}), reply("92")])
+    await Agent(model=model, tools=[calculator_tool], tracer=Tracer(store)).run(
+        "(12+34)*2?", task_id="web:m1"
+    )
+    await store.close()
+    config = tmp_path / "hermes.yaml"
+    config.write_text(f"gateway:\n  data_dir: {tmp_path / 'data'}\n", encoding="utf-8")
+    cases = tmp_path / "cases"
+    argv = ["--config", str(config), "eval", "add", "web:m1", "--cases", str(cases), "--name", "calc"]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    case = load_case(cases / "calc.yaml")
+    assert case.task == "(12+34)*2?" and [c.tool for c in case.checks.must_call] == ["calculator"]
+    missing = ["--config", str(config), "eval", "add", "web:nope", "--cases", str(cases)]
+    assert await asyncio.to_thread(cli.main, missing) == 2

@@ -202,7 +202,15 @@ def eval_command(settings: Settings, args: argparse.Namespace) -> int:
     cases_dir = args.cases or DEFAULT_CASES
     try:
         if args.eval_command == "add":
-            path = add_trace(args.trace, cases_dir, name=args.name, force=args.force)
+            record = None
+            if not Path(args.trace).is_file():  # a task id: its record in the trace store
+                from ..observe.commands import load_trace
+
+                try:
+                    record = asyncio.run(load_trace(args.trace, settings))
+                except (ValueError, LookupError) as exc:  # not JSON, or no such file nor task
+                    raise CaseError(str(exc)) from None
+            path = add_trace(args.trace, cases_dir, name=args.name, force=args.force, record=record)
             print(f"wrote {path}: review its checks, then run `hermes-core eval --cases {cases_dir}`")
             return 0
         cases = [case for case in load_cases(cases_dir) if not args.select or args.select in case.name]

@@ -30,16 +30,24 @@ FILE_TOOLS = ("read_file", "write_file", "list_directory")
 
 
 def add_trace(
-    trace_path: str | Path, cases_dir: str | Path, *, name: str | None = None, force: bool = False
+    trace_path: str | Path,
+    cases_dir: str | Path,
+    *,
+    name: str | None = None,
+    force: bool = False,
+    record: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the case proposed for a trace into `cases_dir`; returns the new file."""
+    """Write the case proposed for a trace into `cases_dir`; returns the new file.
+
+    The trace is the JSON file `trace_path`, or `record` (a trace store's record, `trace_path`
+    then being its task id)."""
     import yaml
 
     from ..redaction import redact_text
 
     source = Path(trace_path)
     try:
-        trace = json.loads(source.read_text(encoding="utf-8"))
+        trace = dict(record) if record is not None else json.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise CaseError(f"cannot read trace {source}: {exc.strerror}") from None
     except ValueError as exc:
