@@ -161,6 +161,27 @@ async def test_a_level_2_mcp_tool_not_allowed_is_refused_and_never_reaches_the_s
     assert calls_seen(log) == []
 
 
+async def test_an_mcp_tool_named_in_confirm_waits_for_approval_before_reaching_the_server(
+    log: Path, tmp_path: Path
+) -> None:
+    from hermes_core.tasks import SQLiteTaskJournal
+    from hermes_core.tasks.pending import SQLiteInteractions
+
+    model = ScriptedModel([call("add", {"a": 2, "b": 3}), reply("5")])
+    database = tmp_path / "agent.db"
+    async with demo(log, confirm=["add"]) as server:
+        interactions = SQLiteInteractions(database)
+        agent = Agent(model=model, tools=server.tools, journal=SQLiteTaskJournal(database),
+                      interactions=interactions)  # fmt: skip
+        alice = agent.permissions.caller("alice")
+        paused = await agent.run("add 2 and 3", task_id="t1", caller=alice)
+        assert paused.stop_reason == "awaiting_approval" and calls_seen(log) == []
+        [pending] = await interactions.open_for_task("t1")
+        await interactions.decide(pending.id, alice, approve=True)
+        done = await agent.run("add 2 and 3", task_id="t1", caller=alice)
+    assert done.reply == "5" and [c["tool"] for c in calls_seen(log)] == ["add"]
+
+
 async def test_the_per_server_timeout_bounds_a_call_and_the_connection_survives(log: Path) -> None:
     model = ScriptedModel([call("slow", {"seconds": 30}), call("add", {"a": 1, "b": 1}), reply("ok")])
     async with demo(log, timeout=0.5) as server:

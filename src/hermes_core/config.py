@@ -135,6 +135,7 @@ class MCPServerConfig(_Section):
     level: Literal[0, 1, 2] = 1
     levels: dict[str, Literal[0, 1, 2]] = Field(default_factory=dict)
     tools: list[str] | None = None
+    confirm: list[str] = Field(default_factory=list)  # the server's tools that wait for a person's approval
     prefix: str = ""
     timeout: float | None = Field(None, gt=0)  # per call; default: agent.tool_timeout
 

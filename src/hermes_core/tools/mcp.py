@@ -86,6 +86,7 @@ class MCPConnection:
     level: int = 1  # every tool's level, unless `levels` names it (tools/permissions.py)
     levels: Mapping[str, int] = field(default_factory=dict)  # the server's tool name → level
     allowed_tools: Sequence[str] | None = None  # offer only these (the server's names); None: all
+    confirm: Sequence[str] = ()  # the server's tools whose every call a person approves (tasks/pending.py)
     prefix: str = ""  # put before every tool name, e.g. "github_": avoids collisions between servers
     timeout: float | None = None  # per call; None: the agent's tool_timeout
     connect_timeout: float = 30.0
@@ -230,6 +231,7 @@ class MCPConnection:
             handler=call_remote,
             timeout=self.timeout,
             level=self.levels.get(remote, self.level),
+            confirm=remote in self.confirm,
         )
 
 
@@ -338,6 +340,7 @@ def connection_from_config(server: Any, environ: Mapping[str, str] | None = None
         level=server.level,
         levels=dict(server.levels),
         allowed_tools=server.tools,
+        confirm=tuple(server.confirm),
         prefix=server.prefix,
         timeout=server.timeout,
     )
