@@ -211,3 +211,16 @@ async def test_the_gateway_forgets_journals_and_traces_past_their_retention(tmp_
     assert await traces.get("old") is None and await traces.get("new") is not None  # type: ignore[union-attr]
     await gateway.store.close()
     await gateway.runner.aclose()  # type: ignore[attr-defined]
+
+
+def test_cli_asks_a_clarify_question_in_place(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as fake:
+        fake.script(
+            FakeReply.tool_call("clarify", {"question": "Which file, notes.txt or todo.txt?"}),
+            FakeReply.text("Using todo.txt."),
+        )
+        done = run_chat(tmp_path, fake, "open my file\ntodo.txt\nexit\n")
+        tool_result = json.loads(fake.requests[1].messages[-1]["content"])
+    assert done.returncode == 0, done.stderr
+    assert "Which file, notes.txt or todo.txt?" in done.stdout and "Using todo.txt." in done.stdout
+    assert tool_result == {"question": "Which file, notes.txt or todo.txt?", "answer": "todo.txt"}
