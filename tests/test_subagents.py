@@ -58,6 +58,7 @@ async def test_parent_context_holds_only_the_childs_final_answer() -> None:
     result = await parent.run("How many people live in Beijing? PARENT-ONLY-MARKER")
 
     assert result.ok and result.reply == "约 2190 万人"
+    assert result.usage.total_tokens == 30 + 30  # its own two model calls, and the child's two
     seen = parent_model.calls[1].messages
     assert [m["role"] for m in seen] == ["system", "user", "assistant", "tool"]
     returned = json.loads(seen[-1]["content"])

@@ -70,7 +70,7 @@ async def run_loop(
     """Run one task over `messages` (which it extends in place) until the model answers."""
     run = RunResult(reply="", messages=messages)
     guards = TaskGuards(limits)
-    task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name)
+    task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name, spent=[])
     started = time.perf_counter()
     model_seconds = 0.0
     for _ in range(limits.max_turns):
@@ -92,6 +92,8 @@ async def run_loop(
             return _finish(run, response.text or fixed_reply("empty_reply", language), "completed", started)
         outcomes = await run_tool_calls(response, registry, guards, limits, task_context)
         run.tool_calls.extend(outcomes)
+        while task_context.spent:  # sub-agents' tokens count towards the task's usage
+            run.usage += task_context.spent.pop()
         messages.extend(outcome.to_message() for outcome in outcomes)
         paused = next((outcome for outcome in outcomes if outcome.error in PAUSES), None)
         if paused is not None:  # a person must answer first; the task is run again once they have

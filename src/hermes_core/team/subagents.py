@@ -104,6 +104,8 @@ def agent_launch(
             )
         finally:
             _chain.reset(entered)
+        if context.spent is not None:  # the parent's RunResult.usage includes the child's tokens
+            context.spent.append(result.usage)
         return run_summary(agent, result)
 
     roster = "; ".join(f"{key}: {_role(value)}" for key, value in agents.items())

@@ -63,6 +63,7 @@ class ToolContext:
     caller: Caller | None = None  # who the task runs for (permissions)
     model: str = ""  # the model that asked for the call (permissions: allowed_models)
     interactions: Any = None  # where approvals and questions wait (tasks/pending.py), if anywhere
+    spent: list[Any] | None = None  # tokens a tool spent on the task's behalf (a sub-agent): Usage items
 
 
 @dataclass
