@@ -178,14 +178,8 @@ class Agent:
             on_text=on_text,
             caller=caller,
         )
-        if trace is not None:  # recorded whatever the outcome: completed, failed, paused (never raises)
-            await trace.finish(result)
-        if result.stop_reason in PAUSES:  # run again under this task id once a person has answered
+        if not await self.task_finished(task_id, result, trace):  # paused: run again once answered
             return result
-        if self.journal is not None:
-            await self.journal.append(
-                task_id, "finished", {"reply": result.reply, "stop_reason": result.stop_reason}
-            )
         if session is not None:
             session.messages.extend(messages[len(history) + 1 :])
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
@@ -215,6 +209,20 @@ class Agent:
             trace = self.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
             model, registry = trace.wrap(model, registry)
         return model, registry, trace
+
+    async def task_finished(self, task_id: str, result: RunResult, trace: Any) -> bool:
+        """End a run begun with `task_tools`: its trace is recorded whatever the outcome (never
+        raises); unless the task paused for a person, the journal marks it finished. False when
+        it paused: it is run again under this task id once the person has answered."""
+        if trace is not None:
+            await trace.finish(result)
+        if result.stop_reason in PAUSES:
+            return False
+        if self.journal is not None:
+            await self.journal.append(
+                task_id, "finished", {"reply": result.reply, "stop_reason": result.stop_reason}
+            )
+        return True
 
     def run_sync(self, message: str, *, session: Session | None = None) -> RunResult:
         """`run` for synchronous code (any thread without a running event loop)."""

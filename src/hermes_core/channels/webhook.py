@@ -68,12 +68,9 @@ class WebhookChannel(Channel):
         return [web.post("/webhook", self.handle), web.post("/webhook/approvals/{id}", self.handle_decision)]
 
     async def handle(self, request: web.Request) -> web.Response:
-
-        body = await read_body(request, MAX_BODY)
-        if body is None:
-            return _error(413, "body too large")
-        if self.secret and not self._signed(request.headers, body):
-            return _error(401, "missing or invalid signature")
+        body = await self._verified_body(request)
+        if not isinstance(body, bytes):
+            return body
         try:
             message = self._parse(body)
         except ValueError as exc:
@@ -92,11 +89,9 @@ class WebhookChannel(Channel):
         the task once it has run on (or 202 when the original request gave a callback_url)."""
         from ..tasks.pending import DecisionRefused
 
-        body = await read_body(request, MAX_BODY)
-        if body is None:
-            return _error(413, "body too large")
-        if self.secret and not self._signed(request.headers, body):
-            return _error(401, "missing or invalid signature")
+        body = await self._verified_body(request)
+        if not isinstance(body, bytes):
+            return body
         try:
             data = json.loads(body.decode("utf-8"))
             user, decision = data["user_id"], data["decision"]
@@ -130,6 +125,15 @@ class WebhookChannel(Channel):
         if reply.approval is not None:
             fields["approval"] = _approval_fields(reply.approval)
         return _json({"reply": reply.text, **fields})
+
+    async def _verified_body(self, request: web.Request) -> bytes | web.Response:
+        """The request's body, or the error answer: too large (413), not signed when it must be (401)."""
+        body = await read_body(request, MAX_BODY)
+        if body is None:
+            return _error(413, "body too large")
+        if self.secret and not self._signed(request.headers, body):
+            return _error(401, "missing or invalid signature")
+        return body
 
     def _signed(self, headers: Any, body: bytes) -> bool:
         assert self.secret is not None

@@ -36,7 +36,7 @@ from ..replies import detect_language
 from ..tools import Tool, ToolContext, ToolRegistry
 from ..tools.arguments import ArgumentError, parse_arguments
 from ..tools.permissions import Caller
-from ..tools.registry import ToolOutcome
+from ..tools.registry import RegistryWrapper, ToolOutcome
 from ..tools.results import error_result
 
 Position = tuple[int, int]  # (turn, place of the call in that turn's response), both from 1
@@ -224,7 +224,7 @@ def response_from_record(data: dict[str, Any]) -> ModelResponse:
 # --- the current tools, with writes held back ------------------------------------------------------
 
 
-class ReplayTools(ToolRegistry):
+class ReplayTools(RegistryWrapper):
     """The agent's current tools; only read-only ones run (and level-1 ones with `run_writes`).
 
     A call that does not run is still checked with the current code — permissions, argument
@@ -239,8 +239,8 @@ class ReplayTools(ToolRegistry):
         *,
         run_writes: bool = False,
     ) -> None:
-        super().__init__(policy=registry.policy, interactions=None)  # nobody is asked during a replay
-        self._tools = registry._tools
+        super().__init__(registry)
+        self.interactions = None  # nobody is asked during a replay
         self.model, self.recorded, self.run_writes = model, recorded, run_writes
         self.notes: dict[str, tuple[bool, str]] = {}  # call id → (ran, why not)
 

@@ -45,7 +45,7 @@ from ..redaction import redact_data
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
 from ..tools.permissions import Caller
-from ..tools.registry import ToolOutcome
+from ..tools.registry import RegistryWrapper, ToolOutcome
 from .logs import log_event, task_context
 
 log = logging.getLogger("hermes_core.traces")
@@ -547,7 +547,7 @@ class TracedModel(ModelClient):
         await self.inner.aclose()
 
 
-class TracedTools(ToolRegistry):
+class TracedTools(RegistryWrapper):
     """The run's tools, observed: each execution timed, logged, recorded, and spanned.
 
     Like the journal's `JournaledTools`, only `execute` differs; it delegates to the registry it
@@ -555,9 +555,8 @@ class TracedTools(ToolRegistry):
     """
 
     def __init__(self, registry: ToolRegistry, trace: TaskTrace) -> None:
-        super().__init__(policy=registry.policy, interactions=registry.interactions)
-        self._tools = registry._tools
-        self.inner, self.trace = registry, trace
+        super().__init__(registry)
+        self.trace = trace
 
     async def execute(
         self,

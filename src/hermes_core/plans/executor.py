@@ -100,14 +100,8 @@ async def run_plan(
     language = agent.language or detect_language(message)
     runner = PlanRunner(agent, model, registry, context, language, messages)
     result = await runner.run(max_replans, answer_system=system)
-    if trace is not None:  # recorded whatever the outcome (never raises)
-        await trace.finish(result)
-    if result.stop_reason in PAUSES:  # run again under this task id once a person has answered
+    if not await agent.task_finished(task_id, result, trace):  # paused: run again once answered
         return result
-    if agent.journal is not None:
-        await agent.journal.append(
-            task_id, "finished", {"reply": result.reply, "stop_reason": result.stop_reason}
-        )
     if session is not None:  # the plan's JSON exchanges stay in the result, not in the history
         session.messages.append({"role": "user", "content": message})
         session.messages.append({"role": "assistant", "content": result.reply})

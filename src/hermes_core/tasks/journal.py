@@ -30,7 +30,7 @@ from ..messages import ModelResponse, ToolCall, Usage
 from ..models.base import ModelClient, TextCallback
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
-from ..tools.registry import ToolOutcome
+from ..tools.registry import RegistryWrapper, ToolOutcome
 from ..tools.results import error_result
 
 MIGRATIONS = {
@@ -171,12 +171,11 @@ class JournaledModel(ModelClient):
         await self.inner.aclose()
 
 
-class JournaledTools(ToolRegistry):
+class JournaledTools(RegistryWrapper):
     """The agent's tools, with every execution journaled (start, then result) and replayed on resume."""
 
     def __init__(self, registry: ToolRegistry, journal: TaskJournal, task_id: str, replay: Replay) -> None:
-        super().__init__(policy=registry.policy, interactions=registry.interactions)  # only `execute` differs
-        self._tools = registry._tools
+        super().__init__(registry)  # only `execute` differs
         self.journal, self.task_id, self.replay = journal, task_id, replay
 
     async def execute(

@@ -203,6 +203,16 @@ class ToolRegistry:
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 
 
+class RegistryWrapper(ToolRegistry):
+    """Another registry's tools, policy and interactions, shared rather than copied: a subclass
+    changes only `execute` (the journal, the tracer, replay) and may call `inner`'s."""
+
+    def __init__(self, inner: ToolRegistry) -> None:
+        super().__init__(policy=inner.policy, interactions=inner.interactions)
+        self._tools = inner._tools
+        self.inner = inner
+
+
 async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
     if declared.is_async:
         return await declared.handler(**kwargs)
