@@ -12,10 +12,10 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY src ./src
 RUN python -m venv /opt/hermes-core \
-    && /opt/hermes-core/bin/pip install ".[feishu]"
+    && /opt/hermes-core/bin/pip install --constraint constraints.txt ".[feishu]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="hermes-core" \

@@ -369,3 +369,47 @@ def test_deploy_guide_covers_every_file() -> None:
     for environment in ENVIRONMENTS:
         assert f"/etc/hermes-core/skills/{environment}" in guide or environment == "dev"
         assert f"deploy/skills/{environment}" in guide
+
+
+# Advisories the floors in pyproject.toml exclude: package → (the last affected release, advisories).
+# aiohttp: CVE-2024-52304 (fixed in 3.10.11), CVE-2025-53643 (3.12.14), CVE-2026-69244 (3.14.3);
+# cryptography: CVE-2024-12797 (44.0.1), CVE-2026-69247 (50.0.0).
+LAST_AFFECTED = {"aiohttp": "3.14.2", "cryptography": "49.0.0"}
+
+
+def _requirements() -> list[str]:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]  # `dev` (linters) is not installed by CI or the image
+    return [*project["dependencies"], *(r for name, extra in extras.items() if name != "dev" for r in extra)]
+
+
+def test_dependency_floors_exclude_releases_with_published_advisories() -> None:
+    from packaging.requirements import Requirement
+
+    seen = set()
+    for text in _requirements():
+        requirement = Requirement(text)
+        if requirement.name in LAST_AFFECTED:
+            seen.add(requirement.name)
+            assert not requirement.specifier.contains(LAST_AFFECTED[requirement.name]), text
+    assert seen == set(LAST_AFFECTED)
+
+
+def test_constraints_pin_every_dependency_within_its_floor() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version
+    for text in _requirements():
+        requirement = Requirement(text)
+        if requirement.name == "hermes-core":
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {text}"

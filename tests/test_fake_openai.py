@@ -21,7 +21,7 @@ import pytest
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT.parent / "shared" / "conformance" / "openai_chat_completions_schemas.json"
+SCHEMAS = ROOT / "tests" / "data" / "openai_chat_completions_schemas.json"
 USER_HI = [{"role": "user", "content": "hi"}]
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
@@ -421,7 +421,6 @@ def openapi_validator(root: str) -> jsonschema.Draft202012Validator:
     )
 
 
-@pytest.mark.skipif(not SCHEMAS.exists(), reason="shared conformance data not available")
 async def test_answers_match_the_published_openai_schemas(
     fake: FakeOpenAIServer, http: aiohttp.ClientSession
 ) -> None:

@@ -29,7 +29,7 @@ from hermes_core.models.openai_compat import OpenAICompatClient
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
+CONFORMANCE = Path(__file__).resolve().parent / "data"
 SECRET = "sk-test-SECRET-4f9a1c"
 USER = [{"role": "user", "content": "hi"}]
 ADD_TOOL = {

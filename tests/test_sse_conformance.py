@@ -1,6 +1,6 @@
-"""Replay the recorded OpenAI streams in shared/conformance and compare with what they must decode to.
+"""Replay the recorded OpenAI streams in tests/data and compare with what they must decode to.
 
-The data is read in place (the repository and `shared/` are siblings); it is never copied here.
+The data is a copy under tests/data/ (see tests/data/README.md for its source and licence).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from hermes_core.models.sse import StreamAssembler, parse_sse_lines
 
-STREAMS = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "openai_sse_streams"
+STREAMS = Path(__file__).resolve().parent / "data" / "openai_sse_streams"
 MANIFEST = json.loads((STREAMS / "manifest.json").read_text(encoding="utf-8"))["files"]
 
 

@@ -18,7 +18,7 @@ from hermes_core.tools import ToolRegistry
 from hermes_core.tools.arguments import ArgumentError, parse_arguments, validate_arguments
 from hermes_core.tools.declare import ToolDefinitionError
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
+CONFORMANCE = Path(__file__).resolve().parent / "data"
 
 
 class Unit(enum.Enum):

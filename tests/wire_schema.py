@@ -11,7 +11,7 @@ import jsonschema
 from hermes_core.testing.fake_openai import RecordedRequest
 
 SCHEMAS = (
-    Path(__file__).resolve().parents[2] / "shared" / "conformance" / "openai_chat_completions_schemas.json"
+    Path(__file__).resolve().parent / "data" / "openai_chat_completions_schemas.json"
 )
 
 
