@@ -220,7 +220,8 @@ class JournaledTools(RegistryWrapper):
             return recorded
         declared = self.get(call.name)
         step = {"id": call.id, "turn": turn}
-        if self.replay.was_started(turn, call) and not (declared and (declared.level == 0 or declared.idempotent)):
+        safe_again = declared is not None and (declared.level == 0 or declared.idempotent)
+        if self.replay.was_started(turn, call) and not safe_again:
             outcome = ToolOutcome(call, error_result(UNKNOWN_OUTCOME), ok=False, error="outcome_unknown")
         else:
             await self.journal.append(self.task_id, "tool_started", {**step, "name": call.name})
