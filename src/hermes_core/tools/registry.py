@@ -101,14 +101,18 @@ class ToolRegistry:
         Given several models (a client with fallbacks), the tools any of them may use: the client
         offers each model its own share (models/base.py `offered_to`)."""
         skipped = set(exclude)
-        models = (model,) if isinstance(model, str) else tuple(model) or ("",)
         return [
             t.schema()
             for t in self._tools.values()
             if t.name not in skipped
-            and any(self.policy.refusal(t, caller, name) is None for name in models)
+            and self.permitted(t, caller, model)
             and (self.interactions is not None or not t.needs_person)
         ]
+
+    def permitted(self, declared: Tool, caller: Caller | None, model: str | Sequence[str]) -> bool:
+        """Whether the policy lets `caller` run `declared` with `model` (or with one of several)."""
+        models = (model,) if isinstance(model, str) else tuple(model) or ("",)
+        return any(self.policy.refusal(declared, caller, name) is None for name in models)
 
     def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:
         """Per model, the names of the tools `schemas` offers it (for models/base.py `offering`)."""
