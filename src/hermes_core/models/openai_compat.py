@@ -61,10 +61,6 @@ class OpenAICompatClient(ModelClient):
     loop; they are created lazily because asyncio objects belong to the loop that made them.
     """
 
-    @property
-    def models(self) -> tuple[str, ...]:
-        return (self.settings.model, *self.settings.fallback_models)
-
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
         self.name = settings.model
@@ -80,6 +76,10 @@ class OpenAICompatClient(ModelClient):
         self._slots = asyncio.Semaphore(settings.max_concurrency)
         self._timeout: aiohttp.ClientTimeout | None = None
         self._stream_timeout: aiohttp.ClientTimeout | None = None
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (self.settings.model, *self.settings.fallback_models)
 
     async def complete(
         self,

@@ -136,10 +136,11 @@ class Replay:
 
     def result(self, turn: int, call: ToolCall) -> ToolOutcome | None:
         """The recorded result of this turn's `call`, if the same tool ran with the same arguments."""
-        found = self.results.get((turn, call.id)) or self.results.get((None, call.id))
+        own, old = self.results.get((turn, call.id)), self.results.get((None, call.id))
+        found = own or old
         if not found or found[0].call.key != call.key:
             return None
-        return found.pop(0)
+        return found[0] if own else found.pop(0)  # an old row answers the id's next use only
 
     def was_started(self, turn: int, call: ToolCall) -> bool:
         return (turn, call.id) in self.started or (None, call.id) in self.started
