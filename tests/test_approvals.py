@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, Session, tool
+from hermes_core.messages import ModelResponse, ToolCall
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import DecisionRefused, SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
@@ -157,6 +158,30 @@ async def test_a_persuaded_model_cannot_skip_the_approval(tmp_path: Path) -> Non
     )
     assert result.stop_reason == "awaiting_approval" and RAN == []
     assert len(await agent.interactions.open_for_task("t1")) == 2  # type: ignore[union-attr]
+
+
+async def test_an_approval_covers_only_the_call_it_was_given_for(tmp_path: Path) -> None:
+    """Run again without a journal, the model names a different invoice with the approved call's id:
+    that approval is not its own, so it does not run (the same call, written differently, does)."""
+    interactions = SQLiteInteractions(tmp_path / "g.db", now=Clock())
+
+    def attempt(arguments: str) -> Agent:
+        response = ModelResponse(tool_calls=[ToolCall("call_x", "send_invoice", arguments)])
+        return Agent(model=ScriptedModel([response, reply("over")]), tools=[send_invoice],
+                     permissions=POLICY, interactions=interactions)  # fmt: skip
+
+    async def run(arguments: str) -> Any:
+        return await attempt(arguments).run("invoice", task_id="t1", caller=ALICE)
+
+    paused = await run('{"customer": "ACME", "amount": 1}')
+    [pending] = await interactions.open_for_task("t1")
+    await interactions.decide(pending.id, ALICE, approve=True)
+    other = (await run('{"customer": "Mallory", "amount": 9000}')).tool_calls[0]
+    assert paused.stop_reason == "awaiting_approval" and RAN == []
+    assert other.error == "approval_mismatch" and "its own approval" in other.content
+    same = await run('{"amount": 1,  "customer": "ACME"}')
+    assert same.ok and RAN == ["invoice ACME 1"]
+    await interactions.close()
 
 
 async def test_without_anyone_to_ask_confirm_tools_are_neither_offered_nor_run(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from hermes_core import Agent, tool
+from hermes_core.messages import ModelResponse, ToolCall
 from hermes_core.tasks import SQLiteTaskJournal
-from hermes_core.tasks.journal import UNKNOWN_OUTCOME
+from hermes_core.tasks.journal import UNKNOWN_OUTCOME, response_data, resume
 from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.tools import ToolRegistry
 
 
 class Effects:
@@ -153,3 +155,46 @@ async def test_snapshot_export_and_load(tmp_path: Path) -> None:
         await target.load(snapshot)
     restored = Agent(model=ScriptedModel([]), tools=make_tools(effects), journal=target)
     assert (await restored.run("make the weekly report", task_id="t4")).reply == done.reply
+
+
+def reused_id_turns() -> list[ModelResponse]:
+    """Two turns whose calls share the id `c1`, as an endpoint that numbers calls per turn sends them."""
+    east, north = (ToolCall("c1", "read_orders", json.dumps({"region": r})) for r in ("East", "North"))
+    return [ModelResponse(tool_calls=[east]), ModelResponse(tool_calls=[north])]
+
+
+async def replay_turns(journal: SQLiteTaskJournal, effects: Effects, task_id: str) -> list[str]:
+    """Run the two turns through the journal wrappers; what each turn's call got back."""
+    registry = ToolRegistry(make_tools(effects))
+    model, tools = await resume(journal, task_id, ScriptedModel(reused_id_turns()), registry)
+    results = []
+    for _ in range(2):
+        response = await model.complete([{"role": "user", "content": "orders"}])
+        results.append((await tools.execute(response.tool_calls[0])).content)
+    return results
+
+
+async def test_two_turns_that_reuse_a_call_id_each_replay_their_own_result(tmp_path: Path) -> None:
+    """Results are journaled per turn: the same id in two turns never hands one turn the other's."""
+    journal, effects = SQLiteTaskJournal(tmp_path / "g.db"), Effects()
+    first = await replay_turns(journal, effects, "t5")
+    again = await replay_turns(journal, effects, "t5")
+    await journal.close()
+    assert effects.log == ["read East", "read North"]  # replayed, not run again
+    assert again == first and "East" in first[0] and "North" in first[1]
+
+
+async def test_rows_journaled_before_turns_replay_in_the_order_they_were_written(tmp_path: Path) -> None:
+    """A journal written before results carried their turn still resumes: an id's results in order."""
+    journal, effects = SQLiteTaskJournal(tmp_path / "g.db"), Effects()
+    turns = reused_id_turns()
+    for region, response in zip(("East", "North"), turns, strict=True):
+        call = response.tool_calls[0]
+        await journal.append("old", "model_response", response_data(response))
+        await journal.append("old", "tool_started", {"id": call.id, "name": call.name})
+        content = json.dumps({"region": region, "orders": 12})
+        row = {"id": call.id, "name": call.name, "arguments": call.arguments, "content": content, "ok": True}
+        await journal.append("old", "tool_result", row)
+    replayed = await replay_turns(journal, effects, "old")
+    await journal.close()
+    assert effects.log == [] and "East" in replayed[0] and "North" in replayed[1]

@@ -123,6 +123,40 @@ async def test_tolerates_object_arguments_and_skips_nameless_calls(
     assert "北京" in response.tool_calls[0].arguments  # re-encoded without \u escapes
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_sent_without_ids_are_named_for_their_conversation(
+    fake: FakeOpenAIServer, make_client: MakeClient, stream: bool
+) -> None:
+    """Unique from turn to turn (an approval or a journaled result is found by its call's id), the
+    same when the same conversation is sent again (a task run again names its calls alike)."""
+    fake.omit_call_ids = True
+    fake.script(*[FakeReply.parallel_tool_calls([("add", {"a": 1}), ("add", {"a": 2})])] * 3)
+    client = make_client(stream=stream)
+    first = await client.complete(USER, [ADD_TOOL])
+    later = await client.complete([*USER, first.to_message()], [ADD_TOOL])
+    again = await client.complete(USER, [ADD_TOOL])
+    ids = [call.id for call in first.tool_calls]
+    assert all(ids) and len(set(ids)) == 2
+    assert not set(ids) & {call.id for call in later.tool_calls}
+    assert [call.id for call in again.tool_calls] == ids
+
+
+async def test_each_model_is_offered_its_own_tools_and_the_response_names_it(
+    fake: FakeOpenAIServer, make_client: MakeClient
+) -> None:
+    from hermes_core.models.base import offering
+
+    fake.unavailable = {"primary"}
+    echo = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
+    client = make_client(model="primary", fallback_models=("backup",), max_retries=0)
+    assert client.models == ("primary", "backup")
+    with offering(lambda model: {"add", "echo"} if model == "primary" else {"echo"}):
+        response = await client.complete(USER, [ADD_TOOL, echo])
+    sent = [[tool["function"]["name"] for tool in request.tools] for request in fake.requests]
+    assert sent == [["add", "echo"], ["echo"]]
+    assert response.answered_by == "backup"
+
+
 # -- what is sent --------------------------------------------------------------------------------
 
 

@@ -343,3 +343,29 @@ async def test_an_unreachable_model_ends_with_the_fixed_reply() -> None:
     assert result.stop_reason == "model_unavailable"
     assert result.reply == fixed_reply("model_unavailable", "en")
     assert len(office.ran) == 3
+
+
+async def test_a_plan_written_by_a_fallback_model_is_checked_for_that_model() -> None:
+    """The primary answers 503 and the fallback writes the plan: a tool allowed only for the primary
+    is refused to it, as in the loop, and never runs (the fixed plan does)."""
+    from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+
+    office = Office()
+    records: list[str] = []
+
+    @tool(level=0, allowed_models=("big",))
+    def customer_records(query: str) -> str:
+        """Search the customer records."""
+        records.append(query)
+        return "alice: card 4111"
+
+    async with FakeOpenAIServer() as fake:
+        fake.unavailable = {"big"}
+        steal = {"id": "steal", "tool": "customer_records", "params": {"query": "cards"}}
+        fake.script_for("small", *(FakeReply.text(text) for text in (plan(steal), plan(FIND), "ok")))
+        agent = Agent(model="big", base_url=fake.base_url, fallback_models=["small"], max_retries=0,
+                      tools=[*office.tools(), customer_records])  # fmt: skip
+        result = await run_plan(agent, "find alice's card")
+        await agent.aclose()
+    assert records == [] and result.ok and [name for name, _ in office.ran] == ["find_file"]
+    assert "customer_records" in fake.requests[3].messages[-1]["content"]  # the problem, told to small

@@ -207,3 +207,30 @@ async def test_text_call_ids_are_unique_across_turns() -> None:
     ids = [o.call.id for o in result.tool_calls]
     assert len(ids) == 2 and len(set(ids)) == 2
     assert [m["tool_call_id"] for m in result.messages if m["role"] == "tool"] == ids
+
+
+async def test_text_call_ids_are_the_same_when_the_same_conversation_is_sent_again() -> None:
+    """A task run again names its text calls as it did the first time (the ids come from the request)."""
+    call_text = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>'
+    runs = [await Agent(model=ScriptedModel([call_text, "done"]), tools=[add]).run("add") for _ in range(2)]
+    first, again = ([o.call.id for o in run.tool_calls] for run in runs)
+    assert first == again and first[0].startswith("textcall_")
+
+
+async def test_text_mode_writes_only_the_tools_every_model_may_use_into_the_prompt() -> None:
+    """Text mode puts the tools in the prompt, which the primary or a fallback may answer: a tool
+    allowed only for the primary is not written there when there is a fallback."""
+
+    @tool(allowed_models=("big",))
+    def audit(query: str) -> str:
+        """Search the audit log."""
+        return "found"
+
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text("no tools needed"))
+        agent = Agent(model="big", base_url=fake.base_url, fallback_models=["small"], tools=[add, audit])
+        agent.tool_mode = "text"
+        await agent.run("hello there, add something")
+        await agent.aclose()
+    prompt = fake.requests[0].messages[0]["content"]
+    assert '"add"' in prompt and '"audit"' not in prompt

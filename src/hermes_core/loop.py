@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from .messages import Message, ModelResponse, ToolCall, Usage
-from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
 from .tools import ToolContext, ToolRegistry
 from .tools.permissions import Caller
@@ -74,10 +74,12 @@ async def run_loop(
     started = time.perf_counter()
     model_seconds = 0.0
     for _ in range(limits.max_turns):
-        tools = registry.schemas(guards.withdrawn, caller, model.name) if offer_tools else []
+        # Offered: what any of the client's models may use; each request narrows it to its model's.
+        tools = registry.schemas(guards.withdrawn, caller, model.models) if offer_tools else []
         call_started = time.perf_counter()
         try:
-            response = await model.complete(messages, tools or None, on_text=on_text)
+            with offering(registry.offer(guards.withdrawn, caller)):
+                response = await model.complete(messages, tools or None, on_text=on_text)
         except ModelUnavailable:
             return _finish(run, fixed_reply("model_unavailable", language), "model_unavailable", started)
         except ModelRequestRejected:
@@ -90,6 +92,7 @@ async def run_loop(
         messages.append(response.to_message())
         if not response.tool_calls:
             return _finish(run, response.text or fixed_reply("empty_reply", language), "completed", started)
+        task_context.model = response.answered_by or model.name  # permissions: the model that asked
         outcomes = await run_tool_calls(response, registry, guards, limits, task_context)
         run.tool_calls.extend(outcomes)
         while task_context.spent:  # sub-agents' tokens count towards the task's usage
@@ -137,17 +140,21 @@ class TaskGuards:
         self.budget_exhausted = False
         self.withdrawn: set[str] = set()
         self._seen: set[tuple[str, str]] = set()
+        self._ids: set[str] = set()  # an id names one call: its approval and its journaled result
         self._failures: Counter[str] = Counter()
 
     def refuse(self, call: ToolCall) -> ToolOutcome | None:
         """An outcome explaining why `call` is not executed, or None to execute it."""
+        if call.id in self._ids:
+            message = f"call id {call.id!r} was already used in this task; this call was not run. "
+            return _refused(call, message + "Give every call its own id.", "repeated_call_id")
+        self._ids.add(call.id)
         if call.name in self.withdrawn:
             message = f"tool {call.name} failed {self.limits.max_tool_failures} times in a row and is no "
             return _refused(
                 call, message + "longer available in this task; use another approach", "withdrawn"
             )
-        key = (call.name, _canonical(call.arguments))
-        if key in self._seen:
+        if call.key in self._seen:
             message = (
                 f"identical call to {call.name} with the same arguments was already made; its result is "
                 "above. Do not repeat it: change your strategy or answer with what you have."
@@ -156,14 +163,14 @@ class TaskGuards:
         if self.executed >= self.limits.max_tool_calls:
             self.budget_exhausted = True
             return _refused(call, f"tool call limit of {self.limits.max_tool_calls} reached", "budget")
-        self._seen.add(key)
+        self._seen.add(call.key)
         self.executed += 1
         return None
 
     def record(self, outcome: ToolOutcome) -> None:
         name = outcome.call.name
         if outcome.error == "outcome_unknown":  # interrupted by a restart: trying it again is not a loop
-            self._seen.discard((name, _canonical(outcome.call.arguments)))
+            self._seen.discard(outcome.call.key)
         if outcome.ok:
             self._failures[name] = 0
         elif outcome.error != "unknown_tool":
@@ -184,14 +191,6 @@ def pause_reply(paused: ToolOutcome, language: Language) -> str:
 
 def _refused(call: ToolCall, message: str, reason: str) -> ToolOutcome:
     return ToolOutcome(call, error_result(message), ok=False, error=reason)
-
-
-def _canonical(arguments: str) -> str:
-    """Same arguments written differently (spacing, key order) count as the same call."""
-    try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except ValueError:
-        return arguments.strip()
 
 
 def _finish(run: RunResult, reply: str, reason: str, started: float) -> RunResult:

@@ -6,6 +6,8 @@ is what every OpenAI-compatible endpoint reads and what a person debugging a run
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,29 @@ class ToolCall:
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What the call does, whatever its id: an approval covers exactly this (tasks/pending.py)."""
+        return self.name, canonical_arguments(self.arguments)
+
+
+def canonical_arguments(arguments: str) -> str:
+    """Same arguments written differently (spacing, key order) count as the same call."""
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return arguments.strip()
+
+
+def request_digest(messages: list[Message]) -> str:
+    """A short name for one request's conversation, for the ids of calls an endpoint left unnamed.
+
+    The conversation grows every turn, so the ids differ from turn to turn within a task, and the
+    same conversation (a task run again) names its calls the same way.
+    """
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,10 @@ class ModelResponse:
     finish_reason: str | None = None
     refusal: str | None = None
     reasoning: str | None = None  # <think> text: kept for the trace, never shown or sent back
+    # The configured model the request went to (a fallback, if the primary failed); "" when the
+    # client does not say. Permissions (`allowed_models`) are checked against it, never against
+    # `model`, which is whatever the endpoint wrote.
+    answered_by: str = ""
 
     @property
     def text(self) -> str:

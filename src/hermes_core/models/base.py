@@ -1,15 +1,27 @@
-"""The one extension point for model back-ends: something that turns messages into a response."""
+"""The one extension point for model back-ends: something that turns messages into a response.
+
+Also what every back-end shares about tools and models: a client that may answer with more than
+one model (fallbacks) says which in `models`, offers each model only the tools that model may use
+(`offered_to`, with the offer the loop set for the turn) and names the model that answered in
+`ModelResponse.answered_by`, so that permissions are checked against it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import replace
 from typing import Any
 
-from ..messages import Message, ModelResponse
+from ..messages import Message, ModelResponse, request_digest
 
 TextCallback = Callable[[str], Any]
+ToolOffer = Callable[[str], Collection[str]]  # model name → the names of the tools it may be offered
+
+_offer: contextvars.ContextVar[ToolOffer | None] = contextvars.ContextVar("hermes_tool_offer", default=None)
 
 
 class ModelError(Exception):
@@ -37,6 +49,13 @@ class ModelClient(ABC):
 
     name: str = "model"
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models this client may answer with, in the order it tries them. A wrapper (any
+        client with an `inner` client) answers with its inner client's models."""
+        inner = getattr(self, "inner", None)
+        return inner.models if isinstance(inner, ModelClient) else (self.name,)
+
     @abstractmethod
     async def complete(
         self,
@@ -56,3 +75,44 @@ async def emit_text(on_text: TextCallback, piece: str) -> None:
     result = on_text(piece)
     if inspect.isawaitable(result):
         await result
+
+
+@contextlib.contextmanager
+def offering(offer: ToolOffer) -> Iterator[None]:
+    """Within this block, a request to model M offers only the tools `offer(M)` names."""
+    token = _offer.set(offer)
+    try:
+        yield
+    finally:
+        _offer.reset(token)
+
+
+def offered_to(model: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The tools of a request to `model`: those of `tools` that the current offer gives it."""
+    offer = _offer.get()
+    if offer is None or not tools:
+        return tools
+    allowed = offer(model)
+    return [schema for schema in tools if schema.get("function", {}).get("name") in allowed]
+
+
+def offered_to_all(models: Collection[str], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools that every one of `models` is offered (a prompt that any of them may answer)."""
+    kept = list(tools or [])
+    for model in models:
+        kept = offered_to(model, kept) or []
+    return kept
+
+
+def name_unnamed_calls(response: ModelResponse, messages: list[Message]) -> ModelResponse:
+    """Ids for the calls an endpoint sent without one (some local servers and proxies do).
+
+    They are unique within the task — an approval or a journaled result of one turn must never
+    be found again by another turn's call — and the same when the same conversation is sent
+    again, so a task run again names its calls as it did the first time.
+    """
+    if all(call.id for call in response.tool_calls):
+        return response
+    prefix = f"call_{request_digest(messages)}"
+    calls = [c if c.id else replace(c, id=f"{prefix}_{i}") for i, c in enumerate(response.tool_calls)]
+    return replace(response, tool_calls=calls)

@@ -7,6 +7,10 @@ The failure policy, in one place:
 - a model that used up its retries, or that the endpoint does not know (404), hands over to the
   next fallback model; when none is left, `ModelUnavailable` names what failed.
 
+Each model is offered only the tools it may use (models/base.py `offered_to`), and the response
+names the model it came from (`answered_by`): a fallback never gets, nor runs, a tool that is
+allowed only for the primary.
+
 aiohttp is imported inside methods, so importing this module does not import it.
 """
 
@@ -18,12 +22,21 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Message, ModelResponse, ToolCall, Usage
-from .base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, emit_text
+from .base import (
+    ModelClient,
+    ModelRequestRejected,
+    ModelUnavailable,
+    TextCallback,
+    emit_text,
+    name_unnamed_calls,
+    offered_to,
+)
 from .settings import ModelSettings
 from .sse import DONE, StreamAssembler, sse_data
 
@@ -64,6 +77,10 @@ class OpenAICompatClient(ModelClient):
         self._timeout: aiohttp.ClientTimeout | None = None
         self._stream_timeout: aiohttp.ClientTimeout | None = None
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        return (self.settings.model, *self.settings.fallback_models)
+
     async def complete(
         self,
         messages: list[Message],
@@ -72,15 +89,15 @@ class OpenAICompatClient(ModelClient):
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
         stream = self.settings.stream or on_text is not None
-        models = (self.settings.model, *self.settings.fallback_models)
+        models = self.models
         failures: list[str] = []
         not_found: list[ModelRequestRejected] = []
         for model in models:
             if failures:
                 log.warning("falling back to model %s after %s", model, failures[-1])
-            body = self._body(model, messages, tools, stream)
+            body = self._body(model, messages, offered_to(model, tools), stream)
             try:
-                return await self._with_retries(model, body, stream, on_text)
+                response = await self._with_retries(model, body, stream, on_text)
             except _Transient as exc:
                 failures.append(f"{model}: {exc}")
             except ModelRequestRejected as exc:
@@ -89,6 +106,8 @@ class OpenAICompatClient(ModelClient):
                     raise
                 not_found.append(exc)
                 failures.append(f"{model}: HTTP 404: {exc}")
+            else:
+                return name_unnamed_calls(replace(response, answered_by=model), messages)
         summary = "; ".join(failures)
         log.error("model call failed: %s", summary)
         if len(not_found) == len(models):
@@ -263,14 +282,14 @@ def _parse_completion(raw: bytes) -> ModelResponse:
 def _tool_calls(items: Any) -> list[ToolCall]:
     """Wire tool calls to `ToolCall`s; arguments sent as an object are re-encoded as JSON text."""
     calls = []
-    for position, item in enumerate(items if isinstance(items, list) else ()):
+    for item in items if isinstance(items, list) else ():
         function = item.get("function") if isinstance(item, dict) else None
         if not isinstance(function, dict) or not function.get("name"):
             continue
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
-        call_id = item.get("id") or f"call_{position}"
+        call_id = item.get("id") or ""  # unnamed: `complete` names it for the whole conversation
         calls.append(ToolCall(str(call_id), str(function["name"]), arguments or "{}"))
     return calls
 

@@ -73,9 +73,11 @@ class _ChoiceParts:
             call.arguments.append(json.dumps(arguments, ensure_ascii=False))
 
     def finished_tool_calls(self) -> list[ToolCall]:
-        # A call without a name cannot be run; a missing id is invented so the tool reply can cite it.
+        # A call without a name cannot be run. A missing id stays "": the client names it for the
+        # whole conversation (models/base.py `name_unnamed_calls`); an index alone would repeat
+        # in every turn.
         return [
-            ToolCall(parts.id or f"call_{index}", parts.name, "".join(parts.arguments) or "{}")
+            ToolCall(parts.id, parts.name, "".join(parts.arguments) or "{}")
             for index, parts in sorted(self.tool_calls.items())
             if parts.name
         ]

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from ..messages import Message, ModelResponse
-from .base import ModelClient, ModelRequestRejected, TextCallback, emit_text
+from ..messages import Message, ModelResponse, request_digest
+from .base import ModelClient, ModelRequestRejected, TextCallback, emit_text, offered_to_all
 
 ToolMode = Literal["native", "text", "auto"]
 TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
@@ -103,12 +103,13 @@ class TextToolCalls(ModelClient):
         on_text: TextCallback | None,
     ) -> tuple[ModelResponse, bool]:
         """One call in the chosen mode; also says whether the calls came from the text."""
-        sent = render_text_mode(messages, tools or []) if text_mode else messages
+        # Written into the prompt, the tools reach whichever model answers: only those every one may use.
+        sent = render_text_mode(messages, offered_to_all(self.models, tools)) if text_mode else messages
         if on_text is None:
             response = await self.inner.complete(sent, None if text_mode else tools)
         else:
             response = await self._complete_streaming(sent, None if text_mode else tools, on_text)
-        found = extract_text_calls(response, self.formats, think_open=self.think_open)
+        found = extract_text_calls(response, self.formats, think_open=self.think_open, conversation=messages)
         return found, bool(found.tool_calls) and not response.tool_calls
 
     async def _complete_streaming(
@@ -135,9 +136,16 @@ class TextToolCalls(ModelClient):
 
 
 def extract_text_calls(
-    response: ModelResponse, formats: Sequence[str] | None = None, *, think_open: bool = False
+    response: ModelResponse,
+    formats: Sequence[str] | None = None,
+    *,
+    think_open: bool = False,
+    conversation: list[Message] | None = None,
 ) -> ModelResponse:
-    """The response with text calls turned into `ToolCall`s and `<think>` moved out of the content."""
+    """The response with text calls turned into `ToolCall`s and `<think>` moved out of the content.
+
+    The calls are named after `conversation` (the request), so their ids differ from turn to turn
+    and stay the same when the same conversation is sent again; without it, at random."""
     if not response.content or not _may_hold_calls(response.content, think_open):
         return response
     from ..textcalls.parsers import parse_text_calls
@@ -148,8 +156,10 @@ def extract_text_calls(
                        reasoning=parsed.reasoning or response.reasoning)  # fmt: skip
     if not parsed.calls and parsed.reasoning is None:
         return response
-    # ids unique across the whole history: some servers reject a conversation that reuses one
-    calls = parsed.tool_calls(id_prefix=f"textcall_{uuid.uuid4().hex[:12]}")
+    # ids unique across the whole history: some servers reject a conversation that reuses one, and
+    # an approval or a journaled result is found by its call's id (tasks/)
+    digest = request_digest(conversation) if conversation is not None else uuid.uuid4().hex[:12]
+    calls = parsed.tool_calls(id_prefix=f"textcall_{digest}")
     return replace(
         response,
         content=parsed.content or (None if calls else ""),

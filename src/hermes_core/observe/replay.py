@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -245,14 +245,14 @@ class ReplayTools(RegistryWrapper):
         self.notes: dict[str, tuple[bool, str]] = {}  # call id → (ran, why not)
 
     def schemas(
-        self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str = ""
+        self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str | Sequence[str] = ""
     ) -> list[dict[str, Any]]:
         """The tools as offered where someone can approve and answer (the gateway)."""
         skipped = set(exclude)
         return [
             t.schema()
             for t in self._tools.values()
-            if t.name not in skipped and self.policy.refusal(t, caller, model) is None
+            if t.name not in skipped and self.permitted(t, caller, model)
         ]
 
     async def execute(

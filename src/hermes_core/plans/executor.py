@@ -167,7 +167,8 @@ class PlanRunner:
         if plan is None:
             return None, problems
         limit = self.agent.max_tool_calls
-        problems = validate_plan(plan, self.registry, self.context.caller, self.model.name, limit)
+        self.context.model = response.answered_by or self.model.name  # permissions: who wrote the plan
+        problems = validate_plan(plan, self.registry, self.context.caller, self.context.model, limit)
         return (None, problems) if problems else (plan, [])
 
     async def _execute(self, plan: Plan, attempt: int) -> dict[str, ToolOutcome]:

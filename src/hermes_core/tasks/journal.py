@@ -5,7 +5,10 @@ response or the tool's result is on disk. When a process dies mid-task and the m
 again under the same task id, the loop replays the journal instead of repeating work:
 
 - recorded model responses are returned in order instead of calling the model again;
-- a tool call with a recorded result gets that result back; the tool does not run again;
+- a tool call with a recorded result gets that result back; the tool does not run again. A
+  result is found by its turn (the model response it answers) and its call id, and only for the
+  same tool and arguments: two turns that reuse an id never get each other's results. Rows written
+  before turns were journaled are matched by their id's order of appearance;
 - a tool call that started but has no result (the crash hit while it ran) runs again only if
   it is read-only (level 0) or declared idempotent; otherwise the model is told that its outcome
   is unknown, and decides what to do;
@@ -119,30 +122,46 @@ class SQLiteTaskJournal(TaskJournal):
         await self.db.close()
 
 
+CallKey = tuple[int | None, str]  # (turn, call id); turn None: a row journaled before turns were
+
+
 @dataclass
 class Replay:
     """What a journal says about a task, ready for the wrappers."""
 
     responses: list[ModelResponse]
-    results: dict[str, ToolOutcome]
-    started: set[str]  # call ids that started and have no result
+    results: dict[CallKey, list[ToolOutcome]]  # a turn's own results; an old row's id: in order
+    started: set[CallKey]  # calls that started and have no result
     finished: dict[str, Any] | None
+
+    def result(self, turn: int, call: ToolCall) -> ToolOutcome | None:
+        """The recorded result of this turn's `call`, if the same tool ran with the same arguments."""
+        own, old = self.results.get((turn, call.id)), self.results.get((None, call.id))
+        found = own or old
+        if not found or found[0].call.key != call.key:
+            return None
+        return found[0] if own else found.pop(0)  # an old row answers the id's next use only
+
+    def was_started(self, turn: int, call: ToolCall) -> bool:
+        return (turn, call.id) in self.started or (None, call.id) in self.started
 
 
 def replay_of(entries: list[JournalEntry]) -> Replay:
     replay = Replay([], {}, set(), None)
     for entry in entries:
+        data = entry.data
+        key: CallKey = (data.get("turn"), data["id"]) if "id" in data else (None, "")
         if entry.kind == "model_response":
-            replay.responses.append(response_from_data(entry.data))
+            replay.responses.append(response_from_data(data))
         elif entry.kind == "tool_started":
-            replay.started.add(entry.data["id"])
+            replay.started.add(key)
         elif entry.kind == "tool_paused":
-            replay.started.discard(entry.data["id"])
+            replay.started.discard(key)
         elif entry.kind == "tool_result":
-            replay.started.discard(entry.data["id"])
-            replay.results[entry.data["id"]] = outcome_from_data(entry.data)
+            replay.started.discard(key)
+            replay.results.setdefault(key, []).append(outcome_from_data(data))
         elif entry.kind == "finished":
-            replay.finished = entry.data
+            replay.finished = data
     return replay
 
 
@@ -153,6 +172,7 @@ class JournaledModel(ModelClient):
         self.inner, self.journal, self.task_id = inner, journal, task_id
         self.name = inner.name
         self._recorded = list(recorded)
+        self.turn = -1  # the index of the latest response, recorded or new: the turn its calls belong to
 
     async def complete(
         self,
@@ -161,6 +181,7 @@ class JournaledModel(ModelClient):
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
+        self.turn += 1
         if self._recorded:
             return self._recorded.pop(0)
         response = await self.inner.complete(messages, tools, on_text=on_text)
@@ -174,9 +195,17 @@ class JournaledModel(ModelClient):
 class JournaledTools(RegistryWrapper):
     """The agent's tools, with every execution journaled (start, then result) and replayed on resume."""
 
-    def __init__(self, registry: ToolRegistry, journal: TaskJournal, task_id: str, replay: Replay) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        journal: TaskJournal,
+        task_id: str,
+        replay: Replay,
+        model: JournaledModel | None = None,
+    ) -> None:
         super().__init__(registry)  # only `execute` differs
         self.journal, self.task_id, self.replay = journal, task_id, replay
+        self.model = model  # whose `turn` the calls belong to; none (a workflow's steps): turn -1
 
     async def execute(
         self,
@@ -186,18 +215,22 @@ class JournaledTools(RegistryWrapper):
         max_chars: int = 3000,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
-        if call.id in self.replay.results:
-            return self.replay.results[call.id]
+        turn = self.model.turn if self.model is not None else -1
+        recorded = self.replay.result(turn, call)
+        if recorded is not None:
+            return recorded
         declared = self.get(call.name)
-        if call.id in self.replay.started and not (declared and (declared.level == 0 or declared.idempotent)):
+        step = {"id": call.id, "turn": turn}
+        safe_again = declared is not None and (declared.level == 0 or declared.idempotent)
+        if self.replay.was_started(turn, call) and not safe_again:
             outcome = ToolOutcome(call, error_result(UNKNOWN_OUTCOME), ok=False, error="outcome_unknown")
         else:
-            await self.journal.append(self.task_id, "tool_started", {"id": call.id, "name": call.name})
+            await self.journal.append(self.task_id, "tool_started", {**step, "name": call.name})
             outcome = await super().execute(call, timeout=timeout, max_chars=max_chars, context=context)
         if outcome.error in PAUSES:  # nothing ran: when the task is run again, so is this call
-            await self.journal.append(self.task_id, "tool_paused", {"id": call.id, "reason": outcome.error})
+            await self.journal.append(self.task_id, "tool_paused", {**step, "reason": outcome.error})
             return outcome
-        await self.journal.append(self.task_id, "tool_result", outcome_data(outcome))
+        await self.journal.append(self.task_id, "tool_result", {**outcome_data(outcome), "turn": turn})
         return outcome
 
 
@@ -210,9 +243,8 @@ async def resume(
     messages and reply exactly as they were.
     """
     replay = replay_of(await journal.entries(task_id))
-    return JournaledModel(model, journal, task_id, replay.responses), JournaledTools(
-        registry, journal, task_id, replay
-    )
+    journaled = JournaledModel(model, journal, task_id, replay.responses)
+    return journaled, JournaledTools(registry, journal, task_id, replay, journaled)
 
 
 def response_data(response: ModelResponse) -> dict[str, Any]:
@@ -228,6 +260,7 @@ def response_data(response: ModelResponse) -> dict[str, Any]:
         "finish_reason": response.finish_reason,
         "refusal": response.refusal,
         "reasoning": response.reasoning,
+        "answered_by": response.answered_by,
     }
 
 
@@ -240,6 +273,7 @@ def response_from_data(data: dict[str, Any]) -> ModelResponse:
         finish_reason=data.get("finish_reason"),
         refusal=data.get("refusal"),
         reasoning=data.get("reasoning"),
+        answered_by=data.get("answered_by", ""),
     )
 
 

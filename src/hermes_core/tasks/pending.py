@@ -10,6 +10,11 @@ A tool declared `confirm=True`, and every level-2 tool, does not run when the mo
 The `clarify` tool works the same way: its question is recorded and the task stops with
 `awaiting_answer`; the asker's next message in that conversation becomes the answer.
 
+An approval is found by its task and call id, and it covers exactly that call: the same tool
+with the same arguments (`Pending.covers`). A later call of the task is a new call with a new id
+and needs its own approval, whatever it resembles; a call that reuses an approved id for other
+arguments is refused, never run (and the loop refuses a repeated call id before that).
+
 Once a decision or an answer is in, the task is run again under the same task id. Its journal
 replays everything up to the paused call, which now finds its decision: nothing runs twice and
 the model is not asked again for what it already said. Only the person who started the task, or
@@ -32,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..messages import ToolCall
 from ..storage import SQLiteDatabase
 from ..tools.permissions import ADMIN, Caller
 
@@ -93,6 +99,12 @@ class Pending:
     @property
     def open(self) -> bool:
         return self.status == "pending"
+
+    def covers(self, call: ToolCall) -> bool:
+        """Whether this approval is the one of `call`: the same tool with the same arguments (in
+        any spelling). A decision covers exactly one call of its task, never a look-alike that
+        reuses its id."""
+        return self.kind == "approval" and ToolCall(self.call_id, self.tool, self.arguments).key == call.key
 
     def summary(self) -> dict[str, Any]:
         """What a channel shows: never the resume data (it holds the whole original message)."""

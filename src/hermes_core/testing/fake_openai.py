@@ -55,6 +55,7 @@ class FakeReply:
 
     - ``content``: assistant text (``None`` for a tool-call-only reply).
     - ``tool_calls``: ``(name, arguments)`` pairs; ids ``call_<n>`` are assigned when sent.
+    - ``call_ids``: the ids to send instead, one per tool call (a model that reuses an id).
     - ``status`` / ``headers``: HTTP status and extra response headers (e.g. ``Retry-After``).
     - ``raw_body``: sent verbatim instead of a completion (errors, malformed JSON, broken SSE).
     - ``delay``: seconds to wait before answering; ``None`` means the server's ``latency``.
@@ -76,6 +77,7 @@ class FakeReply:
     model: str | None = None
     disconnect: bool = False
     chunk_delay: float = 0.0
+    call_ids: list[str] | None = None
 
     @classmethod
     def text(cls, content: str, **kw: Any) -> FakeReply:
@@ -165,6 +167,8 @@ class FakeOpenAIServer:
     - ``models``: if set, any other requested model gets 404 ``model_not_found``.
     - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
     - ``reject_tools``: answer 400 "tools is not supported" when a request has ``tools``.
+    - ``omit_call_ids``: send tool calls without an ``id`` (as some local servers and proxies do).
+    - ``unavailable``: models that always answer 503 (an overloaded primary, to test fallbacks).
     - ``record_requests``: keep every request in ``requests`` (turn off for long benchmarks).
     - ``model_latency``: ``{model: seconds}``, that model's latency instead of ``latency``.
     - ``break_arguments``: ``{model: fraction}``, that share of the model's tool-call replies sent
@@ -201,6 +205,8 @@ class FakeOpenAIServer:
         self.reject_tools = reject_tools
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
+        self.omit_call_ids = False
+        self.unavailable: set[str] = set()
         self.model_latency: dict[str, float] = {}
         self.break_arguments: dict[str, float] = {}
         self.tool_replies: Counter[str] = Counter()
@@ -356,6 +362,8 @@ class FakeOpenAIServer:
             return _instant_error(404, message, code="model_not_found")
         if self.reject_tools and "tools" in body:
             return _instant_error(400, "tools is not supported")
+        if body["model"] in self.unavailable:
+            return _instant_error(503, f"The model `{body['model']}` is overloaded.")
         return None
 
     async def _next_reply(self, record: RecordedRequest) -> FakeReply:
@@ -417,8 +425,10 @@ class FakeOpenAIServer:
 
     def _completion(self, record: RecordedRequest, reply: FakeReply) -> dict[str, Any]:
         """The non-streamed ``chat.completion`` object for ``reply``."""
+        ids = reply.call_ids or [f"call_{next(self._call_ids)}" for _ in reply.tool_calls]
         calls = [
-            _wire_tool_call(f"call_{next(self._call_ids)}", name, args) for name, args in reply.tool_calls
+            _wire_tool_call(None if self.omit_call_ids else call_id, name, args)
+            for call_id, (name, args) in zip(ids, reply.tool_calls, strict=True)
         ]
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
         if calls:
@@ -450,7 +460,7 @@ def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[st
         yield chunk({"content": piece})
     for index, call in enumerate(choice["message"].get("tool_calls", [])):
         function = call["function"]
-        head = {"index": index, "id": call["id"], "type": "function"}
+        head = {"index": index, "type": "function"} | ({"id": call["id"]} if "id" in call else {})
         yield chunk({"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]})
         for piece in _pieces(function["arguments"]):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
@@ -488,9 +498,10 @@ def _broken(args: ToolArgs) -> str:
     return json.dumps(list(args.values()) if isinstance(args, dict) else [args], ensure_ascii=False)
 
 
-def _wire_tool_call(call_id: str, name: str, args: ToolArgs) -> dict[str, Any]:
+def _wire_tool_call(call_id: str | None, name: str, args: ToolArgs) -> dict[str, Any]:
     arguments = args if isinstance(args, str) else json.dumps(args)
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    return call if call_id is None else {"id": call_id, **call}
 
 
 def _estimate_usage(

@@ -13,7 +13,7 @@ import difflib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -93,18 +93,30 @@ class ToolRegistry:
         return iter(self._tools.values())
 
     def schemas(
-        self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str = ""
+        self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str | Sequence[str] = ""
     ) -> list[dict[str, Any]]:
         """The tools to offer: not excluded, permitted for this caller and model, and — for tools
-        that need a person (approval, a question) — only when there is someone to ask."""
+        that need a person (approval, a question) — only when there is someone to ask.
+
+        Given several models (a client with fallbacks), the tools any of them may use: the client
+        offers each model its own share (models/base.py `offered_to`)."""
         skipped = set(exclude)
         return [
             t.schema()
             for t in self._tools.values()
             if t.name not in skipped
-            and self.policy.refusal(t, caller, model) is None
+            and self.permitted(t, caller, model)
             and (self.interactions is not None or not t.needs_person)
         ]
+
+    def permitted(self, declared: Tool, caller: Caller | None, model: str | Sequence[str]) -> bool:
+        """Whether the policy lets `caller` run `declared` with `model` (or with one of several)."""
+        models = (model,) if isinstance(model, str) else tuple(model) or ("",)
+        return any(self.policy.refusal(declared, caller, name) is None for name in models)
+
+    def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:
+        """Per model, the names of the tools `schemas` offers it (for models/base.py `offering`)."""
+        return lambda model: {schema["function"]["name"] for schema in self.schemas(exclude, caller, model)}
 
     def closest(self, name: str, limit: int = 3) -> list[str]:
         close = difflib.get_close_matches(name, self.names, n=limit, cutoff=0.4)
@@ -181,6 +193,13 @@ class ToolRegistry:
         approval = await self.interactions.approval(
             context.task_id, call.id, declared.name, call.arguments, context.caller, context.session_id
         )
+        if not approval.covers(call):  # an id that named another call: its approval is not this one's
+            message = (
+                f"the call to {declared.name} was not run: its id {call.id!r} already belongs to a "
+                "different call in this task, and every call needs its own approval"
+            )
+            log.warning("refused %s: call id %s reused for other arguments", call.name, call.id)
+            return ToolOutcome(call, error_result(message), False, arguments, error="approval_mismatch")
         if approval.status == "approved":
             log.info("%s approved by %s (%s)", call.name, approval.decided_by, approval.id)
             return None
