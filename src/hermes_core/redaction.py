@@ -61,9 +61,11 @@ PARTIAL_CHARS = 5  # this many first characters of a known value, left at a cut,
 CACHED_TEXTS, CACHE_ABOVE = 2048, 200  # texts longer than this are remembered with their redaction
 _NESTED_MAX = 96  # a value's start is matched char by char up to here; beyond, its first 48 suffice
 
-# What follows a cut: the end of the text, or the marker a cut appends (`…`, tools/results.py's
-# `[truncated: …]`, tools/shell.py's `[output truncated: …]`), raw or JSON-escaped.
-_CUT = r"(?=\Z|…|\\u2026|(?:\n|\\n)\[(?:output )?truncated)"
+# What follows a cut: the marker a cut appends (`…`, tools/results.py's `[truncated: …]`,
+# tools/shell.py's `[output truncated: …]`, raw or JSON-escaped) — or, where `cut` knows it has just
+# cut the text, its end (`_EDGE`; not everywhere: a short string may well be the start of a secret).
+_MARKERS = r"…|\\u2026|(?:\n|\\n)\[(?:output )?truncated"
+_CUT, _EDGE = rf"(?={_MARKERS})", rf"(?=\Z|{_MARKERS})"
 
 # --- credentials recognised by their shape -------------------------------------------------------
 #
@@ -126,43 +128,49 @@ CREDENTIAL_RULES: tuple[tuple[str, str], ...] = (
     # detect-secrets BasicAuthDetector: the password of https://user:password@host
     ("url-password", r"://[^\s:/?#@'\"]+:(?P<v>(?!\[REDACTED)[^\s:/?#@'\"]{3,})@"),
     # [generic-api-key], narrowed: `password = x`, `"api_key": "x"`, `TOKEN=x`, the value with a digit
-    # (or, left at a cut, any start of one); one branch per spelling, each starting with a literal
+    # (one branch per spelling, each starting with a literal)
     *(
-        ("credential", rf"{word}{_QUOTE}\s*[:=]\s*{_QUOTE}(?P<v>{_VALUE}{{8,}}|(?!\[REDACTED){_TOKEN_CHARS}+{_CUT})")
+        ("credential", rf"{word}{_QUOTE}\s*[:=]\s*{_QUOTE}(?P<v>{_VALUE}{{8,}})")
         for word in _KEYWORDS
     ),
     *(
         ("password", rf"{word}\s*(?:[:：=]|是|为)\s*(?P<v>(?!\[REDACTED)[!-~]{{6,}})")
         for word in ("密码", "口令", "密钥", "秘钥", "令牌")
     ),
-    # The start of a shaped credential left at a cut edge (`ghp_Ab3…`): redacted although too short.
-    *(
-        (kind, rf"{start}{_TOKEN_CHARS}+{_CUT}")
-        for kind, start in (
-            ("anthropic-key", "sk-ant-"),
-            ("openai-key", r"sk-(?<![\w-]sk-)(?=[\w-]*\d)"),
-            ("github-token", "gh[pousr]_"),
-            ("github-token", "github_pat_"),
-            ("gitlab-token", "glpat-"),
-            ("slack-token", "xox[abeoprs]-"),
-            ("slack-token", "xapp-"),
-            ("aws-access-key", "A(?:KIA|SIA)"),
-            ("google-api-key", "AIza"),
-            ("jwt", r"eyJ(?=[\w-]*\d)"),
-        )
-    ),
-    ("bearer-token", rf"Bearer\s+(?P<v>(?!\[REDACTED)(?={_TOKEN_CHARS}*\d){_TOKEN_CHARS}+{_CUT})"),
 )
+
+
+def _cut_rules(cut: str) -> tuple[tuple[str, str], ...]:
+    """The start of a credential left at a cut (`ghp_Ab3…`, `password=hun…`): too short for its
+    rule, redacted all the same when `cut` (a lookahead) follows."""
+    shapes = (
+        ("anthropic-key", "sk-ant-"),
+        ("openai-key", r"sk-(?<![\w-]sk-)(?=[\w-]*\d)"),
+        ("github-token", "gh[pousr]_"),
+        ("github-token", "github_pat_"),
+        ("gitlab-token", "glpat-"),
+        ("slack-token", "xox[abeoprs]-"),
+        ("slack-token", "xapp-"),
+        ("aws-access-key", "A(?:KIA|SIA)"),
+        ("google-api-key", "AIza"),
+        ("jwt", r"eyJ(?=[\w-]*\d)"),
+    )
+    partial = rf"(?!\[REDACTED){_TOKEN_CHARS}+{cut}"
+    return (
+        *((kind, f"{start}{partial}") for kind, start in shapes),
+        ("bearer-token", rf"Bearer\s+(?P<v>(?={_TOKEN_CHARS}*\d){partial})"),
+        *(("credential", rf"{word}{_QUOTE}\s*[:=]\s*{_QUOTE}(?P<v>{partial})") for word in _KEYWORDS),
+    )
 
 
 Branch = tuple[str, str]  # (the first character, the regex of the rest)
 
 
-def _shape_branches() -> tuple[list[Branch], dict[str, str]]:
+def _shape_branches(rules: tuple[tuple[str, str], ...]) -> tuple[list[Branch], dict[str, str]]:
     """The rules as branches of one pattern, each with one group naming its rule: `p<n>`, the part
     to replace, or `w<n>`, an empty group at the end (the whole match goes)."""
     branches, kinds = [], {}
-    for n, (kind, rule) in enumerate(CREDENTIAL_RULES):
+    for n, (kind, rule) in enumerate(rules):
         assert rule[0] not in "\\([.^$", f"rule {n} must start with a literal"
         if "(?P<v>" in rule:
             name, rest = f"p{n}", rule[1:].replace("(?P<v>", f"(?P<p{n}>")
@@ -173,7 +181,10 @@ def _shape_branches() -> tuple[list[Branch], dict[str, str]]:
     return branches, kinds
 
 
-_SHAPE_BRANCHES, _KINDS = _shape_branches()
+_RULES = (CREDENTIAL_RULES, _cut_rules(_CUT), _cut_rules(_EDGE))
+_ALL_BRANCHES, _KINDS = _shape_branches(tuple(rule for rules in _RULES for rule in rules))
+_SHAPE_BRANCHES = _ALL_BRANCHES[: len(_RULES[0]) + len(_RULES[1])]  # for `redact`
+_EDGE_BRANCHES = _ALL_BRANCHES[len(_SHAPE_BRANCHES) :]  # for the end of a text `cut` has cut
 
 T = TypeVar("T")
 
@@ -215,9 +226,9 @@ class Redactor:
         """Compile the pattern for the present secrets. Results are cached: a prompt resends the whole
         history, and each of its messages is redacted once, not at every model call."""
         forms = {form for secret in self._secrets for form in _encodings(secret)}
-        pattern = _compile(forms)
         replacement = functools.partial(_replacement, frozenset(forms))
-        self._sub = functools.partial(pattern.sub, replacement)
+        self._sub = functools.partial(_compile(forms, _CUT, _SHAPE_BRANCHES).sub, replacement)
+        self._edge = functools.partial(_compile(forms, _EDGE, _EDGE_BRANCHES).sub, replacement)
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
 
     def __len__(self) -> int:
@@ -237,7 +248,7 @@ class Redactor:
         redacted = self.redact(text)
         if len(redacted) <= limit:
             return redacted, len(redacted)
-        return self.redact(redacted[: max(limit, 0)]), len(redacted)
+        return self._edge(redacted[: max(limit, 0)]), len(redacted)
 
     def redact_data(self, value: T) -> T:
         """Every string inside `value` (JSON-like: dicts, lists, tuples, strings) redacted.
@@ -277,13 +288,13 @@ def _encodings(secret: str) -> set[str]:
     }
 
 
-def _compile(forms: set[str]) -> re.Pattern[str]:
-    forms = sorted(forms, key=len, reverse=True)
-    # Longest first, so that a value containing another one is replaced whole; then the starts of
-    # values left at a cut; then the shapes.
-    known = [(form[0], re.escape(form[1:])) for form in forms]
-    partial = [_partial(form) for form in forms if len(form) > PARTIAL_CHARS]
-    return re.compile(_by_first_character([*known, *partial, *_SHAPE_BRANCHES]))
+def _compile(forms: set[str], cut: str, shapes: list[Branch]) -> re.Pattern[str]:
+    """Known values (with `cut`, the end of the pattern only: their starts before a cut), then shapes.
+    Longest values first, so that a value containing another one is replaced whole."""
+    ordered = sorted(forms, key=len, reverse=True)
+    known = [] if cut == _EDGE else [(form[0], re.escape(form[1:])) for form in ordered]
+    partial = [_partial(form, cut) for form in ordered if len(form) > PARTIAL_CHARS]
+    return re.compile(_by_first_character([*known, *partial, *shapes]))
 
 
 def _by_first_character(branches: list[Branch]) -> str:
@@ -296,12 +307,12 @@ def _by_first_character(branches: list[Branch]) -> str:
     return "|".join(f"{re.escape(first)}(?:{'|'.join(group)})" for first, group in rests.items())
 
 
-def _partial(form: str) -> Branch:
-    """The first `PARTIAL_CHARS` or more characters of `form`, followed by a cut (`_CUT`)."""
+def _partial(form: str, cut: str) -> Branch:
+    """The first `PARTIAL_CHARS` or more characters of `form`, followed by a cut (`cut`)."""
     nested = ""
     for char in reversed(form[PARTIAL_CHARS : min(len(form) - 1, _NESTED_MAX)]):
         nested = f"(?:{re.escape(char)}{nested})?"
-    rest = re.escape(form[1:PARTIAL_CHARS]) + nested + _CUT
+    rest = re.escape(form[1:PARTIAL_CHARS]) + nested + cut
     if len(form) > _NESTED_MAX:  # so long a start is a secret wherever it stands
         rest += "|" + re.escape(form[1 : _NESTED_MAX // 2]) + r"[^\s\"'<>]*"
     return form[0], rest

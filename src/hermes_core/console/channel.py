@@ -67,7 +67,7 @@ class TextStreams:
             nonlocal shown
             written.append(piece)
             text = self.redact("".join(written))
-            text = text[: max(0, len(text) - HOLD_BACK)]
+            text = self.redact(text[: max(0, len(text) - HOLD_BACK)])  # the start of a longer secret too
             if text != shown:
                 shown = text
                 queue.put_nowait({"type": "text", "text": text})
