@@ -186,6 +186,8 @@ _ALL_BRANCHES, _KINDS = _shape_branches(tuple(rule for rules in _RULES for rule 
 _SHAPE_BRANCHES = _ALL_BRANCHES[: len(_RULES[0]) + len(_RULES[1])]  # for `redact`
 _EDGE_BRANCHES = _ALL_BRANCHES[len(_SHAPE_BRANCHES) :]  # for the end of a text `cut` has cut
 
+_LABEL = re.compile(r"\[REDACTED(?::[a-z-]+)?\]")
+
 T = TypeVar("T")
 
 
@@ -226,9 +228,9 @@ class Redactor:
         """Compile the pattern for the present secrets. Results are cached: a prompt resends the whole
         history, and each of its messages is redacted once, not at every model call."""
         forms = {form for secret in self._secrets for form in _encodings(secret)}
-        replacement = functools.partial(_replacement, frozenset(forms))
-        self._sub = functools.partial(_compile(forms, _CUT, _SHAPE_BRANCHES).sub, replacement)
-        self._edge = functools.partial(_compile(forms, _EDGE, _EDGE_BRANCHES).sub, replacement)
+        main, edge = _compile(forms, _CUT, _SHAPE_BRANCHES), _compile(forms, _EDGE, _EDGE_BRANCHES)
+        self._sub = functools.partial(main.sub, functools.partial(_replacement, frozenset(forms), main))
+        self._edge = functools.partial(edge.sub, functools.partial(_replacement, frozenset(forms), main))
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
 
     def __len__(self) -> int:
@@ -318,17 +320,21 @@ def _partial(form: str, cut: str) -> Branch:
     return form[0], rest
 
 
-def _replacement(known: frozenset[str], match: re.Match[str]) -> str:
-    """`[REDACTED]` for a known value; `[REDACTED:<kind>]` for a shape (`[REDACTED]` if it holds a
-    known value), in place of its group `p<n>` (what surrounds it stays: `Authorization: Bearer `,
-    `password=`) or of the whole match."""
+def _replacement(known: frozenset[str], pattern: re.Pattern[str], match: re.Match[str]) -> str:
+    """`[REDACTED]` for a known value; `[REDACTED:<kind>]` for a shape, in place of its group `p<n>`
+    (what surrounds it stays: `Authorization: Bearer `, `password=`) or of the whole match. A value
+    that is itself a known one or a more specific shape (`token: ghp_…`) gets that one's label."""
     group = match.lastgroup
     if group is None:
         return REDACTED
     whole = group[0] == "w"
-    label = REDACTED if match[0 if whole else group] in known else f"[REDACTED:{_KINDS[group]}]"
+    value = match[0 if whole else group]
+    label = REDACTED if value in known else f"[REDACTED:{_KINDS[group]}]"
     if whole:
         return label
+    inner = pattern.sub(functools.partial(_replacement, known, pattern), value)
+    if _LABEL.fullmatch(inner):
+        label = inner
     base, (start, end) = match.start(), match.span(group)
     return match[0][: start - base] + label + match[0][end - base :]
 
