@@ -100,8 +100,11 @@ _KEYWORDS = _spellings(
 )  # fmt: skip
 CREDENTIAL_RULES: tuple[tuple[str, str], ...] = (
     # [private-key]; a block cut before its END line is redacted to the end of its base64 run
-    ("private-key", rf"{_PEM}(?:[\s\S]{{0,16384}}?-----END[ A-Z0-9_-]{{0,100}}PRIVATE KEY(?: BLOCK)?-----"
-     r"|(?:[A-Za-z0-9+/=\s:,.-]|\\[nrt])*)"),
+    (
+        "private-key",
+        rf"{_PEM}(?:[\s\S]{{0,16384}}?-----END[ A-Z0-9_-]{{0,100}}PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?:[A-Za-z0-9+/=\s:,.-]|\\[nrt])*)",
+    ),
     ("anthropic-key", r"sk-ant-[\w-]{20,}"),  # [anthropic-api-key]
     # [openai-api-key], loosened: OpenAI, DeepSeek, Moonshot, DashScope… keys all start with sk-
     ("openai-key", r"sk-(?<![\w-]sk-)(?=[\w-]*\d)[\w-]{20,}"),
@@ -129,10 +132,7 @@ CREDENTIAL_RULES: tuple[tuple[str, str], ...] = (
     ("url-password", r"://[^\s:/?#@'\"]+:(?P<v>(?!\[REDACTED)[^\s:/?#@'\"]{3,})@"),
     # [generic-api-key], narrowed: `password = x`, `"api_key": "x"`, `TOKEN=x`, the value with a digit
     # (one branch per spelling, each starting with a literal)
-    *(
-        ("credential", rf"{word}{_QUOTE}\s*[:=]\s*{_QUOTE}(?P<v>{_VALUE}{{8,}})")
-        for word in _KEYWORDS
-    ),
+    *(("credential", rf"{word}{_QUOTE}\s*[:=]\s*{_QUOTE}(?P<v>{_VALUE}{{8,}})") for word in _KEYWORDS),
     *(
         ("password", rf"{word}\s*(?:[:：=]|是|为)\s*(?P<v>(?!\[REDACTED)[!-~]{{6,}})")
         for word in ("密码", "口令", "密钥", "秘钥", "令牌")
