@@ -22,6 +22,7 @@ webhook replies, the console's pages and trace JSON, and every prompt the model 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -35,6 +36,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +53,7 @@ def _random_chars(n: int, alphabet: str = string.ascii_letters + string.digits) 
 
 API_KEY = "Zq7Wx" + _random_chars(35)  # 40 characters; its first five occur nowhere else
 WEBHOOK_SECRET = "wh-" + _random_chars(29)
+LONG_TOKEN = "Lq3Vz" + _random_chars(95)  # a `*_TOKEN` variable of 100 characters: longer than HOLD_BACK
 PARTIAL_CHARS = 5  # a start of the secret this long must not leave the process ("longer than 4")
 CAP = 3000  # agent.max_result_chars, the default
 READ_CUT = 120  # the max_chars the model passes to read_file
@@ -149,6 +152,8 @@ def scripted_model(request: RecordedRequest) -> FakeReply:
         calls = [("read_file", {"path": _cap_file(k)[0]}) for k in OFFSETS]
         calls += [("read_file", {"path": _cut_file(k)[0], "max_chars": READ_CUT}) for k in OFFSETS]
         return FakeReply.parallel_tool_calls(calls)
+    if "stream the long token" in text:
+        return FakeReply.text(f"{FILLER * 3}here it is: {LONG_TOKEN} and {FILLER * 3}")
     if "echo the key" in text:
         return FakeReply.text(_straddling(80, 200, 300, 500))
     return FakeReply.text("ok, noted")
@@ -209,6 +214,14 @@ def talk(address: str, work: Path, run: Run) -> None:
         }
         run.replies[name] = post_webhook(f"{address}/webhook", payload)
         run.produced[f"webhook reply to {name!r}"] = json.dumps(run.replies[name]).encode()
+    chat = urllib.request.Request(
+        f"{address}/console/api/chat",
+        data=json.dumps({"message": "stream the long token", "conversation": "c1"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(chat, timeout=60) as response:
+        run.produced["console chat stream"] = response.read()
     with sqlite3.connect(f"file:{work / '.hermes' / 'gateway.db'}?mode=ro", uri=True) as db:
         task_ids = [row[0] for row in db.execute("SELECT task_id FROM traces")]
     run.produced["console tasks page"] = get(f"{address}/console/tasks")
@@ -235,7 +248,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
     env.update(
         HERMES_API_KEY=API_KEY, HERMES_WEBHOOK_SECRET=WEBHOOK_SECRET, HERMES_BASE_URL=model.base_url,
-        HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG",
+        HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG", SERVICE_TOKEN=LONG_TOKEN,
     )  # fmt: skip
     command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0"]
     result = Run()
@@ -273,13 +286,17 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert any(name.startswith("console trace JSON webhook:") for name in where)
     stderr = run.produced["file stderr.txt"].decode()
     assert " DEBUG " in stderr and "tool result: read_file ok" in stderr
+    stream = [json.loads(line) for line in run.produced["console chat stream"].splitlines() if line.strip()]
+    assert [event["type"] for event in stream][-1] == "reply" and any(e["type"] == "text" for e in stream)
+    assert "here it is: [REDACTED] and" in stream[-1]["text"]
 
 
 def test_no_start_of_a_straddling_secret_leaves_the_process(run: Run) -> None:
     """Attack 1: the secret straddles the 3,000-character result cap, read_file's max_chars cut and the
-    log summary's cut at every offset; nothing of it longer than 4 characters may leave the process."""
-    start = API_KEY[:PARTIAL_CHARS]
-    leaks = [where for where, data in run.produced.items() if start.encode() in data]
+    log summary's cut at every offset; nothing of it longer than 4 characters may leave the process.
+    Nor of the 100-character token the model streams to the console (see the next test but one)."""
+    starts = [API_KEY[:PARTIAL_CHARS].encode(), LONG_TOKEN[:PARTIAL_CHARS].encode()]
+    leaks = [where for where, data in run.produced.items() if any(start in data for start in starts)]
     assert leaks == []
 
 
@@ -405,3 +422,23 @@ def test_redaction_stays_cheap() -> None:
     for line in lines:
         redactor.redact(line)
     assert (time.perf_counter() - started) / len(lines) < 100e-6  # ~5 µs here
+
+
+def test_streamed_console_text_never_shows_the_start_of_a_long_secret() -> None:
+    """Attack 1 at the console's cut: streamed text is shown but for its last 64 characters, so a
+    secret longer than that (a 100-character token from the environment) showed its start before its
+    end had arrived. The console's own channel, fed piece by piece as the model client feeds it (over
+    a local socket the pieces arrive together, so the end-to-end run above cannot show this cut)."""
+    from hermes_core.console.channel import WebChannel
+
+    token = LONG_TOKEN
+    streams = WebChannel(None, Redactor([token])).streams  # type: ignore[arg-type]  # no gateway needed
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    streams.open("web:1", queue)
+    on_text = streams.on_text("web:1")
+    assert on_text is not None
+    text = "x" * 80 + f" the token is {token} " + "y" * 100
+    for start in range(0, len(text), 3):
+        on_text(text[start : start + 3])
+    shown = [queue.get_nowait()["text"] for _ in range(queue.qsize())]
+    assert len(shown) > 20 and not any(token[:PARTIAL_CHARS] in piece for piece in shown)
