@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ def _random_chars(n: int, alphabet: str = string.ascii_letters + string.digits) 
 
 API_KEY = "Zq7Wx" + _random_chars(35)  # 40 characters; its first five occur nowhere else
 WEBHOOK_SECRET = "wh-" + _random_chars(29)
-LONG_TOKEN = "Lq3Vz" + _random_chars(95)  # a `*_TOKEN` variable of 100 characters: longer than HOLD_BACK
+LONG_TOKEN = "Lq3Vz" + _random_chars(85)  # a `*_TOKEN` variable of 90 characters: longer than HOLD_BACK
 PARTIAL_CHARS = 5  # a start of the secret this long must not leave the process ("longer than 4")
 CAP = 3000  # agent.max_result_chars, the default
 READ_CUT = 120  # the max_chars the model passes to read_file
@@ -226,7 +227,7 @@ def talk(address: str, work: Path, run: Run) -> None:
         task_ids = [row[0] for row in db.execute("SELECT task_id FROM traces")]
     run.produced["console tasks page"] = get(f"{address}/console/tasks")
     for task_id in task_ids:
-        quoted = urllib.request.quote(task_id, safe="")
+        quoted = urllib.parse.quote(task_id, safe="")
         run.produced[f"console trace JSON {task_id}"] = get(f"{address}/console/api/tasks/{quoted}")
         run.produced[f"console task page {task_id}"] = get(f"{address}/console/tasks/{quoted}")
 
@@ -294,7 +295,7 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
 def test_no_start_of_a_straddling_secret_leaves_the_process(run: Run) -> None:
     """Attack 1: the secret straddles the 3,000-character result cap, read_file's max_chars cut and the
     log summary's cut at every offset; nothing of it longer than 4 characters may leave the process.
-    Nor of the 100-character token the model streams to the console (see the next test but one)."""
+    Nor of the 90-character token the model streams to the console (see the next test but one)."""
     starts = [API_KEY[:PARTIAL_CHARS].encode(), LONG_TOKEN[:PARTIAL_CHARS].encode()]
     leaks = [where for where, data in run.produced.items() if any(start in data for start in starts)]
     assert leaks == []
@@ -426,7 +427,7 @@ def test_redaction_stays_cheap() -> None:
 
 def test_streamed_console_text_never_shows_the_start_of_a_long_secret() -> None:
     """Attack 1 at the console's cut: streamed text is shown but for its last 64 characters, so a
-    secret longer than that (a 100-character token from the environment) showed its start before its
+    secret longer than that (a 90-character token from the environment) showed its start before its
     end had arrived. The console's own channel, fed piece by piece as the model client feeds it (over
     a local socket the pieces arrive together, so the end-to-end run above cannot show this cut)."""
     from hermes_core.console.channel import WebChannel
