@@ -58,7 +58,9 @@ SECRET_SUFFIXES = ("_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_ENCRYPT_KEY")
 MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a secret (`TRUE`, `0`)
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text
 PARTIAL_CHARS = 5  # this many first characters of a known value, left at a cut, are redacted too
-CACHED_TEXTS, CACHE_ABOVE = 2048, 200  # texts longer than this are remembered with their redaction
+# Texts of CACHED_CHARS (e.g. a capped tool result resent with every prompt) are remembered with their
+# redaction, the last CACHED_TEXTS of them: at most ~8 M characters held.
+CACHED_TEXTS, CACHED_CHARS = 1024, range(201, 8001)
 _NESTED_MAX = 96  # a value's start is matched char by char up to here; beyond, its first 48 suffice
 
 # What follows a cut: the marker a cut appends (`…`, tools/results.py's `[truncated: …]`,
@@ -242,7 +244,7 @@ class Redactor:
     def redact(self, text: str) -> str:
         """`text` with every known secret, every start of one left at a cut, and every credential shape
         replaced (see the module docstring)."""
-        return self._cached(text) if len(text) > CACHE_ABOVE else self._sub(text)
+        return self._cached(text) if len(text) in CACHED_CHARS else self._sub(text)
 
     def cut(self, text: str, limit: int) -> tuple[str, int]:
         """`text` redacted, then cut to its first `limit` characters with nothing of a secret left at
