@@ -92,17 +92,20 @@ def test_secret_variables_are_found_by_name_and_short_values_ignored() -> None:
 
 
 def test_credential_shapes_are_redacted_without_being_registered() -> None:
+    """Shapes are replaced by `[REDACTED:<kind>]` (the kind is not a secret and tells the model what
+    was there); the labels changed from a bare `[REDACTED]` when the pasted-secret rules came in."""
     redactor = Redactor()
+    credential, bearer = f"{REDACTED[:-1]}:credential]", f"{REDACTED[:-1]}:bearer-token]"
     cases = {
-        "Authorization: Bearer abc.DEF-123_xyz~45": f"Authorization: Bearer {REDACTED}",
-        "{'Authorization': 'Basic dXNlcjpwYXNzd29yZDE='}": f"{{'Authorization': 'Basic {REDACTED}'}}",
+        "Authorization: Bearer abc.DEF-123_xyz~45": f"Authorization: Bearer {credential}",
+        "{'Authorization': 'Basic dXNlcjpwYXNzd29yZDE='}": f"{{'Authorization': 'Basic {credential}'}}",
         '{\\"authorization\\": \\"Bearer eyJhbGciOi.J9x1\\"}': (
-            f'{{\\"authorization\\": \\"Bearer {REDACTED}\\"}}'
+            f'{{\\"authorization\\": \\"Bearer {credential}\\"}}'
         ),
-        "sent Bearer 9f8e7d6c5b4a39281706 upstream": f"sent Bearer {REDACTED} upstream",
-        "key sk-proj-a1B2c3D4e5F6g7H8i9J0k1L2": f"key {REDACTED}",
-        "token t-g1044ddgDEFXTB6NDJOXO6GCNWB3ANEZHPE3Z5BYV expired": f"token {REDACTED} expired",
-        "user u-5mQ8e9rT2yU4iO6pA7sD1fG3hJ expired": f"user {REDACTED} expired",
+        "sent Bearer 9f8e7d6c5b4a39281706 upstream": f"sent Bearer {bearer} upstream",
+        "key sk-proj-a1B2c3D4e5F6g7H8i9J0k1L2": "key [REDACTED:openai-key]",
+        "token t-g1044ddgDEFXTB6NDJOXO6GCNWB3ANEZHPE3Z5BYV expired": "token [REDACTED:feishu-token] expired",
+        "user u-5mQ8e9rT2yU4iO6pA7sD1fG3hJ expired": "user [REDACTED:feishu-token] expired",
     }
     for text, expected in cases.items():
         assert redactor.redact(text) == expected

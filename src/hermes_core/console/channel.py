@@ -13,7 +13,8 @@ left misses nothing durable: the turn runs on and its reply is marked sent.
 
 Streamed text is what the model writes, not yet the reply: it is redacted as a whole each time a
 piece arrives (a secret split across two pieces is still found) and its last `HOLD_BACK` characters
-are held until more follows, so the start of a secret is never shown before the end of it is known.
+are held until more follows, so the start of a secret is never shown before the end of it is known;
+a secret longer than that has its start at the held-back edge redacted (`Redactor.cut`).
 """
 
 from __future__ import annotations
@@ -45,8 +46,16 @@ Event = dict[str, Any]
 class TextStreams:
     """Task id → where its streamed text goes, while a browser is waiting for that task."""
 
-    def __init__(self, redact: Callable[[str], str]) -> None:
-        self.redact = redact
+    def __init__(self, redact: Callable[[str], str] | Redactor) -> None:
+        """`redact`: a `Redactor` (whose `cut` also hides the start of a secret longer than
+        `HOLD_BACK` at the held-back edge), or a plain function (tests)."""
+        self.redact: Callable[[str], str]
+        self.cut: Callable[[str, int], tuple[str, int]]
+        if isinstance(redact, Redactor):
+            self.redact, self.cut = redact.redact, redact.cut
+        else:
+            plain = redact
+            self.redact, self.cut = plain, lambda text, limit: (plain(text[:limit]), len(text))
         self._open: dict[str, asyncio.Queue[Event]] = {}
 
     def open(self, task_id: str, queue: asyncio.Queue[Event]) -> None:
@@ -67,7 +76,7 @@ class TextStreams:
             nonlocal shown
             written.append(piece)
             text = self.redact("".join(written))
-            text = text[: max(0, len(text) - HOLD_BACK)]
+            text = self.cut(text, max(0, len(text) - HOLD_BACK))[0]  # the start of a longer secret too
             if text != shown:
                 shown = text
                 queue.put_nowait({"type": "text", "text": text})
@@ -82,7 +91,7 @@ class WebChannel(Channel):
         self.gateway = gateway
         self.redactor = redactor
         self.reply_timeout = reply_timeout
-        self.streams = TextStreams(redactor.redact)
+        self.streams = TextStreams(redactor)
         self._waiting: dict[int, asyncio.Queue[Event]] = {}
 
     def message(self, text: str, conversation: str) -> InboundMessage:

@@ -14,7 +14,7 @@ import time
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..redaction import Redactor
+from ..redaction import Redactor, cut_text
 
 NAV = (
     ("chat", "/console/", "Chat"),
@@ -435,8 +435,9 @@ def _compact(value: Any) -> str:
 
 
 def _clip(value: Any, limit: int = 80) -> str:
-    text = "" if value is None else str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """A table cell's snippet: redacted before it is cut, so no secret leaves its start at the cut."""
+    shown, total = cut_text("" if value is None else str(value), limit)
+    return shown if total <= limit else cut_text(shown, limit - 1)[0] + "…"
 
 
 def _message_text(message: Any) -> str:

@@ -10,6 +10,10 @@ The order of facts makes "nothing lost, nothing twice" hold across crashes:
     send:     deliver with an idempotency uuid, then mark sent
 A crash before `complete` re-runs the message; a crash before `mark_sent` re-sends with the same
 uuid, which the platform deduplicates.
+
+Nothing is stored unredacted (redaction.py): `accept` redacts the message's text and details in
+place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
+session history, traces, logs) — and replies and delivery errors are redacted as they are stored.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
 from .messages import InboundMessage, OutboundMessage
 
@@ -117,6 +122,8 @@ class SQLiteGatewayStore(GatewayStore):
 
     # -- GatewayStore -------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> int | None:
+        message.text, message.extra = redact_text(message.text), redact_data(message.extra)
+
         def accept(db: sqlite3.Connection) -> int | None:
             now = time.time()
             if message.event_id:
@@ -190,20 +197,20 @@ class SQLiteGatewayStore(GatewayStore):
         await self._run(
             lambda db: db.execute(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
-                (error[:2000], outbox_id),
+                (_error(error), outbox_id),
             )
         )
 
     async def dead_letter(self, outbox_id: int, error: str) -> None:
         def bury(db: sqlite3.Connection) -> None:
             db.execute(
-                "UPDATE outbox SET status = 'dead', last_error = ? WHERE id = ?", (error[:2000], outbox_id)
+                "UPDATE outbox SET status = 'dead', last_error = ? WHERE id = ?", (_error(error), outbox_id)
             )
             db.execute(
                 "INSERT OR REPLACE INTO dead_letters "
                 "(outbox_id, channel, conversation, payload, error, attempts, dead_at) "
                 "SELECT id, channel, conversation, payload, ?, attempts, ? FROM outbox WHERE id = ?",
-                (error[:2000], time.time(), outbox_id),
+                (_error(error), time.time(), outbox_id),
             )
 
         await self._run(bury)
@@ -244,7 +251,12 @@ def _dump(message: InboundMessage | OutboundMessage) -> str:
     data = dataclasses.asdict(message)
     data.pop("id", None)
     data.pop("attempts", None)
-    return json.dumps(data, ensure_ascii=False)
+    return json.dumps(redact_data(data), ensure_ascii=False)
+
+
+def _error(error: str, limit: int = 2000) -> str:
+    """A delivery error as stored: redacted, then cut (nothing of a secret left at the cut)."""
+    return cut_text(error, limit)[0]
 
 
 M = TypeVar("M", InboundMessage, OutboundMessage)

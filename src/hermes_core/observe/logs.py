@@ -10,7 +10,8 @@ sync tool's own log lines (they run in a copy of the caller's context) included.
 `setup_logging` installs the handlers: standard error in the `console` or `json` format, and,
 with a `log_dir`, a JSON-lines file rotated at midnight keeping `retention_days` old files.
 The field of each event type is documented by `docs/log-schema.json`, which the tests validate
-every line against. Both formatters redact what they write (redaction.py).
+every line against. Both formatters redact what they write (redaction.py), and a shortened value in
+a readable message is redacted before it is cut, so no secret leaves its first characters behind.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..redaction import install_log_redaction, redact_data, redact_text
+from ..redaction import cut_text, install_log_redaction, redact_data, redact_text
 
 EVENTS = ("message_in", "model_request", "model_response", "tool_call", "tool_result", "reply_out", "error")
 EVENT_LOGGER = "hermes_core.events"
@@ -178,7 +179,8 @@ def describe(event: str, fields: dict[str, Any]) -> str:
 
 def _clip(value: Any, limit: int = SUMMARY_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text)} chars]"
+    shown, total = cut_text(text, limit)
+    return shown if total <= limit else f"{shown}… [{total} chars]"
 
 
 # --- daily files -----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from typing import Any
 from ..loop import PAUSES, RunResult
 from ..messages import Message, ModelResponse, ToolCall
 from ..models.base import ModelClient, ModelError, TextCallback
-from ..redaction import redact_data
+from ..redaction import cut_text, redact_data
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
 from ..tools.permissions import Caller
@@ -120,6 +120,7 @@ class SQLiteTraceStore(TraceStore):
         self.db.migrate("traces", MIGRATIONS)
 
     async def record(self, trace: dict[str, Any]) -> None:
+        trace = redact_data(trace)  # the tracer's records are redacted already; anyone else's too
         names = list(dict.fromkeys(str(call["name"]) for call in trace.get("tool_calls") or []))
         row = (
             trace["task_id"],
@@ -222,7 +223,9 @@ def is_failure(trace: dict[str, Any]) -> bool:
 
 
 def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`text` redacted, and cut to `limit` characters with `…` (nothing of a secret left at the cut)."""
+    shown, total = cut_text(text, limit)
+    return shown if total <= limit else cut_text(shown, limit - 1)[0] + "…"
 
 
 # --- the tracer ------------------------------------------------------------------------------------

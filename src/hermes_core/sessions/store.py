@@ -8,6 +8,9 @@ A conversation is an append-only log of wire-format messages plus one `Conversat
 snapshot (facts, steps), the summary of folded turns, and `folded`, the number of log messages the
 summary replaced. `load` returns only the messages after that point, so a long conversation costs
 the same to load as a short one; the folded messages stay in the log for traces and audits.
+
+Messages and state are redacted as they are stored (redaction.py): a secret a user pasted or a tool
+read is never written to the database, whichever code path produced the message.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Message
+from ..redaction import redact_data
 from ..storage import SQLiteDatabase
 
 MAX_FOLDS_KEPT = 50  # fold records kept in the state for traces; the summary itself covers them all
@@ -71,7 +75,7 @@ class ConversationState:
     def to_json(self) -> str:
         data = asdict(self)
         data["folds"] = data["folds"][-MAX_FOLDS_KEPT:]
-        return json.dumps(data, ensure_ascii=False)
+        return json.dumps(redact_data(data), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> ConversationState:
@@ -139,7 +143,7 @@ class SQLiteSessionStore(SessionStore):
             db.executemany(
                 "INSERT INTO session_messages (conversation, seq, message, created_at) VALUES (?, ?, ?, ?)",
                 [
-                    (conversation, last + i, json.dumps(message, ensure_ascii=False), now)
+                    (conversation, last + i, json.dumps(redact_data(message), ensure_ascii=False), now)
                     for i, message in enumerate(messages, start=1)
                 ],
             )
@@ -190,7 +194,7 @@ class InMemorySessionStore(SessionStore):
         return Conversation(conversation, json.loads(json.dumps(log[state.folded :])), copy)
 
     async def append(self, conversation: str, messages: list[Message]) -> None:
-        self._entry(conversation)[0].extend(json.loads(json.dumps(messages)))
+        self._entry(conversation)[0].extend(json.loads(json.dumps(redact_data(messages))))
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         log, state = self._entry(conversation)

@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from ..redaction import cut_text, redact_text
 from .declare import Tool, ToolError, tool
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
@@ -73,7 +74,7 @@ class Workspace:
     def read_file(
         self, path: str, max_chars: int = 4000, start_line: int | None = None, end_line: int | None = None
     ) -> dict[str, Any]:
-        """The text of a file (UTF-8, undecodable bytes replaced), capped at `max_chars`.
+        """The text of a file (UTF-8, undecodable bytes replaced, secrets redacted), capped at `max_chars`.
 
         Whole lines are shown whenever possible. When the text is cut or a range is asked for,
         the result says which lines are shown and how many there are, so the model can ask for
@@ -91,7 +92,8 @@ class Workspace:
             raise ToolError(
                 f"{_show(relative)} is larger than the read limit of {self.max_read_bytes:,} bytes"
             )
-        lines = _split_lines(data.decode("utf-8", errors="replace"))
+        # Redacted before any cut: a secret straddling max_chars must not leave its start behind.
+        lines = _split_lines(redact_text(data.decode("utf-8", errors="replace")))
         first = start_line or 1
         last = min(end_line or len(lines), len(lines))
         if first > max(len(lines), 1):
@@ -274,7 +276,7 @@ def _fit_lines(lines: list[str], max_chars: int) -> tuple[list[str], bool]:
         shown.append(line)
         used += len(line)
     if lines and not shown:
-        return [lines[0][:max_chars]], True
+        return [cut_text(lines[0], max_chars)[0]], True
     return shown, False
 
 

@@ -1,10 +1,16 @@
-"""What the model reads back from a tool: JSON text, capped, with errors as data."""
+"""What the model reads back from a tool: JSON text, redacted, capped, with errors as data.
+
+Redaction comes before the cap (redaction.py `cut_text`): a secret straddling the limit is replaced
+whole, and nothing of one is left at the cut.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from typing import Any
+
+from ..redaction import cut_text
 
 DEFAULT_MAX_CHARS = 3000
 
@@ -21,7 +27,7 @@ def to_jsonable(value: Any) -> Any:
 
 
 def render_result(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
-    """Serialise a tool's return value as JSON (a string stays as it is), then cap it."""
+    """Serialise a tool's return value as JSON (a string stays as it is), then redact and cap it."""
     if isinstance(value, str):
         text = value
     else:
@@ -30,9 +36,11 @@ def render_result(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
 
 
 def cap(text: str, max_chars: int) -> str:
-    if max_chars <= 0 or len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}\n[truncated: shown {max_chars} of {len(text)} chars]"
+    """`text` redacted and, beyond `max_chars` (0: no limit), cut with a note of what was left out."""
+    shown, total = cut_text(text, max_chars if max_chars > 0 else len(text) + 1)
+    if total <= max_chars or max_chars <= 0:
+        return shown
+    return f"{shown}\n[truncated: shown {max_chars} of {total} chars]"
 
 
 def error_result(message: str, **details: Any) -> str:
