@@ -260,10 +260,10 @@ def _parse_completion(raw: bytes) -> ModelResponse:
     try:
         data = json.loads(raw)
     except ValueError:
-        raise _Transient(f"response body is not JSON: {raw[:100]!r}") from None
+        raise _Transient(f"response body is not JSON: {_clip(repr(raw), 100)}") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _Transient(f"response has no choices: {raw[:100]!r}")
+        raise _Transient(f"response has no choices: {_clip(repr(raw), 100)}")
     choice = choices[0]
     message = choice.get("message")
     if not isinstance(message, dict):
@@ -307,11 +307,18 @@ def _error_message(text: str) -> str:
     try:
         data = json.loads(text)
     except ValueError:
-        return text.strip()[:500]
+        return _clip(text.strip(), 500)
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
         error = error.get("message") or error.get("detail") or error
-    return str(error)[:500]
+    return _clip(str(error), 500)
+
+
+def _clip(text: str, limit: int) -> str:
+    """An error text for logs and messages: redacted before it is cut, so no start of a secret stays."""
+    from ..redaction import cut_text
+
+    return cut_text(text, limit)[0]
 
 
 def _retry_after(value: str | None) -> float | None:
