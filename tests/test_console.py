@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from hermes_core import Agent
-from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings
+from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings, WebhookConfig
 from hermes_core.console.access import is_loopback
 from hermes_core.console.channel import HOLD_BACK, TextStreams
 from hermes_core.gateway.server import serve
@@ -43,7 +43,10 @@ async def console(
     tmp_path: Path, agent: Agent, *, host: str = "127.0.0.1", config: ConsoleConfig | None = None
 ) -> AsyncIterator[str]:
     """`serve` in this event loop (the real mounting path) on a free port; yields its base URL."""
-    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig())
+    settings = Settings(
+        gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig(),
+        webhook=WebhookConfig(allow_unsigned=host != "127.0.0.1"),  # its own rules: test_security_webhook.py
+    )  # fmt: skip
     threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     server = asyncio.create_task(
