@@ -520,6 +520,7 @@ def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Pa
 
     (tmp_path / "hermes.yaml").write_text("console:\n  enabled: true\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env["HERMES_WEBHOOK_SECRET"] = "webhook-secret"  # else the unsigned webhook is refused first
     done = subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--host", "0.0.0.0",
          "--port", "0"],

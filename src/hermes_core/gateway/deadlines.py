@@ -10,8 +10,9 @@ connection, and with a few hundred such clients the server, for as long as it li
   when the connection opens, and again at the first byte of a further request on a kept-alive
   connection; when it fires, the client gets `408 Request Timeout` and the connection is closed;
 - the `middleware` disarms it when aiohttp hands the complete request to the application, and arms
-  the body timer; if the body has not fully arrived by then, reading it fails and the client gets a
-  408 (the connection is closed). A handler that is slow itself (an agent turn) is not affected.
+  the body timer; if the body has not fully arrived by then, the connection is closed (the handler's
+  read fails, as when a client goes away). A handler that is slow itself (an agent turn) is not
+  affected: the body timer only looks at whether the client has sent the whole body.
 
 `DeadlineSite` is aiohttp's TCP site with every connection passing through the deadlines first.
 """
@@ -31,10 +32,6 @@ log = logging.getLogger("hermes_core.server")
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
-class BodyTimeout(Exception):
-    """The client did not send the request's body within `body_timeout` seconds."""
-
-
 class _Connection(asyncio.Protocol):
     """One connection: forwards everything to aiohttp's protocol, and keeps the header timer."""
 
@@ -44,6 +41,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.idle = False  # between requests of a kept-alive connection: no timer until a byte comes
+        self.cut = False  # closed for being too slow
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -74,18 +72,22 @@ class _Connection(asyncio.Protocol):
 
     def arm(self, seconds: float, what: str) -> None:
         self.disarm()
-        self.timer = asyncio.get_running_loop().call_later(seconds, self._headers_late, what)
+        self.timer = asyncio.get_running_loop().call_later(seconds, self.cut_off, what)
 
     def disarm(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
-    def _headers_late(self, what: str) -> None:
+    def cut_off(self, what: str) -> None:
+        """Close the connection: its request's `what` did not arrive in time. Before a request has
+        reached the application nothing else writes to the connection, so it is told why (408)."""
         self.timer = None
         if self.transport is not None and not self.transport.is_closing():
             log.debug("closing a connection whose %s did not arrive in time", what)
-            self.transport.write(TIMED_OUT)
+            self.cut = True
+            if what == "headers":
+                self.transport.write(TIMED_OUT)
             self.transport.close()
 
 
@@ -109,23 +111,24 @@ class ReadDeadlines:
         connection.disarm()  # the headers are in
         body_timer = None
         if not request.content.is_eof():
-            body_timer = asyncio.get_running_loop().call_later(self.body_timeout, _body_late, request)
+            body_timer = asyncio.get_running_loop().call_later(
+                self.body_timeout, _body_late, request, connection
+            )
         try:
             return await handler(request)
-        except BodyTimeout:
-            response = web.json_response({"error": "request body not received in time"}, status=408)
-            response.force_close()
-            return response
+        except ConnectionError:
+            if not connection.cut:
+                raise
+            return web.Response(status=408)  # not sent: the connection is closed; aiohttp lets it go
         finally:
             if body_timer is not None:
                 body_timer.cancel()
             connection.idle = True
 
 
-def _body_late(request: web.Request) -> None:
+def _body_late(request: web.Request, connection: _Connection) -> None:
     if not request.content.is_eof():
-        log.debug("request body of %s %s did not arrive in time", request.method, request.path)
-        request.content.set_exception(BodyTimeout())
+        connection.cut_off(f"body ({request.method} {request.path})")
 
 
 class DeadlineSite(web.BaseSite):

@@ -167,6 +167,7 @@ async def serve(
 ) -> None:
     """Run until SIGTERM/SIGINT (or until `stop` is set)."""
     bind = host or settings.gateway.host
+    refuse_open_webhook(settings, bind)  # before anything is built or logged: the refusal is one line
     agent = agent or build_agent(settings)
     gateway, routes = build_gateway(settings, agent)
 
@@ -180,8 +181,7 @@ async def serve(
     app.add_routes([*routes, web.get("/healthz", healthz)])
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
-    mount_console(app, gateway, agent, settings, host=bind)  # raises for a public console without a token
-    refuse_open_webhook(settings, bind)
+    mount_console(app, gateway, agent, settings, host=bind)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
     stop = stop or asyncio.Event()
