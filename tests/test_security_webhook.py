@@ -28,13 +28,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import serving, wait_for
+from gateway_harness import echo, serving, wait_for
 from hermes_core import Agent, tool
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.cli import main
 from hermes_core.config import GatewayConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
-from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.server import serve
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
@@ -67,7 +66,8 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
 @asynccontextmanager
 async def served(tmp_path: Path, agent: Agent, **gateway: Any) -> AsyncIterator[str]:
     """The real `serve` (all its parts: deadlines, webhook, console) in this event loop; its URL."""
-    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path), **gateway))
+    known = {key: value for key, value in gateway.items() if key in GatewayConfig.model_fields}
+    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path), **known))  # unknown: the attack as is
     threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     server = asyncio.create_task(
@@ -232,7 +232,8 @@ async def test_another_users_conversation_id_cannot_reach_a_pending_question(tmp
         _, asked = await post(f"{url}/webhook", {**alice, "message": "send the invoice"})
         assert asked["reply"] == "Which customer?"
         seen = len(model.calls)
-        _, bob = await post(f"{url}/webhook", {"user_id": "bob", "conversation_id": "c2", "message": "Initech"})
+        bobs = {"user_id": "bob", "conversation_id": "c2", "message": "Initech"}
+        _, bob = await post(f"{url}/webhook", bobs)
         bobs_calls = model.calls[seen:]
         _, done = await post(f"{url}/webhook", {**alice, "message": "ACME"})
     assert bob["reply"] == "nothing before"
@@ -302,30 +303,33 @@ async def listener(host: str) -> AsyncIterator[tuple[int, list[str]]]:
         await runner.cleanup()
 
 
-async def echo(message: InboundMessage) -> list[str]:
-    return [f"echo: {message.text}"]
-
-
 @asynccontextmanager
-async def webhook_gateway(tmp_path: Path, callback_hosts: list[str]) -> AsyncIterator[str]:
-    gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), echo, send_backoff=0.05)
-    webhook = WebhookChannel(gateway, reply_timeout=5, callback_hosts=callback_hosts)
+async def webhook_gateway(tmp_path: Path, callback_hosts: list[str] | None = None) -> AsyncIterator[str]:
+    gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), echo, send_backoff=0.05)  # type: ignore[arg-type]
+    hosts: dict[str, Any] = (
+        {} if callback_hosts is None else {"callback_hosts": callback_hosts}
+    )  # None: the default
+    webhook = WebhookChannel(gateway, reply_timeout=5, **hosts)
     gateway.add_channel(webhook)
     async with serving(gateway, webhook.routes()) as url:
         yield url
+
+
+async def with_callback(url: str, callback_url: str) -> tuple[int, dict[str, Any]]:
+    return await post(f"{url}/webhook", {"message": "m", "user_id": "u", "callback_url": callback_url})
 
 
 async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> None:
     """Attack 4 (SSRF): `callback_url` made the gateway POST to any address, an internal service on
     localhost included. Now only `webhook.callback_hosts` (none by default) are reached: exact host
     and port, no `user@` trick, http(s) only, no redirect followed."""
-    async with listener("127.0.0.1") as (allowed_port, allowed_hits), listener("localhost") as (
-        internal_port,
-        internal_hits,
-    ):
+    async with listener("127.0.0.1") as allowed, listener("localhost") as internal_listener:
+        (allowed_port, allowed_hits), (internal_port, internal_hits) = allowed, internal_listener
         internal = f"http://localhost:{internal_port}/admin"
-        async with webhook_gateway(tmp_path / "none", []) as url:
-            status, answer = await post(f"{url}/webhook", {"message": "m", "user_id": "u", "callback_url": internal})
+        async with webhook_gateway(tmp_path / "none") as url:
+            status, answer = await with_callback(url, internal)
+            await asyncio.sleep(0.3)
+            assert internal_hits == []
             assert status == 400 and "webhook.callback_hosts" in answer["error"]
         async with webhook_gateway(tmp_path / "some", [f"127.0.0.1:{allowed_port}"]) as url:
             tricks = [
@@ -337,13 +341,13 @@ async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> Non
                 "file:///etc/passwd",
             ]
             for trick in tricks:
-                status, answer = await post(f"{url}/webhook", {"message": "m", "user_id": "u", "callback_url": trick})
+                status, answer = await with_callback(url, trick)
                 assert status == 400 and "callback_url" in answer["error"], trick
             redirected = f"http://127.0.0.1:{allowed_port}/redirect"
-            status, _ = await post(f"{url}/webhook", {"message": "m", "user_id": "u", "callback_url": redirected})
+            status, _ = await with_callback(url, redirected)
             assert status == 202
             good = f"http://127.0.0.1:{allowed_port}/hook"
-            status, _ = await post(f"{url}/webhook", {"message": "m", "user_id": "u", "callback_url": good})
+            status, _ = await with_callback(url, good)
             assert status == 202
             await wait_for(lambda: "/hook" in allowed_hits)
             await asyncio.sleep(0.3)
@@ -353,7 +357,7 @@ async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> Non
 
 # -- 5. slow clients are cut off ------------------------------------------------------------------
 
-REQUEST = b"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 40\r\n"
+REQUEST = b"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n"
 
 
 async def until_closed(reader: asyncio.StreamReader, limit: float = 15) -> bytes:

@@ -113,7 +113,7 @@ class WebhookConfig(_Section):
     def _hosts_are_hosts(self) -> WebhookConfig:
         for entry in self.callback_hosts:
             if not _HOST_ENTRY.fullmatch(entry):
-                raise ValueError(f"callback_hosts: {entry!r} is not a host name or host:port (no scheme or path)")
+                raise ValueError(f"callback_hosts: {entry!r} is not a host or host:port (no scheme or path)")
         return self
 
 

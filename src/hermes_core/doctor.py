@@ -200,11 +200,13 @@ def check_webhook(settings: Settings) -> Check:
     name, host, config = "webhook", settings.gateway.host, settings.webhook
     if not config.enabled:
         return Check("SKIP", name, "off (webhook.enabled: false)")
-    callbacks = f"callbacks to {', '.join(config.callback_hosts)}" if config.callback_hosts else "no callbacks"
+    hosts = config.callback_hosts
+    callbacks = f"callbacks to {', '.join(hosts)}" if hosts else "no callbacks"
     if os.environ.get(SECRET_ENV):
         return Check("OK", name, f"every request must be signed with {SECRET_ENV}; {callbacks}")
     if exposure_problem(host, None, False) is None:
-        return Check("OK", name, f"unsigned, answered only from this machine (gateway.host {host}); {callbacks}")
+        detail = f"unsigned, answered only from this machine (gateway.host {host}); {callbacks}"
+        return Check("OK", name, detail)
     if config.allow_unsigned:
         detail = f"unsigned on {host} (webhook.allow_unsigned: true): whoever reaches it may act as any user"
         return Check("OK", name, detail, f"set {SECRET_ENV} and sign the requests")

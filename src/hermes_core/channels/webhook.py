@@ -111,7 +111,9 @@ class CallbackHosts:
         from yarl import URL
 
         if not self.entries:
-            raise ValueError("'callback_url' refused: no callback hosts are allowed (list them in webhook.callback_hosts)")
+            raise ValueError(
+                "'callback_url' refused: no host is allowed; list them in webhook.callback_hosts"
+            )
         try:
             url = URL(callback)
             port = url.port

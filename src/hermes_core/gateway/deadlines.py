@@ -57,7 +57,7 @@ class _Connection(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()  # type: ignore[no-any-return]
+        return self.inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disarm()
