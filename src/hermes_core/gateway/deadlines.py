@@ -41,6 +41,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.idle = False  # between requests of a kept-alive connection: no timer until a byte comes
+        self.draining: Any = None  # the body of an answered request that aiohttp still reads (lingering)
         self.cut = False  # closed for being too slow
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -55,6 +56,16 @@ class _Connection(asyncio.Protocol):
             self.idle = False
             self.arm(self.deadlines.header_timeout, "headers")
         self.inner.data_received(data)
+        if self.draining is not None and self.draining.is_eof():
+            self.draining, self.idle = None, True
+
+    def request_done(self, payload: Any) -> None:
+        """The application answered; the next request's header clock starts with its first byte
+        (once aiohttp has read what is left of this one's body, within its `lingering_time`)."""
+        if payload.is_eof():
+            self.idle = True
+        else:
+            self.draining = payload
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
@@ -123,7 +134,7 @@ class ReadDeadlines:
         finally:
             if body_timer is not None:
                 body_timer.cancel()
-            connection.idle = True
+            connection.request_done(request.content)
 
 
 def _body_late(request: web.Request, connection: _Connection) -> None:
