@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from hermes_core import Agent
-from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings
+from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings, WebhookConfig
 from hermes_core.console.access import is_loopback
 from hermes_core.console.channel import HOLD_BACK, TextStreams
 from hermes_core.gateway.server import serve
@@ -43,7 +43,10 @@ async def console(
     tmp_path: Path, agent: Agent, *, host: str = "127.0.0.1", config: ConsoleConfig | None = None
 ) -> AsyncIterator[str]:
     """`serve` in this event loop (the real mounting path) on a free port; yields its base URL."""
-    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig())
+    settings = Settings(
+        gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig(),
+        webhook=WebhookConfig(allow_unsigned=host != "127.0.0.1"),  # its own rules: test_security_webhook.py
+    )  # fmt: skip
     threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     server = asyncio.create_task(
@@ -517,6 +520,7 @@ def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Pa
 
     (tmp_path / "hermes.yaml").write_text("console:\n  enabled: true\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env["HERMES_WEBHOOK_SECRET"] = "webhook-secret"  # else the unsigned webhook is refused first
     done = subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--host", "0.0.0.0",
          "--port", "0"],

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_core.channels.webhook import sign
 from hermes_core.config import build_agent, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 ENVIRONMENTS = ("dev", "staging", "prod")
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
 CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+WEBHOOK_SECRET = "deploy-webhook-secret"  # through a proxy, the webhook answers signed requests only
 
 
 def tool(name: str) -> str:
@@ -225,7 +227,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = (folder / "serve.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0"],
-        cwd=folder, env=CLEAN_ENV, stdout=subprocess.PIPE, stderr=log, text=True,
+        cwd=folder, env={**CLEAN_ENV, "HERMES_WEBHOOK_SECRET": WEBHOOK_SECRET}, stdout=subprocess.PIPE,
+        stderr=log, text=True,
     )  # fmt: skip
     try:
         assert process.stdout is not None
@@ -272,7 +275,9 @@ def test_nginx_serves_the_gateway_over_https(tmp_path: Path, gateway: str) -> No
             assert response.status == 200 and json.loads(response.read())["ok"] is True
             assert "max-age" in response.headers["Strict-Transport-Security"]
         body = json.dumps({"message": "hello", "user_id": "u1"}).encode()
-        request = urllib.request.Request(f"{base}/webhook", data=body, method="POST")
+        stamp = str(int(time.time()))
+        signed = {"X-Hermes-Timestamp": stamp, "X-Hermes-Signature": sign(WEBHOOK_SECRET, stamp, body)}
+        request = urllib.request.Request(f"{base}/webhook", data=body, method="POST", headers=signed)
         with urllib.request.urlopen(request, context=tls, timeout=60) as response:
             assert response.status == 200 and json.loads(response.read())["reply"]
 

@@ -29,10 +29,15 @@ async def echo(message: InboundMessage) -> list[str]:
 
 @asynccontextmanager
 async def running_gateway(
-    tmp_path: Path, runner: Runner = echo, *, secret: str | None = None, **options: float
+    tmp_path: Path,
+    runner: Runner = echo,
+    *,
+    secret: str | None = None,
+    callback_hosts: tuple[str, ...] = (),
+    **options: float,
 ) -> AsyncIterator[tuple[Gateway, str]]:
     gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), runner, **options)  # type: ignore[arg-type]
-    webhook = WebhookChannel(gateway, secret=secret, reply_timeout=5)
+    webhook = WebhookChannel(gateway, secret=secret, reply_timeout=5, callback_hosts=callback_hosts)
     gateway.add_channel(webhook)
     async with serving(gateway, webhook.routes()) as url:
         yield gateway, url
@@ -176,7 +181,11 @@ async def test_async_callback_variant_retries_until_delivered(tmp_path: Path) ->
     body = json.dumps({"message": "later please", "user_id": "u", "callback_url": callback_url}).encode()
     now = str(int(time.time()))
     headers = {"X-Hermes-Timestamp": now, "X-Hermes-Signature": sign(secret, now, body)}
-    async with running_gateway(tmp_path, secret=secret, send_backoff=0.05) as (gateway, url):
+    hosts = ("127.0.0.1",)  # callbacks go only to allowed hosts (tests/test_security_webhook.py)
+    async with running_gateway(tmp_path, secret=secret, callback_hosts=hosts, send_backoff=0.05) as (
+        gateway,
+        url,
+    ):
         status, answer = await post(f"{url}/webhook", body, headers)
         await wait_for(lambda: bool(received))
     await callback_runner.cleanup()

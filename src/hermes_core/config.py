@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -83,6 +84,8 @@ class GatewayConfig(_Section):
     max_concurrent_turns: int = Field(256, ge=1)
     shutdown_grace: float = Field(10.0, ge=0)
     retention_days: float = Field(30.0, gt=0)  # task journals and traces older than this are deleted
+    header_timeout: float = Field(10.0, gt=0)  # seconds a client has to send a request's headers
+    body_timeout: float = Field(30.0, gt=0)  # seconds, once the headers are in, to send the whole body
 
 
 class FeishuConfig(_Section):
@@ -93,6 +96,28 @@ class FeishuConfig(_Section):
     mode: Literal["webhook", "longconn"] = "webhook"
     base_url: str = "https://open.feishu.cn"
     send_rate: float = Field(5.0, gt=0)
+
+
+class WebhookConfig(_Section):
+    """The generic webhook (channels/webhook.py, docs/security.md). With HERMES_WEBHOOK_SECRET in the
+    environment every request must be signed; without it only requests from this machine (no proxy,
+    no browser) are answered, and serve refuses a non-loopback address unless `allow_unsigned: true`
+    says that anyone who reaches the port may act as any user. A request's `callback_url` must name a
+    host of `callback_hosts` ("host" or "host:port"; none by default: no callbacks)."""
+
+    enabled: bool = True
+    allow_unsigned: bool = False
+    callback_hosts: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _hosts_are_hosts(self) -> WebhookConfig:
+        for entry in self.callback_hosts:
+            if not _HOST_ENTRY.fullmatch(entry):
+                raise ValueError(f"callback_hosts: {entry!r} is not a host or host:port (no scheme or path)")
+        return self
+
+
+_HOST_ENTRY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 
 
 class MemoryConfig(_Section):
@@ -187,6 +212,7 @@ class Settings(_Section):
     agent: AgentConfig = AgentConfig()
     gateway: GatewayConfig = GatewayConfig()
     feishu: FeishuConfig = FeishuConfig()
+    webhook: WebhookConfig = WebhookConfig()
     permissions: PermissionsConfig = PermissionsConfig()
     memory: MemoryConfig = MemoryConfig()
     console: ConsoleConfig = ConsoleConfig()

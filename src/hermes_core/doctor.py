@@ -12,6 +12,8 @@ The checks, in order (each returns a `Check`, none raises):
   `serve` uses, so the endpoint answers, accepts the API key and knows the model;
 - feishu credentials: a tenant token and the bot's profile are fetched with the app's credentials;
 - feishu events: webhook callbacks can be verified (a verification token or an Encrypt Key is set);
+- webhook: /webhook is not open to anyone: signed (HERMES_WEBHOOK_SECRET), or on a loopback
+  `gateway.host`, or unsigned by the configuration's explicit `webhook.allow_unsigned: true`;
 - database: the data folder can be created and written, and SQLite can start a write transaction.
 
 A failed configuration skips the rest. The exit code is 1 when any check failed. Secrets never
@@ -81,13 +83,14 @@ async def diagnose(
     """Every check, in order; the others are skipped when the configuration does not load."""
     settings, configuration = check_configuration(config, model=model, base_url=base_url, log_level=log_level)
     if settings is None:
-        names = ("model endpoint", "feishu credentials", "feishu events", "database")
+        names = ("model endpoint", "feishu credentials", "feishu events", "webhook", "database")
         return [configuration, *(Check("SKIP", name, "the configuration did not load") for name in names)]
     return [
         configuration,
         await check_model(settings),
         await check_feishu_credentials(settings),
         check_feishu_events(settings),
+        check_webhook(settings),
         check_database(settings),
     ]
 
@@ -188,6 +191,28 @@ def check_feishu_events(settings: Settings) -> Check:
     verified = "signature and verification token" if key and token else "signature" if key else "token"
     detail = f"webhook mode, callbacks verified by {verified}; request URL: https://<your host>/feishu/events"
     return Check("OK", name, detail)
+
+
+def check_webhook(settings: Settings) -> Check:
+    """Would `serve` start with this webhook, and who could call it? (`--host` overrides gateway.host.)"""
+    from .channels.webhook import SECRET_ENV, exposure_problem
+
+    name, host, config = "webhook", settings.gateway.host, settings.webhook
+    if not config.enabled:
+        return Check("SKIP", name, "off (webhook.enabled: false)")
+    hosts = config.callback_hosts
+    callbacks = f"callbacks to {', '.join(hosts)}" if hosts else "no callbacks"
+    if os.environ.get(SECRET_ENV):
+        return Check("OK", name, f"every request must be signed with {SECRET_ENV}; {callbacks}")
+    if exposure_problem(host, None, False) is None:
+        detail = f"unsigned, answered only from this machine (gateway.host {host}); {callbacks}"
+        return Check("OK", name, detail)
+    if config.allow_unsigned:
+        detail = f"unsigned on {host} (webhook.allow_unsigned: true): whoever reaches it may act as any user"
+        return Check("OK", name, detail, f"set {SECRET_ENV} and sign the requests")
+    detail = f"gateway.host is {host} and {SECRET_ENV} is not set: serve refuses to start"
+    fix = f"set {SECRET_ENV} (or serve on 127.0.0.1, or set webhook.allow_unsigned: true)"
+    return Check("FAIL", name, detail, fix)
 
 
 def check_database(settings: Settings) -> Check:

@@ -14,10 +14,24 @@ A tool call that needs approval (tasks/pending.py) answers with the request and 
                    → 200 {"status": "approved", "reply": "…"}  (the task's reply once it has run on)
 
 Only the user who started the task, or an admin, may decide (403 otherwise); an expired or
-already decided approval gives 409. With a shared secret (HERMES_WEBHOOK_SECRET)
-every request must carry `X-Hermes-Timestamp` (Unix seconds, within 5 minutes) and
-`X-Hermes-Signature: sha256=<hex HMAC-SHA256(secret, timestamp + "." + raw body)>`; callbacks are
-signed the same way.
+already decided approval gives 409.
+
+Who may call (docs/security.md):
+
+- With a shared secret (HERMES_WEBHOOK_SECRET) every request must carry `X-Hermes-Timestamp` (Unix
+  seconds, within 5 minutes) and `X-Hermes-Signature: sha256=<hex HMAC-SHA256(secret, timestamp +
+  "." + raw body)>`; callbacks are signed the same way. The secret holder is a trusted backend: it
+  names any user and any conversation. Each signed request is taken once: its signature (which
+  covers the timestamp and the body) is kept in the gateway's database (`seen_nonces`) while the
+  timestamp is fresh, and the same request again is a 409, before or after a restart. A client that
+  retries signs afresh and keeps the `message_id`: the retry is then answered as a duplicate.
+- Without a secret, requests are answered only from this machine (a loopback peer, a loopback
+  `Host`, no proxy headers, no browser `Origin`): anyone else could claim any user id. `serve`
+  refuses to start on a non-loopback address without a secret unless `webhook.allow_unsigned: true`.
+  An unsigned conversation belongs to its user: `conversation_id` is qualified by the user id, so
+  naming another user's conversation opens a new one of your own.
+- `callback_url` must be http(s), without `user@`, to a host of `webhook.callback_hosts` (exactly,
+  and the port when the entry has one); redirects are not followed.
 """
 
 from __future__ import annotations
@@ -30,6 +44,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..gateway.messages import InboundMessage, OutboundMessage
@@ -37,6 +53,7 @@ from .base import Channel, DeliveryError, read_body
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web
+    from yarl import URL
 
     from ..gateway.dispatcher import Gateway
 
@@ -45,6 +62,8 @@ log = logging.getLogger("hermes_core.webhook")
 MAX_BODY = 1024 * 1024
 MAX_MESSAGE_CHARS = 20_000
 SIGNATURE_WINDOW = 300.0
+NONCE_MEMORY = 2 * SIGNATURE_WINDOW + 60  # a timestamp is fresh from -window to +window (clock skew)
+SECRET_ENV = "HERMES_WEBHOOK_SECRET"
 _dumps = functools.partial(json.dumps, ensure_ascii=False)  # UTF-8 replies, not \u escapes
 
 
@@ -52,13 +71,81 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
+def exposure_problem(host: str, secret: str | None, allow_unsigned: bool) -> str | None:
+    """Why serving the webhook on `host` would let anyone act as any user; None when it would not."""
+    from ..console.access import is_loopback
+
+    if secret or allow_unsigned or is_loopback(host):
+        return None
+    return (
+        f"webhook: refusing to serve an unsigned webhook on {host}; set {SECRET_ENV} "
+        "(or serve on 127.0.0.1, or set webhook.allow_unsigned: true, or webhook.enabled: false)"
+    )
+
+
+def conversation_key(user: str, conversation: str | None, *, signed: bool) -> str:
+    """The session key. Signed: the conversation named (a trusted backend may name any). Unsigned:
+    qualified by the user, `webhook:<user>:<conversation>`, the user's ':' and '%' escaped so that no
+    other user id and conversation id make the same key."""
+    if signed:
+        return f"webhook:{conversation or user}"
+    owner = user.replace("%", "%25").replace(":", "%3A")
+    return f"webhook:{owner}" if conversation is None else f"webhook:{owner}:{conversation}"
+
+
+@dataclass(frozen=True)
+class CallbackHosts:
+    """The hosts a reply may be POSTed to: `host` (any port) or `host:port`, matched exactly."""
+
+    entries: frozenset[tuple[str, int | None]]
+
+    @classmethod
+    def of(cls, entries: Iterable[str]) -> CallbackHosts:
+        from yarl import URL
+
+        parsed = (URL(f"http://{entry}") for entry in entries)
+        return cls(frozenset(((url.host or "").lower(), url.explicit_port) for url in parsed))
+
+    def check(self, callback: str) -> URL:
+        """The URL to POST to, parsed by the client's own parser; ValueError saying why not."""
+        from yarl import URL
+
+        if not self.entries:
+            raise ValueError(
+                "'callback_url' refused: no host is allowed; list them in webhook.callback_hosts"
+            )
+        try:
+            url = URL(callback)
+            port = url.port
+        except (ValueError, TypeError):
+            raise ValueError("'callback_url' is not a valid URL") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("'callback_url' must be an http(s) URL")
+        if url.raw_user is not None or url.raw_password is not None:
+            raise ValueError("'callback_url' must not carry a user name or password")
+        host = url.host.lower()
+        if (host, None) not in self.entries and (host, port) not in self.entries:
+            raise ValueError(f"'callback_url' host {url.raw_authority} is not in webhook.callback_hosts")
+        return url
+
+
 class WebhookChannel(Channel):
     name = "webhook"
 
-    def __init__(self, gateway: Gateway, *, secret: str | None = None, reply_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        secret: str | None = None,
+        reply_timeout: float = 120.0,
+        allow_unsigned: bool = False,
+        callback_hosts: Iterable[str] = (),
+    ) -> None:
         self.gateway = gateway
         self.secret = secret or None
         self.reply_timeout = reply_timeout
+        self.allow_unsigned = allow_unsigned  # unsigned requests from anywhere, not only this machine
+        self.callback_hosts = CallbackHosts.of(callback_hosts)
         self._waiting: dict[int, asyncio.Future[OutboundMessage]] = {}
         self._session: ClientSession | None = None
 
@@ -68,15 +155,18 @@ class WebhookChannel(Channel):
         return [web.post("/webhook", self.handle), web.post("/webhook/approvals/{id}", self.handle_decision)]
 
     async def handle(self, request: web.Request) -> web.Response:
-        body = await self._verified_body(request)
-        if not isinstance(body, bytes):
-            return body
+        verified = await self._verified_body(request)
+        if not isinstance(verified, tuple):
+            return verified
+        body, signature = verified
         try:
-            message = self._parse(body)
+            message = self._parse(body, signed=signature is not None)
         except ValueError as exc:
             return _error(400, str(exc))
         if not self.gateway.accepting:
             return _error(503, "shutting down, try again")
+        if not await self._first_use(signature):
+            return _replayed()
         inbound_id = await self.gateway.accept(message)
         if inbound_id is None:
             return _json({"duplicate": True, "message_id": message.message_id})
@@ -89,9 +179,10 @@ class WebhookChannel(Channel):
         the task once it has run on (or 202 when the original request gave a callback_url)."""
         from ..tasks.pending import DecisionRefused
 
-        body = await self._verified_body(request)
-        if not isinstance(body, bytes):
-            return body
+        verified = await self._verified_body(request)
+        if not isinstance(verified, tuple):
+            return verified
+        body, signature = verified
         try:
             data = json.loads(body.decode("utf-8"))
             user, decision = data["user_id"], data["decision"]
@@ -101,6 +192,8 @@ class WebhookChannel(Channel):
             return _error(400, "body must be JSON with 'user_id' and 'decision' ('approve' or 'reject')")
         if not self.gateway.accepting:
             return _error(503, "shutting down, try again")
+        if not await self._first_use(signature):
+            return _replayed()
         try:
             pending, inbound_id = await self.gateway.decide(
                 request.match_info["id"], user, self.name, decision == "approve"
@@ -126,27 +219,38 @@ class WebhookChannel(Channel):
             fields["approval"] = _approval_fields(reply.approval)
         return _json({"reply": reply.text, **fields})
 
-    async def _verified_body(self, request: web.Request) -> bytes | web.Response:
-        """The request's body, or the error answer: too large (413), not signed when it must be (401)."""
+    async def _verified_body(self, request: web.Request) -> tuple[bytes, str | None] | web.Response:
+        """The request's body and its verified signature (None when no secret is set), or the error
+        answer: too large (413), not signed when it must be (401), unsigned from elsewhere (403)."""
         body = await read_body(request, MAX_BODY)
         if body is None:
             return _error(413, "body too large")
-        if self.secret and not self._signed(request.headers, body):
-            return _error(401, "missing or invalid signature")
-        return body
+        if self.secret:
+            signature = self._signature(request.headers, body)
+            return (body, signature) if signature is not None else _error(401, "missing or invalid signature")
+        if not self.allow_unsigned and not _from_this_machine(request):
+            return _error(403, f"unsigned requests are answered only from this machine: set {SECRET_ENV}")
+        return body, None
 
-    def _signed(self, headers: Any, body: bytes) -> bool:
+    def _signature(self, headers: Any, body: bytes) -> str | None:
+        """The request's signature when it is right and its timestamp fresh; None otherwise."""
         assert self.secret is not None
         timestamp = headers.get("X-Hermes-Timestamp", "")
         try:
             fresh = abs(time.time() - float(timestamp)) <= SIGNATURE_WINDOW
         except ValueError:
-            return False
+            return None
         expected = sign(self.secret, timestamp, body)
-        return fresh and hmac.compare_digest(expected, headers.get("X-Hermes-Signature", ""))
+        right = hmac.compare_digest(expected, headers.get("X-Hermes-Signature", ""))
+        return expected if fresh and right else None
 
-    @staticmethod
-    def _parse(body: bytes) -> InboundMessage:
+    async def _first_use(self, signature: str | None) -> bool:
+        """False when this signed request was taken before (a replay); unsigned ones are not tracked."""
+        if signature is None:
+            return True
+        return await self.gateway.store.claim_nonce(self.name, signature, NONCE_MEMORY)
+
+    def _parse(self, body: bytes, *, signed: bool) -> InboundMessage:
         try:
             data = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -161,22 +265,29 @@ class WebhookChannel(Channel):
         if not isinstance(user, str) or not user:
             raise ValueError("'user_id' must be a non-empty string")
         callback = data.get("callback_url")
-        if callback is not None and not (
-            isinstance(callback, str) and callback.startswith(("http://", "https://"))
-        ):
-            raise ValueError("'callback_url' must be an http(s) URL")
-        message_id = data.get("message_id") or uuid.uuid4().hex
-        conversation = data.get("conversation_id") or user
-        if not isinstance(message_id, str) or not isinstance(conversation, str):
+        if callback is not None:
+            if not isinstance(callback, str):
+                raise ValueError("'callback_url' must be an http(s) URL")
+            callback = str(self.callback_hosts.check(callback))
+        message_id, conversation = data.get("message_id"), data.get("conversation_id")
+        if not isinstance(message_id or "", str) or not isinstance(conversation or "", str):
             raise ValueError("'message_id' and 'conversation_id' must be strings")
         return InboundMessage(
             channel="webhook",
-            conversation=f"webhook:{conversation}",
+            conversation=conversation_key(user, conversation or None, signed=signed),
             sender=user,
             text=text,
-            message_id=message_id,
+            message_id=message_id or uuid.uuid4().hex,
             callback_url=callback,
         )
+
+    def _client_conversation(self, key: str) -> str:
+        """The conversation id as the client named it (without the user qualifying it)."""
+        rest = key.removeprefix("webhook:")
+        if self.secret:
+            return rest
+        owner, qualified, conversation = rest.partition(":")
+        return conversation if qualified else owner.replace("%3A", ":").replace("%25", "%")
 
     async def send(self, message: OutboundMessage) -> str | None:
         if not message.callback_url:  # synchronous request: the reply is the HTTP response
@@ -189,9 +300,14 @@ class WebhookChannel(Channel):
     async def _post_callback(self, message: OutboundMessage) -> str | None:
         import aiohttp
 
+        assert message.callback_url is not None
+        try:  # checked again: the allowed hosts may have changed since the message was accepted
+            url = self.callback_hosts.check(message.callback_url)
+        except ValueError as exc:
+            raise DeliveryError(f"callback refused: {exc}", permanent=True) from None
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        fields = {"reply": message.text, "conversation_id": message.conversation.removeprefix("webhook:"),
+        fields = {"reply": message.text, "conversation_id": self._client_conversation(message.conversation),
                   "reply_id": message.uuid, "index": message.index}  # fmt: skip
         if message.approval is not None:
             fields["approval"] = _approval_fields(message.approval)
@@ -202,9 +318,8 @@ class WebhookChannel(Channel):
             headers.update(
                 {"X-Hermes-Timestamp": timestamp, "X-Hermes-Signature": sign(self.secret, timestamp, body)}
             )
-        assert message.callback_url is not None
-        try:
-            async with self._session.post(message.callback_url, data=body, headers=headers) as response:
+        try:  # a redirect is not followed: it could lead anywhere, an internal address included
+            async with self._session.post(url, data=body, headers=headers, allow_redirects=False) as response:
                 if response.status < 300:
                     return None
                 transient = response.status == 429 or response.status >= 500
@@ -220,9 +335,21 @@ class WebhookChannel(Channel):
             self._session = None
 
 
+def _from_this_machine(request: web.Request) -> bool:
+    """Sent from this machine to a loopback name, not through a proxy, and not by a browser: a page
+    on any site can make a browser POST to 127.0.0.1, but the browser then says so in `Origin`."""
+    from ..console.access import is_local
+
+    return is_local(request) and not any(name in request.headers for name in ("Origin", "Sec-Fetch-Site"))
+
+
 def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "tool", "arguments", "requested_by", "created_at", "expires_at", "status")
     return {key: approval.get(key) for key in keys}
+
+
+def _replayed() -> web.Response:
+    return _error(409, "this signed request was already received: sign each request afresh")
 
 
 def _error(status: int, message: str) -> web.Response:

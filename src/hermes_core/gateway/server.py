@@ -5,6 +5,11 @@ channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID
 FEISHU_APP_SECRET are set. SIGTERM or SIGINT stops it gracefully: no new messages are accepted
 (callers get 503 and retry), in-flight turns get `shutdown_grace` seconds to finish, and whatever
 is still unfinished stays in the inbox for the next start.
+
+Two refusals keep the edge safe (docs/security.md): serve does not start when it would put an
+unsigned webhook (no HERMES_WEBHOOK_SECRET) on a non-loopback address, unless the configuration says
+`webhook.allow_unsigned: true`; and every connection has `gateway.header_timeout` seconds to send a
+request's headers and `gateway.body_timeout` more for its body (gateway/deadlines.py).
 """
 
 from __future__ import annotations
@@ -21,18 +26,20 @@ from typing import Any
 
 from aiohttp import web
 
-from ..channels.webhook import WebhookChannel
-from ..config import Settings, build_agent
+from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
+from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
 from ..tasks.pending import Pending, SQLiteInteractions
+from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .messages import InboundMessage, Reply
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
 log = logging.getLogger("hermes_core.server")
+KEEPALIVE_TIMEOUT = 75.0  # seconds an idle kept-alive connection stays open (aiohttp's run_app default)
 
 
 class RedactingRunner:
@@ -77,9 +84,14 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
-    webhook = WebhookChannel(gateway, secret=os.environ.get("HERMES_WEBHOOK_SECRET"))
-    gateway.add_channel(webhook)
-    routes = webhook.routes()
+    routes: list[web.RouteDef] = []
+    if settings.webhook.enabled:
+        webhook = WebhookChannel(
+            gateway, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
+            callback_hosts=settings.webhook.callback_hosts,
+        )  # fmt: skip
+        gateway.add_channel(webhook)
+        routes += webhook.routes()
     app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
     if app_id and app_secret:
         from ..channels.feishu.api import FeishuAPI
@@ -103,6 +115,20 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         gateway.add_channel(feishu)
         routes += feishu.routes()
     return gateway, routes
+
+
+def refuse_open_webhook(settings: Settings, host: str) -> None:
+    """Raise ConfigError when the webhook would be unsigned on a non-loopback address; warn when the
+    configuration allows that explicitly."""
+    if not settings.webhook.enabled:
+        return
+    secret, allowed = os.environ.get(SECRET_ENV), settings.webhook.allow_unsigned
+    problem = exposure_problem(host, secret, allowed)
+    if problem is not None:
+        raise ConfigError(problem)
+    if not secret and allowed and exposure_problem(host, None, False) is not None:
+        log.warning("webhook: unsigned requests from anyone on %s (webhook.allow_unsigned: true): "
+                    "whoever reaches the port may act as any user", host)  # fmt: skip
 
 
 def retention_pruners(agent: Any, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
@@ -140,6 +166,8 @@ async def serve(
     agent: Any = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until `stop` is set)."""
+    bind = host or settings.gateway.host
+    refuse_open_webhook(settings, bind)  # before anything is built or logged: the refusal is one line
     agent = agent or build_agent(settings)
     gateway, routes = build_gateway(settings, agent)
 
@@ -148,12 +176,13 @@ async def serve(
         return web.json_response({"ok": gateway.accepting, **gateway.status(), **counts},
                                  status=200 if gateway.accepting else 503)  # fmt: skip
 
-    app = web.Application(client_max_size=2 * 1024 * 1024)
+    deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
+    app = web.Application(client_max_size=2 * 1024 * 1024, middlewares=[deadlines.middleware])
     app.add_routes([*routes, web.get("/healthz", healthz)])
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
-    mount_console(app, gateway, agent, settings, host=host or settings.gateway.host)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    mount_console(app, gateway, agent, settings, host=bind)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -170,9 +199,7 @@ async def serve(
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
-        site = web.TCPSite(
-            runner, host or settings.gateway.host, settings.gateway.port if port is None else port
-        )
+        site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
         address = _address(site)
         log.info("hermes-core serving on %s", address)
@@ -189,7 +216,7 @@ async def serve(
         await agent.aclose()
 
 
-def _address(site: web.TCPSite) -> str:
+def _address(site: web.BaseSite) -> str:
     server = site._server  # aiohttp exposes the bound port only through the server's sockets
     sockets = getattr(server, "sockets", None) or []
     host, port = sockets[0].getsockname()[:2] if sockets else ("?", "?")

@@ -9,7 +9,8 @@ The order of facts makes "nothing lost, nothing twice" hold across crashes:
     complete: mark done + insert the replies into the outbox  — one transaction
     send:     deliver with an idempotency uuid, then mark sent
 A crash before `complete` re-runs the message; a crash before `mark_sent` re-sends with the same
-uuid, which the platform deduplicates.
+uuid, which the platform deduplicates. `seen_nonces` keeps each signed webhook request's signature
+for as long as its timestamp is fresh: the same request sent again is refused, even after a restart.
 
 Nothing is stored unredacted (redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
@@ -74,6 +75,15 @@ MIGRATIONS: dict[int, str] = {
         dead_at REAL NOT NULL
     );
     """,
+    2: """
+    CREATE TABLE seen_nonces (
+        channel TEXT NOT NULL,
+        nonce TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (channel, nonce)
+    );
+    CREATE INDEX seen_nonces_by_expiry ON seen_nonces (expires_at);
+    """,
 }
 
 
@@ -109,6 +119,11 @@ class GatewayStore(ABC):
     @abstractmethod
     async def prune(self, older_than: float) -> None:
         """Forget dedup keys and finished rows older than `older_than` (a time.time() value)."""
+
+    @abstractmethod
+    async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
+        """True the first time `nonce` is claimed on `channel` within `keep_seconds`; False after
+        that (a replay). Durable: a restart does not forget it."""
 
     async def close(self) -> None:
         return None
@@ -222,6 +237,18 @@ class SQLiteGatewayStore(GatewayStore):
             db.execute("DELETE FROM outbox WHERE status = 'sent' AND created_at < ?", (older_than,))
 
         await self._run(prune)
+
+    async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
+        def claim(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            db.execute("DELETE FROM seen_nonces WHERE expires_at < ?", (now,))
+            fresh = db.execute(
+                "INSERT OR IGNORE INTO seen_nonces (channel, nonce, expires_at) VALUES (?, ?, ?)",
+                (channel, nonce, now + keep_seconds),
+            )
+            return fresh.rowcount == 1
+
+        return await self._run(claim)
 
     async def dead_letters(self) -> list[dict[str, Any]]:
         rows = await self._run(
