@@ -268,7 +268,8 @@ async def test_a_relayed_request_to_a_public_console_needs_the_token(
     request's remote address 127.0.0.1, and the request says `Host: 127.0.0.1` and carries no
     forwarding header — it looks local in every way. Without the token it is refused (401), with
     it answered. A console on a public address without a token does not start; and no `Access`
-    without a token can be made for a non-loopback address."""
+    without a token can be made for a non-loopback address. (The relayed refusal already held
+    before this test was written; the tokenless `Access` for a public bind is what is new.)"""
     from hermes_core.console.access import Access
 
     monkeypatch.setenv("HERMES_CONSOLE_TOKEN", TOKEN)
