@@ -68,6 +68,13 @@ def delete_everything(confirm: bool = False) -> str:
     return "deleted"
 
 
+@server.tool(name="pay.out")
+def pay_out(account: str, amount: int) -> str:
+    """Pay money out of an account (a dotted name: `hermes-core tools` shows it as pay_out)."""
+    record("pay.out", account=account, amount=amount)
+    return f"paid {amount} to {account}"
+
+
 @server.tool()
 async def slow(seconds: float) -> str:
     """Sleep for a while, then answer."""

@@ -42,7 +42,7 @@ class Clock:
         return self.now
 
 
-POLICY = Policy.from_lists(admins=["ou_admin"], allow_irreversible=["wipe_backups"])
+POLICY = Policy.from_lists(admins=["feishu:ou_admin"], allow_irreversible=["wipe_backups"])
 ALICE = POLICY.caller("ou_alice", "feishu")
 
 
@@ -119,7 +119,7 @@ async def test_adversarial_decisions_never_run_the_tool(tmp_path: Path) -> None:
     assert caught.value.reason == "approval_expired"
     refused += 1
     with pytest.raises(DecisionRefused) as caught:  # the expiry stuck: an admin cannot revive it either
-        await agent.interactions.decide(pending.id, POLICY.caller("ou_admin"), approve=True)  # type: ignore[union-attr]
+        await agent.interactions.decide(pending.id, POLICY.caller("ou_admin", "feishu"), approve=True)  # type: ignore[union-attr]
     assert caught.value.reason == "approval_expired"
     refused += 1
     result = await agent.run("wipe prod backups", task_id="t1", caller=ALICE)
@@ -203,9 +203,12 @@ async def test_clarify_pauses_until_the_askers_next_message_answers(tmp_path: Pa
     assert session.messages == []  # a paused turn is not part of the history yet
     interactions = agent.interactions
     assert interactions is not None
-    assert await interactions.answer("chat-1", "ou_bob", "ACME") is None  # bob was not asked
-    assert await interactions.answer("chat-2", "ou_alice", "ACME") is None  # nor in another chat
-    answered = await interactions.answer("chat-1", "ou_alice", "Globex")
+    assert (
+        await interactions.answer("chat-1", "ou_bob", "ACME", channel="feishu") is None
+    )  # bob was not asked
+    assert await interactions.answer("chat-2", "ou_alice", "ACME", channel="feishu") is None  # nor elsewhere
+    assert await interactions.answer("chat-1", "ou_alice", "ACME", channel="webhook") is None  # nor her id
+    answered = await interactions.answer("chat-1", "ou_alice", "Globex", channel="feishu")
     assert answered is not None and (answered.task_id, answered.answer) == ("t1", "Globex")
     result = await agent.run("send the invoice", session=session, task_id="t1", caller=ALICE)
     assert result.reply == "OK, Globex it is."

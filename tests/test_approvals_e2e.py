@@ -43,8 +43,9 @@ def invoice_model() -> ScriptedModel:
 @asynccontextmanager
 async def webhook_server(tmp_path: Path, model: ScriptedModel, ttl: float = 600) -> AsyncIterator[str]:
     settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)),
-                        permissions=PermissionsConfig(admins=["boss"], approval_ttl=ttl))  # fmt: skip
-    agent = Agent(model=model, tools=[send_invoice, clarify], permissions=Policy.from_lists(admins=["boss"]))
+                        permissions=PermissionsConfig(admins=["webhook:boss"], approval_ttl=ttl))  # fmt: skip
+    admins = Policy.from_lists(admins=["webhook:boss"])
+    agent = Agent(model=model, tools=[send_invoice, clarify], permissions=admins)
     gateway, routes = build_gateway(settings, agent)
     gateway.expiry_interval = 0.05
     async with serving(gateway, routes) as url:
@@ -120,7 +121,7 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
     database = tmp_path / "agent.db"
     agent = Agent(model=model, tools=[send_invoice], journal=SQLiteTaskJournal(database),
                   interactions=SQLiteInteractions(database),
-                  permissions=Policy.from_lists(admins=["ou_boss"]))  # fmt: skip
+                  permissions=Policy.from_lists(admins=["feishu:ou_boss"]))  # fmt: skip
     async with FakeFeishu(encrypt_key="card-key", time_scale=0.001) as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")

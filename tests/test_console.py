@@ -286,7 +286,9 @@ def invoice_agent(*extra: Any) -> tuple[Agent, ScriptedModel]:
     model = ScriptedModel(
         [call("send_invoice", {"customer": "ACME", "amount": 120}), reply("Invoice sent."), *extra]
     )
-    return Agent(model=model, tools=[send_invoice], permissions=Policy.from_lists(admins=["boss"])), model
+    return Agent(
+        model=model, tools=[send_invoice], permissions=Policy.from_lists(admins=["webhook:boss"])
+    ), model
 
 
 async def test_an_admin_decides_in_the_console_a_call_asked_on_another_channel(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ async def test_an_mcp_tool_named_in_confirm_waits_for_approval_before_reaching_t
         interactions = SQLiteInteractions(database)
         agent = Agent(model=model, tools=server.tools, journal=SQLiteTaskJournal(database),
                       interactions=interactions)  # fmt: skip
-        alice = agent.permissions.caller("alice")
+        alice = agent.permissions.caller("alice", "webhook")
         paused = await agent.run("add 2 and 3", task_id="t1", caller=alice)
         assert paused.stop_reason == "awaiting_approval" and calls_seen(log) == []
         [pending] = await interactions.open_for_task("t1")

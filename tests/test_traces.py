@@ -178,7 +178,7 @@ async def test_a_paused_task_is_recorded_with_its_approval_then_again_when_done(
     database = tmp_path / "g.db"
     store = SQLiteTraceStore(database)
     interactions = SQLiteInteractions(database)
-    policy = Policy.from_lists(admins=["boss"])
+    policy = Policy.from_lists(admins=["feishu:boss"])
     model = ScriptedModel([call("send_invoice", {"customer": "ACME"}), reply("Invoice sent.")])
     agent = Agent(
         model=model,
@@ -360,17 +360,20 @@ def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) 
         return subprocess.run([*command, *argv], cwd=tmp_path, env=CLEAN_ENV, capture_output=True, text=True)
 
     listed = json.loads(cli("traces", "--json").stdout)
-    assert [(s["task_id"], s["conversation"], s["stop_reason"]) for s in listed] == [
-        ("webhook:m2", "webhook:u1", "model_rejected"),
-        ("webhook:m1", "webhook:u1", "completed"),
+    assert [(s["conversation"], s["stop_reason"]) for s in listed] == [
+        ("webhook:u1", "model_rejected"),
+        ("webhook:u1", "completed"),
     ]
-    assert [s["task_id"] for s in json.loads(cli("traces", "--failed", "--json").stdout)] == ["webhook:m2"]
-    shown = cli("trace", "show", "webhook:m1").stdout
+    # a task id names the message and a part of its own (gateway/dispatcher.py: task_id_of)
+    second, first = (s["task_id"] for s in listed)
+    assert second.startswith("webhook:m2~") and first.startswith("webhook:m1~")
+    assert [s["task_id"] for s in json.loads(cli("traces", "--failed", "--json").stdout)] == [second]
+    shown = cli("trace", "show", first).stdout
     assert 'calculator({"expression": "(12+34)*2"}) ok → {"expression": "(12+34)*2", "result": 92}' in shown
-    xray = tmp_path / ".hermes" / "xray" / "webhook_m2.json"
+    xray = tmp_path / ".hermes" / "xray" / f"{second.replace(':', '_').replace('~', '_')}.json"
     assert json.loads(xray.read_text("utf-8"))["stop_reason"] == "model_rejected"
     assert cli("replay", str(xray)).returncode == 0  # the recorded rejection, replayed
-    replayed = cli("replay", "webhook:m1")
+    replayed = cli("replay", first)
     assert replayed.returncode == 0 and "reproduced" in replayed.stdout
 
     log_file = tmp_path / "logs" / "hermes-core.log"
@@ -378,7 +381,7 @@ def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) 
     validator = jsonschema.Draft202012Validator(SCHEMA)
     for line in log_lines:
         validator.validate(line)
-    ours = [line for line in log_lines if line["task_id"] == "webhook:m1"]
+    ours = [line for line in log_lines if line["task_id"] == first]
     assert {line["conversation"] for line in ours} == {"webhook:u1"}
     assert [line["event"] for line in ours if line["event"] != "log"] == [
         "message_in",

@@ -134,14 +134,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_tools(agent: Any) -> int:
     if agent.mcp is not None:  # MCP servers' tools are known once connected
+        from .config import ConfigError
 
         async def connect() -> None:
             try:
-                await agent.mcp.attach(agent.registry)
+                await agent.mcp.start(agent.registry)
             finally:
                 await agent.mcp.aclose()
 
-        asyncio.run(connect())
+        try:
+            asyncio.run(connect())
+        except ConfigError as exc:  # `levels` or `confirm` names a tool its server does not have
+            print(f"hermes-core: {exc}", file=sys.stderr)
+            return 2
     for declared in agent.registry:
         print(f"{declared.name}: {declared.description}")
         print(json.dumps(declared.parameters, ensure_ascii=False, indent=2))
@@ -190,7 +195,7 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
     from .redaction import redact_data, redact_text
 
     try:
-        result = await agent.run(message)
+        result = await agent.run(message, caller=terminal_caller(agent))
     finally:
         await agent.aclose()
     if as_json:
@@ -215,6 +220,7 @@ async def chat(agent: Any) -> int:
     from .redaction import redact_text
 
     runner = AgentRunner(agent)  # the gateway's turn handling: memory, window, /memory and /forget
+    caller = terminal_caller(agent)
     streamed: list[str] = []
     if agent.interactions is None:  # approvals as a y/n prompt, clarify questions asked in place
         agent.use_interactions(terminal_interactions())
@@ -236,7 +242,7 @@ async def chat(agent: Any) -> int:
             if not line.strip():
                 continue
             streamed.clear()
-            answer = await runner.reply("cli", line, on_text=show)
+            answer = await runner.reply("cli", line, on_text=show, caller=caller)
             reply = answer if isinstance(answer, str) else answer.text
             if streamed and "".join(streamed) == reply:
                 print()
@@ -245,6 +251,18 @@ async def chat(agent: Any) -> int:
     finally:
         await agent.aclose()
     return 0
+
+
+def terminal_caller(agent: Any) -> Any:
+    """Who the terminal's tasks run for: the login name on the `terminal` channel, so that
+    `permissions.admins: ["terminal:<login>"]` makes that person an admin here and nowhere else."""
+    import getpass
+
+    try:
+        login = getpass.getuser()
+    except (KeyError, OSError):  # no login name known (a container without a passwd entry)
+        login = ""
+    return agent.permissions.caller(login, "terminal")
 
 
 def terminal_interactions() -> Any:

@@ -133,10 +133,12 @@ class MemoryConfig(_Section):
 
 
 class PermissionsConfig(_Section):
-    """Roles by user id (Feishu open_id, webhook user_id); everyone else is a member."""
+    """Roles by identity, qualified by channel: `feishu:<open_id>`, `webhook:<user_id>`,
+    `terminal:<login name>`, `web:console`; everyone else is a member. An entry without a channel is
+    an error (tools/permissions.py): `ou_abc` alone would also match a webhook caller claiming it."""
 
-    admins: list[str] = Field(default_factory=list)
-    roles: dict[str, str] = Field(default_factory=dict)
+    admins: list[str] = Field(default_factory=list)  # e.g. ["feishu:ou_abc"]
+    roles: dict[str, str] = Field(default_factory=dict)  # e.g. {"feishu:ou_hr": "hr"}
     allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
     batch_max_level: int = Field(1, ge=0, le=2)
     confirm: list[str] = Field(default_factory=list)  # tools whose every call a person approves first
@@ -147,8 +149,10 @@ class MCPServerConfig(_Section):
     """One MCP server (tools/mcp.py, `pip install "hermes-core[mcp]"`): a `command` started as a
     subprocess (stdio) or a `url` (streamable HTTP). `env` lists the environment variables passed on to
     the server and `headers` maps each HTTP header to the variable holding its value: by name only, so
-    secrets stay out of the file. `levels` maps the server's tool names to 0, 1 or 2; `tools` offers only
-    those; `prefix` goes before every tool name, and `permissions.allow_irreversible` uses that name."""
+    secrets stay out of the file. `levels` maps tool names to 0, 1 or 2; `tools` offers only those;
+    `confirm` makes them wait for approval. A tool is named as the server names it (`pay.out`) or as
+    `hermes-core tools` shows it (`pay_out`); a `levels` or `confirm` name that is neither stops the
+    start. `prefix` goes before every tool name, and `permissions.allow_irreversible` uses that name."""
 
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
     command: str | None = None
@@ -248,7 +252,6 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
     from .tools.clarify import clarify
-    from .tools.permissions import Policy
 
     m, a = settings.model, settings.agent
     options: dict[str, Any] = dict(
@@ -265,10 +268,7 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
             load_tools(settings.tools) + workspace_tools(a.workspace, a.shell_allow) + [clarify],
             settings.permissions.confirm,
         ),
-        permissions=Policy.from_lists(
-            settings.permissions.admins, settings.permissions.roles,
-            settings.permissions.allow_irreversible, settings.permissions.batch_max_level,
-        ),
+        permissions=policy(settings.permissions),
     )  # fmt: skip
     options["route_tools_above"] = a.route_tools_above
     options["mcp"] = mcp_toolset(settings.mcp)  # connected on the agent's first run
@@ -276,6 +276,28 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     if "skills" not in options:
         options["skills"] = skill_set(settings.skills, options["tools"])
     return Agent(**options)
+
+
+IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels whose users can be listed
+
+
+def policy(config: PermissionsConfig) -> Any:
+    """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
+    from .tools.permissions import Policy, unqualified
+
+    for key, entries in (("admins", config.admins), ("roles", list(config.roles))):
+        known = ", ".join(IDENTITY_CHANNELS)
+        for entry in entries:
+            channel = entry.partition(":")[0]
+            if unqualified([entry]):
+                raise ConfigError(
+                    f"permissions.{key}: {entry!r} does not say which channel the id is on; write "
+                    f"<channel>:<id>, e.g. 'feishu:{entry}' for a Feishu open_id or 'webhook:{entry}' "
+                    f"for a webhook user_id (channels: {known})"
+                )
+            if channel not in IDENTITY_CHANNELS:
+                raise ConfigError(f"permissions.{key}: {entry!r}: no channel is named {channel!r} ({known})")
+    return Policy.from_lists(config.admins, config.roles, config.allow_irreversible, config.batch_max_level)
 
 
 def skill_set(config: SkillsConfig, tools: list[Any]) -> Any:

@@ -1,11 +1,20 @@
 """Who may open the console: the rules, and the middleware that applies them to every request.
 
-- Without a token (HERMES_CONSOLE_TOKEN, or the variable `console.token_env` names), the console
-  answers only requests that come from this machine and name it (`Host: 127.0.0.1`, `localhost`,
-  `[::1]`), not through a proxy: a page on another site cannot reach it through DNS rebinding,
-  and a reverse proxy in front of a loopback port does not open it to the world.
-- With a token, every request must carry it: `Authorization: Bearer <token>`, or the cookie that
-  the login page sets (HttpOnly, SameSite=Strict, a keyed hash of the token, never the token).
+Whether the console may go without a token is decided by the address `serve` listens on, never by
+a request: a request's remote address and its forwarding headers are whatever the last hop (a
+relay, a proxy, a client) makes them.
+
+- Served on a loopback address (127.0.0.1, ::1, localhost) without a token (HERMES_CONSOLE_TOKEN,
+  or the variable `console.token_env` names), the console is open to whatever reaches that
+  loopback port, and answers only requests that name this machine (`Host: 127.0.0.1`,
+  `localhost`, `[::1]`) and carry no forwarding header: a page on another site cannot reach it
+  through DNS rebinding, and a reverse proxy in front of the port does not open it. A plain TCP
+  relay on the machine (socat, `ssh -R`, a container's port forward) does: set the token before
+  relaying anything to the port.
+- Served on any other address, the console needs the token (without one it is off, or with
+  `console.enabled: true` serve refuses to start), and every request must carry it, whatever its
+  remote address or headers: `Authorization: Bearer <token>`, or the cookie that the login page
+  sets (HttpOnly, SameSite=Strict, a keyed hash of the token, never the token).
 - Changes (POST) must come from the console's own pages: JSON bodies only (a form on another site
   cannot send one without the browser asking first) and no foreign `Origin`.
 
@@ -74,9 +83,12 @@ def console_token(config: ConsoleConfig, host: str, environ: Mapping[str, str]) 
 
 
 class Access:
-    """The token check (or the local-only check without one) as an aiohttp middleware."""
+    """The token check (or the local-only check without one) as an aiohttp middleware, for a
+    console served on `bind`: without a token, only a loopback `bind` is accepted."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, bind: str = "127.0.0.1") -> None:
+        if token is None and not is_loopback(bind):
+            raise ConfigError(f"console: a console served on {bind} needs a token; none is set")
         self.token = token
         self.cookie = _cookie_value(token) if token else None
 

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from ..config import Settings
+from ..gateway.dispatcher import task_id_of
 from ..redaction import Redactor, default_redactor
 from ..tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
@@ -144,7 +145,7 @@ class Console:
         if not self.gateway.accepting:
             return _json({"error": "shutting down, try again"}, 503)
         message = self.channel.message(text, conversation)
-        task_id = f"{message.channel}:{message.message_id}"  # as gateway/runner.py names the task
+        task_id = task_id_of(message)  # named before it is accepted: its text is streamed from the start
         head = {"task_id": task_id, "trace": trace_url(task_id)}
         return await self.channel.converse(request, task_id, lambda: self.gateway.accept(message), head)
 
@@ -299,7 +300,7 @@ def mount_console(
     runner = getattr(gateway.runner, "inner", gateway.runner)  # RedactingRunner wraps the AgentRunner
     if hasattr(runner, "on_text_for"):
         runner.on_text_for = channel.streams.on_text
-    access = Access(token)
+    access = Access(token, host)  # local-only by the address served on, never by a request's address
     console = Console(gateway, agent, channel, access, redactor)
     sub = web.Application(middlewares=[access.middleware(console.denied)])
     sub.add_routes(console.routes())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -137,6 +138,7 @@ class Gateway:
         if not self.accepting:
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
+        task_id_of(message)  # stored with the message: a run after a crash finds its own journal
         inbound_id = await self.store.accept(message)
         if inbound_id is None:
             log.info("duplicate %s message %s ignored", message.channel, message.message_id)
@@ -269,9 +271,26 @@ class Gateway:
             await asyncio.sleep(3600)
 
 
+def task_id_of(message: InboundMessage) -> str:
+    """The id of the task `message` starts: its journal, trace and approvals are keyed by it.
+
+    Assigned once, when the message is accepted, and stored with it (`extra["task_id"]`), so the
+    same message run again after a crash resumes its own journal. It is never derived from the
+    message id alone: a webhook client chooses that id, and once its dedup key is pruned another
+    user could send the same one and be handed the first task's recorded replies. A random part
+    (or, for a row stored without one, its inbox row id) makes every accepted message's task its own.
+    """
+    task_id = message.extra.get("task_id")
+    if not task_id:
+        unique = f"r{message.id}" if message.id is not None else secrets.token_hex(6)
+        task_id = message.extra["task_id"] = f"{message.channel}:{message.message_id[:64]}~{unique}"
+    return str(task_id)
+
+
 def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> OutboundMessage:
-    """The outbound message for reply `index` of `message`, with its idempotency key."""
-    key = f"{message.channel}|{message.message_id}|{index}".encode()
+    """The outbound message for reply `index` of `message`, with its idempotency key (of its task:
+    two users' messages with the same client-chosen id must not share one)."""
+    key = f"{task_id_of(message)}|{message.message_id}|{index}".encode()
     text, approval = (reply.text, reply.approval) if isinstance(reply, Reply) else (reply, None)
     return OutboundMessage(
         channel=message.channel,

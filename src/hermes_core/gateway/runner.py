@@ -25,6 +25,7 @@ from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore
 from ..tasks.pending import Pending
 from ..tools.permissions import Caller
+from .dispatcher import task_id_of
 from .messages import InboundMessage, Reply
 
 
@@ -43,11 +44,13 @@ class AgentRunner:
         if not message.text.strip():  # a bare @mention
             return [fixed_reply("how_can_i_help", detect_language(message.text))]
         # the same id when the message is run again after a crash: the task resumes from its journal
-        task_id = str(message.extra.get("task_id") or f"{message.channel}:{message.message_id}")
+        task_id = task_id_of(message)
         original = message
         interactions = self.agent.interactions
-        if message.kind == "text" and interactions is not None:
-            answered = await interactions.answer(message.conversation, message.sender, message.text)
+        if message.kind == "text" and interactions is not None:  # only the asker's own answer counts
+            answered = await interactions.answer(
+                message.conversation, message.sender, message.text, channel=message.channel
+            )
             if answered is not None and answered.resume:  # this message answers a question: resume it
                 original = _inbound(answered.resume)
                 task_id = answered.task_id

@@ -192,6 +192,8 @@ async def serve(
         except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
             pass
     try:
+        if agent.mcp is not None:  # connected now: a misnamed `confirm` or `levels` entry stops the start
+            await agent.mcp.start(agent.registry)
         await gateway.start()
         # Everything loaded so far lives for the whole process: keep it out of the collector's
         # generations, and collect young objects less often, so that full collections (which stop

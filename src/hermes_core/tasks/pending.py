@@ -17,8 +17,10 @@ arguments is refused, never run (and the loop refuses a repeated call id before 
 
 Once a decision or an answer is in, the task is run again under the same task id. Its journal
 replays everything up to the paused call, which now finds its decision: nothing runs twice and
-the model is not asked again for what it already said. Only the person who started the task, or
-an admin, can decide; an approval left undecided expires (10 minutes by default).
+the model is not asked again for what it already said. Only the person who started the task (the
+same id on the same channel), or an admin, can decide, and only the asker's own answer counts: a
+webhook caller who sends a Feishu user's open_id is someone else (tools/permissions.py). An
+approval left undecided expires (10 minutes by default).
 
 `SQLiteInteractions` persists all of this (the gateway's database); `InlineInteractions` asks at
 once, in the terminal, and never pauses.
@@ -39,7 +41,7 @@ from typing import Any
 
 from ..messages import ToolCall
 from ..storage import SQLiteDatabase
-from ..tools.permissions import ADMIN, Caller
+from ..tools.permissions import ADMIN, Caller, qualified
 
 APPROVAL_TTL = 600.0  # seconds an approval waits for a decision
 
@@ -106,6 +108,11 @@ class Pending:
         reuses its id."""
         return self.kind == "approval" and ToolCall(self.call_id, self.tool, self.arguments).key == call.key
 
+    @property
+    def requester(self) -> str:
+        """Who asked, qualified by channel (`feishu:ou_abc`, as `Caller.identity`); "" for nobody."""
+        return qualified(self.channel, self.requested_by) if self.requested_by else ""
+
     def summary(self) -> dict[str, Any]:
         """What a channel shows: never the resume data (it holds the whole original message)."""
         data = asdict(self)
@@ -138,8 +145,9 @@ class Interactions(ABC):
     async def decide(self, pending_id: str, decider: Caller, approve: bool) -> Pending:
         raise DecisionRefused("approval_unknown")
 
-    async def answer(self, conversation: str, sender: str, text: str) -> Pending | None:
-        """Record `text` as the answer to `sender`'s open question in `conversation`, if there is one."""
+    async def answer(self, conversation: str, sender: str, text: str, *, channel: str) -> Pending | None:
+        """Record `text` as the answer to the open question that `sender` on `channel` was asked in
+        `conversation`, if there is one."""
         return None
 
     async def expire_due(self, now: float | None = None) -> list[Pending]:
@@ -159,11 +167,11 @@ class Interactions(ABC):
 
 
 def may_decide(pending: Pending, decider: Caller) -> bool:
-    """Only the person who started the task, or an admin."""
+    """Only the person who started the task — the same id on the same channel — or an admin (whose
+    role, too, comes from a channel-qualified identity: tools/permissions.py)."""
     if decider.role == ADMIN:
         return True
-    same_channel = not pending.channel or not decider.channel or decider.channel == pending.channel
-    return bool(decider.user_id) and decider.user_id == pending.requested_by and same_channel
+    return bool(decider.identity) and decider.identity == pending.requester
 
 
 class SQLiteInteractions(Interactions):
@@ -228,14 +236,16 @@ class SQLiteInteractions(Interactions):
             raise DecisionRefused(refusal or "approval_unknown", found)
         return found
 
-    async def answer(self, conversation: str, sender: str, text: str) -> Pending | None:
+    async def answer(self, conversation: str, sender: str, text: str, *, channel: str) -> Pending | None:
         now = self.now()
+        if not sender:
+            return None
 
         def run(db: sqlite3.Connection) -> Pending | None:
             row = db.execute(
                 f"SELECT {_COLUMNS} FROM pending WHERE conversation = ? AND status = 'pending' "
-                "AND kind = 'question' AND requested_by = ? ORDER BY created_at DESC LIMIT 1",
-                (conversation, sender),
+                "AND kind = 'question' AND requested_by = ? AND channel = ? ORDER BY created_at DESC LIMIT 1",
+                (conversation, sender, channel),
             ).fetchone()
             if row is None:
                 return None

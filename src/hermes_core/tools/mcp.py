@@ -67,6 +67,11 @@ class MCPConnectionError(ConnectionError):
     """An MCP server could not be started, reached or listed."""
 
 
+class MCPNameError(MCPConnectionError):
+    """`levels` or `confirm` names a tool the server does not have: a configuration mistake that
+    would otherwise leave that tool at the default level, or without its approval, silently."""
+
+
 @dataclass(eq=False)
 class MCPConnection:
     """One MCP server: how to reach it, which of its tools to offer and how, and the connection.
@@ -84,9 +89,11 @@ class MCPConnection:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     level: int = 1  # every tool's level, unless `levels` names it (tools/permissions.py)
-    levels: Mapping[str, int] = field(default_factory=dict)  # the server's tool name → level
-    allowed_tools: Sequence[str] | None = None  # offer only these (the server's names); None: all
-    confirm: Sequence[str] = ()  # the server's tools whose every call a person approves (tasks/pending.py)
+    # Tools are named as the server names them (`pay.out`) or as `hermes-core tools` shows them
+    # (`pay_out`, with the prefix): both match. A `levels` or `confirm` name matching none is an error.
+    levels: Mapping[str, int] = field(default_factory=dict)  # tool → level
+    allowed_tools: Sequence[str] | None = None  # offer only these; None: all
+    confirm: Sequence[str] = ()  # tools whose every call a person approves (tasks/pending.py)
     prefix: str = ""  # put before every tool name, e.g. "github_": avoids collisions between servers
     timeout: float | None = None  # per call; None: the agent's tool_timeout
     connect_timeout: float = 30.0
@@ -157,9 +164,51 @@ class MCPConnection:
         except BaseException:
             await self._stop()
             raise
+        try:
+            names = self._resolve([spec.name for spec in specs])
+        except MCPNameError:
+            await self._stop()  # none of its tools is offered: one of them may be the mistyped one
+            raise
         self._client = client
-        self.tools = [self._declare(spec) for spec in self._offered(specs)]
+        self.tools = [self._declare(spec, names) for spec in self._offered(specs, names)]
         return self.tools
+
+    def displayed(self, remote: str) -> str:
+        """The name the model and `hermes-core tools` see for the server's tool `remote`."""
+        return _INVALID_NAME_CHARS.sub("_", f"{self.prefix}{remote}")[:64]
+
+    def _named(self, entry: str, remotes: list[str]) -> list[str]:
+        """The server's tools that `entry` names: its own name first, else the displayed one (with or
+        without the prefix)."""
+        if entry in remotes:
+            return [entry]
+        plain = _INVALID_NAME_CHARS.sub("_", entry)
+        return [r for r in remotes if entry == self.displayed(r) or plain == _INVALID_NAME_CHARS.sub("_", r)]
+
+    def _resolve(self, remotes: list[str]) -> _Names:
+        """`levels`, `confirm` and the allow-list in the server's own names; MCPNameError for a
+        `levels` or `confirm` entry that names none of its tools (an allow-list entry is a warning)."""
+        unknown = [
+            f"{key} names {entry!r}"
+            for key, entries in (("levels", self.levels), ("confirm", self.confirm))
+            for entry in entries
+            if not self._named(entry, remotes)
+        ]
+        if unknown:
+            shown = [self.displayed(r) + ("" if self.displayed(r) == r else f" ({r})") for r in remotes]
+            raise MCPNameError(
+                f"MCP server {self.name!r}: {'; '.join(unknown)}, which is not one of its tools; "
+                f"its tools are: {', '.join(shown) or 'none'}"
+            )
+        levels = {r: level for entry, level in self.levels.items() for r in self._named(entry, remotes)}
+        confirm = {r for entry in self.confirm for r in self._named(entry, remotes)}
+        allowed = None
+        if self.allowed_tools is not None:
+            allowed = {remote for entry in self.allowed_tools for remote in self._named(entry, remotes)}
+            missing = [entry for entry in self.allowed_tools if not self._named(entry, remotes)]
+            if missing:
+                log.warning("MCP server %r does not offer %s", self.name, ", ".join(sorted(missing)))
+        return _Names(levels, confirm, allowed)
 
     async def _hold(self, ready: asyncio.Future[Client]) -> None:
         """The connection's own task: enter the SDK's client, hand it over, wait to be closed."""
@@ -209,15 +258,12 @@ class MCPConnection:
         self._lost, self._client = reason, None
         self._closing.set()  # the task ends; a later `connect` reconnects
 
-    def _offered(self, specs: list[MCPToolSpec]) -> list[MCPToolSpec]:
-        if self.allowed_tools is None:
+    def _offered(self, specs: list[MCPToolSpec], names: _Names) -> list[MCPToolSpec]:
+        if names.allowed is None:
             return specs
-        missing = set(self.allowed_tools) - {spec.name for spec in specs}
-        if missing:
-            log.warning("MCP server %r does not offer %s", self.name, ", ".join(sorted(missing)))
-        return [spec for spec in specs if spec.name in self.allowed_tools]
+        return [spec for spec in specs if spec.name in names.allowed]
 
-    def _declare(self, spec: MCPToolSpec) -> Tool:
+    def _declare(self, spec: MCPToolSpec, names: _Names) -> Tool:
         remote = spec.name
 
         async def call_remote(**arguments: Any) -> Any:
@@ -225,14 +271,23 @@ class MCPConnection:
 
         description = spec.description or spec.title or f"{remote} (a tool of the {self.name} MCP server)"
         return Tool(
-            name=_INVALID_NAME_CHARS.sub("_", f"{self.prefix}{remote}")[:64],
+            name=self.displayed(remote),
             description=description.strip(),
             parameters=dict(spec.input_schema),
             handler=call_remote,
             timeout=self.timeout,
-            level=self.levels.get(remote, self.level),
-            confirm=remote in self.confirm,
+            level=names.levels.get(remote, self.level),
+            confirm=remote in names.confirm,
         )
+
+
+@dataclass(frozen=True)
+class _Names:
+    """A server's `levels`, `confirm` and allow-list, resolved to the server's own tool names."""
+
+    levels: dict[str, int]
+    confirm: set[str]
+    allowed: set[str] | None
 
 
 class MCPToolset:
@@ -252,6 +307,7 @@ class MCPToolset:
         self.retry_after = retry_after
         self._registered: set[str] = set()
         self._failed_at: dict[str, float] = {}
+        self.misconfigured: dict[str, str] = {}  # server → why its tools are left out (MCPNameError)
 
     @classmethod
     def from_config(cls, servers: Iterable[Any], environ: Mapping[str, str] | None = None) -> MCPToolset:
@@ -268,14 +324,30 @@ class MCPToolset:
         ]
         outcomes = await asyncio.gather(*(connection.connect() for connection in due), return_exceptions=True)
         for connection, outcome in zip(due, outcomes, strict=True):
+            if isinstance(outcome, MCPNameError):
+                self._failed_at[connection.name] = time.monotonic()
+                self.misconfigured[connection.name] = str(outcome)
+                log.error("%s (its tools are left out until the configuration is fixed)", outcome)
+                continue
             if isinstance(outcome, BaseException):
                 self._failed_at[connection.name] = time.monotonic()
                 log.error("%s (its tools are left out until it can be reached)", outcome)
                 continue
             self._failed_at.pop(connection.name, None)
+            self.misconfigured.pop(connection.name, None)
             for declared in outcome:
                 if declared.name not in self._registered:
                     self._register(registry, connection, declared)
+
+    async def start(self, registry: ToolRegistry) -> None:
+        """`attach` at start-up (`serve`, `hermes-core tools`): a server that is down is only logged
+        and tried again later, but a `levels` or `confirm` name that none of a server's tools has
+        raises `ConfigError` naming it."""
+        from ..config import ConfigError
+
+        await self.attach(registry)
+        if self.misconfigured:
+            raise ConfigError("; ".join(self.misconfigured.values()))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(connection.aclose() for connection in self.connections))
@@ -393,6 +465,7 @@ def _describe(exc: BaseException) -> str:
 __all__ = [
     "MCPConnection",
     "MCPConnectionError",
+    "MCPNameError",
     "MCPToolset",
     "attach_mcp",
     "connection_from_config",
