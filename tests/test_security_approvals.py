@@ -91,8 +91,8 @@ def weather(city: str) -> str:
 async def gateway_for(tmp_path: Path, fake: FakeOpenAIServer, **agent: Any) -> AsyncIterator[str]:
     """A gateway with the webhook channel whose agent calls the fake endpoint; yields its URL."""
     settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)),
-                        permissions=PermissionsConfig(admins=["boss"]))  # fmt: skip
-    policy = Policy.from_lists(admins=["boss"], allow_irreversible=["transfer"])
+                        permissions=PermissionsConfig(admins=["webhook:boss"]))  # fmt: skip
+    policy = Policy.from_lists(admins=["webhook:boss"], allow_irreversible=["transfer"])
     built = Agent(base_url=fake.base_url, max_retries=0, retry_base_delay=0.01, permissions=policy,
                   tools=[refund, transfer, lookup, customer_records, weather], **agent)  # fmt: skip
     gateway, routes = build_gateway(settings, built)
