@@ -99,15 +99,17 @@ def bwrap_options(workdir: Path, env: dict[str, str]) -> list[str]:
 def choose_sandbox(mode: SandboxMode, workdir: Path) -> Sandbox:
     """The sandbox for `mode`: bubblewrap after a successful trial run, or none (with a WARNING)."""
     if mode == "none":
-        return Sandbox(None, "agent.shell_sandbox is none")
-    found, problem = bwrap_status(str(workdir))
-    if found is not None:
-        return Sandbox(found)
-    if mode == "bwrap":
-        raise SandboxUnavailable(f"agent.shell_sandbox is bwrap, but {problem}")
+        problem = "agent.shell_sandbox is none"
+    else:
+        found, problem = bwrap_status(str(workdir))
+        if found is not None:
+            return Sandbox(found)
+        if mode == "bwrap":
+            raise SandboxUnavailable(f"agent.shell_sandbox is bwrap, but {problem}")
     log.warning(
-        "run_command runs WITHOUT a sandbox: %s. Allowed programs can read and write anything the "
-        "service's user can (including /proc/<pid>/environ); install bubblewrap to confine them",
+        "run_command runs WITHOUT a sandbox (%s): there is no filesystem or /proc isolation, so allowed "
+        "programs can read and write anything the service's user can, including /proc/<pid>/environ; "
+        "install bubblewrap (package bubblewrap) and set agent.shell_sandbox to auto to confine them",
         problem,
     )
     return Sandbox(None, problem)
