@@ -155,10 +155,10 @@ class Workspace:
         # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         if ".git" in relative.parts:
             raise ToolError(f"{_show(relative)} is inside a .git folder: git runs commands named there; refused")
+        self._check_quota(len(data) if append else len(data) - _size_or_zero(self.root / relative))
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
         with self._open_file(relative, flags, create_parents=True) as fd:
             before = os.fstat(fd).st_size
-            self._check_quota(len(data) if append else len(data) - before)
             if not append:
                 os.ftruncate(fd, 0)
             view = memoryview(data)
@@ -342,6 +342,14 @@ def _tree_size(root: Path) -> int:
         except OSError:
             continue
     return total
+
+
+def _size_or_zero(path: Path) -> int:
+    """The size of the file at `path` (not following a final symlink), 0 if there is none yet."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def _megabytes(size: int) -> str:
