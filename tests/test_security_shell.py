@@ -48,7 +48,9 @@ def bwrap_problem() -> str:
 
 BWRAP_PROBLEM = bwrap_problem() if sys.platform == "linux" else "not Linux"
 needs_bwrap = pytest.mark.skipif(bool(BWRAP_PROBLEM), reason=f"needs bubblewrap: {BWRAP_PROBLEM}")
-needs_perl = pytest.mark.skipif(shutil.which("perl", path="/usr/bin:/bin") is None, reason="needs perl in /usr/bin")
+needs_perl = pytest.mark.skipif(
+    shutil.which("perl", path="/usr/bin:/bin") is None, reason="needs perl in /usr/bin"
+)
 MODES = ["none", pytest.param("bwrap", marks=needs_bwrap)]
 
 
@@ -102,26 +104,33 @@ def fill(part: str, places: dict[str, Path]) -> str:
 
 ESCAPES: dict[str, tuple[list[str], list[list[str]]]] = {
     "find -exec": (["find"], [["find", ".", "-maxdepth", "0", "-exec", "touch", "{out}", ";"]]),
-    "find -execdir sh": (["find"], [["find", ".", "-maxdepth", "0", "-execdir", "sh", "-c", "touch {out}", ";"]]),
+    "find -execdir sh": (
+        ["find"],
+        [["find", ".", "-maxdepth", "0", "-execdir", "sh", "-c", "touch {out}", ";"]],
+    ),
     "find -ok": (["find"], [["find", ".", "-maxdepth", "0", "-ok", "touch", "{out}", ";"]]),
     "find -delete": (["find"], [["find", "victim.txt", "-delete"]]),
     "find -fprint": (["find"], [["find", ".", "-maxdepth", "0", "-fprint", "{out}"]]),
     "git -c alias !": (["git"], [["git", "-c", "alias.x=!touch {out}", "x"]]),
     "git config alias then call it": (["git"], [["git", "config", "alias.x", "!touch {out}"], ["git", "x"]]),
     "git config fsmonitor then status": (
-        ["git"], [["git", "config", "core.fsmonitor", "touch {out}"], ["git", "status"]],
+        ["git"],
+        [["git", "config", "core.fsmonitor", "touch {out}"], ["git", "status"]],
     ),
     "git --exec-path": (["git"], [["git", "--exec-path={execdir}", "pwn"]]),
     "tar --checkpoint-action": (
-        ["tar"], [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-action=exec=touch {out}", "victim.txt"]],
+        ["tar"],
+        [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-action=exec=touch {out}", "victim.txt"]],
     ),
     "tar --checkpoint-action abbreviated": (
-        ["tar"], [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-act=exec=touch {out}", "victim.txt"]],
+        ["tar"],
+        [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-act=exec=touch {out}", "victim.txt"]],
     ),
     "tar --to-command": (["tar"], [["tar", "-xf", "seed.tar", "--to-command=touch {out}"]]),
     "tar -I": (["tar"], [["tar", "-I", "touch {out}; cat", "-cf", "a.tar.x", "victim.txt"]]),
     "tar --use-compress-program": (
-        ["tar"], [["tar", "--use-compress-program=touch {out}", "-cf", "b.tar.x", "victim.txt"]],
+        ["tar"],
+        [["tar", "--use-compress-program=touch {out}", "-cf", "b.tar.x", "victim.txt"]],
     ),
     "sed e command": (["sed"], [["sed", "1e touch {out}", "victim.txt"]]),
     "sed s///e flag": (["sed"], [["sed", "s|.*|touch {out}|e", "victim.txt"]]),
@@ -158,7 +167,9 @@ async def test_allowed_programs_cannot_run_a_command_of_the_models_choosing(
     assert not (places["ws"] / "pwned").exists()
     assert all("approval" not in t for t in told), told  # the calls really reached run_command
     if mode == "none":  # no sandbox to confine it: the check itself must refuse
-        assert told[0].startswith("refused at start-up") or "is refused" in told[0] or "sandbox mode" in told[0], told
+        assert (
+            told[0].startswith("refused at start-up") or "is refused" in told[0] or "sandbox mode" in told[0]
+        ), told
 
 
 async def test_the_refusals_tell_the_model_why(places: dict[str, Path]) -> None:
@@ -200,7 +211,9 @@ async def test_a_process_that_starts_its_own_session_dies_with_the_call(places: 
     which a process-group kill does not reach, and leaves it running after the call returns. In
     the sandbox's pid namespace it dies with the call; checked by scanning the host's pids."""
     token = f"100.{os.getpid()}{int(time.time() * 1000) % 100000}"
-    script = f'use POSIX; if (fork() == 0) {{ POSIX::setsid(); exec("sleep", "{token}"); }} print "started\\n";'
+    script = (
+        f'use POSIX; if (fork() == 0) {{ POSIX::setsid(); exec("sleep", "{token}"); }} print "started\\n";'
+    )
     try:
         told = await attempt(places["ws"], ["perl"], [["perl", "-e", script]], "auto")
         assert json.loads(told[0])["output"] == "started\n"
@@ -229,7 +242,8 @@ async def test_a_sandboxed_program_cannot_write_outside_read_home_or_use_the_net
         "use IO::Socket::INET;"
         f"print(open(my $f, '>', '{places['out']}') ? \"wrote-outside\\n\" : \"no-outside\\n\");"
         f"print(-e '{tmp_path}' && -d '{places['outside']}' ? \"sees-outside\\n\" : \"no-see\\n\");"
-        f"print(IO::Socket::INET->new(PeerAddr => '127.0.0.1:{port}', Timeout => 2) ? \"net\\n\" : \"no-net\\n\");"
+        f"my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:{port}', Timeout => 2);"
+        'print($s ? "net\\n" : "no-net\\n");'
         "print(open(my $g, '>', 'inside.txt') ? \"wrote-inside\\n\" : \"no-inside\\n\");"
     )
     try:
@@ -293,8 +307,9 @@ def test_an_allowed_program_cannot_read_the_services_secrets_from_proc(tmp_path:
     ws.mkdir()
     config = write_config(tmp_path, ws, ["cat"], "auto")
     with FakeOpenAIServer() as fake:
-        env = {**CLEAN_ENV, "HERMES_BASE_URL": fake.base_url, "HERMES_MODEL": "m1",
-               "HERMES_API_KEY": "sk-service-key-0123456789", "SERVICE_MARKER": "marker-visible-to-no-one"}  # fmt: skip
+        secrets = {"HERMES_API_KEY": "sk-service-key-0123456789"}
+        secrets["SERVICE_MARKER"] = "marker-visible-to-no-one"
+        env = {**CLEAN_ENV, "HERMES_BASE_URL": fake.base_url, "HERMES_MODEL": "m1", **secrets}
         process, address, _ = start_serve(config, env)
         try:
             command = ["cat", f"/proc/{process.pid}/environ", f"/proc/{process.pid}/cmdline"]
@@ -341,3 +356,78 @@ def test_serve_refuses_an_allow_list_holding_a_launcher(tmp_path: Path, program:
     errors = [line for line in output.splitlines() if line.startswith("hermes-core:")]
     assert process.returncode == 2, output
     assert len(errors) == 1 and f"'{program}'" in errors[0] and "any program" in errors[0]
+
+
+ORDINARY = [
+    (["find"], ["find", ".", "-name", "*.txt", "-type", "f"], "victim.txt"),
+    (["tar"], ["tar", "-tf", "seed.tar"], "hello.txt"),
+    (["tar"], ["tar", "--checkpoint=1", "-cf", "out.tar", "hello.txt"], ""),
+    (["sed"], ["sed", "-n", "-e", "1p", "victim.txt"], "original"),
+    (["sed"], ["sed", "s|original|changed|", "victim.txt"], "changed"),
+    (["git"], ["git", "status", "--short"], "?? hello.txt"),
+    (["git"], ["git", "add", "hello.txt"], ""),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("allowed", "command", "expected"), ORDINARY)
+async def test_ordinary_use_of_the_checked_programs_still_works(
+    places: dict[str, Path], allowed: list[str], command: list[str], expected: str, mode: str
+) -> None:
+    """Not an attack: the checks must not refuse everyday use of find, tar, sed and git."""
+    if shutil.which(allowed[0]) is None:
+        pytest.skip(f"{allowed[0]} is not installed")
+    told = json.loads((await attempt(places["ws"], allowed, [command], mode))[0])
+    assert "error" not in told and expected in told["output"] and told["exit_code"] == 0, told
+
+
+def fake_bwrap(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH finds a `bwrap` that fails, as in a container without user namespaces."""
+    folder = tmp_path / "fakebin"
+    folder.mkdir()
+    (folder / "bwrap").write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    (folder / "bwrap").chmod(0o755)
+    return {**CLEAN_ENV, "PATH": f"{folder}{os.pathsep}{CLEAN_ENV.get('PATH', os.defpath)}"}
+
+
+def test_a_bubblewrap_that_cannot_run_here_is_detected_at_start_up(tmp_path: Path) -> None:
+    """Where bubblewrap is installed but cannot create namespaces, the trial run at start-up finds
+    out: `auto` falls back with a WARNING that says why; `bwrap` refuses to start (exit 2)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = fake_bwrap(tmp_path)
+    process, _, lines = start_serve(write_config(tmp_path, ws, ["ls"], "auto"), env)
+    stop(process)
+    warning = [line for line in lines if "WARNING" in line and "WITHOUT a sandbox" in line]
+    assert warning and "No permissions to create new namespace" in warning[0]
+    strict = subprocess.run(
+        [sys.executable, "-m", "hermes_core", "--config", str(write_config(tmp_path, ws, ["ls"], "bwrap")),
+         "serve", "--port", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert strict.returncode == 2
+    assert "shell_sandbox is bwrap, but bubblewrap does not work here" in strict.stderr
+
+
+def test_doctor_has_a_shell_sandbox_line(tmp_path: Path) -> None:
+    """The doctor says plainly whether run_command's programs are confined."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = write_config(tmp_path, ws, ["ls"], "auto")
+    (tmp_path / "data").mkdir()
+    for env, expected in (
+        (fake_bwrap(tmp_path), "FAIL  shell sandbox:"),
+        (CLEAN_ENV, "OK    shell sandbox:"),
+    ):
+        if expected.startswith("OK") and BWRAP_PROBLEM:
+            continue
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_core", "--config", str(config), "doctor"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        line = next((li for li in done.stdout.splitlines() if "shell sandbox" in li), "")
+        assert line.startswith(expected), done.stdout
+        if expected.startswith("FAIL"):
+            assert "NO filesystem or /proc isolation" in line and "install bubblewrap" in line

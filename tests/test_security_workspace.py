@@ -70,8 +70,10 @@ def layouts(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
                                                                          data_dir=tmp_path / "d")),
         "a .env at the top of the workspace": (cfg, write_config(cfg / "b.yaml", workspace=str(ws),
                                                                  data_dir=tmp_path / "d")),
-        "the configuration file": (cfg, write_config(ws / "hermes.yaml", workspace=str(ws), data_dir=tmp_path / "d")),
-        "the data folder (gateway.db)": (cfg, write_config(cfg / "c.yaml", workspace=str(ws), data_dir=ws / "data")),
+        "the configuration file": (cfg, write_config(ws / "hermes.yaml", workspace=str(ws),
+                                                     data_dir=tmp_path / "d")),
+        "the data folder (gateway.db)": (cfg, write_config(cfg / "c.yaml", workspace=str(ws),
+                                                           data_dir=ws / "data")),
         "the default data folder .hermes": (tmp_path, write_config(cfg / "d.yaml", workspace=".")),
         "a folder inside the data folder": (cfg, write_config(cfg / "e.yaml", workspace=str(data / "files"),
                                                               data_dir=data)),
@@ -135,9 +137,10 @@ async def test_the_model_cannot_corrupt_the_database_or_make_itself_admin(tmp_pa
     (ws / "data" / "gateway.db").write_bytes(b"SQLite format 3\x00")
     config = write_config(ws / "hermes.yaml", workspace=str(ws), data_dir=ws / "data")
     original = config.read_text()
+    admin = "permissions: {admins: [mallory]}\n"
     told = await run_tools(config, [
         ("write_file", {"path": "data/gateway.db", "content": "garbage"}),
-        ("write_file", {"path": "hermes.yaml", "content": "permissions:\n  admins: [mallory]\n", "append": True}),
+        ("write_file", {"path": "hermes.yaml", "content": admin, "append": True}),
     ])  # fmt: skip
     assert told[0].startswith("refused at start-up"), told
     assert (ws / "data" / "gateway.db").read_bytes() == b"SQLite format 3\x00"
@@ -153,8 +156,8 @@ async def test_a_write_past_the_workspace_quota_is_refused_with_a_clear_message(
     rewriting a file in place (no growth) still works."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    config = write_config(tmp_path / "hermes.yaml", workspace=str(ws), workspace_quota_mb=0.01,  # 10,485 bytes
-                          data_dir=tmp_path / "d")  # fmt: skip
+    quota = {"workspace_quota_mb": 0.01}  # 10,485 bytes
+    config = write_config(tmp_path / "hermes.yaml", workspace=str(ws), data_dir=tmp_path / "d", **quota)
     block = "x" * 6000
     told = await run_tools(config, [
         ("write_file", {"path": "a.txt", "content": block}),
@@ -207,5 +210,7 @@ async def test_the_model_cannot_plant_git_configuration(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / ".git").mkdir(parents=True)
     config = write_config(tmp_path / "hermes.yaml", workspace=str(ws), data_dir=tmp_path / "d")
-    told = await run_tools(config, [("write_file", {"path": ".git/config", "content": "[core]\n fsmonitor = id\n"})])
+    told = await run_tools(
+        config, [("write_file", {"path": ".git/config", "content": "[core]\n fsmonitor = id\n"})]
+    )
     assert ".git" in json.loads(told[0])["error"] and not (ws / ".git" / "config").exists()

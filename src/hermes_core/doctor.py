@@ -228,7 +228,9 @@ def check_shell_sandbox(settings: Settings) -> Check:
         detail = f"{problem}: run_command has NO filesystem or /proc isolation"
         fix = "install bubblewrap (package bubblewrap), or set agent.shell_sandbox: none to accept this"
         return Check("FAIL", name, detail, fix)
-    return Check("OK", name, f"bubblewrap ({found}): own pid and network namespaces, only the workspace writable")
+    return Check(
+        "OK", name, f"bubblewrap ({found}): own pid and network namespaces, only the workspace writable"
+    )
 
 
 def _start_write(database: Path) -> None:

@@ -6,11 +6,12 @@ run another program named in their arguments, so allowing them allows everything
 1. **Launchers are never allowed** (`LAUNCHERS`): shells (`sh`, `bash`, …), `env`, `xargs`,
    `nohup`, `setsid`, `timeout`, `sudo`, … exist to start the program in their arguments, so an
    allow-list holding one is no allow-list. Configuring one is an error at start-up.
-2. **Interpreters only in the sandbox** (`INTERPRETERS`): `python3`, `perl`, `node`, `awk`
-   (its `system()` and pipes), `make` (its recipes), editors and pagers with command escapes,
-   `ssh` (ProxyCommand)… run whatever code they are given. Inside the bubblewrap sandbox
-   (sandbox.py) that code is confined (no secrets, no network, only the workspace writable), so
-   they may be allowed there; without it, configuring one is an error at start-up.
+2. **Interpreters only in the sandbox** (`INTERPRETERS`, and `python3`, `perl`, `node`, `lua`…
+   under any version suffix): they, `awk` (its `system()` and pipes), `make` (its recipes),
+   `sqlite3` (`.shell`), `dc` and `m4`, editors, pagers and mail readers with command escapes,
+   `ssh` (ProxyCommand), version control other than git (hooks)… run whatever code they are given.
+   Inside the bubblewrap sandbox (sandbox.py) that code is confined (no secrets, no network, only
+   the workspace writable), so they may be allowed there; without it, configuring one is an error at start-up.
 3. **Argument rules** (`ARGUMENT_RULES`), checked on every call, sandbox or not:
    `find` without `-exec`, `-execdir`, `-ok`, `-okdir`, `-delete` and the `-fprint`/`-fls` writers;
    `git` without `-c`, `--config-env`, `--exec-path`, and only built-in subcommands that run no
@@ -37,30 +38,37 @@ LAUNCHERS = frozenset(
     {
         "sh", "bash", "dash", "zsh", "ksh", "mksh", "pdksh", "fish", "csh", "tcsh", "ash", "rc", "es",
         "busybox", "toybox", "env", "xargs", "parallel", "nohup", "setsid", "nice", "ionice", "chrt",
-        "taskset", "timeout", "stdbuf", "time", "watch", "flock", "script", "expect", "chroot",
-        "unshare", "nsenter", "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "capsh", "strace",
-        "ltrace", "gdb", "valgrind", "catchsegv", "exec", "eval", "command", "builtin", "bwrap",
-        "firejail", "systemd-run", "at", "batch", "crontab", "screen", "tmux", "dtach",
+        "taskset", "numactl", "prlimit", "setarch", "linux32", "linux64", "timeout", "stdbuf", "time",
+        "watch", "flock", "script", "expect", "unbuffer", "rlwrap", "chroot", "unshare", "nsenter",
+        "sudo", "su", "sg", "newgrp", "doas", "pkexec", "runuser", "setpriv", "capsh", "fakeroot",
+        "faketime", "proot", "strace", "ltrace", "gdb", "valgrind", "catchsegv", "exec", "eval",
+        "command", "builtin", "bwrap", "firejail", "nsjail", "systemd-run", "start-stop-daemon",
+        "daemonize", "chpst", "dbus-run-session", "xvfb-run", "ssh-agent", "torsocks", "proxychains",
+        "proxychains4", "at", "batch", "crontab", "screen", "tmux", "dtach",
     }
 )  # fmt: skip
 INTERPRETERS = frozenset(
     {
-        "perl", "ruby", "irb", "node", "nodejs", "deno", "bun", "php", "lua", "luajit", "tclsh", "wish",
-        "R", "Rscript", "julia", "guile", "racket", "ghci", "runghc", "osascript", "pwsh", "powershell",
-        "awk", "gawk", "mawk", "nawk", "make", "gmake", "cmake", "ninja", "npm", "npx", "yarn", "pnpm",
-        "pip", "pip3", "uv", "cargo", "go", "java", "jshell", "vi", "vim", "nvim", "ex", "view", "ed",
-        "emacs", "nano", "less", "more", "most", "man", "ssh", "scp", "sftp", "ftp", "telnet", "nc",
-        "ncat", "socat", "openssl", "gpg", "docker", "podman", "kubectl",
+        "irb", "nodejs", "deno", "bun", "R", "Rscript", "julia", "racket", "ghci", "runghc", "osascript",
+        "pwsh", "powershell", "octave", "gnuplot", "m4", "dc", "sqlite3", "psql", "mysql", "awk", "gawk",
+        "mawk", "nawk", "make", "gmake", "cmake", "ninja", "npm", "npx", "yarn", "pnpm", "pip", "pip3",
+        "uv", "cargo", "go", "java", "jshell", "exiftool", "vi", "vim", "rvim", "nvim", "ex", "view",
+        "rview", "ed", "emacs", "nano", "editor", "sensible-editor", "less", "more", "most", "pager",
+        "sensible-pager", "man", "mail", "mailx", "ssh", "scp", "sftp", "ftp", "telnet", "nc", "ncat",
+        "socat", "openssl", "gpg", "hg", "svn", "cvs", "docker", "podman", "kubectl",
     }
 )  # fmt: skip
-_PYTHON = re.compile(r"^(python|pypy|ipython)[0-9.]*$")
+# Interpreters also go by versioned names: python3.11, perl5.36, ruby3.1, lua5.4, php8.2, tclsh8.6…
+_VERSIONED = re.compile(r"^(python|pypy|ipython|perl|ruby|node|lua|luajit|php|tclsh|wish|guile)[0-9.]*$")
 
 
 def refusal_for_allow_list(program: str, sandboxed: bool) -> str | None:
     """Why `program` may not be on run_command's allow-list (here, with or without the sandbox)."""
     if program in LAUNCHERS:
-        return f"{program!r} starts the program named in its arguments, so allowing it would allow any program"
-    if not sandboxed and (program in INTERPRETERS or _PYTHON.match(program)):
+        return (
+            f"{program!r} starts the program named in its arguments, so allowing it would allow any program"
+        )
+    if not sandboxed and (program in INTERPRETERS or _VERSIONED.match(program)):
         return (
             f"{program!r} runs code given in its arguments or files; it can be allowed only inside the "
             "bubblewrap sandbox (install bubblewrap and set agent.shell_sandbox to auto or bwrap)"
@@ -101,7 +109,9 @@ def _short_letters(argument: str) -> str:
     return argument[1:] if argument.startswith("-") and not argument.startswith("--") else ""
 
 
-_FIND_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+_FIND_ACTIONS = frozenset(
+    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
 
 
 def _find(command: list[str]) -> list[str]:
@@ -133,8 +143,10 @@ GIT_ENVIRONMENT = {
     **{f"GIT_CONFIG_VALUE_{n}": value for n, value in enumerate(_GIT_OVERRIDES.values())},
 }  # fmt: skip
 _GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "--git-dir", "--work-tree", "--namespace"})
-_GIT_DANGEROUS_LONG = ("exec-path", "config-env", "upload-pack", "receive-pack", "exec", "open-files-in-pager",
-                       "ext-diff", "extcmd", "tool", "output")  # fmt: skip
+_GIT_DANGEROUS_LONG = (
+    "exec-path", "config-env", "upload-pack", "receive-pack", "exec", "open-files-in-pager", "ext-diff",
+    "extcmd", "tool", "output",
+)  # fmt: skip
 
 
 def _git(command: list[str]) -> list[str]:
@@ -144,7 +156,9 @@ def _git(command: list[str]) -> list[str]:
         if option == "-c" or option.startswith("-c") and not option.startswith("--"):
             raise _refuse("git", "-c", "a -c setting can name a command git runs (an alias, a pager, a hook)")
         if _long_option(option, ("exec-path", "config-env")):
-            raise _refuse("git", option.split("=", 1)[0], "it makes git run programs of the caller's choosing")
+            raise _refuse(
+                "git", option.split("=", 1)[0], "it makes git run programs of the caller's choosing"
+            )
         position += 2 if option in _GIT_GLOBAL_WITH_VALUE else 1
     if position == len(command):  # no subcommand: git prints its usage
         return command
@@ -159,7 +173,9 @@ def _git(command: list[str]) -> list[str]:
         if argument.startswith("!"):
             raise _refuse("git", repr(argument), "a leading '!' is a shell command to git")
         if (found := _long_option(argument, _GIT_DANGEROUS_LONG)) or argument.startswith("-O"):
-            raise _refuse("git", f"--{found}" if found else "-O", "it makes git run another program or write a file")
+            raise _refuse(
+                "git", f"--{found}" if found else "-O", "it makes git run another program or write a file"
+            )
     return command
 
 

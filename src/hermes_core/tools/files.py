@@ -154,7 +154,9 @@ class Workspace:
             raise ToolError("the path names the workspace itself; give a file name")
         # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         if ".git" in relative.parts:
-            raise ToolError(f"{_show(relative)} is inside a .git folder: git runs commands named there; refused")
+            raise ToolError(
+                f"{_show(relative)} is inside a .git folder: git runs commands named there; refused"
+            )
         self._check_quota(len(data) if append else len(data) - _size_or_zero(self.root / relative))
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
         with self._open_file(relative, flags, create_parents=True) as fd:
@@ -164,7 +166,7 @@ class Workspace:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-        self._add_usage((len(data) if append else len(data) - before))
+        self._add_usage(len(data) if append else len(data) - before)
         return {"path": _show(relative), "bytes_written": len(data), "appended": append}
 
     def list_directory(self, path: str = ".") -> dict[str, Any]:
@@ -197,9 +199,9 @@ class Workspace:
         used = self.usage()
         if used + growth > self.quota_bytes:
             raise ToolError(
-                f"the workspace quota is {_megabytes(self.quota_bytes)}; {_megabytes(used)} is used and this write "
-                f"adds {_megabytes(growth)}. Delete files you no longer need, or ask the operator to raise "
-                "agent.workspace_quota_mb / 工作区空间已满，请删除不需要的文件或请管理员提高配额"
+                f"the workspace quota is {_megabytes(self.quota_bytes)}; {_megabytes(used)} is used and "
+                f"this write adds {_megabytes(growth)}. Delete files you no longer need, or ask the operator "
+                "to raise agent.workspace_quota_mb / 工作区空间已满，请删除不需要的文件或请管理员提高配额"
             )
 
     def _add_usage(self, growth: int) -> None:
@@ -453,6 +455,6 @@ def file_tools(workspace: Workspace) -> list[Tool]:
 
 
 __all__ = [
-    "DEFAULT_QUOTA_BYTES", "Workspace", "WorkspaceError", "default_protected", "file_tools", "list_directory_tool",
-    "read_file_tool", "write_file_tool",
+    "DEFAULT_QUOTA_BYTES", "Workspace", "WorkspaceError", "default_protected", "file_tools",
+    "list_directory_tool", "read_file_tool", "write_file_tool",
 ]  # fmt: skip

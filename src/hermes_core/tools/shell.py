@@ -97,7 +97,9 @@ def run_command_tool(
     return run_command
 
 
-def _check_command(command: Sequence[str], programs: Sequence[str], search_path: str) -> tuple[str, list[str]]:
+def _check_command(
+    command: Sequence[str], programs: Sequence[str], search_path: str
+) -> tuple[str, list[str]]:
     """The executable's full path and the arguments to give it, or a ToolError the model can act on."""
     if not command:
         raise ToolError("command is empty; give the program and its arguments as a list")
@@ -124,7 +126,9 @@ def _home(sandbox: Sandbox) -> Iterator[str]:
         yield folder
 
 
-async def _run(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, max_chars: int) -> dict[str, Any]:
+async def _run(
+    argv: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, max_chars: int
+) -> dict[str, Any]:
     process = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
