@@ -27,7 +27,8 @@ The workspace must not hold what the service itself trusts: a root that contains
 a protected path — the `.env` file, the configuration file, the data folder with the database —
 is refused when the `Workspace` is made (`WorkspaceError`), since the model could otherwise read
 the secrets, rewrite the configuration or corrupt the database. A top-level `.env` in the root is
-refused too. And it has a quota (`quota_bytes`, `agent.workspace_quota_mb`): a write_file that
+refused too, and so is a write_file under a `.git` folder (its config and hooks name commands git
+runs). And it has a quota (`quota_bytes`, `agent.workspace_quota_mb`): a write_file that
 would take the regular files under the root past it is refused. The total is measured by one walk
 of the tree at most once a second and kept up to date by the writes in between.
 
@@ -152,12 +153,12 @@ class Workspace:
         relative = self.resolve(path)
         if not relative.parts:
             raise ToolError("the path names the workspace itself; give a file name")
-        # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         if ".git" in relative.parts:
             raise ToolError(
                 f"{_show(relative)} is inside a .git folder: git runs commands named there; refused"
             )
         self._check_quota(len(data) if append else len(data) - _size_or_zero(self.root / relative))
+        # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
         with self._open_file(relative, flags, create_parents=True) as fd:
             before = os.fstat(fd).st_size
@@ -276,11 +277,15 @@ class Workspace:
             except OSError as exc:
                 raise _refusal(exc, relative) from None
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (FIFO, socket, device)"
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                kind = (
+                    "a directory"
+                    if stat.S_ISDIR(info.st_mode)
+                    else "not a regular file (FIFO, socket, device)"
+                )
                 raise ToolError(f"{_show(relative)} is {kind}; only regular files can be read or written")
-            if os.fstat(fd).st_nlink > 1:
+            if info.st_nlink > 1:
                 raise ToolError(
                     f"{_show(relative)} has other hard links (they may be files outside the workspace); "
                     "it is neither read nor written"

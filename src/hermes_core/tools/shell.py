@@ -84,7 +84,7 @@ def run_command_tool(
         timeout: Annotated[float, Field(gt=0, description="Seconds before the program is killed")] = 10,
     ) -> dict[str, Any]:
         """Run an allowed program in the workspace and return its exit code and output. There is no shell: pipes, redirects, `;` and $VARS are passed as plain text. 在工作区运行允许的命令（不经过 shell），返回退出码和输出。"""  # noqa: E501
-        executable, arguments = _check_command(command, programs, path)
+        executable, arguments = _check_command(command, programs, path, chosen.isolated)
         with _home(chosen) as home:
             env = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", **program_environment(command[0])}
             argv = chosen.command(executable, arguments, workdir, env)
@@ -93,12 +93,12 @@ def run_command_tool(
     # The schema is built from annotations, which cannot see this function's variables: add them here.
     limits = f"Allowed programs / 允许的程序: {', '.join(programs)}; timeout ≤ {max_timeout:g} s."
     run_command.description += f" {limits}"
-    run_command.sandbox = chosen  # type: ignore[attr-defined]  # for the doctor and the tests
+    run_command.sandbox = chosen  # type: ignore[attr-defined]  # which one was chosen, for callers and tests
     return run_command
 
 
 def _check_command(
-    command: Sequence[str], programs: Sequence[str], search_path: str
+    command: Sequence[str], programs: Sequence[str], search_path: str, sandboxed: bool
 ) -> tuple[str, list[str]]:
     """The executable's full path and the arguments to give it, or a ToolError the model can act on."""
     if not command:
@@ -111,7 +111,8 @@ def _check_command(
     arguments = checked_arguments(command)[1:]
     executable = shutil.which(program, path=search_path)
     if executable is None:
-        raise ToolError(f"program {program!r} is allowed but not installed on this machine")
+        where = "in the sandbox's system folders (/usr, /bin)" if sandboxed else "on this machine"
+        raise ToolError(f"program {program!r} is allowed but not installed {where}")
     return executable, arguments
 
 
