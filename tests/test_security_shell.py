@@ -118,6 +118,7 @@ ESCAPES: dict[str, tuple[list[str], list[list[str]]]] = {
         [["git", "config", "core.fsmonitor", "touch {out}"], ["git", "status"]],
     ),
     "git --exec-path": (["git"], [["git", "--exec-path={execdir}", "pwn"]]),
+    "git grep -O pager": (["git"], [["git", "grep", "--no-index", "-iOtouch {out}", "hello"]]),
     "tar --checkpoint-action": (
         ["tar"],
         [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-action=exec=touch {out}", "victim.txt"]],
@@ -126,6 +127,7 @@ ESCAPES: dict[str, tuple[list[str], list[list[str]]]] = {
         ["tar"],
         [["tar", "-cf", "a.tar", "--checkpoint=1", "--checkpoint-act=exec=touch {out}", "victim.txt"]],
     ),
+    "tar old-style cI": (["tar"], [["tar", "cIf", "touch {out}; cat", "c.tar.x", "victim.txt"]]),
     "tar --to-command": (["tar"], [["tar", "-xf", "seed.tar", "--to-command=touch {out}"]]),
     "tar -I": (["tar"], [["tar", "-I", "touch {out}; cat", "-cf", "a.tar.x", "victim.txt"]]),
     "tar --use-compress-program": (

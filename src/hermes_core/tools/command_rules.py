@@ -172,7 +172,8 @@ def _git(command: list[str]) -> list[str]:
     for argument in command[position + 1 :]:
         if argument.startswith("!"):
             raise _refuse("git", repr(argument), "a leading '!' is a shell command to git")
-        if (found := _long_option(argument, _GIT_DANGEROUS_LONG)) or argument.startswith("-O"):
+        pager = argument.startswith("-O") or subcommand == "grep" and "O" in _short_letters(argument)
+        if (found := _long_option(argument, _GIT_DANGEROUS_LONG)) or pager:  # grep -O<pager>, also -iO
             raise _refuse(
                 "git", f"--{found}" if found else "-O", "it makes git run another program or write a file"
             )
