@@ -131,10 +131,12 @@ _GIT_SAFE = frozenset(
     }
 )  # fmt: skip
 # Settings that win over the repository's own configuration (which the model can write with
-# write_file or another allowed program): no hooks, pager, editor, fsmonitor or ssh command.
+# write_file or another allowed program): no hooks, pager, editor, fsmonitor, ssh or gpg command.
 _GIT_OVERRIDES = {
     "core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "false",
-    "sequence.editor": "false", "core.sshCommand": "false", "protocol.allow": "never",
+    "sequence.editor": "false", "core.sshCommand": "false", "core.askPass": "false",
+    "protocol.allow": "never", "gpg.program": "false", "commit.gpgSign": "false", "tag.gpgSign": "false",
+    "log.showSignature": "false",
 }  # fmt: skip
 GIT_ENVIRONMENT = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_PAGER": "cat", "GIT_EDITOR": "false",
