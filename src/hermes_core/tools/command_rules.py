@@ -11,17 +11,22 @@ run another program named in their arguments, so allowing them allows everything
    `sqlite3` (`.shell`), `dc` and `m4`, editors, pagers and mail readers with command escapes,
    `ssh` (ProxyCommand), version control other than git (hooks)… run whatever code they are given.
    Inside the bubblewrap sandbox (sandbox.py) that code is confined (no secrets, no network, only
-   the workspace writable), so they may be allowed there; without it, configuring one is an error at start-up.
+   the workspace writable), so they may be allowed there; without it, configuring one is an error
+   at start-up.
 3. **Argument rules** (`ARGUMENT_RULES`), checked on every call, sandbox or not:
-   `find` without `-exec`, `-execdir`, `-ok`, `-okdir`, `-delete` and the `-fprint`/`-fls` writers;
-   `git` without `-c`, `--config-env`, `--exec-path`, and only built-in subcommands that run no
-   configured command (an unknown name may be an alias, and an alias starting with `!` is a shell
-   command), never `git config`; `tar` without `--checkpoint-action`, `--to-command`,
-   `--use-compress-program`/`-I`, `--info-script`/`--new-volume-script`/`-F`, `--rsh-command`,
-   `--rmt-command`; `sed` without `-i`/`--in-place` and always with GNU `--sandbox` (which refuses
-   its `e`, `w` and `r` commands); `zip` without `-TT`/`--unzip-command`; `rsync` without
-   `-e`/`--rsh`/`--rsync-path`. Long options count in any unambiguous abbreviation, as getopt
-   accepts them (`--to-com=` is `--to-command=`).
+   - `find` without `-exec`, `-execdir`, `-ok`, `-okdir`, `-delete`, `-fprint*` and `-fls`;
+   - `git` without `-c`, `--config-env` and `--exec-path`; only built-in subcommands that run no
+     configured command (an unknown name may be an alias, and an alias starting with `!` is a
+     shell command), never `git config`; no `grep -O` (a pager command), `--output`,
+     `--ext-diff`, `--upload-pack`, `--receive-pack`, `--exec`. Git also runs with its system and
+     global configuration off and with settings that switch off hooks, pager, editor, fsmonitor,
+     ssh and gpg commands, which win over the repository's own (`GIT_ENVIRONMENT`);
+   - `tar` without `--checkpoint-action`, `--to-command`, `--use-compress-program`/`-I`,
+     `--info-script`/`--new-volume-script`/`-F`, `--rsh-command`, `--rmt-command`;
+   - `sed` without `-i`/`--in-place`, and always with GNU `--sandbox` (no `e`, `w`, `r` commands);
+   - `zip` without `-TT`/`--unzip-command`; `rsync` without `-e`/`--rsh`/`--rsync-path`.
+   Long options count in any unambiguous abbreviation, as getopt accepts them (`--to-com=` is
+   `--to-command=`).
 
 These are lists of what is known to be dangerous, not a proof that the rest is harmless: only the
 sandbox confines what a program does. Without it, choose the allow-list accordingly.
@@ -130,8 +135,8 @@ _GIT_SAFE = frozenset(
         "cat-file", "count-objects", "name-rev", "whatchanged", "version", "annotate", "range-diff",
     }
 )  # fmt: skip
-# Settings that win over the repository's own configuration (which the model can write with
-# write_file or another allowed program): no hooks, pager, editor, fsmonitor, ssh or gpg command.
+# Settings that win over the repository's own configuration (which another allowed program may have
+# written): no hooks, pager, editor, fsmonitor, ssh or gpg command.
 _GIT_OVERRIDES = {
     "core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "false",
     "sequence.editor": "false", "core.sshCommand": "false", "core.askPass": "false",
