@@ -370,8 +370,24 @@ async def test_timeout_kills_the_process_group(root: Path) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state in /proc")
-async def test_timeout_kills_children_too(root: Path) -> None:
-    result = await shell(root, "sh").handler(command=["sh", "-c", "sleep 30 & echo $!; wait"], timeout=0.5)
+@pytest.mark.parametrize("sandbox", ["none", "auto"])
+async def test_timeout_kills_children_too(root: Path, tmp_path: Path, sandbox: str) -> None:
+    """A program that leaves a child in the background: the child dies with the timeout. `sh` itself
+    may not be allowed (it runs anything), so the program is a script of a name of its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    spawner = bin_dir / "spawner"
+    spawner.write_text("#!/bin/sh\nsleep 30 &\necho $!\nwait\n")
+    spawner.chmod(0o755)
+    run = shell(root, "spawner", search_path=str(bin_dir), sandbox="none")
+    if sandbox == "auto":  # inside bubblewrap the script must live where the sandbox can see it
+        run = shell(root, "sleep", sandbox="auto")
+        if not run.sandbox.isolated:  # type: ignore[attr-defined]
+            pytest.skip("bubblewrap is not available here")
+        result = await run.handler(command=["sleep", "30"], timeout=0.5)
+        assert "timed out" in result["error"]
+        return
+    result = await run.handler(command=["spawner"], timeout=0.5)
     child = int(result["output"].split()[0])
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
@@ -395,9 +411,11 @@ async def test_output_is_capped(root: Path) -> None:
 
 async def test_environment_is_minimal(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_API_KEY", "sk-do-not-leak")
-    result = await shell(root, "env").handler(command=["env"])
+    result = await shell(root, "printenv").handler(command=["printenv"])
     assert "sk-do-not-leak" not in result["output"] and "HERMES_API_KEY" not in result["output"]
-    assert {line.split("=", 1)[0] for line in result["output"].splitlines()} == {"PATH"}
+    names = {line.split("=", 1)[0] for line in result["output"].splitlines()}
+    assert {"PATH", "HOME", "LANG"} <= names <= {"PATH", "HOME", "LANG", "PWD"}  # bubblewrap sets PWD
+    assert f"HOME={root}" not in result["output"]  # never the workspace: git would read a planted config
 
 
 def test_workspace_tools_from_configuration(tmp_path: Path) -> None:

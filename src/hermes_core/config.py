@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 ENV_KEYS = {
@@ -74,6 +74,8 @@ class AgentConfig(_Section):
     shell_allow: list[str] = Field(
         default_factory=list
     )  # programs run_command may run (level 2: also allow it)
+    shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
+    workspace_quota_mb: float | None = Field(100.0, gt=0)  # write_file refused past it; null: no quota
     route_tools_above: int | None = Field(None, ge=0)  # more tools: offer the message's groups (T8)
 
 
@@ -224,6 +226,11 @@ class Settings(_Section):
     observe: ObserveConfig = ObserveConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
+    _source: str | None = PrivateAttr(None)  # the configuration file, kept out of the workspace
+
+    @property
+    def source(self) -> str | None:
+        return self._source
 
 
 def load_settings(
@@ -242,9 +249,11 @@ def load_settings(
         if environ.get(variable):
             data.setdefault(section, {})[key] = environ[variable]
     try:
-        return Settings.model_validate(data)
+        settings = Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    settings._source = str(path) if path else None
+    return settings
 
 
 def build_agent(settings: Settings, **overrides: Any) -> Any:
@@ -265,7 +274,7 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
         max_result_chars=a.max_result_chars, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=with_confirmation(
-            load_tools(settings.tools) + workspace_tools(a.workspace, a.shell_allow) + [clarify],
+            load_tools(settings.tools) + workspace_tools(settings) + [clarify],
             settings.permissions.confirm,
         ),
         permissions=policy(settings.permissions),
@@ -334,22 +343,42 @@ def mcp_toolset(servers: list[MCPServerConfig]) -> Any:
     return MCPToolset.from_config(servers)
 
 
-def workspace_tools(workspace: str | None, shell_allow: list[str]) -> list[Any]:
-    """The file tools (and the allow-listed shell) when a workspace folder is configured."""
-    if workspace is None:
-        if shell_allow:
+def workspace_tools(settings: Settings) -> list[Any]:
+    """The file tools (and the allow-listed shell) when a workspace folder is configured.
+
+    The folder may not hold, or lie inside, what the service trusts: the configuration file, the
+    `.env` file and the data folder (the database, logs, X-rays). A clear ConfigError otherwise.
+    """
+    a = settings.agent
+    if a.workspace is None:
+        if a.shell_allow:
             raise ConfigError("agent.shell_allow: needs agent.workspace (the folder commands run in)")
         return []
-    from .tools.files import Workspace, file_tools
+    from .tools.files import Workspace, WorkspaceError, file_tools
+    from .tools.sandbox import SandboxUnavailable
     from .tools.shell import run_command_tool
 
-    root = Path(workspace)
+    root = Path(a.workspace)
     if not root.is_dir():
-        raise ConfigError(f"agent.workspace: {workspace!r} is not an existing folder")
-    tools: list[Any] = file_tools(Workspace(root))
-    if shell_allow:
-        tools.append(run_command_tool(root, shell_allow))
+        raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
+    quota = None if a.workspace_quota_mb is None else int(a.workspace_quota_mb * 1024 * 1024)
+    try:
+        space = Workspace(root, quota_bytes=quota, protect=trusted_paths(settings))
+        tools: list[Any] = file_tools(space)
+        if a.shell_allow:
+            tools.append(run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox))
+    except (WorkspaceError, SandboxUnavailable) as exc:
+        raise ConfigError(f"agent.workspace: {exc}") from None
+    except ValueError as exc:  # a program run_command may not run
+        raise ConfigError(str(exc)) from None
     return tools
+
+
+def trusted_paths(settings: Settings) -> list[Path]:
+    """Files and folders the model must not reach: configuration, `.env`, data, logs, X-rays, skills."""
+    paths = [Path(".env"), Path(settings.gateway.data_dir), *(Path(d) for d in settings.skills.dirs)]
+    paths += [Path(p) for p in (settings.source, settings.observe.log_dir, settings.observe.xray_dir) if p]
+    return paths
 
 
 def load_tools(modules: list[str]) -> list[Any]:

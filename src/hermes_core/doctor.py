@@ -14,7 +14,9 @@ The checks, in order (each returns a `Check`, none raises):
 - feishu events: webhook callbacks can be verified (a verification token or an Encrypt Key is set);
 - webhook: /webhook is not open to anyone: signed (HERMES_WEBHOOK_SECRET), or on a loopback
   `gateway.host`, or unsigned by the configuration's explicit `webhook.allow_unsigned: true`;
-- database: the data folder can be created and written, and SQLite can start a write transaction.
+- database: the data folder can be created and written, and SQLite can start a write transaction;
+- shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
+  bubblewrap, or else a FAIL says they have no filesystem or /proc isolation.
 
 A failed configuration skips the rest. The exit code is 1 when any check failed. Secrets never
 appear: no check puts one in its text, and every line passes through a `Redactor` that knows them.
@@ -85,7 +87,7 @@ async def diagnose(
     if settings is None:
         names = ("model endpoint", "feishu credentials", "feishu events", "webhook", "database")
         return [configuration, *(Check("SKIP", name, "the configuration did not load") for name in names)]
-    return [
+    checks = [
         configuration,
         await check_model(settings),
         await check_feishu_credentials(settings),
@@ -93,6 +95,9 @@ async def diagnose(
         check_webhook(settings),
         check_database(settings),
     ]
+    if settings.agent.shell_allow and settings.agent.workspace:
+        checks.append(check_shell_sandbox(settings))
+    return checks
 
 
 def check_configuration(
@@ -233,6 +238,24 @@ def check_database(settings: Settings) -> Check:
         return Check("FAIL", "database", f"{database} is not writable ({reason})", fix)
     free = shutil.disk_usage(folder).free / 2**30
     return Check("OK", "database", f"{database} is writable ({free:.1f} GiB free)")
+
+
+def check_shell_sandbox(settings: Settings) -> Check:
+    """Does run_command confine its programs (bubblewrap, tools/sandbox.py), or only check arguments?"""
+    from .tools.sandbox import bwrap_status
+
+    name, mode = "shell sandbox", settings.agent.shell_sandbox
+    if mode == "none":
+        detail = "agent.shell_sandbox is none: run_command has NO filesystem or /proc isolation"
+        return Check("OK", name, detail, "set it to auto with bubblewrap installed to confine the programs")
+    found, problem = bwrap_status(str(Path(settings.agent.workspace or ".").resolve()))
+    if found is None:
+        detail = f"{problem}: run_command has NO filesystem or /proc isolation"
+        fix = "install bubblewrap (package bubblewrap), or set agent.shell_sandbox: none to accept this"
+        return Check("FAIL", name, detail, fix)
+    return Check(
+        "OK", name, f"bubblewrap ({found}): own pid and network namespaces, only the workspace writable"
+    )
 
 
 def _start_write(database: Path) -> None:

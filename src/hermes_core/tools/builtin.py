@@ -4,7 +4,8 @@ Always: calculator, current_time, date_diff (pure functions, level 0), and clari
 the agent has someone to ask: tasks/pending.py). With a workspace:
 read_file and list_directory (level 0) and write_file (level 1), confined to that directory.
 With a workspace *and* a non-empty list of allowed programs: run_command (level 2). The shell is
-off unless configuration names the programs, because a command's effects cannot be known.
+off unless configuration names the programs, because a command's effects cannot be known; it runs
+them in the bubblewrap sandbox when the machine has one (`shell_sandbox`, tools/sandbox.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .clarify import clarify
 from .declare import Tool, ToolError, tool
 from .examples import calculator_tool, current_time
 from .files import Workspace, file_tools
+from .sandbox import SandboxMode
 from .shell import run_command_tool
 
 
@@ -34,12 +36,19 @@ def date_diff(
         raise ToolError(str(exc)) from None
 
 
-def builtin_tools(workspace: Path | Workspace | None, *, shell_allow: list[str] | None = None) -> list[Tool]:
+def builtin_tools(
+    workspace: Path | Workspace | None,
+    *,
+    shell_allow: list[str] | None = None,
+    shell_sandbox: SandboxMode = "auto",
+) -> list[Tool]:
     """The built-in tools for an agent: see the module docstring for what each argument turns on.
 
-    Pass a `Workspace` instead of a path to change its size limits. `shell_allow` names the
-    programs run_command may start (e.g. ["ls", "git"]); it needs a workspace, which becomes the
-    programs' working directory.
+    Pass a `Workspace` instead of a path to change its size limits, quota or protected paths; a
+    folder holding the service's secrets, configuration or database raises `WorkspaceError`.
+    `shell_allow` names the programs run_command may start (e.g. ["ls", "git"]); it needs a
+    workspace, which becomes the programs' working directory. `shell_sandbox`: `auto`, `bwrap`
+    or `none` (tools/sandbox.py).
     """
     tools: list[Tool] = [calculator_tool, current_time, date_diff, clarify]
     if workspace is None:
@@ -49,7 +58,7 @@ def builtin_tools(workspace: Path | Workspace | None, *, shell_allow: list[str] 
     space = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     tools.extend(file_tools(space))
     if shell_allow:
-        tools.append(run_command_tool(space.root, shell_allow))
+        tools.append(run_command_tool(space.root, shell_allow, sandbox=shell_sandbox))
     return tools
 
 

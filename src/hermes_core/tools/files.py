@@ -15,9 +15,22 @@ path goes through two independent checks before any byte is read or written:
    `fstat` to be a regular file; FIFOs and devices are refused (FIFOs are opened non-blocking,
    so a FIFO with no writer cannot hang the call).
 
+3. **Hard links.** A hard link is the file itself, wherever its other names are: one planted in the
+   workspace (by an allowed program, or by anyone who can write there) could name a file outside.
+   A regular file with more than one link (`st_nlink > 1`) is therefore neither read nor written;
+   files the tools create have one.
+
 This needs `dir_fd` support in `os.open` (Linux, macOS, the BSDs); elsewhere `Workspace` refuses
-to start rather than offer a weaker sandbox. Hard links are not detected: a hard link is the
-file itself, and creating one to a file you do not own is blocked by the kernel on most systems.
+to start rather than offer a weaker sandbox.
+
+The workspace must not hold what the service itself trusts: a root that contains (or lies inside)
+a protected path — the `.env` file, the configuration file, the data folder with the database —
+is refused when the `Workspace` is made (`WorkspaceError`), since the model could otherwise read
+the secrets, rewrite the configuration or corrupt the database. A top-level `.env` in the root is
+refused too, and so is a write_file under a `.git` folder (its config and hooks name commands git
+runs). And it has a quota (`quota_bytes`, `agent.workspace_quota_mb`): a write_file that
+would take the regular files under the root past it is refused. The total is measured by one walk
+of the tree at most once a second and kept up to date by the writes in between.
 
 Refusals are `ToolError`s, which the registry turns into an `error` the model reads. Messages name
 paths relative to the workspace and never the absolute root, which is the host's business.
@@ -28,7 +41,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
@@ -42,13 +56,26 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it changes nothing for regular files.
 # O_NOCTTY: opening a terminal device must never make it the process's controlling terminal.
 _FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+DEFAULT_QUOTA_BYTES = 100 * 1024 * 1024
+USAGE_TTL = 1.0  # seconds a measured total is trusted before the tree is walked again
+
+
+class WorkspaceError(ValueError):
+    """The folder cannot be a workspace: it holds (or lies in) a file or folder the service trusts."""
+
+
+def default_protected() -> list[Path]:
+    """What every workspace must stay clear of: `.env` and the default data folder of the current folder."""
+    return [Path(".env").absolute(), Path(".hermes").absolute()]
 
 
 class Workspace:
     """A directory the file tools may use, and the limits that keep one call cheap.
 
     `max_read_bytes` bounds the file read_file will load, `max_write_bytes` one write_file call,
-    `max_entries` the entries list_directory shows.
+    `max_entries` the entries list_directory shows, `quota_bytes` all the files under the root
+    (None: no quota). `protect` names paths the root must neither contain nor lie inside, on top
+    of `default_protected()`; a root that breaks this raises `WorkspaceError`.
     """
 
     def __init__(
@@ -58,6 +85,8 @@ class Workspace:
         max_read_bytes: int = 1_000_000,
         max_write_bytes: int = 1_000_000,
         max_entries: int = 500,
+        quota_bytes: int | None = DEFAULT_QUOTA_BYTES,
+        protect: Iterable[str | Path] = (),
     ) -> None:
         if not (os.open in os.supports_dir_fd and os.scandir in os.supports_fd):
             raise RuntimeError("the file tools need openat-style dir_fd support (Linux, macOS or BSD)")
@@ -65,9 +94,12 @@ class Workspace:
         if not self.root.is_dir():
             raise NotADirectoryError(f"workspace root {root} is not a directory")
         self._configured_root = Path(os.path.abspath(root))  # the spelling an absolute path may use
+        _refuse_protected(self.root, [*default_protected(), *(Path(p) for p in protect)])
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
         self.max_entries = max_entries
+        self.quota_bytes = quota_bytes
+        self._usage: tuple[float, int] | None = None  # (when measured, bytes)
 
     # -- the three operations -------------------------------------------------------------
 
@@ -123,14 +155,21 @@ class Workspace:
         relative = self.resolve(path)
         if not relative.parts:
             raise ToolError("the path names the workspace itself; give a file name")
+        if ".git" in relative.parts:
+            raise ToolError(
+                f"{_show(relative)} is inside a .git folder: git runs commands named there; refused"
+            )
+        self._check_quota(len(data) if append else len(data) - _size_or_zero(self.root / relative))
         # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
         with self._open_file(relative, flags, create_parents=True) as fd:
+            before = os.fstat(fd).st_size
             if not append:
                 os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+        self._add_usage(len(data) if append else len(data) - before)
         return {"path": _show(relative), "bytes_written": len(data), "appended": append}
 
     def list_directory(self, path: str = ".") -> dict[str, Any]:
@@ -147,6 +186,30 @@ class Workspace:
         if len(entries) > self.max_entries:
             result["more"] = f"… {len(entries) - self.max_entries} more entries not shown"
         return result
+
+    # -- quota ----------------------------------------------------------------------------
+
+    def usage(self) -> int:
+        """Bytes in the regular files under the root: walked at most once per `USAGE_TTL` seconds."""
+        now = time.monotonic()
+        if self._usage is None or now - self._usage[0] > USAGE_TTL:
+            self._usage = (now, _tree_size(self.root))
+        return self._usage[1]
+
+    def _check_quota(self, growth: int) -> None:
+        if self.quota_bytes is None or growth <= 0:
+            return
+        used = self.usage()
+        if used + growth > self.quota_bytes:
+            raise ToolError(
+                f"the workspace quota is {_megabytes(self.quota_bytes)}; {_megabytes(used)} is used and "
+                f"this write adds {_megabytes(growth)}. Delete files you no longer need, or ask the operator "
+                "to raise agent.workspace_quota_mb / 工作区空间已满，请删除不需要的文件或请管理员提高配额"
+            )
+
+    def _add_usage(self, growth: int) -> None:
+        if self._usage is not None:
+            self._usage = (self._usage[0], self._usage[1] + growth)
 
     # -- path checks ----------------------------------------------------------------------
 
@@ -216,10 +279,19 @@ class Workspace:
             except OSError as exc:
                 raise _refusal(exc, relative) from None
         try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (FIFO, socket, device)"
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                kind = (
+                    "a directory"
+                    if stat.S_ISDIR(info.st_mode)
+                    else "not a regular file (FIFO, socket, device)"
+                )
                 raise ToolError(f"{_show(relative)} is {kind}; only regular files can be read or written")
+            if info.st_nlink > 1:
+                raise ToolError(
+                    f"{_show(relative)} has other hard links (they may be files outside the workspace); "
+                    "it is neither read nor written"
+                )
             yield fd
         finally:
             os.close(fd)
@@ -242,6 +314,55 @@ def _refusal(exc: OSError, relative: PurePosixPath, expect_directory: bool = Fal
     if isinstance(exc, PermissionError):
         return ToolError(f"permission denied for {name}")
     return ToolError(f"cannot open {name}: {exc.strerror or type(exc).__name__}")
+
+
+def _refuse_protected(root: Path, protected: list[Path]) -> None:
+    """Raise WorkspaceError if `root` contains, equals or lies inside a protected path."""
+    if (root / ".env").exists():
+        raise WorkspaceError(f"workspace {root} holds a .env file (secrets); choose a folder without one")
+    for path in protected:
+        target = Path(os.path.abspath(path))
+        try:
+            target = target.resolve(strict=False)
+        except (OSError, RuntimeError):
+            pass
+        if target == root or target.is_relative_to(root) or root.is_relative_to(target):
+            raise WorkspaceError(
+                f"workspace {root} overlaps {target}, which the service trusts (secrets, configuration or "
+                "database); the model could read or change it. Choose a folder that holds none of them"
+            )
+
+
+def _tree_size(root: Path) -> int:
+    """The sizes of the regular files under `root`, symlinks not followed."""
+    total = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:  # vanished meanwhile
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+def _size_or_zero(path: Path) -> int:
+    """The size of the file at `path` (not following a final symlink), 0 if there is none yet."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MB"
 
 
 def _show(relative: PurePosixPath) -> str:
@@ -340,4 +461,7 @@ def file_tools(workspace: Workspace) -> list[Tool]:
     return [read_file_tool(workspace), write_file_tool(workspace), list_directory_tool(workspace)]
 
 
-__all__ = ["Workspace", "file_tools", "list_directory_tool", "read_file_tool", "write_file_tool"]
+__all__ = [
+    "DEFAULT_QUOTA_BYTES", "Workspace", "WorkspaceError", "default_protected", "file_tools",
+    "list_directory_tool", "read_file_tool", "write_file_tool",
+]  # fmt: skip

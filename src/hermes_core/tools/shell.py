@@ -7,16 +7,20 @@ exists when the configuration names the programs it may start. What it guarantee
   `;`, `|`, `$(…)`, `*` and `>` in an argument are plain characters, never interpreted.
 - **Exact program names.** `command[0]` must be one of the configured names ("git", not
   "/usr/bin/git" or "./git"); it is looked up on the PATH below.
-- **A minimal environment.** The child sees `PATH` and nothing else, so API keys and tokens in
-  the agent's environment never reach a program the model chose to run.
-- **Bounded time and output.** The program runs in its own process group; on timeout (or if the
-  call is cancelled) the whole group is killed, and so is anything it left running after it
-  exits. Output (stdout and stderr together, as a terminal shows them) is capped while it is
-  read, so `yes` cannot fill memory.
-
-What it does not do: sandbox the program. The working directory is the workspace, but an
-allowed program can still read any path its arguments name, and allowing an interpreter
-(`python3`, `bash`, `git` with aliases) allows anything it can do. Allow-list accordingly.
+- **No program that runs other programs.** Launchers (`sh`, `env`, `xargs`, …) cannot be allowed,
+  interpreters (`python3`, `awk`, …) only inside the sandbox, and the arguments that make `find`,
+  `git`, `tar`, `sed`, `zip` or `rsync` run a command are refused on every call (command_rules.py).
+- **A sandbox when the machine has one** (sandbox.py, `agent.shell_sandbox`): with bubblewrap the
+  program sees a fresh /proc, no network, read-only system folders and the workspace as the only
+  writable place, and everything it starts dies with it. Without bubblewrap a WARNING says so at
+  start-up: there is then no filesystem or /proc isolation.
+- **A minimal environment.** The child sees `PATH`, `HOME` (an empty private folder), `LANG`, and
+  for git the settings that switch off its hooks, pager and editor; API keys and tokens in the
+  agent's environment never reach a program the model chose to run.
+- **Bounded time and output.** The program runs in its own session and process group; on timeout
+  (or if the call is cancelled) the whole group is killed, and so is anything it left running
+  after it exits. Output (stdout and stderr together, as a terminal shows them) is capped while it
+  is read, so `yes` cannot fill memory.
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ import asyncio
 import os
 import shutil
 import signal
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
+from .command_rules import checked_arguments, program_environment, refusal_for_allow_list
 from .declare import Tool, ToolError, tool
+from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
 
 DEFAULT_OUTPUT_CHARS = 10_000
 DEFAULT_MAX_TIMEOUT = 60.0
@@ -44,12 +52,15 @@ def run_command_tool(
     max_output_chars: int = DEFAULT_OUTPUT_CHARS,
     max_timeout: float = DEFAULT_MAX_TIMEOUT,
     search_path: str | None = None,
+    sandbox: SandboxMode | Sandbox = "auto",
 ) -> Tool:
     """Build the run_command tool for `root`, limited to the program names in `allowed`.
 
-    `search_path` is the PATH the programs are found on and run with; it defaults to the
-    agent's own PATH (a list of directories, not a secret). The model may ask for any timeout
-    up to `max_timeout` seconds.
+    `sandbox` is `auto` (bubblewrap if it works here), `bwrap` (or raise `SandboxUnavailable`),
+    `none`, or a `Sandbox` already chosen. `search_path` is the PATH the programs are found on
+    without a sandbox; it defaults to the agent's own PATH (a list of directories, not a secret).
+    Inside the sandbox they are found on its own PATH of system folders. The model may ask for
+    any timeout up to `max_timeout` seconds. A name no program may have raises ValueError.
     """
     programs = tuple(dict.fromkeys(allowed))
     if not programs:
@@ -58,7 +69,11 @@ def run_command_tool(
         if not name or os.sep in name or (os.altsep and os.altsep in name) or "\x00" in name:
             raise ValueError(f"allowed programs are bare names such as 'git', not paths: {name!r}")
     workdir = Path(root).resolve(strict=True)
-    env = {"PATH": search_path if search_path is not None else os.environ.get("PATH", os.defpath)}
+    chosen = sandbox if isinstance(sandbox, Sandbox) else choose_sandbox(sandbox, workdir)
+    for name in programs:
+        if (why := refusal_for_allow_list(name, chosen.isolated)) is not None:
+            raise ValueError(f"agent.shell_allow: {why}")
+    path = SANDBOX_PATH if chosen.isolated else search_path or os.environ.get("PATH", os.defpath)
 
     @tool(name="run_command", level=2, idempotent=False, timeout=max_timeout + 5)
     async def run_command(
@@ -69,17 +84,23 @@ def run_command_tool(
         timeout: Annotated[float, Field(gt=0, description="Seconds before the program is killed")] = 10,
     ) -> dict[str, Any]:
         """Run an allowed program in the workspace and return its exit code and output. There is no shell: pipes, redirects, `;` and $VARS are passed as plain text. 在工作区运行允许的命令（不经过 shell），返回退出码和输出。"""  # noqa: E501
-        executable = _check_command(command, programs, env["PATH"])
-        return await _run(executable, command, workdir, env, min(timeout, max_timeout), max_output_chars)
+        executable, arguments = _check_command(command, programs, path, chosen.isolated)
+        with _home(chosen) as home:
+            env = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", **program_environment(command[0])}
+            argv = chosen.command(executable, arguments, workdir, env)
+            return await _run(argv, workdir, env, min(timeout, max_timeout), max_output_chars)
 
     # The schema is built from annotations, which cannot see this function's variables: add them here.
     limits = f"Allowed programs / 允许的程序: {', '.join(programs)}; timeout ≤ {max_timeout:g} s."
     run_command.description += f" {limits}"
+    run_command.sandbox = chosen  # type: ignore[attr-defined]  # which one was chosen, for callers and tests
     return run_command
 
 
-def _check_command(command: Sequence[str], programs: Sequence[str], search_path: str) -> str:
-    """The executable's full path, or a ToolError the model can act on."""
+def _check_command(
+    command: Sequence[str], programs: Sequence[str], search_path: str, sandboxed: bool
+) -> tuple[str, list[str]]:
+    """The executable's full path and the arguments to give it, or a ToolError the model can act on."""
     if not command:
         raise ToolError("command is empty; give the program and its arguments as a list")
     if any("\x00" in part for part in command):
@@ -87,18 +108,30 @@ def _check_command(command: Sequence[str], programs: Sequence[str], search_path:
     program = command[0]
     if program not in programs:
         raise ToolError(f"program {program!r} is not allowed; allowed programs: {', '.join(programs)}")
+    arguments = checked_arguments(command)[1:]
     executable = shutil.which(program, path=search_path)
     if executable is None:
-        raise ToolError(f"program {program!r} is allowed but not installed on this machine")
-    return executable
+        where = "in the sandbox's system folders (/usr, /bin)" if sandboxed else "on this machine"
+        raise ToolError(f"program {program!r} is allowed but not installed {where}")
+    return executable, arguments
+
+
+@contextmanager
+def _home(sandbox: Sandbox) -> Iterator[str]:
+    """HOME for one call: the sandbox's private /tmp, or else a fresh empty folder removed afterwards
+    (never the workspace, whose files the model writes: git would read a planted ~/.gitconfig)."""
+    if sandbox.isolated:
+        yield SANDBOX_HOME
+        return
+    with tempfile.TemporaryDirectory(prefix="hermes-home-", ignore_cleanup_errors=True) as folder:
+        yield folder
 
 
 async def _run(
-    executable: str, command: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, max_chars: int
+    argv: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, max_chars: int
 ) -> dict[str, Any]:
     process = await asyncio.create_subprocess_exec(
-        executable,
-        *command[1:],
+        *argv,
         cwd=cwd,
         env=env,
         stdin=asyncio.subprocess.DEVNULL,
@@ -108,17 +141,24 @@ async def _run(
     )
     if process.stdout is None:  # cannot happen with stdout=PIPE; narrows the type
         raise RuntimeError("subprocess has no stdout pipe")
-    reader = asyncio.ensure_future(_read_capped(process.stdout, max_chars * 4))  # ≤ 4 UTF-8 bytes a char
+    capture = _Capture(max_chars * 4)  # ≤ 4 UTF-8 bytes a char
+    reader = asyncio.ensure_future(capture.read(process.stdout))
     finished = asyncio.ensure_future(_output_and_exit(process, reader))
     try:
         done, _ = await asyncio.wait({finished}, timeout=timeout)
     finally:
         _kill_group(process.pid)  # on timeout, on cancellation, and any leftover background child
-    kept, total = await reader  # the group is dead, so every pipe writer is gone: EOF comes at once
+    # The group is dead, so its pipe writers are gone and EOF comes at once; only a process that
+    # left the group (possible without the sandbox) could hold the pipe open: stop waiting for it.
+    _, still_open = await asyncio.wait({reader}, timeout=2)
+    for task in (*still_open, finished):
+        task.cancel()
     exit_code = await process.wait()
-    result: dict[str, Any] = {"exit_code": exit_code, "output": _cap(kept, total, max_chars)}
+    result: dict[str, Any] = {"exit_code": exit_code, "output": _cap(capture.kept, capture.total, max_chars)}
     if not done:
         result["error"] = f"command timed out after {timeout:g} s and was killed"
+    elif still_open:
+        result["error"] = "the program left a process running that kept its output open; output was cut off"
     return result
 
 
@@ -128,19 +168,23 @@ async def _output_and_exit(process: asyncio.subprocess.Process, reader: asyncio.
     await process.wait()
 
 
-async def _read_capped(stream: asyncio.StreamReader, keep: int) -> tuple[bytes, int]:
-    """Read to EOF, keeping the first `keep` bytes and counting the rest."""
-    kept = bytearray()
-    total = 0
-    while chunk := await stream.read(65536):
-        total += len(chunk)
-        if len(kept) < keep:
-            kept += chunk[: keep - len(kept)]
-    return bytes(kept), total
+class _Capture:
+    """The output read so far: the first `keep` bytes, and how many there were in all."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.kept = bytearray()
+        self.total = 0
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            self.total += len(chunk)
+            if len(self.kept) < self.keep:
+                self.kept += chunk[: self.keep - len(self.kept)]
 
 
-def _cap(kept: bytes, total: int, max_chars: int) -> str:
-    text = kept.decode("utf-8", errors="replace")
+def _cap(kept: bytes | bytearray, total: int, max_chars: int) -> str:
+    text = bytes(kept).decode("utf-8", errors="replace")
     if len(text) <= max_chars and len(kept) == total:
         return text
     return f"{text[:max_chars]}\n[output truncated: {total:,} bytes in all, first {max_chars:,} chars shown]"
