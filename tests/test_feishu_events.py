@@ -20,9 +20,7 @@ from hermes_core.channels.feishu.events import (
 from hermes_core.channels.feishu.frames import Frame, FrameError
 
 VECTORS = json.loads(
-    (Path(__file__).resolve().parent / "data" / "feishu_event_vectors.json").read_text(
-        "utf-8"
-    )
+    (Path(__file__).resolve().parent / "data" / "feishu_event_vectors.json").read_text("utf-8")
 )["vectors"]
 
 

@@ -217,8 +217,11 @@ async def console_server(
     tmp_path: Path, host: str, config: ConsoleConfig | None = None
 ) -> AsyncIterator[int]:
     """`serve` in this event loop on `host` and a free port; yields the port."""
-    settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig(),
-                        webhook=WebhookConfig(enabled=False))  # only the console is served here
+    settings = Settings(
+        gateway=GatewayConfig(data_dir=str(tmp_path)),
+        console=config or ConsoleConfig(),
+        webhook=WebhookConfig(enabled=False),
+    )  # only the console is served here
     threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
     agent = Agent(model=ScriptedModel([]))

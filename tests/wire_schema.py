@@ -10,9 +10,7 @@ import jsonschema
 
 from hermes_core.testing.fake_openai import RecordedRequest
 
-SCHEMAS = (
-    Path(__file__).resolve().parent / "data" / "openai_chat_completions_schemas.json"
-)
+SCHEMAS = Path(__file__).resolve().parent / "data" / "openai_chat_completions_schemas.json"
 
 
 @cache

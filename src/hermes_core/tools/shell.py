@@ -37,6 +37,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from ..redaction import cut_text
 from .command_rules import checked_arguments, program_environment, refusal_for_allow_list
 from .declare import Tool, ToolError, tool
 from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
@@ -187,7 +188,8 @@ def _cap(kept: bytes | bytearray, total: int, max_chars: int) -> str:
     text = bytes(kept).decode("utf-8", errors="replace")
     if len(text) <= max_chars and len(kept) == total:
         return text
-    return f"{text[:max_chars]}\n[output truncated: {total:,} bytes in all, first {max_chars:,} chars shown]"
+    shown = cut_text(text, max_chars)[0]  # redacted before the cut: no start of a secret at its edge
+    return f"{shown}\n[output truncated: {total:,} bytes in all, first {max_chars:,} chars shown]"
 
 
 def _kill_group(pgid: int) -> None:
