@@ -22,10 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hermes-core",
         description="A small Hermes-style agent: the model decides, code runs the tools.",
-        epilog="With no model configured, a built-in offline demo model answers. Configure one with "
-        "HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model).",
+        epilog="With no model configured, a built-in offline demo model answers. Configure one with a "
+        "provider preset (HERMES_PROVIDER or --provider: openai, deepseek, qwen, moonshot, zhipu, siliconflow, "
+        "openrouter, ollama, vllm, llamacpp, lmstudio) and its key variable, or with HERMES_BASE_URL, "
+        "HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); `hermes-core doctor` checks it.",
     )
     parser.add_argument("--config", help="YAML configuration file")
+    parser.add_argument("--provider", help="provider preset, e.g. deepseek, qwen, ollama (overrides configuration)")
     parser.add_argument("--model", help="model name (overrides configuration)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(
@@ -101,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         configure_logging(
             args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command, settings.observe
         )
-        settings.model.name = args.model or settings.model.name
-        settings.model.base_url = args.base_url or settings.model.base_url
+        apply_model_flags(settings, args)
         agent = build_agent(settings)
+        if args.command in ("run", "chat"):
+            announce_model(settings)
         if args.command in ("run", "chat", "serve") and agent.tracer is None:  # log events, traces (observe/)
             from .observe.traces import tracer_for
 
@@ -132,7 +136,45 @@ def main(argv: list[str] | None = None) -> int:
     return asyncio.run(chat(agent))
 
 
+def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
+    """--provider, --model and --base-url over the configuration (doctor applies them too)."""
+    model = settings.model
+    model.provider = getattr(args, "provider", None) or model.provider
+    model.name = args.model or model.name
+    model.base_url = args.base_url or model.base_url
+
+
+def announce_model(settings: Any) -> None:
+    """Which model answers: the offline demo is one line on stderr; a real model a log line (INFO)."""
+    import logging
+
+    from .config import model_endpoint
+
+    endpoint = model_endpoint(settings)
+    if endpoint is None:
+        print(OFFLINE_NOTICE, file=sys.stderr)
+    else:
+        logging.getLogger("hermes_core.cli").info("model: %s", endpoint.describe())
+
+
+OFFLINE_NOTICE = (
+    "hermes-core: no model configured, the offline demo model answers (arithmetic, dates and times only). "
+    "Set HERMES_PROVIDER (e.g. deepseek, qwen, ollama) and its API key, or HERMES_BASE_URL and HERMES_MODEL; "
+    "`hermes-core doctor` checks it."
+)
+
+
+def offered_tools(agent: Any) -> Any:
+    """The agent's tools as serve and chat offer them: with what a conversation adds (the memory's
+    `remember`), attached by the same `AgentRunner` serve and chat run the agent through."""
+    from .gateway.runner import AgentRunner
+
+    AgentRunner(agent)
+    return agent.registry
+
+
 def print_tools(agent: Any) -> int:
+    offered_tools(agent)
     if agent.mcp is not None:  # MCP servers' tools are known once connected
         from .config import ConfigError
 

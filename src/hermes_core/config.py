@@ -1,14 +1,16 @@
 """Configuration is data: a YAML file, then environment variables (and `.env`), in that order.
 
     model:
-      name: qwen2.5-14b-instruct
-      base_url: http://127.0.0.1:8000/v1
+      provider: deepseek    # a preset (models/providers.py): base URL, key variable, default model
+      name: deepseek-v4-flash
       temperature: 0.2
     agent:
       max_turns: 8
     tools: [mypkg.tools]
 
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
+A model is a provider preset, or a name and a base URL; a half-configured one is a ConfigError
+(nothing configured at all: the offline demo model).
 A bad value is reported with its key and what is allowed.
 """
 
@@ -27,6 +29,7 @@ SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_t
 ENV_KEYS = {
     "HERMES_BASE_URL": ("model", "base_url"),
     "HERMES_MODEL": ("model", "name"),
+    "HERMES_PROVIDER": ("model", "provider"),
     "HERMES_TEMPERATURE": ("model", "temperature"),
     "HERMES_TIMEOUT": ("model", "timeout"),
     "FEISHU_APP_ID": ("feishu", "app_id"),
@@ -45,6 +48,7 @@ class _Section(BaseModel):
 
 
 class ModelConfig(_Section):
+    provider: str | None = None  # a preset of models/providers.py: openai, deepseek, qwen, ollama…
     name: str | None = None
     base_url: str | None = None
     temperature: float = Field(0.2, ge=0, le=2)
@@ -257,14 +261,18 @@ def load_settings(
 
 
 def build_agent(settings: Settings, **overrides: Any) -> Any:
-    """An `Agent` from settings; the API key is read from HERMES_API_KEY by the agent itself."""
+    """An `Agent` from settings, its model from `model_endpoint` (a half configuration is a
+    ConfigError) unless `model=` passes a client."""
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
     from .tools.clarify import clarify
 
     m, a = settings.model, settings.agent
+    given = overrides.get("model")
+    endpoint = model_endpoint(settings) if given is None or isinstance(given, str) else None
     options: dict[str, Any] = dict(
-        model=m.name, base_url=m.base_url, temperature=m.temperature, max_tokens=m.max_tokens, top_p=m.top_p,
+        model=endpoint.model if endpoint else None, base_url=endpoint.base_url if endpoint else None,
+        api_key=endpoint.api_key if endpoint else None, temperature=m.temperature, max_tokens=m.max_tokens, top_p=m.top_p,
         timeout=m.timeout, response_format=m.response_format, stream=m.stream, max_retries=m.max_retries,
         fallback_models=m.fallback, max_concurrency=m.max_concurrency,
         requests_per_second=m.requests_per_second, tool_mode=m.tool_mode,
@@ -285,6 +293,18 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     if "skills" not in options:
         options["skills"] = skill_set(settings.skills, options["tools"])
     return Agent(**options)
+
+
+def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Any:
+    """The `Endpoint` the model section names (models/providers.py), None for the offline demo
+    model; a ConfigError in one sentence for a half configuration."""
+    from .models.providers import EndpointError, resolve_endpoint
+
+    m = settings.model
+    try:
+        return resolve_endpoint(m.name, m.base_url, m.provider, environ)
+    except EndpointError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels whose users can be listed

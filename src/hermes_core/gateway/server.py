@@ -205,6 +205,7 @@ async def serve(
         await site.start()
         address = _address(site)
         log.info("hermes-core serving on %s", address)
+        log_model(settings, agent)
         if ready is not None:
             ready(address)
         await stop.wait()
@@ -216,6 +217,22 @@ async def serve(
             await gateway.runner.aclose()
         await runner.cleanup()
         await agent.aclose()
+
+
+def log_model(settings: Settings, agent: Any) -> None:
+    """Which model answers, never its key: a WARNING when it is the offline demo model."""
+    from ..config import model_endpoint
+    from ..models.base import ModelClient
+
+    if isinstance(agent.model, ModelClient):  # a client handed over by the caller (tests, embedding code)
+        log.info("model: %s (a %s client)", agent.model.name, type(agent.model).__name__)
+        return
+    endpoint = model_endpoint(settings)
+    if endpoint is None:
+        log.warning("no model configured: the offline demo model answers (arithmetic, dates and times only); "
+                    "set HERMES_PROVIDER and its API key, or HERMES_BASE_URL and HERMES_MODEL")  # fmt: skip
+    else:
+        log.info("model: %s; tool_mode %s", endpoint.describe(), settings.model.tool_mode)
 
 
 def _address(site: web.BaseSite) -> str:

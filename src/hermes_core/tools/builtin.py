@@ -11,29 +11,13 @@ them in the bubblewrap sandbox when the machine has one (`shell_sandbox`, tools/
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import Field
-
-from . import clock
 from .clarify import clarify
-from .declare import Tool, ToolError, tool
-from .examples import calculator_tool, current_time
+from .declare import Tool
+from .examples import calculator_tool, current_time, date_diff
 from .files import Workspace, file_tools
 from .sandbox import SandboxMode
 from .shell import run_command_tool
-
-
-@tool(name="date_diff", level=0, idempotent=True)
-def date_diff(
-    start: Annotated[str, Field(description="Start date or datetime, ISO format, e.g. 2024-05-01")],
-    end: Annotated[str, Field(description="End date or datetime, e.g. 2024-12-25T08:00:00+08:00")],
-) -> dict[str, int | float | str]:
-    """How many days (and seconds) lie between two dates; negative when end is earlier. Use it for any date arithmetic. 计算两个日期之间相差多少天、还有多久、过了多久。"""  # noqa: E501
-    try:
-        return clock.date_diff(start, end)
-    except ValueError as exc:  # a wrong date is the model's to fix, not a crash
-        raise ToolError(str(exc)) from None
 
 
 def builtin_tools(

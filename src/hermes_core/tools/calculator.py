@@ -15,6 +15,9 @@ that divides evenly also stays an int (`4/2` → `2`, `10**30/10` exact); otherw
 (`7/2` → `3.5`). Anything involving a float, or a float-valued function such as `sqrt`, is a
 float (`sqrt(16)` → `4.0`).
 
+Numbers with a leading zero (`007`, the `01` of `2025-01-01`) are refused with a message saying
+so, and pointing at date_diff when the text looks like a date, instead of Python's octal hint.
+
 Thousands separators are not supported: `1,000` would be ambiguous with the comma between the
 arguments of `max(1,000)`, so a comma outside a function call is rejected with a hint.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +118,7 @@ def evaluate(expression: str) -> int | float:
     no other exception escapes, whatever the input.
     """
     text = normalise(expression)
+    _check_leading_zeros(text)
     _check_parentheses(text)
     tree = _parse(text)
     _check_depth(tree)
@@ -154,6 +159,24 @@ def format_result(value: int | float) -> str:
     sign = "-" if value < 0 else ""
     high, low = divmod(abs(value), 10**3000)
     return sign + format_result(high) + str(low).zfill(3000)
+
+
+_LEADING_ZERO = re.compile(r"(?<![\w.])(?<!\d,)0\d+(?![.\w])")  # not 0.5, 1.05, 1e05 or 007.5 (a float)
+_DATE = re.compile(r"\b\d{4}-\d{1,2}-\d{1,2}\b")
+
+
+def _check_leading_zeros(text: str) -> None:
+    """Refuse `01`-style integers (Python reads them as a syntax error about octal literals)."""
+    date = _DATE.search(text)
+    if date:
+        raise CalculatorError(
+            f"{date.group()} looks like a date, not arithmetic: use the date_diff tool for the days "
+            "between two dates or the weekday of a date"
+        )
+    found = _LEADING_ZERO.search(text)
+    if found:
+        number = found.group()
+        raise CalculatorError(f"numbers cannot start with 0: write {number.lstrip('0') or '0'} instead of {number}")
 
 
 def _check_parentheses(text: str) -> None:

@@ -66,6 +66,12 @@ def date_diff(start: str, end: str) -> dict[str, int | float | str]:
     }
 
 
+def weekday(text: str) -> str:
+    """The English weekday of an ISO date or datetime ("2025-01-01" → "Wednesday"), as written
+    (no conversion between zones)."""
+    return WEEKDAYS[_parse_iso(text, "date").weekday()]
+
+
 def _named_zone(name: str) -> tuple[tzinfo, str]:
     try:
         return ZoneInfo(name.strip()), name.strip()

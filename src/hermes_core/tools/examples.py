@@ -1,4 +1,5 @@
-"""The two example tools the CLI loads by default, so the demo does something real.
+"""The example tools the CLI loads by default (calculator, current_time, date_diff), so the demo
+does something real.
 
 Their descriptions are bilingual so that a model (and the offline demo model, which matches
 words) knows when a Chinese or an English message asks for them.
@@ -11,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from . import calculator, clock
-from .declare import tool
+from .declare import ToolError, tool
 
 
 @tool(name="calculator", level=0)
@@ -35,4 +36,17 @@ def current_time(
     return clock.now(timezone)
 
 
-TOOLS = [calculator_tool, current_time]
+@tool(name="date_diff", level=0, idempotent=True)
+def date_diff(
+    start: Annotated[str, Field(description="Start date or datetime, ISO format, e.g. 2024-05-01")],
+    end: Annotated[str, Field(description="End date or datetime, e.g. 2024-12-25T08:00:00+08:00")],
+) -> dict[str, int | float | str]:
+    """How many days (and seconds) lie between two dates, and the weekday of each; negative when end is earlier. Use it for any date arithmetic or weekday. 计算两个日期之间相差多少天、还有多久、过了多久，以及某天是星期几。"""  # noqa: E501
+    try:
+        span = clock.date_diff(start, end)
+        return {**span, "start_weekday": clock.weekday(start), "end_weekday": clock.weekday(end)}
+    except ValueError as exc:  # a wrong date is the model's to fix, not a crash
+        raise ToolError(str(exc)) from None
+
+
+TOOLS = [calculator_tool, current_time, date_diff]
