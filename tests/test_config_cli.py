@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -40,7 +41,7 @@ def test_yaml_then_environment(tmp_path: Path) -> None:
     assert (
         agent.max_turns == 4
         and agent.model == "from-env"
-        and agent.registry.names == ["calculator", "current_time", "clarify"]
+        and agent.registry.names == ["calculator", "current_time", "date_diff", "clarify"]
     )
 
 
@@ -129,7 +130,8 @@ def test_run_answers_arithmetic_through_the_calculator(message: str) -> None:
 def test_run_answers_time_questions_through_the_time_tool(message: str, marker: str) -> None:
     done = cli("run", message)
     assert done.returncode == 0, done.stderr
-    assert marker in done.stdout and "current_time" in done.stdout and "utc_offset" in done.stdout
+    assert marker in done.stdout and "current_time" in done.stdout and "UTC" in done.stdout
+    assert re.search(r"\d\d:\d\d:\d\d", done.stdout)  # the time, as a sentence (was the raw result)
 
 
 def test_run_without_a_model_explains_how_to_configure_one() -> None:

@@ -5,9 +5,14 @@ It is not a language model and never pretends to be one: every text reply starts
 model. What it can do is enough to show the loop working end to end without a network:
 
 1. After a tool result, it reports that result plainly, in the user's language.
-2. When the last user message clearly asks for one of the offered tools, it calls that tool,
+2. The obvious questions go to the right example tool (`route`), in Chinese and English:
+   arithmetic in digits and operators or words ("3 plus 4", "3加4", "6 乘以 7") → calculator;
+   today's date, the time now, today's weekday → current_time; the weekday of a date, the days
+   between two dates → date_diff. A date (2025-01-01, 2025/1/1, 2025年1月1日) is read as a date
+   first, so it never reaches the calculator as `2025-01-01`.
+3. Otherwise, when the message clearly asks for one of the offered tools, it calls that tool,
    filling the arguments from the message by the tool's JSON schema.
-3. Otherwise it explains what it is and how to set HERMES_BASE_URL, HERMES_MODEL, HERMES_API_KEY.
+4. Otherwise it says plainly what it can and cannot do, and how to configure a real model.
 
 "Clearly asks" is keyword overlap between the message and the tool's name and description,
 scored as follows; a tool is called when its score reaches `CALL_THRESHOLD` (2):
@@ -29,9 +34,11 @@ import inspect
 import json
 import re
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
 
 from ..messages import Message, ModelResponse, ToolCall, Usage
+from ..tools.clock import WEEKDAYS
 from .base import ModelClient, TextCallback
 
 CALL_THRESHOLD = 2
@@ -74,7 +81,8 @@ class OfflineModel(ModelClient):
         chinese = bool(_CJK.search(user_text))
         if messages and messages[-1].get("role") == "tool":
             return await self._reply(messages, _describe_tool_results(messages, chinese), on_text)
-        call = choose_tool_call(user_text, tools or [], call_id=f"offline_{_count_calls(messages) + 1}")
+        call_id = f"offline_{_count_calls(messages) + 1}"
+        call = route(user_text, tools or [], call_id) or choose_tool_call(_without_dates(user_text), tools or [], call_id)
         if call is None:
             return await self._reply(messages, _explain_offline(tools or [], chinese), on_text)
         usage = _estimate_usage(messages, call.arguments)
@@ -88,6 +96,95 @@ class OfflineModel(ModelClient):
                 await result
         usage = _estimate_usage(messages, text)
         return ModelResponse(content=text, usage=usage, model=self.name, finish_reason="stop")
+
+
+# --- the obvious questions ---------------------------------------------------------------------
+
+_ISO_DATE = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+_ZH_DATE = re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
+_WEEKDAY = re.compile(r"day of (?:the )?week|weekday|what day|which day|星期几|星期幾|周几|週幾|礼拜几|禮拜幾")
+_BETWEEN = re.compile(r"between|how many days|how long|days? (?:from|until|till|to)|相差|之间|之間|多少天|几天|幾天|间隔|間隔|相隔|距离|距離")  # noqa: E501
+_TIME_NOW = re.compile(r"\btime\b|几点|幾點|时间|時間|几时|幾時")
+_TODAY = re.compile(r"\btoday\b|\btoday's\b|今天|今日|几号|幾號|几月几|what(?:'s| is) the date|current date|date is it|what day is it")  # noqa: E501
+_ZONE = re.compile(r"\b(?:[A-Z][A-Za-z_-]+/[A-Za-z_+-]+(?:/[A-Za-z_-]+)?|UTC)\b")  # Asia/Shanghai, UTC
+_NUMBER_TEXT = r"\d+(?:\.\d+)?"
+_WORD_OPERATORS = {
+    "plus": "+", "add": "+", "minus": "-", "less": "-", "times": "*", "multiplied by": "*",
+    "divided by": "/", "over": "/", "加上": "+", "加": "+", "减去": "-", "减": "-", "減去": "-", "減": "-",
+    "乘以": "*", "乘": "*", "除以": "/", "除": "/",
+}  # fmt: skip
+_OPERATOR_WORDS = "|".join(sorted(map(re.escape, _WORD_OPERATORS), key=len, reverse=True))
+_WORD_EXPRESSION = re.compile(rf"{_NUMBER_TEXT}(?:\s*(?:{_OPERATOR_WORDS}|[-+*/×÷])\s*{_NUMBER_TEXT})+", re.I)
+_EN_NUMBERS = dict(zip("zero one two three four five six seven eight nine ten eleven twelve".split(), range(13)))
+_ZH_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9)))
+_ZH_NUMBER = re.compile(r"[零一二两三四五六七八九十]+")
+ZH_WEEKDAYS = ("星期一", "星期二", "星期三", "星期四", "星期五", "星期六", "星期日")
+
+
+def route(text: str, tools: list[dict[str, Any]], call_id: str = "offline_1") -> ToolCall | None:
+    """The call an obvious question needs (see the module docstring), or None; only offered tools."""
+    offered = {str((t.get("function") or t).get("name", "")): t.get("function") or t for t in tools}
+    dates = find_dates(text)
+    lower = text.lower()
+    arguments: dict[str, Any] | None = None
+    name = ""
+    if "date_diff" in offered and len(dates) >= 2:
+        name, arguments = "date_diff", {"start": dates[0], "end": dates[1]}
+    elif "date_diff" in offered and len(dates) == 1 and _WEEKDAY.search(lower):
+        name, arguments = "date_diff", {"start": dates[0], "end": dates[0]}
+    elif "current_time" in offered and not dates and (_TIME_NOW.search(lower) or _TODAY.search(lower)):
+        zone = _ZONE.search(text)
+        name, arguments = "current_time", {"timezone": zone.group()} if zone else {}
+    elif "calculator" in offered and not dates:
+        expression = extract_expression(text) or word_expression(text)
+        if expression is not None:
+            name, arguments = "calculator", {"expression": expression}
+    if arguments is None:
+        return None
+    return ToolCall(id=call_id, name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+
+
+def find_dates(text: str) -> list[str]:
+    """The calendar dates in the text, in order, as ISO `YYYY-MM-DD` (invalid ones skipped)."""
+    found = sorted(
+        [(m.start(), m.groups()) for m in _ISO_DATE.finditer(text)]
+        + [(m.start(), m.groups()) for m in _ZH_DATE.finditer(text)]
+    )
+    dates = []
+    for _, (year, month, day) in found:
+        try:
+            dates.append(date(int(year), int(month), int(day)).isoformat())
+        except ValueError:
+            continue
+    return dates
+
+
+def word_expression(text: str) -> str | None:
+    """Arithmetic written with words ("3 plus 4", "三加四", "6 乘以 7") as a calculator expression."""
+    text = _ZH_NUMBER.sub(lambda m: str(_zh_number(m.group())) if _zh_number(m.group()) is not None else m.group(), text)
+    text = re.sub(r"[a-z]+", lambda m: str(_EN_NUMBERS.get(m.group().lower(), m.group())), text, flags=re.I)
+    found = max((m.group() for m in _WORD_EXPRESSION.finditer(text)), key=len, default=None)
+    if found is None:
+        return None
+    operators = re.compile(rf"\s*({_OPERATOR_WORDS})\s*", re.I)
+    return operators.sub(lambda m: f" {_WORD_OPERATORS[m.group(1).lower()]} ", found).strip()
+
+
+def _zh_number(text: str) -> int | None:
+    """一 … 九十九 (and 两) as an int; None for anything longer or malformed."""
+    if all(char in _ZH_DIGITS for char in text) and len(text) == 1:
+        return _ZH_DIGITS[text]
+    tens, ten, ones = text.partition("十")
+    if not ten or len(tens) > 1 or len(ones) > 1:
+        return None
+    if (tens and tens not in _ZH_DIGITS) or (ones and ones not in _ZH_DIGITS):
+        return None
+    return (_ZH_DIGITS[tens] if tens else 1) * 10 + (_ZH_DIGITS[ones] if ones else 0)
+
+
+def _without_dates(text: str) -> str:
+    """The text with its dates blanked, so that `2025-01-01` is never taken for a subtraction."""
+    return _ZH_DATE.sub(" ", _ISO_DATE.sub(" ", text))
 
 
 # --- choosing a tool -------------------------------------------------------------------------
@@ -226,9 +323,13 @@ def _describe_tool_results(messages: list[Message], chinese: bool) -> str:
             break
         trailing.insert(0, message)
     lines = []
+    question = _last_user_text(messages)
     for message in trailing:
         tool = names.get(message.get("tool_call_id")) or message.get("name")
-        value, failed = _tool_value(_content_text(message.get("content")))
+        content = _content_text(message.get("content"))
+        value, failed = _tool_value(content)
+        if not failed:
+            value = _sentence(str(tool), content, question, chinese) or value
         if chinese:
             label = f"{tool} 工具" if tool else "工具"
             lines.append(f"{label}报告了错误：{value}" if failed else f"{label}返回：{value}")
@@ -236,6 +337,38 @@ def _describe_tool_results(messages: list[Message], chinese: bool) -> str:
             label = f"The {tool} tool" if tool else "The tool"
             lines.append(f"{label} reported an error: {value}" if failed else f"{label} returned: {value}")
     return (ZH_PREFIX if chinese else EN_PREFIX) + "\n".join(lines)
+
+
+def _sentence(tool: str, content: str, question: str, chinese: bool) -> str | None:
+    """A readable sentence for a current_time or date_diff result, or None (the plain value)."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if tool == "current_time" and {"date", "time", "weekday", "timezone"} <= data.keys():
+        day = _weekday(str(data["weekday"]), chinese)
+        zone = f"{data['timezone']}, UTC{data.get('utc_offset', '')}"
+        if _TIME_NOW.search(question.lower()):
+            if chinese:
+                return f"现在是 {data['time']}（{data['date']}，{day}，{zone}）"
+            return f"it is {data['time']} on {day}, {data['date']} ({zone})"
+        return f"今天是 {data['date']}，{day}（{zone}）" if chinese else f"today is {day}, {data['date']} ({zone})"
+    if tool == "date_diff" and "days" in data and "start_weekday" in data:
+        dates = find_dates(question) or ["?", "?"]
+        start, end = dates[0], dates[-1]
+        first, last = _weekday(str(data["start_weekday"]), chinese), _weekday(str(data["end_weekday"]), chinese)
+        if data["days"] == 0 and data.get("seconds") == 0:
+            return f"{start} 是{first}" if chinese else f"{start} is a {first}"
+        if chinese:
+            return f"从 {start}（{first}）到 {end}（{last}）相差 {data['days']} 天"
+        return f"from {start} ({first}) to {end} ({last}) is {data['days']} days"
+    return None
+
+
+def _weekday(english: str, chinese: bool) -> str:
+    return ZH_WEEKDAYS[WEEKDAYS.index(english)] if chinese and english in WEEKDAYS else english
 
 
 def _tool_value(content: str) -> tuple[str, bool]:
@@ -264,21 +397,26 @@ def _shorten(text: str, limit: int = 1000) -> str:
 
 
 def _explain_offline(tools: list[dict[str, Any]], chinese: bool) -> str:
+    """The fixed reply for what the demo cannot answer: what it can do, and how to get a real model."""
     names = ", ".join(str((tool.get("function") or {}).get("name", "")) for tool in tools) or None
     if chinese:
         offered = f"本次可用的工具：{names}。" if names else "本次没有提供任何工具。"
         return (
             f"{ZH_PREFIX}我是内置的离线演示模型，不是真正的大语言模型，无法回答一般问题。"
-            f"只有当消息明确要求使用示例工具时（例如“计算 (12+34)*2”或“现在几点”），我才会调用它们。{offered}"
-            "要使用真实模型，请设置环境变量 HERMES_BASE_URL、HERMES_MODEL 和 HERMES_API_KEY"
-            "（或使用 --base-url 和 --model 参数）。"
+            "我能做的只有：算术（例如“3加4”“(12+34)*2”）、今天的日期和现在的时间、某个日期是星期几、"
+            f"两个日期之间相差几天。{offered}"
+            "要使用真实模型，请设置 HERMES_PROVIDER（例如 deepseek、qwen、moonshot、zhipu、ollama）和它的 API 密钥，"
+            "或者设置环境变量 HERMES_BASE_URL、HERMES_MODEL 和 HERMES_API_KEY（或使用 --base-url 和 --model 参数），"
+            "然后运行 hermes-core doctor 检查。"
         )
     offered = f"Tools offered: {names}." if names else "No tools were offered."
     return (
         f"{EN_PREFIX}I am the built-in offline demo model, not a real language model, so I cannot answer "
-        "general questions. I only call the example tools when a message clearly asks for one "
-        f'(e.g. "calculate (12+34)*2" or "what time is it"). {offered} To use a real model, set '
-        "HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or pass --base-url and --model)."
+        'general questions. All I can do: arithmetic (e.g. "3 plus 4" or "(12+34)*2"), today\'s date and '
+        "the time now, the weekday of a date, and the days between two dates. "
+        f"{offered} To use a real model, set HERMES_PROVIDER (e.g. openai, deepseek, qwen, ollama) and its "
+        "API key, or HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or pass --base-url and --model), "
+        "then run hermes-core doctor to check it."
     )
 
 
