@@ -84,13 +84,14 @@ def test_everything_ok(
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN)
     code, lines, output = doctor(write_config(tmp_path, base_url=model.base_url, feishu=feishu), capsys)
     assert code == 0, output
-    names = ["configuration", "model endpoint", "feishu credentials", "feishu events", "webhook", "database"]
+    names = ["configuration", "model endpoint", "model tools", "feishu credentials", "feishu events", "webhook",
+             "database"]  # fmt: skip
     assert list(lines) == names
     assert all(line.startswith("OK ") for line in lines.values()), output
     assert "m1 at " + model.base_url in lines["model endpoint"]
     assert "bot hermes-bot (ou_bot)" in lines["feishu credentials"]
     assert str(tmp_path / "data" / "gateway.db") in lines["database"]
-    probe = model.requests[-1]
+    probe = model.requests[0]
     assert probe.body is not None and probe.body["max_tokens"] == 1 and probe.model == "m1"
     assert feishu.tokens_issued  # the credentials were really exchanged for a token
     assert MODEL_KEY not in output and APP_SECRET not in output and VERIFICATION_TOKEN not in output
@@ -186,7 +187,7 @@ def test_bad_configuration_skips_the_rest(tmp_path: Path, capsys: pytest.Capture
     code, lines, output = doctor(config, capsys)
     assert code == 1
     assert lines["configuration"].startswith("FAIL") and "model.api_key" in lines["configuration"]
-    assert [line.split()[0] for line in lines.values()] == ["FAIL", "SKIP", "SKIP", "SKIP", "SKIP", "SKIP"]
+    assert [line.split()[0] for line in lines.values()] == ["FAIL", "SKIP", "SKIP", "SKIP", "SKIP", "SKIP", "SKIP"]
     assert MODEL_KEY not in output
 
 

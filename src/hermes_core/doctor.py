@@ -2,6 +2,7 @@
 
     OK    configuration: deploy/config/prod.yaml and the environment; model qwen2.5, 2 tools
     FAIL  model endpoint: cannot get an answer from http://127.0.0.1:8000/v1 (…) — check HERMES_BASE_URL …
+    SKIP  model tools: the model endpoint did not answer
     SKIP  feishu credentials: not configured — set FEISHU_APP_ID and FEISHU_APP_SECRET to enable it
     OK    database: /var/lib/hermes-core/gateway.db is writable (41.2 GiB free)
 
@@ -9,7 +10,12 @@ The checks, in order (each returns a `Check`, none raises):
 
 - configuration: the YAML file and the environment load, the tools import, the log level is valid;
 - model endpoint: one tiny chat completion (max_tokens 1, no retry, at most 10 s) through the client
-  `serve` uses, so the endpoint answers, accepts the API key and knows the model;
+  `serve` uses, so the endpoint answers, accepts the API key (401/403: a FAIL naming the key's
+  variable) and knows the model (404 or "model not found": a FAIL naming the model and, when the
+  endpoint lists its models at GET /models, the closest names);
+- model tools: one request offering one tool (the calculator): does the model answer with native
+  tool calls, refuse `tools`, write the call as text (textcalls/ parsers), or not call it? And so
+  which `model.tool_mode` to use;
 - feishu credentials: a tenant token and the bot's profile are fetched with the app's credentials;
 - feishu events: webhook callbacks can be verified (a verification token or an Encrypt Key is set);
 - webhook: /webhook is not open to anyone: signed (HERMES_WEBHOOK_SECRET), or on a loopback
@@ -26,19 +32,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Literal
 
-from .config import ConfigError, Settings, build_agent, load_settings
+from .config import ConfigError, Settings, build_agent, load_settings, model_endpoint
+from .models.providers import Endpoint, without_credentials
 from .redaction import Redactor
 
 PROBE_TIMEOUT = 10.0  # seconds: a doctor should answer quickly even when a host does not
@@ -62,8 +70,11 @@ class Check:
 def run_doctor(args: argparse.Namespace) -> int:
     """Run every check, print one line each and a summary; 1 if any check failed."""
     checks = asyncio.run(
-        diagnose(args.config, model=args.model, base_url=args.base_url, log_level=args.log_level)
-    )
+        diagnose(
+            args.config, model=args.model, base_url=args.base_url, log_level=args.log_level,
+            provider=getattr(args, "provider", None),
+        )
+    )  # fmt: skip
     redactor = Redactor.from_environment()  # built after load_settings has read `.env`
     for check in checks:
         print(redactor.redact(check.line()))
@@ -81,15 +92,20 @@ async def diagnose(
     model: str | None = None,
     base_url: str | None = None,
     log_level: str | None = None,
+    provider: str | None = None,
 ) -> list[Check]:
     """Every check, in order; the others are skipped when the configuration does not load."""
-    settings, configuration = check_configuration(config, model=model, base_url=base_url, log_level=log_level)
+    settings, configuration = check_configuration(
+        config, model=model, base_url=base_url, log_level=log_level, provider=provider
+    )
     if settings is None:
-        names = ("model endpoint", "feishu credentials", "feishu events", "webhook", "database")
+        names = ("model endpoint", "model tools", "feishu credentials", "feishu events", "webhook", "database")
         return [configuration, *(Check("SKIP", name, "the configuration did not load") for name in names)]
+    endpoint = await check_model(settings)
     checks = [
         configuration,
-        await check_model(settings),
+        endpoint,
+        await check_model_tools(settings) if endpoint.status == "OK" else _tools_skipped(endpoint),
         await check_feishu_credentials(settings),
         check_feishu_events(settings),
         check_webhook(settings),
@@ -101,60 +117,167 @@ async def diagnose(
 
 
 def check_configuration(
-    config: str | None, *, model: str | None, base_url: str | None, log_level: str | None
+    config: str | None,
+    *,
+    model: str | None,
+    base_url: str | None,
+    log_level: str | None,
+    provider: str | None = None,
 ) -> tuple[Settings | None, Check]:
     """Load the settings the way `serve` does; the command-line overrides apply."""
-    from .cli import configure_logging
+    from .cli import configure_logging, offered_tools
 
     source = f"{config} and the environment" if config else "defaults and the environment (no --config)"
     try:
         settings = load_settings(config)  # reads `.env` first
         configure_logging(log_level or os.environ.get("HERMES_LOG_LEVEL"), "doctor")
+        settings.model.provider = provider or settings.model.provider
         settings.model.name = model or settings.model.name
         settings.model.base_url = base_url or settings.model.base_url
         agent = build_agent(settings)
+        endpoint = model_endpoint(settings)
     except (ConfigError, ValueError, TypeError) as exc:
         where = config or "the environment (HERMES_* variables, .env)"
         return None, Check("FAIL", "configuration", str(exc), f"correct it in {where} and run doctor again")
     if not logging.getLogger().handlers:  # no log level asked for: library warnings would repeat the lines
         logging.getLogger("hermes_core").addHandler(logging.NullHandler())
-    tools = len(agent.registry.names)
-    model_text = f"model {settings.model.name}" if settings.model.base_url else "offline demo model"
+    tools = len(offered_tools(agent).names)  # as serve offers them
+    model_text = f"model {endpoint.model}" if endpoint else "offline demo model"
+    if endpoint and endpoint.provider:
+        model_text += f" (provider {endpoint.provider})"
     return settings, Check("OK", "configuration", f"{source}; {model_text}, {tools} tools")
 
 
 async def check_model(settings: Settings) -> Check:
     """One chat completion of at most one token, without retries or fallback models."""
     from .models.base import ModelRequestRejected, ModelUnavailable
-    from .models.openai_compat import OpenAICompatClient
-    from .models.settings import ModelSettings
 
-    name, url, model = "model endpoint", settings.model.base_url, settings.model.name
-    if not url:
-        fix = "set HERMES_BASE_URL and HERMES_MODEL (or model.base_url and model.name) to use a real model"
-        return Check("SKIP", name, "no endpoint configured: the offline demo model answers", fix)
-    shown = _without_credentials(url)
-    if not model:
-        return Check("FAIL", name, f"{shown} is set but no model name", "set HERMES_MODEL or model.name")
-    probe = ModelSettings(
-        model=model, base_url=url, api_key=os.environ.get("HERMES_API_KEY") or None, max_tokens=1,
-        timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_retries=0,
-    )  # fmt: skip
-    client = OpenAICompatClient(probe)
+    name, endpoint = "model endpoint", model_endpoint(settings)  # the configuration check resolved it
+    if endpoint is None:
+        fix = (
+            "set HERMES_PROVIDER (openai, deepseek, qwen, moonshot, zhipu, siliconflow, openrouter, ollama, "
+            "vllm, llamacpp, lmstudio) and its API key, or HERMES_BASE_URL and HERMES_MODEL, to use a real model"
+        )
+        return Check("SKIP", name, "no model configured: the offline demo model answers", fix)
+    shown, model = without_credentials(endpoint.base_url), endpoint.model
+    client = _probe_client(settings, endpoint, max_tokens=1)
     started = time.monotonic()
     try:
         await client.complete([{"role": "user", "content": "ping"}])
     except ModelRequestRejected as exc:
-        detail = f"{shown} refused the request for {model} (HTTP {exc.status}: {exc})"
-        return Check("FAIL", name, detail, _rejection_fix(exc.status))
+        return await _rejected(endpoint, exc)
     except ModelUnavailable as exc:
         reason = str(exc).removeprefix(MODEL_UNAVAILABLE_PREFIX).removeprefix(f"{model}: ")
-        fix = "check HERMES_BASE_URL (or model.base_url) and that the server runs and is reachable from here"
+        where = "model.base_url or the provider" if endpoint.provider else "HERMES_BASE_URL (or model.base_url)"
+        fix = f"check {where} and that the server runs and is reachable from here"
         return Check("FAIL", name, f"cannot get an answer from {shown} ({reason})", fix)
     finally:
         await client.aclose()
     elapsed = (time.monotonic() - started) * 1000
     return Check("OK", name, f"{model} at {shown} answered in {elapsed:.0f} ms")
+
+
+async def _rejected(endpoint: Endpoint, exc: Any) -> Check:
+    """The FAIL line for a refused probe: the key's variable, or the model and the closest names."""
+    name, shown, model = "model endpoint", without_credentials(endpoint.base_url), endpoint.model
+    detail = f"{shown} refused the request for {model} (HTTP {exc.status}: {exc})"
+    if exc.status in (401, 403):
+        key = endpoint.key_env or "HERMES_API_KEY"
+        state = "is not set" if not endpoint.api_key else "was refused"
+        return Check("FAIL", name, f"{shown} refused the API key for {model} ({key} {state}; HTTP {exc.status})",
+                     f"set {key} to a key this endpoint accepts")  # fmt: skip
+    if exc.status == 404 or _MODEL_NOT_FOUND.search(str(exc)):
+        listed = await list_models(endpoint)
+        fix = "set HERMES_MODEL (model.name, --model) to a model this endpoint serves"
+        if listed:
+            closest = difflib.get_close_matches(model, listed, n=3, cutoff=0.3) or listed[:3]
+            fix += f"; closest it lists: {', '.join(closest)}"
+        else:
+            fix += ", and check the /v1 part of the base URL"
+        return Check("FAIL", name, f"{shown} does not know the model {model!r} (HTTP {exc.status}: {exc})", fix)
+    return Check("FAIL", name, detail, "check model.name, model.base_url and the endpoint's documentation")
+
+
+_MODEL_NOT_FOUND = re.compile(r"model[^.]{0,80}(not (?:be )?found|does not exist|not exist|unknown|not supported)|"
+                              r"(unknown|invalid|no such) model", re.I)  # fmt: skip
+
+
+async def list_models(endpoint: Endpoint) -> list[str]:
+    """The model ids GET <base_url>/models lists, or [] when it does not answer with a list."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    url = endpoint.base_url.rstrip("/") + "/models"
+    try:
+        timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, headers=headers) as response:
+            data = await response.json(content_type=None) if response.status == 200 else None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return []
+    entries = data.get("data") if isinstance(data, dict) else None
+    return [str(e["id"]) for e in entries or [] if isinstance(e, dict) and e.get("id")]
+
+
+async def check_model_tools(settings: Settings) -> Check:
+    """Offer one tool and see how the model calls it; say which `model.tool_mode` fits."""
+    from .models.base import ModelError, ModelRequestRejected
+    from .models.text_tools import TextToolCalls, _refuses_tools
+    from .textcalls import parse_text_calls
+    from .tools.examples import calculator_tool
+
+    name, endpoint, mode = "model tools", model_endpoint(settings), settings.model.tool_mode
+    assert endpoint is not None  # only run after the endpoint answered
+    inner = _probe_client(settings, endpoint, max_tokens=256)
+    client = TextToolCalls(inner, mode="text") if mode == "text" else inner
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant. Use the tools you are given."},
+        {"role": "user", "content": "What is 6 times 7? Use the calculator tool to compute it."},
+    ]
+    try:
+        response = await client.complete(messages, [calculator_tool.schema()])
+    except ModelRequestRejected as exc:
+        if not _refuses_tools(exc):
+            return Check("FAIL", name, f"the tool request was refused (HTTP {exc.status}: {exc})")
+        detail = f"the endpoint refuses the `tools` parameter (HTTP {exc.status}: {exc})"
+        status: Literal["OK", "FAIL"] = "FAIL" if mode == "native" else "OK"
+        return Check(status, name, detail, "use model.tool_mode: text (tools described in the prompt)")
+    except ModelError as exc:
+        return Check("FAIL", name, f"no answer to the tool request ({exc})", "run doctor again")
+    finally:
+        await client.aclose()
+    if mode == "text":
+        if response.tool_calls:
+            return Check("OK", name, "text mode: the call came back as <tool_call> text and was read; "
+                         "model.tool_mode: text is right")  # fmt: skip
+        return Check("FAIL", name, "text mode: the model answered without calling the tool",
+                     "try model.tool_mode: native, or a model that follows tool instructions")  # fmt: skip
+    if response.tool_calls:
+        return Check("OK", name, f"native tool calls ({response.tool_calls[0].name}); model.tool_mode: "
+                     f"{mode} works (native or auto)")  # fmt: skip
+    parsed = parse_text_calls(response.content or "")
+    if parsed.calls:
+        detail = f"the model writes tool calls as text ({parsed.calls[0].format} format), not native tool_calls"
+        fix = "set model.tool_mode: text" + ("" if mode == "auto" else " (native still reads them, but text fits)")
+        return Check("OK", name, detail + ("; auto switches to text on the first one" if mode == "auto" else ""), fix)
+    return Check("FAIL", name, "the model answered without calling the offered tool",
+                 "set model.tool_mode: text and run doctor again, or use a model with tool calling")  # fmt: skip
+
+
+def _tools_skipped(endpoint: Check) -> Check:
+    reason = "no model configured" if endpoint.status == "SKIP" else "the model endpoint did not answer"
+    return Check("SKIP", "model tools", reason)
+
+
+def _probe_client(settings: Settings, endpoint: Endpoint, *, max_tokens: int) -> Any:
+    """The client serve would use for this endpoint, without retries or fallbacks, at most 10 s."""
+    from .models.openai_compat import OpenAICompatClient
+    from .models.settings import ModelSettings
+
+    probe = ModelSettings(
+        model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, max_tokens=max_tokens,
+        timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_retries=0,
+    )  # fmt: skip
+    return OpenAICompatClient(probe)
 
 
 async def check_feishu_credentials(settings: Settings) -> Check:
@@ -270,27 +393,9 @@ def _start_write(database: Path) -> None:
         db.close()
 
 
-def _rejection_fix(status: int) -> str:
-    if status in (401, 403):
-        return "set HERMES_API_KEY to a key this endpoint accepts"
-    if status == 404:
-        return "check HERMES_MODEL (the endpoint does not know it), and the /v1 part of HERMES_BASE_URL"
-    return "check model.name, model.base_url and the endpoint's documentation"
-
-
 def _feishu_fix(exc: Exception, base_url: str) -> str:
     if not getattr(exc, "permanent", False):
         return f"check FEISHU_BASE_URL ({base_url}) and that this machine can reach it"
     if "credentials" in str(exc):
         return "set FEISHU_APP_ID and FEISHU_APP_SECRET to the values on the app's Credentials page"
     return "enable the bot capability of the app in the developer console, then publish a version"
-
-
-def _without_credentials(url: str) -> str:
-    """`url` without any `user:password@` part."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -167,6 +167,10 @@ class FakeOpenAIServer:
     - ``models``: if set, any other requested model gets 404 ``model_not_found``.
     - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
     - ``reject_tools``: answer 400 "tools is not supported" when a request has ``tools``.
+    - ``text_tool_calls``: the default reply writes its tool call as text, ``<tool_call>{"name": …,
+      "arguments": …}</tool_call>`` in the content, as a local model served without a tool-call
+      parser does; it also calls the first tool of a ``<tools>`` block in the system prompt (how
+      text mode offers tools) when the request has no ``tools``.
     - ``omit_call_ids``: send tool calls without an ``id`` (as some local servers and proxies do).
     - ``unavailable``: models that always answer 503 (an overloaded primary, to test fallbacks).
     - ``record_requests``: keep every request in ``requests`` (turn off for long benchmarks).
@@ -203,6 +207,7 @@ class FakeOpenAIServer:
         self.models = models
         self.api_key = api_key
         self.reject_tools = reject_tools
+        self.text_tool_calls = False
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
         self.omit_call_ids = False
@@ -259,8 +264,13 @@ class FakeOpenAIServer:
             content = last.get("content")
             text = content if isinstance(content, str) else json.dumps(content)
             return FakeReply.text("done: " + text[:200])
-        if request.tools:
-            name = request.tools[0].get("function", {}).get("name", "tool")
+        name = request.tools[0].get("function", {}).get("name", "tool") if request.tools else None
+        if self.text_tool_calls:
+            name = name or _prompt_tool(request.messages)
+            if name is not None:
+                call = json.dumps({"name": name, "arguments": dict(self.default_tool_args)})
+                return FakeReply.text(f"<tool_call>\n{call}\n</tool_call>")
+        if name is not None:
             return FakeReply.tool_call(name, dict(self.default_tool_args))
         return FakeReply.text("hello")
 
@@ -442,6 +452,24 @@ class FakeOpenAIServer:
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
             "usage": reply.usage or _estimate_usage(record, reply.content, calls),
         }
+
+
+def _prompt_tool(messages: list[dict[str, Any]]) -> str | None:
+    """The name of the first tool in a system message's ``<tools>`` block (one JSON per line)."""
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") != "system" or not isinstance(content, str) or "<tools>" not in content:
+            continue
+        block = content.split("<tools>", 1)[1].split("</tools>", 1)[0]
+        for line in block.splitlines():
+            try:
+                tool = json.loads(line)
+            except ValueError:
+                continue
+            name = (tool.get("function") or tool).get("name") if isinstance(tool, dict) else None
+            if isinstance(name, str):
+                return name
+    return None
 
 
 def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
