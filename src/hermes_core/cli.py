@@ -142,6 +142,8 @@ def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
     model.provider = getattr(args, "provider", None) or model.provider
     model.name = args.model or model.name
     model.base_url = args.base_url or model.base_url
+    if getattr(args, "models", None) and model.base_url and not model.name:  # bench --models m1,m2
+        model.name = args.models.split(",")[0].strip() or None
 
 
 def announce_model(settings: Any) -> None:

@@ -28,6 +28,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import signal
 import threading
 import time
@@ -460,8 +461,8 @@ def _prompt_tool(messages: list[dict[str, Any]]) -> str | None:
         content = message.get("content") if isinstance(message, dict) else None
         if message.get("role") != "system" or not isinstance(content, str) or "<tools>" not in content:
             continue
-        block = content.split("<tools>", 1)[1].split("</tools>", 1)[0]
-        for line in block.splitlines():
+        block = re.search(r"<tools>\n(.*?)\n</tools>", content, re.S)
+        for line in block.group(1).splitlines() if block else []:
             try:
                 tool = json.loads(line)
             except ValueError:
