@@ -84,8 +84,8 @@ def test_everything_ok(
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", VERIFICATION_TOKEN)
     code, lines, output = doctor(write_config(tmp_path, base_url=model.base_url, feishu=feishu), capsys)
     assert code == 0, output
-    names = ["configuration", "model endpoint", "model tools", "feishu credentials", "feishu events", "webhook",
-             "database"]  # fmt: skip
+    names = ["configuration", "model endpoint", "model tools", "feishu credentials", "feishu events"]
+    names += ["webhook", "database"]
     assert list(lines) == names
     assert all(line.startswith("OK ") for line in lines.values()), output
     assert "m1 at " + model.base_url in lines["model endpoint"]
@@ -187,7 +187,15 @@ def test_bad_configuration_skips_the_rest(tmp_path: Path, capsys: pytest.Capture
     code, lines, output = doctor(config, capsys)
     assert code == 1
     assert lines["configuration"].startswith("FAIL") and "model.api_key" in lines["configuration"]
-    assert [line.split()[0] for line in lines.values()] == ["FAIL", "SKIP", "SKIP", "SKIP", "SKIP", "SKIP", "SKIP"]
+    assert [line.split()[0] for line in lines.values()] == [
+        "FAIL",
+        "SKIP",
+        "SKIP",
+        "SKIP",
+        "SKIP",
+        "SKIP",
+        "SKIP",
+    ]
     assert MODEL_KEY not in output
 
 

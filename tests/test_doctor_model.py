@@ -90,14 +90,18 @@ def test_native_tool_calls_say_native_works(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "status"), [("auto", "OK"), ("native", "FAIL")])
-def test_an_endpoint_that_refuses_tools_is_told_to_use_text_mode(mode: str, status: str, tmp_path: Path) -> None:
+def test_an_endpoint_that_refuses_tools_is_told_to_use_text_mode(
+    mode: str, status: str, tmp_path: Path
+) -> None:
     """Attack: an endpoint that answers 400 to any `tools` parameter (a server without tool support).
     doctor says to use tool_mode text; with tool_mode native every tool request would fail: FAIL."""
     with FakeOpenAIServer(models=["m1"], reject_tools=True) as fake:
         config = f"model:\n  name: m1\n  base_url: {fake.base_url}\n  tool_mode: {mode}\n"
         code, lines, output = doctor({}, tmp_path, config)
     line = lines["model tools"]
-    assert line.startswith(status) and "refuses the `tools` parameter" in line and "tool_mode: text" in line, output
+    assert (
+        line.startswith(status) and "refuses the `tools` parameter" in line and "tool_mode: text" in line
+    ), output
     assert lines["model endpoint"].startswith("OK")
     assert code == (1 if status == "FAIL" else 0)
 

@@ -63,7 +63,11 @@ def test_arithmetic_in_words(tmp_path: Path) -> None:
     """Reported: "What is 3 plus 4?" answered "I am the offline demo". Now the calculator: 7."""
     result = run("What is 3 plus 4?", tmp_path)
     assert result["tool_calls"] == [
-        {"name": "calculator", "arguments": {"expression": "3 + 4"}, "result": '{"expression": "3 + 4", "result": 7}'}
+        {
+            "name": "calculator",
+            "arguments": {"expression": "3 + 4"},
+            "result": '{"expression": "3 + 4", "result": 7}',
+        }
     ]
     assert result["reply"] == "[offline demo model] The calculator tool returned: 7"
 

@@ -26,7 +26,9 @@ CLEAN_ENV = {
 SECRET = "sk-provider-test-key-0123456789abcdef"
 
 
-def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hermes_core", *args], capture_output=True, text=True, timeout=60,
         env={**CLEAN_ENV, **(env or {})}, cwd=cwd,

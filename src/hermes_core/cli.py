@@ -23,12 +23,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hermes-core",
         description="A small Hermes-style agent: the model decides, code runs the tools.",
         epilog="With no model configured, a built-in offline demo model answers. Configure one with a "
-        "provider preset (HERMES_PROVIDER or --provider: openai, deepseek, qwen, moonshot, zhipu, siliconflow, "
+        "provider preset (HERMES_PROVIDER or --provider: openai, deepseek, qwen, moonshot, zhipu, "
+        "siliconflow, "
         "openrouter, ollama, vllm, llamacpp, lmstudio) and its key variable, or with HERMES_BASE_URL, "
         "HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); `hermes-core doctor` checks it.",
     )
     parser.add_argument("--config", help="YAML configuration file")
-    parser.add_argument("--provider", help="provider preset, e.g. deepseek, qwen, ollama (overrides configuration)")
+    parser.add_argument(
+        "--provider", help="provider preset, e.g. deepseek, qwen, ollama (overrides configuration)"
+    )
     parser.add_argument("--model", help="model name (overrides configuration)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(

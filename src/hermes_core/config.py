@@ -272,7 +272,8 @@ def build_agent(settings: Settings, **overrides: Any) -> Any:
     endpoint = model_endpoint(settings) if given is None or isinstance(given, str) else None
     options: dict[str, Any] = dict(
         model=endpoint.model if endpoint else None, base_url=endpoint.base_url if endpoint else None,
-        api_key=endpoint.api_key if endpoint else None, temperature=m.temperature, max_tokens=m.max_tokens, top_p=m.top_p,
+        api_key=endpoint.api_key if endpoint else None, temperature=m.temperature,
+        max_tokens=m.max_tokens, top_p=m.top_p,
         timeout=m.timeout, response_format=m.response_format, stream=m.stream, max_retries=m.max_retries,
         fallback_models=m.fallback, max_concurrency=m.max_concurrency,
         requests_per_second=m.requests_per_second, tool_mode=m.tool_mode,

@@ -99,7 +99,14 @@ async def diagnose(
         config, model=model, base_url=base_url, log_level=log_level, provider=provider
     )
     if settings is None:
-        names = ("model endpoint", "model tools", "feishu credentials", "feishu events", "webhook", "database")
+        names = (
+            "model endpoint",
+            "model tools",
+            "feishu credentials",
+            "feishu events",
+            "webhook",
+            "database",
+        )
         return [configuration, *(Check("SKIP", name, "the configuration did not load") for name in names)]
     endpoint = await check_model(settings)
     checks = [
@@ -156,7 +163,8 @@ async def check_model(settings: Settings) -> Check:
     if endpoint is None:
         fix = (
             "set HERMES_PROVIDER (openai, deepseek, qwen, moonshot, zhipu, siliconflow, openrouter, ollama, "
-            "vllm, llamacpp, lmstudio) and its API key, or HERMES_BASE_URL and HERMES_MODEL, to use a real model"
+            "vllm, llamacpp, lmstudio) and its API key, or HERMES_BASE_URL and HERMES_MODEL, to use a real "
+            "model"
         )
         return Check("SKIP", name, "no model configured: the offline demo model answers", fix)
     shown, model = without_credentials(endpoint.base_url), endpoint.model
@@ -168,7 +176,9 @@ async def check_model(settings: Settings) -> Check:
         return await _rejected(endpoint, exc)
     except ModelUnavailable as exc:
         reason = str(exc).removeprefix(MODEL_UNAVAILABLE_PREFIX).removeprefix(f"{model}: ")
-        where = "model.base_url or the provider" if endpoint.provider else "HERMES_BASE_URL (or model.base_url)"
+        where = (
+            "model.base_url or the provider" if endpoint.provider else "HERMES_BASE_URL (or model.base_url)"
+        )
         fix = f"check {where} and that the server runs and is reachable from here"
         return Check("FAIL", name, f"cannot get an answer from {shown} ({reason})", fix)
     finally:
@@ -184,7 +194,8 @@ async def _rejected(endpoint: Endpoint, exc: Any) -> Check:
     if exc.status in (401, 403):
         key = endpoint.key_env or "HERMES_API_KEY"
         state = "is not set" if not endpoint.api_key else "was refused"
-        return Check("FAIL", name, f"{shown} refused the API key for {model} ({key} {state}; HTTP {exc.status})",
+        detail = f"{shown} refused the API key for {model} ({key} {state}; HTTP {exc.status})"
+        return Check("FAIL", name, detail,
                      f"set {key} to a key this endpoint accepts")  # fmt: skip
     if exc.status == 404 or _MODEL_NOT_FOUND.search(str(exc)):
         listed = await list_models(endpoint)
@@ -194,11 +205,13 @@ async def _rejected(endpoint: Endpoint, exc: Any) -> Check:
             fix += f"; closest it lists: {', '.join(closest)}"
         else:
             fix += ", and check the /v1 part of the base URL"
-        return Check("FAIL", name, f"{shown} does not know the model {model!r} (HTTP {exc.status}: {exc})", fix)
+        return Check(
+            "FAIL", name, f"{shown} does not know the model {model!r} (HTTP {exc.status}: {exc})", fix
+        )
     return Check("FAIL", name, detail, "check model.name, model.base_url and the endpoint's documentation")
 
 
-_MODEL_NOT_FOUND = re.compile(r"model[^.]{0,80}(not (?:be )?found|does not exist|not exist|unknown|not supported)|"
+_MODEL_NOT_FOUND = re.compile(r"model[^.]{0,80}(not (?:be )?found|does not exist|not exist|unknown)|"
                               r"(unknown|invalid|no such) model", re.I)  # fmt: skip
 
 
@@ -210,7 +223,10 @@ async def list_models(endpoint: Endpoint) -> list[str]:
     url = endpoint.base_url.rstrip("/") + "/models"
     try:
         timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url, headers=headers) as response:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, headers=headers) as response,
+        ):
             data = await response.json(content_type=None) if response.status == 200 else None
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
         return []
@@ -256,11 +272,17 @@ async def check_model_tools(settings: Settings) -> Check:
                      f"{mode} works (native or auto)")  # fmt: skip
     parsed = parse_text_calls(response.content or "")
     if parsed.calls:
-        detail = f"the model writes tool calls as text ({parsed.calls[0].format} format), not native tool_calls"
-        fix = "set model.tool_mode: text" + ("" if mode == "auto" else " (native still reads them, but text fits)")
-        return Check("OK", name, detail + ("; auto switches to text on the first one" if mode == "auto" else ""), fix)
+        detail = (
+            f"the model writes tool calls as text ({parsed.calls[0].format} format), not native tool_calls"
+        )
+        fix = "set model.tool_mode: text" + (
+            "" if mode == "auto" else " (native still reads them, but text fits)"
+        )
+        return Check(
+            "OK", name, detail + ("; auto switches to text on the first one" if mode == "auto" else ""), fix
+        )
     return Check("FAIL", name, "the model answered without calling the offered tool",
-                 "set model.tool_mode: text and run doctor again, or use a model with tool calling")  # fmt: skip
+                 "set model.tool_mode: text and run doctor again, or use a tool-calling model")  # fmt: skip
 
 
 def _tools_skipped(endpoint: Check) -> Check:

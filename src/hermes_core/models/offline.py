@@ -82,7 +82,9 @@ class OfflineModel(ModelClient):
         if messages and messages[-1].get("role") == "tool":
             return await self._reply(messages, _describe_tool_results(messages, chinese), on_text)
         call_id = f"offline_{_count_calls(messages) + 1}"
-        call = route(user_text, tools or [], call_id) or choose_tool_call(_without_dates(user_text), tools or [], call_id)
+        call = route(user_text, tools or [], call_id) or choose_tool_call(
+            _without_dates(user_text), tools or [], call_id
+        )
         if call is None:
             return await self._reply(messages, _explain_offline(tools or [], chinese), on_text)
         usage = _estimate_usage(messages, call.arguments)
@@ -102,10 +104,18 @@ class OfflineModel(ModelClient):
 
 _ISO_DATE = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
 _ZH_DATE = re.compile(r"(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
-_WEEKDAY = re.compile(r"day of (?:the )?week|weekday|what day|which day|星期几|星期幾|周几|週幾|礼拜几|禮拜幾")
-_BETWEEN = re.compile(r"between|how many days|how long|days? (?:from|until|till|to)|相差|之间|之間|多少天|几天|幾天|间隔|間隔|相隔|距离|距離")  # noqa: E501
+_WEEKDAY = re.compile(
+    r"day of (?:the )?week|weekday|what day|which day|星期几|星期幾|周几|週幾|礼拜几|禮拜幾"
+)
+_BETWEEN = re.compile(
+    r"between|how many days|how long|days? (?:from|until|till|to)|"
+    r"相差|之间|之間|多少天|几天|幾天|间隔|間隔|相隔|距离|距離"
+)  # noqa: E501
 _TIME_NOW = re.compile(r"\btime\b|几点|幾點|时间|時間|几时|幾時")
-_TODAY = re.compile(r"\btoday\b|\btoday's\b|今天|今日|几号|幾號|几月几|what(?:'s| is) the date|current date|date is it|what day is it")  # noqa: E501
+_TODAY = re.compile(
+    r"\btoday\b|\btoday's\b|今天|今日|几号|幾號|几月几|"
+    r"what(?:'s| is) the date|current date|date is it|what day is it"
+)  # noqa: E501
 _ZONE = re.compile(r"\b(?:[A-Z][A-Za-z_-]+/[A-Za-z_+-]+(?:/[A-Za-z_-]+)?|UTC)\b")  # Asia/Shanghai, UTC
 _NUMBER_TEXT = r"\d+(?:\.\d+)?"
 _WORD_OPERATORS = {
@@ -115,8 +125,10 @@ _WORD_OPERATORS = {
 }  # fmt: skip
 _OPERATOR_WORDS = "|".join(sorted(map(re.escape, _WORD_OPERATORS), key=len, reverse=True))
 _WORD_EXPRESSION = re.compile(rf"{_NUMBER_TEXT}(?:\s*(?:{_OPERATOR_WORDS}|[-+*/×÷])\s*{_NUMBER_TEXT})+", re.I)
-_EN_NUMBERS = dict(zip("zero one two three four five six seven eight nine ten eleven twelve".split(), range(13)))
-_ZH_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9)))
+_EN_NUMBERS = dict(
+    zip("zero one two three four five six seven eight nine ten eleven twelve".split(), range(13), strict=True)
+)
+_ZH_DIGITS = dict(zip("零一二两三四五六七八九", (0, 1, 2, 2, 3, 4, 5, 6, 7, 8, 9), strict=True))
 _ZH_NUMBER = re.compile(r"[零一二两三四五六七八九十]+")
 ZH_WEEKDAYS = ("星期一", "星期二", "星期三", "星期四", "星期五", "星期六", "星期日")
 
@@ -161,7 +173,9 @@ def find_dates(text: str) -> list[str]:
 
 def word_expression(text: str) -> str | None:
     """Arithmetic written with words ("3 plus 4", "三加四", "6 乘以 7") as a calculator expression."""
-    text = _ZH_NUMBER.sub(lambda m: str(_zh_number(m.group())) if _zh_number(m.group()) is not None else m.group(), text)
+    text = _ZH_NUMBER.sub(
+        lambda m: str(_zh_number(m.group())) if _zh_number(m.group()) is not None else m.group(), text
+    )
     text = re.sub(r"[a-z]+", lambda m: str(_EN_NUMBERS.get(m.group().lower(), m.group())), text, flags=re.I)
     found = max((m.group() for m in _WORD_EXPRESSION.finditer(text)), key=len, default=None)
     if found is None:
@@ -354,11 +368,18 @@ def _sentence(tool: str, content: str, question: str, chinese: bool) -> str | No
             if chinese:
                 return f"现在是 {data['time']}（{data['date']}，{day}，{zone}）"
             return f"it is {data['time']} on {day}, {data['date']} ({zone})"
-        return f"今天是 {data['date']}，{day}（{zone}）" if chinese else f"today is {day}, {data['date']} ({zone})"
+        return (
+            f"今天是 {data['date']}，{day}（{zone}）"
+            if chinese
+            else f"today is {day}, {data['date']} ({zone})"
+        )
     if tool == "date_diff" and "days" in data and "start_weekday" in data:
         dates = find_dates(question) or ["?", "?"]
         start, end = dates[0], dates[-1]
-        first, last = _weekday(str(data["start_weekday"]), chinese), _weekday(str(data["end_weekday"]), chinese)
+        first, last = (
+            _weekday(str(data["start_weekday"]), chinese),
+            _weekday(str(data["end_weekday"]), chinese),
+        )
         if data["days"] == 0 and data.get("seconds") == 0:
             return f"{start} 是{first}" if chinese else f"{start} is a {first}"
         if chinese:
@@ -405,8 +426,9 @@ def _explain_offline(tools: list[dict[str, Any]], chinese: bool) -> str:
             f"{ZH_PREFIX}我是内置的离线演示模型，不是真正的大语言模型，无法回答一般问题。"
             "我能做的只有：算术（例如“3加4”“(12+34)*2”）、今天的日期和现在的时间、某个日期是星期几、"
             f"两个日期之间相差几天。{offered}"
-            "要使用真实模型，请设置 HERMES_PROVIDER（例如 deepseek、qwen、moonshot、zhipu、ollama）和它的 API 密钥，"
-            "或者设置环境变量 HERMES_BASE_URL、HERMES_MODEL 和 HERMES_API_KEY（或使用 --base-url 和 --model 参数），"
+            "要使用真实模型，请设置 HERMES_PROVIDER（例如 deepseek、qwen、moonshot、zhipu、ollama）"
+            "和它的 API 密钥，或者设置环境变量 HERMES_BASE_URL、HERMES_MODEL 和 HERMES_API_KEY"
+            "（或使用 --base-url 和 --model 参数），"
             "然后运行 hermes-core doctor 检查。"
         )
     offered = f"Tools offered: {names}." if names else "No tools were offered."

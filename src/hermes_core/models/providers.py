@@ -110,7 +110,9 @@ def find_provider(name: str) -> Provider:
     """The preset called `name` (or one of its aliases, any case); EndpointError listing them all."""
     found = _BY_NAME.get(name.strip().lower())
     if found is None:
-        raise EndpointError(f"model.provider: no provider is named {name!r}; choose one of {', '.join(names())}")
+        raise EndpointError(
+            f"model.provider: no provider is named {name!r}; choose one of {', '.join(names())}"
+        )
     return found
 
 
@@ -147,7 +149,9 @@ def resolve_endpoint(
     return Endpoint(name, base_url, None, GENERIC_KEY, key)
 
 
-def _from_preset(preset: Provider, name: str | None, base_url: str | None, env: Mapping[str, str]) -> Endpoint:
+def _from_preset(
+    preset: Provider, name: str | None, base_url: str | None, env: Mapping[str, str]
+) -> Endpoint:
     model = name or preset.model
     if not model:
         raise EndpointError(

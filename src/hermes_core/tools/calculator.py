@@ -176,7 +176,9 @@ def _check_leading_zeros(text: str) -> None:
     found = _LEADING_ZERO.search(text)
     if found:
         number = found.group()
-        raise CalculatorError(f"numbers cannot start with 0: write {number.lstrip('0') or '0'} instead of {number}")
+        raise CalculatorError(
+            f"numbers cannot start with 0: write {number.lstrip('0') or '0'} instead of {number}"
+        )
 
 
 def _check_parentheses(text: str) -> None:
