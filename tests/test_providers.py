@@ -219,3 +219,11 @@ def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None
     assert parse_tools_output(listed.stdout) == offered
     assert {"calculator", "current_time", "date_diff", "clarify", "remember"} <= set(offered)
     assert f"{len(offered)} tools" in doctor.stdout
+
+
+def test_commands_that_never_ask_the_model_still_run_half_configured(tmp_path: Path) -> None:
+    """`traces` only reads the database: a half-configured model does not stop it (regression guard
+    for the strict check above), while `tools`, which lists what serve would offer, refuses."""
+    env = {"HERMES_MODEL": "deepseek-chat"}
+    assert cli("traces", env=env, cwd=tmp_path).returncode == 0
+    assert cli("tools", env=env, cwd=tmp_path).returncode == 2

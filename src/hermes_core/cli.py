@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command, settings.observe
         )
         apply_model_flags(settings, args)
-        agent = build_agent(settings)
+        asks_model = args.command not in ("traces", "trace") and getattr(args, "live", True) is not False
+        agent = build_agent(settings, model_required=asks_model)  # a recorded replay needs no model
         if args.command in ("run", "chat"):
             announce_model(settings)
         if args.command in ("run", "chat", "serve") and agent.tracer is None:  # log events, traces (observe/)

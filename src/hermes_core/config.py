@@ -260,16 +260,23 @@ def load_settings(
     return settings
 
 
-def build_agent(settings: Settings, **overrides: Any) -> Any:
+def build_agent(settings: Settings, *, model_required: bool = True, **overrides: Any) -> Any:
     """An `Agent` from settings, its model from `model_endpoint` (a half configuration is a
-    ConfigError) unless `model=` passes a client."""
+    ConfigError, unless `model_required` is False: commands that never ask the model) unless
+    `model=` passes a client."""
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
     from .tools.clarify import clarify
 
     m, a = settings.model, settings.agent
     given = overrides.get("model")
-    endpoint = model_endpoint(settings) if given is None or isinstance(given, str) else None
+    endpoint = None
+    if given is None or isinstance(given, str):
+        try:
+            endpoint = model_endpoint(settings)
+        except ConfigError:
+            if model_required:
+                raise
     options: dict[str, Any] = dict(
         model=endpoint.model if endpoint else None, base_url=endpoint.base_url if endpoint else None,
         api_key=endpoint.api_key if endpoint else None, temperature=m.temperature,
