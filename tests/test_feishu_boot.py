@@ -1,0 +1,137 @@
+"""`hermes-core serve` with Feishu configured while the Feishu Open API is down (a platform or
+network outage at boot).
+
+Attack: the bot's start-up fetch of its own profile fails. Before, `serve` crashed and systemd
+restart-looped it; a group message that arrived meanwhile could not be matched against the bot's
+open_id and was dropped. Now the process comes up degraded, answers /healthz and the
+url_verification challenge, holds the events that need the bot's open_id durably, retries the
+platform in the background, and answers them once it is back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_core.testing.fake_feishu import FakeFeishu
+
+CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+
+
+def closed_port() -> int:
+    """A port nothing listens on (for now): the platform is 'down' there until the fake starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http(url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if data else "GET", headers=headers or {})
+    with urllib.request.urlopen(request, timeout=15) as response:
+        return response.status, json.loads(response.read())
+
+
+class Serve:
+    def __init__(self, process: subprocess.Popen[str], address: str, output: list[str]) -> None:
+        self.process, self.address, self.output = process, address, output
+
+
+def start_serve(cwd: Path, feishu_port: int) -> tuple[subprocess.Popen[str], str, str]:
+    env = {
+        **CLEAN_ENV, "FEISHU_APP_ID": "cli_fake", "FEISHU_APP_SECRET": "fake-secret",
+        "FEISHU_VERIFICATION_TOKEN": "fake-vt", "FEISHU_BASE_URL": f"http://127.0.0.1:{feishu_port}",
+    }  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_core", "serve", "--port", "0"],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + 60
+    for line in process.stdout:
+        seen.append(line)
+        found = re.search(r"hermes-core serving on (http://\S+) \((.*)\)", line)
+        if found:
+            return process, found.group(1), found.group(2)
+        if time.monotonic() > deadline:
+            break
+    process.kill()
+    raise AssertionError(f"serve did not start: exit {process.wait()}\n{''.join(seen)}")
+
+
+@pytest.fixture
+def down_platform(tmp_path: Path) -> Iterator[tuple[FakeFeishu, subprocess.Popen[str], str, str]]:
+    """A serve process whose Feishu base URL is a closed port, and the (not yet started) fake."""
+    port = closed_port()
+    feishu = FakeFeishu(port=port, time_scale=0.001)
+    process, address, routes = start_serve(tmp_path, port)
+    try:
+        yield feishu, process, address, routes
+    finally:
+        feishu.stop()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        assert process.stdout is not None
+        print(process.stdout.read())  # the server's log, shown when the test fails
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
+    down_platform: tuple[FakeFeishu, subprocess.Popen[str], str, str],
+) -> None:
+    """Attack: Feishu unreachable at boot. The process must stay up (no crash, no restart loop),
+    answer the challenge and /healthz (200, `degraded` naming feishu.bot_info), acknowledge a
+    group @-mention that needs the bot's open_id without losing it, and answer it — and a new
+    message — once the platform comes back on the same port."""
+    feishu, process, address, routes = down_platform
+    assert "/feishu/events" in routes
+    status, answer = http(f"{address}/feishu/events", {"type": "url_verification", "token": "fake-vt",
+                                                       "challenge": "c-123"})  # fmt: skip
+    assert (status, answer) == (200, {"challenge": "c-123"})
+    status, health = http(f"{address}/healthz")
+    assert status == 200 and health["ok"] is True
+    assert [part["component"] for part in health["degraded"]] == ["feishu.bot_info"]
+    assert "cannot fetch the bot's profile" in health["degraded"][0]["detail"]
+
+    held = feishu.user_message("计算 (12+34)*2", chat_type="group", chat_id="oc_group", mention_bot=True)
+    status, ack = http(f"{address}/feishu/events", held)
+    assert status == 200 and ack == {"msg": "success"}  # acknowledged: it must not be lost now
+    _, health = http(f"{address}/healthz")
+    assert health["degraded"][0]["held_events"] == 1
+    assert process.poll() is None  # still serving
+
+    feishu.start_in_thread()  # the platform is back, on the same address
+    wait_for(lambda: http(f"{address}/healthz")[1]["degraded"] == [], 60, "degraded to clear")
+    replies = wait_for(lambda: [m for m in feishu.messages_in("oc_group") if m.sender != "ou_user1"], 30,
+                       "the held message to be answered")  # fmt: skip
+    assert "92" in replies[0].text and replies[0].reply_to == held["event"]["message"]["message_id"]
+
+    later = feishu.user_message("计算 6*7", chat_type="group", chat_id="oc_group", mention_bot=True)
+    assert http(f"{address}/feishu/events", later)[0] == 200
+    wait_for(lambda: any("42" in m.text for m in feishu.messages_in("oc_group")), 30, "the new message's reply")
