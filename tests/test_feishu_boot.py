@@ -44,18 +44,19 @@ def http(url: str, body: Any = None, headers: dict[str, str] | None = None) -> t
         return response.status, json.loads(response.read())
 
 
-class Serve:
-    def __init__(self, process: subprocess.Popen[str], address: str, output: list[str]) -> None:
-        self.process, self.address, self.output = process, address, output
-
-
-def start_serve(cwd: Path, feishu_port: int) -> tuple[subprocess.Popen[str], str, str]:
-    env = {
+def feishu_env(feishu_port: int) -> dict[str, str]:
+    return {
         **CLEAN_ENV, "FEISHU_APP_ID": "cli_fake", "FEISHU_APP_SECRET": "fake-secret",
         "FEISHU_VERIFICATION_TOKEN": "fake-vt", "FEISHU_BASE_URL": f"http://127.0.0.1:{feishu_port}",
     }  # fmt: skip
+
+
+def start_serve(cwd: Path, feishu_port: int) -> tuple[subprocess.Popen[str], str, str]:
+    """serve on a free port named in hermes.yaml (so that `doctor` with the same file finds it)."""
+    (cwd / "hermes.yaml").write_text(f"gateway:\n  port: {closed_port()}\n", encoding="utf-8")
+    env = feishu_env(feishu_port)
     process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "serve", "--port", "0"],
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve"],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert process.stdout is not None
@@ -73,13 +74,13 @@ def start_serve(cwd: Path, feishu_port: int) -> tuple[subprocess.Popen[str], str
 
 
 @pytest.fixture
-def down_platform(tmp_path: Path) -> Iterator[tuple[FakeFeishu, subprocess.Popen[str], str, str]]:
+def down_platform(tmp_path: Path) -> Iterator[tuple[FakeFeishu, subprocess.Popen[str], str, str, Path]]:
     """A serve process whose Feishu base URL is a closed port, and the (not yet started) fake."""
     port = closed_port()
     feishu = FakeFeishu(port=port, time_scale=0.001)
     process, address, routes = start_serve(tmp_path, port)
     try:
-        yield feishu, process, address, routes
+        yield feishu, process, address, routes, tmp_path
     finally:
         feishu.stop()
         process.send_signal(signal.SIGTERM)
@@ -103,13 +104,13 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
 
 
 def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
-    down_platform: tuple[FakeFeishu, subprocess.Popen[str], str, str],
+    down_platform: tuple[FakeFeishu, subprocess.Popen[str], str, str, Path],
 ) -> None:
     """Attack: Feishu unreachable at boot. The process must stay up (no crash, no restart loop),
     answer the challenge and /healthz (200, `degraded` naming feishu.bot_info), acknowledge a
     group @-mention that needs the bot's open_id without losing it, and answer it — and a new
     message — once the platform comes back on the same port."""
-    feishu, process, address, routes = down_platform
+    feishu, process, address, routes, folder = down_platform
     assert "/feishu/events" in routes
     status, answer = http(f"{address}/feishu/events", {"type": "url_verification", "token": "fake-vt",
                                                        "challenge": "c-123"})  # fmt: skip
@@ -125,6 +126,13 @@ def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
     _, health = http(f"{address}/healthz")
     assert health["degraded"][0]["held_events"] == 1
     assert process.poll() is None  # still serving
+    doctor = subprocess.run(
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "doctor"], cwd=folder,
+        env=feishu_env(feishu.port), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    line = next(line for line in doctor.stdout.splitlines() if "feishu credentials" in line)
+    assert line.startswith("FAIL") and "the running gateway at" in line and "feishu.bot_info" in line, line
+    assert "1 event(s) held" in line and "retries in the background" in line, line
 
     feishu.start_in_thread()  # the platform is back, on the same address
     wait_for(lambda: http(f"{address}/healthz")[1]["degraded"] == [], 60, "degraded to clear")

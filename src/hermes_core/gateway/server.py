@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
@@ -181,7 +182,7 @@ async def serve(
                                  status=200 if gateway.accepting else 503)  # fmt: skip
 
     deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
-    app = web.Application(client_max_size=2 * 1024 * 1024, middlewares=[deadlines.middleware])
+    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])  # 1 MiB, as nginx
     app.add_routes([*routes, web.get("/healthz", healthz)])
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
