@@ -143,3 +143,23 @@ def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
     later = feishu.user_message("计算 6*7", chat_type="group", chat_id="oc_group", mention_bot=True)
     assert http(f"{address}/feishu/events", later)[0] == 200
     wait_for(lambda: any("42" in m.text for m in feishu.messages_in("oc_group")), 30, "the new message's reply")
+
+
+def test_the_console_checklist_names_what_the_channel_needs() -> None:
+    """Attack (a set-up mistake, not a request): the approval buttons need the `card.action.trigger`
+    callback, which docs/feishu.md never said to add, so a person following it got dead buttons.
+    The checklist, in both languages, must name each event type the channel handles, the scopes
+    for receiving and sending, and the channel's real request URL path."""
+    from hermes_core.channels.feishu.channel import FeishuChannel
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "feishu.md").read_text("utf-8")
+    checklist = text[text.index("## Developer console checklist"):text.index("## What the bot guarantees")]
+    english, chinese = checklist.split("**中文**")
+    handled = ["im.message.receive_v1", "card.action.trigger"]  # events.py, channel.py
+    scopes = ["im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly", "im:message:send_as_bot"]
+    [route] = FeishuChannel(None, app_id="cli_x", app_secret="s").routes()  # type: ignore[arg-type]
+    path = route.path
+    for half in (english, chinese):
+        for needed in [*handled, *scopes, path, "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY"]:
+            assert needed in half, needed
+    assert "回调配置" in chinese and "卡片回传交互" in chinese and "版本管理与发布" in chinese
