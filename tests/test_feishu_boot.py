@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,3 +164,51 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
         for needed in [*handled, *scopes, path, "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY"]:
             assert needed in half, needed
     assert "回调配置" in chinese and "卡片回传交互" in chinese and "版本管理与发布" in chinese
+
+
+def plain_serve(cwd: Path, config: str) -> tuple[subprocess.Popen[str], str, str]:
+    (cwd / "hermes.yaml").write_text(config, encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0"],
+        cwd=cwd, env=CLEAN_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    for line in process.stdout:
+        found = re.search(r"hermes-core serving on (http://\S+) \((.*)\)", line)
+        if found:
+            return process, found.group(1), found.group(2)
+    raise AssertionError(f"serve did not start: exit {process.wait()}")
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path) -> None:
+    """Attack (a first-contact trap): `GET /` was a 404 and the start-up line listed /feishu/events
+    with Feishu off. Now, console off: `/` is a short plain-text page of what is served where, and
+    neither it nor the line names a route that is not served; console on: `/` redirects to it."""
+    process, address, routes = plain_serve(tmp_path, "console:\n  enabled: false\n")
+    try:
+        assert "/feishu/events" not in routes and "/console" not in routes
+        assert "POST /webhook, /webhook/approvals/{id}" in routes and "/healthz" in routes
+        with urllib.request.urlopen(f"{address}/", timeout=15) as response:
+            page = response.read().decode()
+            assert response.status == 200 and response.headers["Content-Type"].startswith("text/plain")
+        assert "POST /webhook" in page and "/healthz" in page and "/feishu/events" not in page
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    console_on = tmp_path / "console-on"
+    console_on.mkdir()
+    process, address, routes = plain_serve(console_on, "gateway:\n  shutdown_grace: 1\n")
+    try:
+        assert "/console/" in routes and "/feishu/events" not in routes
+        opener = urllib.request.build_opener(NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirected:
+            opener.open(f"{address}/", timeout=15)
+        assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
