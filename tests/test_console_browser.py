@@ -264,12 +264,14 @@ def test_task_table_fits_a_desktop_window_and_a_phone(stack: Stack) -> None:
             assert page_overflow(stack) <= 0, f"{name}: the tasks page scrolls sideways"
             if name == "desktop":
                 fits = stack.browser.execute_script(
-                    "const t = document.getElementById('tasks'); return t.scrollWidth <= t.parentElement.clientWidth;"
+                    "const t = document.getElementById('tasks');"
+                    "return t.scrollWidth <= t.parentElement.clientWidth;"
                 )
                 assert fits, "at 1280 px the task table needs horizontal scrolling"
             else:
                 label = stack.browser.execute_script(
-                    "return getComputedStyle(document.querySelector('#tasks td[data-label=task]'), '::before').content;"
+                    "const cell = document.querySelector('#tasks td[data-label=task]');"
+                    "return getComputedStyle(cell, '::before').content;"
                 )
                 assert "task" in label, label
             stack.screenshot(f"{'09' if name == 'desktop' else '10'}-tasks-{name}")

@@ -300,7 +300,7 @@ def test_nginx_serves_the_gateway_over_https(tmp_path: Path, gateway: str) -> No
 # here fails test_nginx_decides_every_route_the_gateway_serves: decide, then add it.
 PROXIED = {("POST", "/webhook"), ("POST", "/webhook/approvals/{id}"), ("POST", "/feishu/events"),
            ("GET", "/healthz")}  # fmt: skip
-NOT_PROXIED = {("GET", "/"), ("GET", "/console"), ("GET", "/console/"), ("GET", "/metrics")}  # this machine only
+NOT_PROXIED = {("GET", "/"), ("GET", "/console"), ("GET", "/console/"), ("GET", "/metrics")}  # this machine
 
 
 @pytest.fixture
@@ -359,7 +359,8 @@ def route_request(method: str, path: str) -> tuple[str, bytes | None, dict[str, 
     if path == "/feishu/events":
         body = json.dumps({"type": "url_verification", "token": "deploy-vt", "challenge": "c-42"}).encode()
         return path, body, {"Content-Type": "application/json"}
-    fields = {"user_id": "u1", "decision": "approve"} if "approvals" in path else {"message": "hi", "user_id": "u1"}
+    decision, message = {"user_id": "u1", "decision": "approve"}, {"message": "hi", "user_id": "u1"}
+    fields = decision if "approvals" in path else message
     body = json.dumps({**fields, "nonce": os.urandom(8).hex()}).encode()  # each signed request is taken once
     stamp = str(int(time.time()))
     signed = {"X-Hermes-Timestamp": stamp, "X-Hermes-Signature": sign(WEBHOOK_SECRET, stamp, body),
@@ -367,7 +368,9 @@ def route_request(method: str, path: str) -> tuple[str, bytes | None, dict[str, 
     return re.sub(r"\{[^}]+\}", "ap_unknown", path), body, signed
 
 
-def test_nginx_decides_every_route_the_gateway_serves(tmp_path: Path, every_route_gateway: tuple[str, str]) -> None:
+def test_nginx_decides_every_route_the_gateway_serves(
+    tmp_path: Path, every_route_gateway: tuple[str, str]
+) -> None:
     """Attack: a route the gateway serves is forgotten by the site. Before, `POST
     /webhook/approvals/<id>` was nginx's 404, so webhook approvals could not be decided behind the
     documented set-up. Every route from the gateway's router (its start-up line) must be decided
@@ -420,10 +423,11 @@ def test_nginx_refuses_a_body_over_the_gateway_limit(tmp_path: Path, gateway: st
         tls = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
         base = f"https://127.0.0.1:{https_port}"
         over = b"x" * (1024 * 1024 + 1)
-        status, _, answer = exchange(base + "/webhook", "POST", over, {"Content-Type": "application/json"}, tls)
+        json_type = {"Content-Type": "application/json"}
+        status, _, answer = exchange(base + "/webhook", "POST", over, json_type, tls)
         assert status == 413 and b"nginx" in answer
         at_limit = b" " * (1024 * 1024)  # not JSON: the gateway, not nginx, answers (401 unsigned)
-        status, kind, _ = exchange(base + "/webhook", "POST", at_limit, {"Content-Type": "application/json"}, tls)
+        status, kind, _ = exchange(base + "/webhook", "POST", at_limit, json_type, tls)
         assert status == 401 and kind.startswith("application/json")
     finally:
         nginx.terminate()

@@ -33,7 +33,8 @@ CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_",
 
 
 def example(name: str, language: str) -> str:
-    found = re.search(rf"<!-- webhook-example: {name} -->\s*```{language}\n(.*?)```", PAGE.read_text("utf-8"), re.DOTALL)
+    pattern = rf"<!-- webhook-example: {name} -->\s*```{language}\n(.*?)```"
+    found = re.search(pattern, PAGE.read_text("utf-8"), re.DOTALL)
     assert found, f"docs/webhook.md example {name!r} is missing"
     return found.group(1)
 

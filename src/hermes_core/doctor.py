@@ -179,7 +179,8 @@ async def check_feishu_credentials(settings: Settings) -> Check:
         await api.aclose()
     who = f"bot {bot.get('app_name') or '(no name)'} ({bot.get('open_id') or 'no open_id'})"
     if served:  # reachable from here now, but the running gateway has not recovered (yet)
-        return Check("FAIL", name, f"app {app_id} works from here{served}", "it retries by itself; else restart it")
+        detail, fix = f"app {app_id} works from here{served}", "it retries by itself; else restart it"
+        return Check("FAIL", name, detail, fix)
     return Check("OK", name, f"app {app_id} got a tenant token from {settings.feishu.base_url}; {who}")
 
 

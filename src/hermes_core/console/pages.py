@@ -91,14 +91,16 @@ each reply links to its trace.</p>"""
         task_id = str(row.get("task_id", ""))
         tools = ", ".join(str(name) for name in row.get("tool_names") or [])
         return (  # data-label: the column's name, shown before each value on a phone (console.css)
-            f'<tr class="{"ok" if row.get("ok") else "failed"}"><td data-label="started">{_when(row.get("started_at"))}</td>'
+            f'<tr class="{"ok" if row.get("ok") else "failed"}">'
+            f'<td data-label="started">{_when(row.get("started_at"))}</td>'
             f'<td data-label="task"><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
             f"<td data-label=conversation>{self.show(row.get('conversation') or '')}</td>"
             f"<td data-label=input>{self.show(_clip(row.get('input')))}</td>"
             f"<td data-label=reply>{self.show(_clip(row.get('reply')))}</td>"
             f"<td data-label=outcome>{self._outcome(row)}</td>"
             f"<td data-label='model calls'>{self.show(row.get('model_calls', ''))}</td>"
-            f"<td data-label=tools>{self.show(tools)}</td><td data-label=tokens>{self.show(_tokens(row.get('tokens')))}</td>"
+            f"<td data-label=tools>{self.show(tools)}</td>"
+            f"<td data-label=tokens>{self.show(_tokens(row.get('tokens')))}</td>"
             f"<td data-label=time>{_seconds(row.get('started_at'), row.get('finished_at'))}</td></tr>"
         )
 

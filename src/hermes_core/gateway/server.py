@@ -178,11 +178,12 @@ async def serve(
     async def healthz(request: web.Request) -> web.Response:
         counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
         degraded = degraded_parts(gateway)  # still 200: a healthcheck must not kill a process that retries
-        return web.json_response({"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts},
-                                 status=200 if gateway.accepting else 503)  # fmt: skip
+        body = {"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts}
+        return web.json_response(body, status=200 if gateway.accepting else 503)
 
     deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
-    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])  # 1 MiB, as nginx
+    # 1 MiB, the channels' limit and nginx's client_max_body_size (docs/webhook.md)
+    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])
     app.add_routes([*routes, web.get("/healthz", healthz)])
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 

@@ -131,7 +131,9 @@ class FeishuChannel(Channel):
         from .longconn import FeishuLongConnection
 
         while self._longconn is None:
-            connection = FeishuLongConnection(self.app_id, self._app_secret, self.on_event, domain=self.base_url)
+            connection = FeishuLongConnection(
+                self.app_id, self._app_secret, self.on_event, domain=self.base_url
+            )
             self._report("longconn", "connecting the long connection")
             try:
                 await connection.start()
@@ -202,7 +204,8 @@ class FeishuChannel(Channel):
             async with self._hold_lock:
                 if self.bot_open_id is None:  # still unknown: keep it durably until it is known
                     await asyncio.to_thread(self._held.add, envelope)
-                    log.info("feishu: event held until the bot's open_id is known (%d held)", self._held.count())
+                    held = self._held.count()
+                    log.info("feishu: event held until the bot's open_id is known (%d held)", held)
                     self._wake.set()  # try the platform again now
                     return None
         message = inbound_from_event(envelope, self.bot_open_id)
