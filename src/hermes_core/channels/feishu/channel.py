@@ -80,6 +80,7 @@ class FeishuChannel(Channel):
         self._retry = Backoff(retry_base, retry_cap)
         self._problems: dict[str, Problem] = {}
         self._wake = asyncio.Event()
+        self._last_attempt = 0.0  # monotonic time of the last bot-info attempt
         self._starter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -110,6 +111,7 @@ class FeishuChannel(Channel):
     async def _fetch_bot_info(self) -> bool:
         from .api import FeishuError
 
+        self._last_attempt = time.monotonic()
         try:
             bot = await self.api.bot_info(once=True)
         except FeishuError as exc:
@@ -206,7 +208,8 @@ class FeishuChannel(Channel):
                     await asyncio.to_thread(self._held.add, envelope)
                     held = self._held.count()
                     log.info("feishu: event held until the bot's open_id is known (%d held)", held)
-                    self._wake.set()  # try the platform again now
+                    if time.monotonic() - self._last_attempt >= self._retry.base:
+                        self._wake.set()  # try the platform again now (at most once per base delay)
                     return None
         message = inbound_from_event(envelope, self.bot_open_id)
         if isinstance(message, Ignored):
@@ -311,7 +314,7 @@ class Backoff:
 
 
 class HeldEvents:
-    """Events waiting for the bot's open_id, one JSON line each, fsynced before the ack.
+    """Events waiting for the bot's open_id, one JSON line each (redacted), fsynced before the ack.
 
     Without a file (a channel built without a data folder) they are held in memory only."""
 
@@ -338,6 +341,9 @@ class HeldEvents:
         return list(self._events)
 
     def add(self, envelope: dict[str, Any]) -> None:
+        from ...redaction import redact_data
+
+        envelope = redact_data(envelope)  # stored like the inbox stores it: pasted secrets redacted
         self._events.append(envelope)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
