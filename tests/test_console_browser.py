@@ -224,3 +224,63 @@ def test_status_page_shows_the_gateway_and_the_model(stack: Stack) -> None:
     model = stack.browser.find_element(By.ID, "model").text
     assert "model error rate" in model and "failed model calls" in model
     stack.screenshot("08-status")
+
+
+VIEWPORTS = {"desktop": (1280, 800, False), "phone": (390, 844, True)}
+
+
+def set_viewport(stack: Stack, name: str) -> None:
+    """Emulate the viewport exactly (CSS pixels), as a 1280×800 window or a 390×844 phone does."""
+    width, height, mobile = VIEWPORTS[name]
+    stack.browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
+
+
+def page_overflow(stack: Stack) -> int:
+    """How many CSS pixels the page is wider than the viewport (0: no horizontal scroll)."""
+    return int(stack.browser.execute_script(
+        "const d = document.documentElement;"
+        "return Math.max(d.scrollWidth, document.body.scrollWidth) - d.clientWidth;"
+    ))  # fmt: skip
+
+
+def test_task_table_fits_a_desktop_window_and_a_phone(stack: Stack) -> None:
+    """Attack: a task with a long unbroken input, conversation and reply (and the ten columns of the
+    table) must not push the page sideways. At 1280×800 the whole table fits with no scrolling at
+    all; at 390×844 (a phone) the page body does not scroll horizontally: rows become labelled
+    cards. The other pages are checked for page-level overflow too. Screenshots: 09-12."""
+    unbroken = "x" * 240
+    stack.fake.script(FakeReply.text("y" * 240))
+    stack.open("/console/")
+    send_chat(stack, unbroken)
+    try:
+        for name in VIEWPORTS:
+            set_viewport(stack, name)
+            stack.open("/console/tasks")
+            table = stack.wait(ec.presence_of_element_located((By.ID, "tasks")))
+            assert "xxxxxxxx" in table.text
+            assert page_overflow(stack) <= 0, f"{name}: the tasks page scrolls sideways"
+            if name == "desktop":
+                fits = stack.browser.execute_script(
+                    "const t = document.getElementById('tasks');"
+                    "return t.scrollWidth <= t.parentElement.clientWidth;"
+                )
+                assert fits, "at 1280 px the task table needs horizontal scrolling"
+            else:
+                label = stack.browser.execute_script(
+                    "const cell = document.querySelector('#tasks td[data-label=task]');"
+                    "return getComputedStyle(cell, '::before').content;"
+                )
+                assert "task" in label, label
+            stack.screenshot(f"{'09' if name == 'desktop' else '10'}-tasks-{name}")
+            for path in ("/console/", "/console/approvals", "/console/status"):
+                stack.open(path)
+                stack.wait(ec.presence_of_element_located((By.TAG_NAME, "main")))
+                assert page_overflow(stack) <= 0, f"{name}: {path} scrolls sideways"
+            stack.open("/console/")
+            stack.wait(ec.presence_of_element_located((By.ID, "message")))
+            stack.screenshot(f"{11 if name == 'desktop' else 12}-chat-{name}")
+    finally:
+        stack.browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -168,6 +168,7 @@ events {{ worker_connections 64; }}
 http {{
     access_log {tmp_path / "access.log"};
 {temp_paths}
+    client_body_buffer_size 2m;  # bodies in memory: workers run as nobody when the tests run as root
     include {tmp_path / "site.conf"};
 }}
 """
@@ -290,6 +291,144 @@ def test_nginx_serves_the_gateway_over_https(tmp_path: Path, gateway: str) -> No
             opener.open(f"http://127.0.0.1:{http_port}/feishu/events?x=1", timeout=30)
         assert redirected.value.code == 301
         assert redirected.value.headers["Location"] == "https://127.0.0.1/feishu/events?x=1"
+    finally:
+        nginx.terminate()
+        nginx.wait(30)
+
+
+# Every route the gateway serves, and whether the shipped nginx site passes it on. A route missing
+# here fails test_nginx_decides_every_route_the_gateway_serves: decide, then add it.
+PROXIED = {("POST", "/webhook"), ("POST", "/webhook/approvals/{id}"), ("POST", "/feishu/events"),
+           ("GET", "/healthz")}  # fmt: skip
+NOT_PROXIED = {("GET", "/"), ("GET", "/console"), ("GET", "/console/"), ("GET", "/metrics")}  # this machine
+
+
+@pytest.fixture
+def every_route_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """`serve` with every channel on: the signed webhook, Feishu (its platform unreachable: the
+    gateway starts degraded and still serves the callback) and the console (loopback bind).
+    Its base URL and the routes its start-up line names (from the aiohttp router)."""
+    folder = tmp_path_factory.mktemp("every-route")
+    config = folder / "hermes.yaml"
+    config.write_text(f"gateway:\n  data_dir: {folder / 'data'}\n  shutdown_grace: 1\n", encoding="utf-8")
+    env = {**CLEAN_ENV, "HERMES_WEBHOOK_SECRET": WEBHOOK_SECRET, "FEISHU_APP_ID": "cli_deploy",
+           "FEISHU_APP_SECRET": "deploy-app-secret", "FEISHU_VERIFICATION_TOKEN": "deploy-vt",
+           "FEISHU_BASE_URL": f"http://127.0.0.1:{free_port()}"}  # fmt: skip
+    log = (folder / "serve.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0"],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        found = re.search(r"serving on (http://\S+) \((.*)\)", process.stdout.readline())
+        assert found, (folder / "serve.log").read_text()
+        yield found.group(1), found.group(2)
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+
+
+def served_routes(summary: str) -> set[tuple[str, str]]:
+    """`POST /a, /b; GET /c` → {("POST", "/a"), ("POST", "/b"), ("GET", "/c")}."""
+    routes = set()
+    for group in summary.split("; "):
+        method, _, paths = group.partition(" ")
+        routes |= {(method, path) for path in paths.split(", ")}
+    return routes
+
+
+def exchange(url: str, method: str, body: bytes | None, headers: dict[str, str], tls: ssl.SSLContext | None
+             ) -> tuple[int, str, bytes]:  # fmt: skip
+    """One request without following redirects: status, Content-Type and body, errors included."""
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPSHandler(context=tls))
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.status, response.headers.get("Content-Type", ""), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Content-Type", ""), error.read()
+
+
+def route_request(method: str, path: str) -> tuple[str, bytes | None, dict[str, str]]:
+    """A request each route answers meaningfully: a signed webhook call, a signed decision on an
+    unknown approval, Feishu's url_verification challenge; plain GETs otherwise."""
+    if method == "GET":
+        return path, None, {}
+    if path == "/feishu/events":
+        body = json.dumps({"type": "url_verification", "token": "deploy-vt", "challenge": "c-42"}).encode()
+        return path, body, {"Content-Type": "application/json"}
+    decision, message = {"user_id": "u1", "decision": "approve"}, {"message": "hi", "user_id": "u1"}
+    fields = decision if "approvals" in path else message
+    body = json.dumps({**fields, "nonce": os.urandom(8).hex()}).encode()  # each signed request is taken once
+    stamp = str(int(time.time()))
+    signed = {"X-Hermes-Timestamp": stamp, "X-Hermes-Signature": sign(WEBHOOK_SECRET, stamp, body),
+              "Content-Type": "application/json"}  # fmt: skip
+    return re.sub(r"\{[^}]+\}", "ap_unknown", path), body, signed
+
+
+def test_nginx_decides_every_route_the_gateway_serves(
+    tmp_path: Path, every_route_gateway: tuple[str, str]
+) -> None:
+    """Attack: a route the gateway serves is forgotten by the site. Before, `POST
+    /webhook/approvals/<id>` was nginx's 404, so webhook approvals could not be decided behind the
+    documented set-up. Every route from the gateway's router (its start-up line) must be decided
+    here; each passed one must reach the gateway through the real nginx, each other one must stay
+    nginx's own 404 (console, metrics, the route list), though the gateway itself serves it."""
+    gateway, summary = every_route_gateway
+    routes = served_routes(summary)
+    assert routes <= PROXIED | NOT_PROXIED, f"undecided for nginx: {sorted(routes - PROXIED - NOT_PROXIED)}"
+    assert PROXIED <= routes and ("GET", "/console/") in routes
+    http_port, https_port = free_port(), free_port()
+    site = site_on_loopback(http_port, https_port)
+    site = site.replace("server 127.0.0.1:8080;", f"server {gateway.removeprefix('http://')};")
+    nginx = subprocess.Popen([*nginx_command(nginx_prefix(tmp_path, site)), "-g", "daemon off;"], text=True)
+    try:
+        wait_for_port(https_port, nginx)
+        tls = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+        base = f"https://127.0.0.1:{https_port}"
+        for method, route in sorted(routes):
+            path, body, headers = route_request(method, route)
+            status, kind, answer = exchange(base + path, method, body, headers, tls)
+            if (method, route) in PROXIED:
+                assert kind.startswith("application/json"), (method, route, status, answer[:200])
+                assert status < 500, (method, route, status, answer[:200])
+            else:
+                assert status == 404 and b"nginx" in answer, (method, route, status)
+                path, body, headers = route_request(method, route)
+                assert exchange(gateway + path, method, body, headers, None)[0] != 404, (method, route)
+        for hidden in ("/console/api/status", "/console/tasks", "/metrics"):
+            assert exchange(base + hidden, "GET", None, {}, tls)[0] == 404, hidden
+        path, body, headers = route_request("POST", "/feishu/events")
+        _, _, challenge = exchange(base + path, "POST", body, headers, tls)
+        assert json.loads(challenge) == {"challenge": "c-42"}
+        path, body, headers = route_request("POST", "/webhook/approvals/{id}")
+        status, _, decision = exchange(base + path, "POST", body, headers, tls)
+        assert (status, json.loads(decision)) == (404, {"error": "approval_unknown"})  # the gateway's answer
+    finally:
+        nginx.terminate()
+        nginx.wait(30)
+
+
+def test_nginx_refuses_a_body_over_the_gateway_limit(tmp_path: Path, gateway: str) -> None:
+    """Attack: a body over 1 MiB (the webhook's and Feishu's limit, docs/webhook.md). nginx's
+    client_max_body_size agrees with the gateway: 413 at the edge, a body at the limit goes on."""
+    http_port, https_port = free_port(), free_port()
+    site = site_on_loopback(http_port, https_port)
+    site = site.replace("server 127.0.0.1:8080;", f"server {gateway.removeprefix('http://')};")
+    nginx = subprocess.Popen([*nginx_command(nginx_prefix(tmp_path, site)), "-g", "daemon off;"], text=True)
+    try:
+        wait_for_port(https_port, nginx)
+        tls = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+        base = f"https://127.0.0.1:{https_port}"
+        over = b"x" * (1024 * 1024 + 1)
+        json_type = {"Content-Type": "application/json"}
+        status, _, answer = exchange(base + "/webhook", "POST", over, json_type, tls)
+        assert status == 413 and b"nginx" in answer
+        at_limit = b" " * (1024 * 1024)  # not JSON: the gateway, not nginx, answers (401 unsigned)
+        status, kind, _ = exchange(base + "/webhook", "POST", at_limit, json_type, tls)
+        assert status == 401 and kind.startswith("application/json")
     finally:
         nginx.terminate()
         nginx.wait(30)

@@ -225,14 +225,14 @@ def configure_logging(level: str | None, command: str, observe: Any = None) -> N
 def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
     from .gateway.server import serve
 
-    def ready(address: str) -> None:
-        print(f"hermes-core serving on {address} (POST /webhook, /feishu/events; GET /healthz)", flush=True)
+    def banner(address: str, routes: str) -> None:
+        print(f"hermes-core serving on {address} ({routes})", flush=True)
 
     from .config import ConfigError
     from .redaction import redact_text
 
     try:
-        asyncio.run(serve(settings, host=args.host, port=args.port, ready=ready, agent=agent))
+        asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner, agent=agent))
     except ConfigError as exc:  # e.g. the console on a public address without a token
         print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2

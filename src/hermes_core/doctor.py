@@ -16,7 +16,9 @@ The checks, in order (each returns a `Check`, none raises):
 - model tools: one request offering one tool (the calculator): does the model answer with native
   tool calls, refuse `tools`, write the call as text (textcalls/ parsers), or not call it? And so
   which `model.tool_mode` to use;
-- feishu credentials: a tenant token and the bot's profile are fetched with the app's credentials;
+- feishu credentials: a tenant token and the bot's profile are fetched with the app's credentials,
+  and a `serve` running on `gateway.host`/`gateway.port` is asked (/healthz) whether its Feishu
+  channel is degraded (started while the platform was unreachable and still retrying);
 - feishu events: webhook callbacks can be verified (a verification token or an Encrypt Key is set);
 - webhook: /webhook is not open to anyone: signed (HERMES_WEBHOOK_SECRET), or on a loopback
   `gateway.host`, or unsigned by the configuration's explicit `webhook.allow_unsigned: true`;
@@ -313,14 +315,41 @@ async def check_feishu_credentials(settings: Settings) -> Check:
     from .channels.feishu.api import FeishuAPI, FeishuError
 
     api = FeishuAPI(app_id, secret, base_url=settings.feishu.base_url, timeout=PROBE_TIMEOUT, max_retries=0)
+    served = await served_degradation(settings, "feishu")
     try:
         bot = await api.bot_info()
     except FeishuError as exc:
-        return Check("FAIL", name, str(exc), _feishu_fix(exc, settings.feishu.base_url))
+        return Check("FAIL", name, str(exc) + served, _feishu_fix(exc, settings.feishu.base_url))
     finally:
         await api.aclose()
     who = f"bot {bot.get('app_name') or '(no name)'} ({bot.get('open_id') or 'no open_id'})"
+    if served:  # reachable from here now, but the running gateway has not recovered (yet)
+        detail, fix = f"app {app_id} works from here{served}", "it retries by itself; else restart it"
+        return Check("FAIL", name, detail, fix)
     return Check("OK", name, f"app {app_id} got a tenant token from {settings.feishu.base_url}; {who}")
+
+
+async def served_degradation(settings: Settings, prefix: str) -> str:
+    """`; the running gateway is degraded: …` from the local `serve`'s /healthz, or '' when it is
+    not running, not degraded there, or does not answer within 2 s."""
+    import aiohttp
+
+    host = settings.gateway.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{settings.gateway.port}/healthz"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+            async with session.get(url) as response:
+                health = await response.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return ""
+    parts = [p for p in health.get("degraded") or [] if str(p.get("component", "")).startswith(prefix)]
+    described = [
+        f"{p.get('component')}: {p.get('detail')} ({p.get('attempts', 0)} attempts, "
+        f"{p.get('held_events', 0)} event(s) held)"
+        for p in parts
+    ]
+    return f"; the running gateway at {url} is degraded: {'; '.join(described)}" if described else ""
 
 
 def check_feishu_events(settings: Settings) -> Check:
@@ -417,7 +446,10 @@ def _start_write(database: Path) -> None:
 
 def _feishu_fix(exc: Exception, base_url: str) -> str:
     if not getattr(exc, "permanent", False):
-        return f"check FEISHU_BASE_URL ({base_url}) and that this machine can reach it"
+        return (
+            f"check FEISHU_BASE_URL ({base_url}) and that this machine can reach it; serve keeps running "
+            "meanwhile, retries in the background and lists it under `degraded` in GET /healthz"
+        )
     if "credentials" in str(exc):
         return "set FEISHU_APP_ID and FEISHU_APP_SECRET to the values on the app's Credentials page"
     return "enable the bot capability of the app in the developer console, then publish a version"

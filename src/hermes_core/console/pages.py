@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import time
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -52,7 +53,7 @@ class Pages:
 <script src="/console/static/console.js" defer></script>
 </head><body data-page="{page}"><header><strong>hermes-core</strong><nav>{nav}</nav></header>
 <main><h1>{self.show(title)}</h1>
-{body}</main></body></html>"""
+{_scrollable(body)}</main></body></html>"""
         return self.redactor.redact(document)
 
     # -- chat ------------------------------------------------------------------------------------
@@ -89,14 +90,18 @@ each reply links to its trace.</p>"""
     def _task_row(self, row: dict[str, Any]) -> str:
         task_id = str(row.get("task_id", ""))
         tools = ", ".join(str(name) for name in row.get("tool_names") or [])
-        return (
-            f'<tr class="{"ok" if row.get("ok") else "failed"}"><td>{_when(row.get("started_at"))}</td>'
-            f'<td><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
-            f"<td>{self.show(row.get('conversation') or '')}</td>"
-            f"<td>{self.show(_clip(row.get('input')))}</td><td>{self.show(_clip(row.get('reply')))}</td>"
-            f"<td>{self._outcome(row)}</td><td>{self.show(row.get('model_calls', ''))}</td>"
-            f"<td>{self.show(tools)}</td><td>{self.show(_tokens(row.get('tokens')))}</td>"
-            f"<td>{_seconds(row.get('started_at'), row.get('finished_at'))}</td></tr>"
+        return (  # data-label: the column's name, shown before each value on a phone (console.css)
+            f'<tr class="{"ok" if row.get("ok") else "failed"}">'
+            f'<td data-label="started">{_when(row.get("started_at"))}</td>'
+            f'<td data-label="task"><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
+            f"<td data-label=conversation>{self.show(row.get('conversation') or '')}</td>"
+            f"<td data-label=input>{self.show(_clip(row.get('input')))}</td>"
+            f"<td data-label=reply>{self.show(_clip(row.get('reply')))}</td>"
+            f"<td data-label=outcome>{self._outcome(row)}</td>"
+            f"<td data-label='model calls'>{self.show(row.get('model_calls', ''))}</td>"
+            f"<td data-label=tools>{self.show(tools)}</td>"
+            f"<td data-label=tokens>{self.show(_tokens(row.get('tokens')))}</td>"
+            f"<td data-label=time>{_seconds(row.get('started_at'), row.get('finished_at'))}</td></tr>"
         )
 
     def _outcome(self, record: dict[str, Any]) -> str:
@@ -447,3 +452,8 @@ def _message_text(message: Any) -> str:
     if message.get("tool_calls"):
         text = f"{text}\n{_pretty(message['tool_calls'])}".strip()
     return str(text) if not isinstance(text, str) else text
+
+
+def _scrollable(body: str) -> str:
+    """Every table in its own horizontal scroll container, so no table widens the page."""
+    return re.sub(r"(<table\b.*?</table>)", r'<div class="scroll">\1</div>', body, flags=re.DOTALL)

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
@@ -111,6 +112,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
             base_url=settings.feishu.base_url,
             mode=settings.feishu.mode,
             api=api,
+            hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
         )
         gateway.add_channel(feishu)
         routes += feishu.routes()
@@ -164,8 +166,10 @@ async def serve(
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
     agent: Any = None,
+    banner: Callable[[str, str], None] | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT (or until `stop` is set)."""
+    """Run until SIGTERM/SIGINT (or until `stop` is set). Once listening, `ready(address)` and
+    `banner(address, routes)` are called; `routes` names only what this process serves."""
     bind = host or settings.gateway.host
     refuse_open_webhook(settings, bind)  # before anything is built or logged: the refusal is one line
     agent = agent or build_agent(settings)
@@ -173,15 +177,18 @@ async def serve(
 
     async def healthz(request: web.Request) -> web.Response:
         counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
-        return web.json_response({"ok": gateway.accepting, **gateway.status(), **counts},
-                                 status=200 if gateway.accepting else 503)  # fmt: skip
+        degraded = degraded_parts(gateway)  # still 200: a healthcheck must not kill a process that retries
+        body = {"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts}
+        return web.json_response(body, status=200 if gateway.accepting else 503)
 
     deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
-    app = web.Application(client_max_size=2 * 1024 * 1024, middlewares=[deadlines.middleware])
+    # 1 MiB, the channels' limit and nginx's client_max_body_size (docs/webhook.md)
+    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])
     app.add_routes([*routes, web.get("/healthz", healthz)])
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
-    mount_console(app, gateway, agent, settings, host=bind)
+    console = mount_console(app, gateway, agent, settings, host=bind)
+    app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
     stop = stop or asyncio.Event()
@@ -208,6 +215,8 @@ async def serve(
         log_model(settings, agent)
         if ready is not None:
             ready(address)
+        if banner is not None:
+            banner(address, route_summary(app))
         await stop.wait()
         log.info("stopping: finishing in-flight turns (up to %.0fs)", settings.gateway.shutdown_grace)
     finally:
@@ -233,6 +242,42 @@ def log_model(settings: Settings, agent: Any) -> None:
                     "set HERMES_PROVIDER and its API key, or HERMES_BASE_URL and HERMES_MODEL")  # fmt: skip
     else:
         log.info("model: %s; tool_mode %s", endpoint.describe(), settings.model.tool_mode)
+
+
+def degraded_parts(gateway: Gateway) -> list[dict[str, Any]]:
+    """What the channels report as not working yet (e.g. Feishu unreachable at start, retrying)."""
+    parts: list[dict[str, Any]] = []
+    for channel in gateway.channels.values():
+        report = getattr(channel, "degraded", None)
+        if callable(report):
+            parts += report()
+    return parts
+
+
+def route_summary(app: web.Application) -> str:
+    """`POST /webhook, …; GET /, /healthz, /console/`: the routes of `app`, by method."""
+    by_method: dict[str, list[str]] = {}
+    for resource in app.router.resources():
+        path = resource.canonical
+        if isinstance(resource, web.PrefixedSubAppResource):
+            by_method.setdefault("GET", []).append(path.rstrip("/") + "/")
+            continue
+        for route in resource:
+            if route.method != "HEAD" and path not in by_method.setdefault(route.method, []):
+                by_method[route.method].append(path)
+    order = sorted(by_method, key=lambda method: (method != "POST", method))
+    return "; ".join(f"{method} {', '.join(by_method[method])}" for method in order if by_method[method])
+
+
+async def to_console(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/console/")
+
+
+async def what_is_served(request: web.Request) -> web.Response:
+    """GET / without the console: a short plain-text page saying what is served where."""
+    lines = ["hermes-core gateway", "", *route_summary(request.app).split("; "), "",
+             "GET /healthz: JSON status (ok, degraded parts, queues)."]  # fmt: skip
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
 def _address(site: web.BaseSite) -> str:

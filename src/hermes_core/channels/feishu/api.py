@@ -137,9 +137,19 @@ class FeishuAPI:
 
     # --- the calls -------------------------------------------------------------------------
 
-    async def bot_info(self) -> dict[str, Any]:
-        """The bot's own profile (§4): `open_id`, `app_name`, … — the `bot` object, no `data` wrapper."""
-        body = await self._call("GET", "/open-apis/bot/v3/info")
+    async def bot_info(self, *, once: bool = False) -> dict[str, Any]:
+        """The bot's own profile (§4): `open_id`, `app_name`, … — the `bot` object, no `data` wrapper.
+
+        `once`: a single attempt, no retry or backoff here (the channel's start-up retries in the
+        background and must not hold `serve` up); any failure is a `FeishuError`."""
+        path = "/open-apis/bot/v3/info"
+        if once:
+            try:
+                body = await self._attempt("GET", path, None, None, None)
+            except (_Transient, _Throttled, _TokenRejected) as exc:
+                raise FeishuError(f"GET {path}: {exc}", retry_after=self.retry_base_delay) from None
+        else:
+            body = await self._call("GET", path)
         bot = body.get("bot")
         return bot if isinstance(bot, dict) else {}
 

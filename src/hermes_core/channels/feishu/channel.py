@@ -8,12 +8,25 @@ Approvals (tasks/pending.py) go out as a card with Approve / Reject buttons. A c
 `card.action.trigger` event, verified like every other event; the gateway takes the decision
 (only the task's starter or an admin), the task runs on, and the card is patched to show who
 decided what. A refused click (someone else, too late) changes nothing and gets an error toast.
+
+Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
+systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the
+background with capped, jittered backoff, while the channel reports itself `degraded`
+(/healthz, doctor). Mention detection needs the bot's own open_id, so a message event that
+depends on it (a group message, or one with mentions) is held until the open_id is known: written
+to a JSON-lines file in the data folder before it is acknowledged, and accepted from there, in
+arrival order, once the profile arrives (also after a restart). Nothing acknowledged is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import random
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...gateway.messages import OutboundMessage
@@ -47,6 +60,9 @@ class FeishuChannel(Channel):
         base_url: str = "https://open.feishu.cn",
         mode: Literal["webhook", "longconn"] = "webhook",
         api: FeishuAPI | None = None,
+        hold_file: Path | None = None,
+        retry_base: float = 1.0,
+        retry_cap: float = 60.0,
     ) -> None:
         from .api import FeishuAPI
 
@@ -55,21 +71,108 @@ class FeishuChannel(Channel):
         self.app_id, self._app_secret, self.base_url = app_id, app_secret, base_url
         self.verifier = FeishuEventVerifier(verification_token, encrypt_key)
         self.api = api or FeishuAPI(app_id, app_secret, base_url=base_url)
-        self.bot_open_id: str | None = None
+        self.bot_open_id: str | None = None  # set once the held events (if any) are accepted
+        self._resolved_open_id: str | None = None
         self._longconn: FeishuLongConnection | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self._held = HeldEvents(hold_file)
+        self._hold_lock = asyncio.Lock()
+        self._retry = Backoff(retry_base, retry_cap)
+        self._problems: dict[str, Problem] = {}
+        self._wake = asyncio.Event()
+        self._last_attempt = 0.0  # monotonic time of the last bot-info attempt
+        self._starter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        bot = await self.api.bot_info()
-        self.bot_open_id = bot.get("open_id")
-        log.info("feishu bot %s (%s) ready in %s mode", bot.get("app_name"), self.bot_open_id, self.mode)
-        if self.mode == "longconn":
-            from .longconn import FeishuLongConnection
+        """Try the platform once; whatever fails is retried in the background, never raised."""
+        if not await self._fetch_bot_info():
+            log.warning("feishu: serving without the bot's profile; retrying in the background")
+        self._starter = asyncio.create_task(self._bring_up(), name="feishu-start")
 
-            self._longconn = FeishuLongConnection(
+    async def _bring_up(self) -> None:
+        """Resolve the bot's profile (retrying), accept the held events, then connect (longconn)."""
+        try:
+            await self._bring_up_steps()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # e.g. shutting down while releasing: the events stay held for next time
+            log.exception("feishu: start-up in the background stopped")
+
+    async def _bring_up_steps(self) -> None:
+        while self._resolved_open_id is None:
+            await self._pause(self._retry.next())
+            await self._fetch_bot_info()
+        while not self.gateway.accepting:  # the gateway starts accepting right after its channels
+            await asyncio.sleep(0.05)
+        await self._release_held()
+        if self.mode == "longconn":
+            await self._connect_longconn()
+
+    async def _fetch_bot_info(self) -> bool:
+        from .api import FeishuError
+
+        self._last_attempt = time.monotonic()
+        try:
+            bot = await self.api.bot_info(once=True)
+        except FeishuError as exc:
+            self._report("bot_info", f"cannot fetch the bot's profile from {self.base_url}: {exc}")
+            return False
+        open_id = bot.get("open_id")
+        if not isinstance(open_id, str) or not open_id:
+            self._report("bot_info", "the bot's profile has no open_id: is the bot capability enabled?")
+            return False
+        self._resolved_open_id = open_id
+        self._retry.reset()
+        self._problems.pop("bot_info", None)
+        log.info("feishu bot %s (%s) ready in %s mode", bot.get("app_name"), open_id, self.mode)
+        if not self._held.count():
+            self.bot_open_id = open_id  # nothing held: mention detection can start right away
+        return True
+
+    async def _connect_longconn(self) -> None:
+        from .longconn import FeishuLongConnection
+
+        while self._longconn is None:
+            connection = FeishuLongConnection(
                 self.app_id, self._app_secret, self.on_event, domain=self.base_url
             )
-            await self._longconn.start()
+            self._report("longconn", "connecting the long connection")
+            try:
+                await connection.start()
+            except Exception as exc:  # bad credentials or an outage: both retried, neither crashes serve
+                self._report("longconn", f"long connection failed: {exc}")
+                await self._pause(self._retry.next())
+                continue
+            self._longconn = connection
+            self._retry.reset()
+            self._problems.pop("longconn", None)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep for the backoff, or less when an event that needs the bot's profile arrives."""
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _report(self, what: str, detail: str) -> None:
+        problem = self._problems.get(what)
+        if problem is None or problem.detail != detail:
+            log.warning("feishu degraded: %s", detail)
+        since = problem.since if problem else time.time()
+        self._problems[what] = Problem(detail, since, (problem.attempts if problem else 0) + 1)
+
+    def degraded(self) -> list[dict[str, Any]]:
+        """What does not work yet, for /healthz: empty when the channel is fully up."""
+        held = self._held.count()
+        problems = dict(self._problems)
+        if held and not problems:  # the profile arrived; the held events are being accepted
+            problems["held_events"] = Problem(f"{held} held event(s) being accepted", time.time(), 0)
+        return [
+            {"component": f"feishu.{what}", "detail": problem.detail, "since": round(problem.since, 3),
+             "attempts": problem.attempts, "retry_in_s": round(self._retry.due_in(), 1), "held_events": held}
+            for what, problem in problems.items()
+        ]  # fmt: skip
 
     def routes(self) -> list[web.RouteDef]:
         from aiohttp import web
@@ -99,12 +202,35 @@ class FeishuChannel(Channel):
         A card click returns the callback's answer (a toast)."""
         if _event_type(envelope) == "card.action.trigger":
             return await self.on_card_action(envelope)
+        if self.bot_open_id is None and needs_bot_id(envelope):
+            async with self._hold_lock:
+                if self.bot_open_id is None:  # still unknown: keep it durably until it is known
+                    await asyncio.to_thread(self._held.add, envelope)
+                    held = self._held.count()
+                    log.info("feishu: event held until the bot's open_id is known (%d held)", held)
+                    if time.monotonic() - self._last_attempt >= self._retry.base:
+                        self._wake.set()  # try the platform again now (at most once per base delay)
+                    return None
         message = inbound_from_event(envelope, self.bot_open_id)
         if isinstance(message, Ignored):
             log.debug("feishu event ignored: %s", message.reason)
             return None
         await self.gateway.accept(message)
         return None
+
+    async def _release_held(self) -> None:
+        """Accept the held events in arrival order with the now known open_id, then stop holding."""
+        async with self._hold_lock:
+            open_id = self._resolved_open_id
+            for envelope in self._held.load():
+                message = inbound_from_event(envelope, open_id)
+                if isinstance(message, Ignored):
+                    log.debug("feishu held event ignored: %s", message.reason)
+                else:
+                    await self.gateway.accept(message)
+                await asyncio.to_thread(self._held.drop_first)
+            self.bot_open_id = open_id
+        log.info("feishu: every held event accepted")
 
     async def on_card_action(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""
@@ -144,6 +270,10 @@ class FeishuChannel(Channel):
         return await self.api.send(message)
 
     async def stop(self) -> None:
+        if self._starter is not None:
+            self._starter.cancel()
+            await asyncio.gather(self._starter, return_exceptions=True)
+            self._starter = None
         if self._background:
             await asyncio.wait(self._background, timeout=5)
         if self._longconn is not None:
@@ -153,6 +283,93 @@ class FeishuChannel(Channel):
 
 
 DECISIONS = ("approve", "reject")
+
+
+class Problem:
+    """One thing the channel cannot do yet: what, since when, after how many attempts."""
+
+    def __init__(self, detail: str, since: float, attempts: int) -> None:
+        self.detail, self.since, self.attempts = detail, since, attempts
+
+
+class Backoff:
+    """Exponential backoff with full jitter, capped: many bots restarting after one outage spread out."""
+
+    def __init__(self, base: float, cap: float) -> None:
+        self.base, self.cap = base, cap
+        self.failures = 0
+        self._due = 0.0
+
+    def next(self) -> float:
+        self.failures += 1
+        delay = random.uniform(self.base / 2, min(self.cap, self.base * 2 ** (self.failures - 1)))
+        self._due = time.monotonic() + delay
+        return delay
+
+    def reset(self) -> None:
+        self.failures, self._due = 0, 0.0
+
+    def due_in(self) -> float:
+        return max(0.0, self._due - time.monotonic())
+
+
+class HeldEvents:
+    """Events waiting for the bot's open_id, one JSON line each (redacted), fsynced before the ack.
+
+    Without a file (a channel built without a data folder) they are held in memory only."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._events: list[dict[str, Any]] = self._read() if path is not None else []
+
+    def _read(self) -> list[dict[str, Any]]:
+        assert self.path is not None
+        if not self.path.exists():
+            return []
+        events = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # a line cut by a crash mid-write was never acknowledged
+                log.warning("feishu: skipping a torn line in %s", self.path)
+        return events
+
+    def count(self) -> int:
+        return len(self._events)
+
+    def load(self) -> list[dict[str, Any]]:
+        return list(self._events)
+
+    def add(self, envelope: dict[str, Any]) -> None:
+        from ...redaction import redact_data
+
+        envelope = redact_data(envelope)  # stored like the inbox stores it: pasted secrets redacted
+        self._events.append(envelope)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as file:
+                file.write(json.dumps(envelope, ensure_ascii=False) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+
+    def drop_first(self) -> None:
+        self._events.pop(0)
+        if self.path is None:
+            return
+        if not self._events:
+            self.path.unlink(missing_ok=True)
+            return
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self._events), "utf-8")
+        os.replace(temporary, self.path)
+
+
+def needs_bot_id(envelope: dict[str, Any]) -> bool:
+    """Does turning this event into a message depend on the bot's own open_id (mention detection)?"""
+    if _event_type(envelope) != "im.message.receive_v1":
+        return False
+    message = (envelope.get("event") or {}).get("message") or {}
+    return (message.get("chat_type") or "p2p") != "p2p" or bool(message.get("mentions"))
 
 
 def _event_type(envelope: dict[str, Any]) -> str | None:
