@@ -8,6 +8,7 @@ The cases come from the report on the issue "Nothing lost, nothing twice, nothin
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import threading
@@ -15,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from serve_process import Folder, follow_the_words, wait
 
 from hermes_core.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from serve_process import Folder, Server, follow_the_words, wait
 
 RAISING_TOOLS = '''
 import argparse, asyncio
@@ -128,7 +129,7 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
         try:
             if run == 0:  # the second start resumes the same message
                 threading.Thread(target=_ignore_errors(server.webhook, "call slow hang"), daemon=True).start()
-            wait(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
+            wait(functools.partial(busy, server), what="the turn to start")
             time.sleep(0.3)  # inside the tool
         finally:
             assert server.stop() < 0.5 + 2
@@ -149,6 +150,10 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
     with sqlite3.connect(tmp_path / ".hermes" / "gateway.db") as db:
         replies = [row[0] for row in db.execute("SELECT payload FROM outbox")]
     assert len(replies) == 1 and "slow finished" in replies[0]
+
+
+def busy(server: Server) -> bool:
+    return server.get("/healthz")[1].get("conversations_busy") == 1
 
 
 def _ignore_errors(function, *args):  # type: ignore[no-untyped-def]

@@ -228,7 +228,8 @@ class Gateway:
             reply = reply_for(message, fixed_reply("set_aside", detect_language(message.text)), 0)
             await self.store.set_aside(message.id, reason, [reply])
             log.error("message %s (inbox %s) from %s in %s set aside: %s; its sender was told",
-                      message.message_id, message.id, message.sender, message.conversation, reason)  # fmt: skip
+                      message.message_id, message.id, message.sender, message.conversation,
+                      reason)  # fmt: skip
 
     async def _process(self, message: InboundMessage) -> None:
         assert message.id is not None

@@ -9,14 +9,14 @@ The order of facts makes "nothing lost, nothing twice" hold across crashes:
     complete: mark done + insert the replies into the outbox  — one transaction
     send:     deliver with an idempotency uuid, then mark sent
 A crash before `complete` re-runs the message; a crash before `mark_sent` re-sends with the same
-uuid, which the platform deduplicates.
+uuid, which the platform deduplicates. `seen_nonces` keeps each signed webhook request's signature
+for as long as its timestamp is fresh: the same request sent again is refused, even after a restart.
 
 Poison messages: every run of a message is counted (`begin_attempt`, durable before the turn
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
 with two counted runs took the process down twice: at the next start it is `set_aside` — marked,
 with why, and a polite reply queued in the same transaction — instead of running a third time.
-`set_aside_messages` lists them for the operator; `counts` has their number. `seen_nonces` keeps each signed webhook request's signature
-for as long as its timestamp is fresh: the same request sent again is refused, even after a restart.
+`set_aside_messages` lists them for the operator; `counts` has their number.
 
 Nothing is stored unredacted (redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
@@ -139,7 +139,7 @@ class GatewayStore(ABC):
         """Count a run of the message, durably, before it starts; returns the runs counted."""
         return 1
 
-    async def release_attempt(self, inbound_id: int) -> None:
+    async def release_attempt(self, inbound_id: int) -> None:  # noqa: B027 — optional, like close
         """Take back the count of a run that a graceful stop interrupted (not a crash)."""
 
     async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
@@ -346,7 +346,12 @@ class SQLiteGatewayStore(GatewayStore):
             outbox = db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
             dead = db.execute("SELECT COUNT(*) FROM dead_letters").fetchone()[0]
             aside = db.execute("SELECT COUNT(*) FROM inbox WHERE status = 'set_aside'").fetchone()[0]
-            return {"inbox_pending": inbox, "outbox_pending": outbox, "dead_letters": dead, "set_aside": aside}
+            return {
+                "inbox_pending": inbox,
+                "outbox_pending": outbox,
+                "dead_letters": dead,
+                "set_aside": aside,
+            }
 
         return await self._run(count)
 

@@ -212,7 +212,9 @@ class ToolRegistry:
             content = render_result(value, max_chars)
         except UnrenderableResult as exc:
             log.warning("tool %s returned a result that cannot be serialised: %s", call.name, exc)
-            return ToolOutcome(call, error_result(f"tool {call.name} {exc}"), False, arguments, error="bad_result")
+            return ToolOutcome(
+                call, error_result(f"tool {call.name} {exc}"), False, arguments, error="bad_result"
+            )
         if failed:
             return ToolOutcome(call, content, False, arguments, error="tool_error")
         return ToolOutcome(call, content, True, arguments)
@@ -456,8 +458,9 @@ class ToolThreads:
                 job.state = "abandoned"
                 self._stuck[job.tool] += 1
                 self._workers -= 1  # its place is free: a new worker may start
-                log.warning("tool %s abandoned after %.1f s on its thread, which keeps running "
-                            "(%d stuck)", job.tool, time.monotonic() - job.started, self._stuck[job.tool])  # fmt: skip
+                took = time.monotonic() - job.started
+                log.warning("tool %s abandoned after %.1f s on its thread, which keeps running (%d stuck)",
+                            job.tool, took, self._stuck[job.tool])  # fmt: skip
 
 
 TOOL_THREADS = ToolThreads()  # shared by every registry of the process
