@@ -154,3 +154,24 @@ def _quietly(function, *args):  # type: ignore[no-untyped-def]
             pass
 
     return run
+
+
+def test_a_refused_tool_is_available_again_once_its_threads_return(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
+    """Attack: a tool that hangs for a while (3 s, its timeout 0.5 s) is called until 4 of its
+    threads are stuck, then again. The refusal must not be forever: once the stuck threads
+    return (their late results are discarded), the tool runs again."""
+    tools = STUCK_TOOLS.replace("time.sleep(45)", "time.sleep(3)").replace(
+        "timeout=1)(stuck)", "timeout=0.5)(stuck)"
+    )
+    server = Folder(tmp_path, tools, "", model.base_url).serve()
+    try:
+        stuck = server.webhook("parallel stuck_0 4")["reply"]
+        refused = server.webhook("call stuck_0 again", user="u2")["reply"]
+        time.sleep(3.5)  # the four threads return
+        again = server.webhook("call stuck_0 later", user="u3")["reply"]
+    finally:
+        server.stop()
+    assert stuck.count("timed out after 0.5 s") == 4
+    assert "still running; it is unavailable until they return" in refused
+    assert "timed out after 0.5 s" in again  # run (and abandoned) again, not refused
+    assert "after it was abandoned; result discarded" in server.output()
