@@ -1,7 +1,8 @@
 """Fixed replies the user may see, in Chinese and English, and how the language is chosen.
 
 The model answers in the user's language by itself (the system prompt asks it to); these are the
-few texts the code writes when the model cannot: limits hit, the model unreachable.
+few texts the code writes when the model cannot: limits hit, the model unreachable, a message
+set aside because handling it kept stopping the service.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "抱歉，处理这条消息时出了问题，已记录下来。请稍后再试。",
         "en": "Sorry, something went wrong while handling this message; it has been logged. "
         "Please try again later.",
+    },
+    "set_aside": {
+        "zh": "抱歉，处理这条消息时服务多次中断，我已把它搁置，不再重试，并记录下来通知了管理员。"
+        "请换个说法再发一次，或联系管理员。",
+        "en": "Sorry, handling this message interrupted the service more than once, so I have set it "
+        "aside instead of trying again, and logged it for the administrator. "
+        "Please rephrase it or contact the administrator.",
     },
     "non_text": {
         "zh": "抱歉，我目前只能读懂文字消息，请用文字描述你的需求。",

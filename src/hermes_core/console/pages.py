@@ -291,6 +291,7 @@ each reply links to its trace.</p>"""
             ("inbox pending", gateway.get("inbox_pending", "?")),
             ("outbox pending", gateway.get("outbox_pending", "?")),
             ("dead letters", gateway.get("dead_letters", "?")),
+            ("set aside", gateway.get("set_aside", "?")),
             ("approvals waiting", data.get("approvals_waiting", 0)),
             ("turns done", gateway.get("turns_done", 0)),
             ("replies sent", gateway.get("replies_sent", 0)),

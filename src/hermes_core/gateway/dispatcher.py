@@ -4,6 +4,13 @@ One turn in flight per conversation, in arrival order; different conversations r
 A message that arrives while its conversation is busy waits its turn. Replies of one conversation
 are sent in order too; a reply that cannot be delivered is retried with backoff and finally kept
 in the dead-letter table, never dropped.
+
+A message that takes the process down (a tool that kills it, a native crash) would run again at
+every start and take it down again. So each run is counted durably before it starts; at start-up,
+a message that was run `poison_attempts` times (2) and never finished is set aside — an ERROR log
+line, a record the operator can list (store `set_aside_messages`, the `set_aside` count on
+/healthz and the console), and a polite reply to its sender — and its conversation goes on with
+the next message. A graceful stop that interrupts a turn takes its count back: it was no crash.
 """
 
 from __future__ import annotations
@@ -95,6 +102,7 @@ class Gateway:
         send_attempts: int = 8,
         send_backoff: float = 1.0,
         max_send_backoff: float = 300.0,
+        poison_attempts: int = 2,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -102,6 +110,7 @@ class Gateway:
         self.send_attempts = send_attempts
         self.send_backoff = send_backoff
         self.max_send_backoff = max_send_backoff
+        self.poison_attempts = poison_attempts  # unfinished runs of a message before it is set aside
         self.accepting = False
         self.turns_done = 0
         self.replies_sent = 0
@@ -120,6 +129,7 @@ class Gateway:
         """Resume what a previous process left: unfinished turns first, then unsent replies."""
         for channel in self.channels.values():
             await channel.start()
+        await self._set_aside_poison()  # before the outbox is loaded: its replies go out with the rest
         for reply in await self.store.pending_outbound():
             self._outbound.push(reply.conversation, reply)
         pending = await self.store.pending_inbound()
@@ -210,14 +220,29 @@ class Gateway:
             except Exception:
                 log.exception("expiring approvals failed")
 
+    async def _set_aside_poison(self) -> None:
+        """Set aside the messages whose runs took the process down `poison_attempts` times."""
+        for message, attempts in await self.store.crashed_inbound(self.poison_attempts):
+            assert message.id is not None
+            reason = f"the process stopped during each of its {attempts} runs; not run again"
+            reply = reply_for(message, fixed_reply("set_aside", detect_language(message.text)), 0)
+            await self.store.set_aside(message.id, reason, [reply])
+            log.error("message %s (inbox %s) from %s in %s set aside: %s; its sender was told",
+                      message.message_id, message.id, message.sender, message.conversation,
+                      reason)  # fmt: skip
+
     async def _process(self, message: InboundMessage) -> None:
+        assert message.id is not None
         async with self._turn_slots:
             try:
+                await self.store.begin_attempt(message.id)  # durable: a crash now counts against it
                 texts = await self.runner(message)
+            except asyncio.CancelledError:  # a graceful stop, not a crash: the run does not count
+                await asyncio.shield(self.store.release_attempt(message.id))
+                raise
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
                 texts = [fixed_reply("internal_error", detect_language(message.text))]
-        assert message.id is not None
         replies = [reply_for(message, text, index) for index, text in enumerate(texts)]
         for reply in await self.store.complete(message.id, replies):
             self._outbound.push(reply.conversation, reply)

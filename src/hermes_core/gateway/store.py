@@ -12,6 +12,12 @@ A crash before `complete` re-runs the message; a crash before `mark_sent` re-sen
 uuid, which the platform deduplicates. `seen_nonces` keeps each signed webhook request's signature
 for as long as its timestamp is fresh: the same request sent again is refused, even after a restart.
 
+Poison messages: every run of a message is counted (`begin_attempt`, durable before the turn
+starts; a graceful stop takes its count back with `release_attempt`). A message still pending
+with two counted runs took the process down twice: at the next start it is `set_aside` — marked,
+with why, and a polite reply queued in the same transaction — instead of running a third time.
+`set_aside_messages` lists them for the operator; `counts` has their number.
+
 Nothing is stored unredacted (redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
 session history, traces, logs) — and replies and delivery errors are redacted as they are stored.
@@ -84,6 +90,10 @@ MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX seen_nonces_by_expiry ON seen_nonces (expires_at);
     """,
+    3: """
+    ALTER TABLE inbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE inbox ADD COLUMN set_aside_reason TEXT
+    """,
 }
 
 
@@ -124,6 +134,24 @@ class GatewayStore(ABC):
     async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
         """True the first time `nonce` is claimed on `channel` within `keep_seconds`; False after
         that (a replay). Durable: a restart does not forget it."""
+
+    async def begin_attempt(self, inbound_id: int) -> int:
+        """Count a run of the message, durably, before it starts; returns the runs counted."""
+        return 1
+
+    async def release_attempt(self, inbound_id: int) -> None:  # noqa: B027 — optional, like close
+        """Take back the count of a run that a graceful stop interrupted (not a crash)."""
+
+    async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
+        """Pending messages with at least `min_attempts` counted runs, and their counts."""
+        return []
+
+    async def set_aside(
+        self, inbound_id: int, reason: str, replies: list[OutboundMessage]
+    ) -> list[OutboundMessage]:
+        """Stop trying a message: mark it set aside with `reason` and queue `replies`, atomically;
+        returns them with their ids (none if the message was no longer pending)."""
+        raise NotImplementedError
 
     async def close(self) -> None:
         return None
@@ -188,6 +216,57 @@ class SQLiteGatewayStore(GatewayStore):
             return replies
 
         return await self._run(complete)
+
+    async def begin_attempt(self, inbound_id: int) -> int:
+        def begin(db: sqlite3.Connection) -> int:
+            db.execute("UPDATE inbox SET attempts = attempts + 1 WHERE id = ?", (inbound_id,))
+            row = db.execute("SELECT attempts FROM inbox WHERE id = ?", (inbound_id,)).fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._run(begin)
+
+    async def release_attempt(self, inbound_id: int) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE inbox SET attempts = MAX(attempts - 1, 0) WHERE id = ? AND status = 'pending'",
+                (inbound_id,),
+            )
+        )
+
+    async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT id, payload, attempts FROM inbox WHERE status = 'pending' AND attempts >= ? "
+                "ORDER BY id",
+                (min_attempts,),
+            ).fetchall()
+        )
+        return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
+
+    async def set_aside(
+        self, inbound_id: int, reason: str, replies: list[OutboundMessage]
+    ) -> list[OutboundMessage]:
+        def set_aside(db: sqlite3.Connection) -> list[OutboundMessage]:
+            marked = db.execute(
+                "UPDATE inbox SET status = 'set_aside', finished_at = ?, set_aside_reason = ? "
+                "WHERE id = ? AND status = 'pending'",
+                (time.time(), _error(reason), inbound_id),
+            )
+            return _queue(db, inbound_id, replies) if marked.rowcount else []
+
+        return await self._run(set_aside)
+
+    async def set_aside_messages(self) -> list[dict[str, Any]]:
+        """The messages set aside, oldest first: what they said, how often they ran, why."""
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT id, channel, conversation, message_id, payload, attempts, set_aside_reason, "
+                "received_at, finished_at FROM inbox WHERE status = 'set_aside' ORDER BY id"
+            ).fetchall()
+        )
+        keys = ("id", "channel", "conversation", "message_id", "payload", "attempts", "reason",
+                "received_at", "set_aside_at")  # fmt: skip
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         rows = await self._run(
@@ -266,12 +345,32 @@ class SQLiteGatewayStore(GatewayStore):
             inbox = db.execute("SELECT COUNT(*) FROM inbox WHERE status = 'pending'").fetchone()[0]
             outbox = db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
             dead = db.execute("SELECT COUNT(*) FROM dead_letters").fetchone()[0]
-            return {"inbox_pending": inbox, "outbox_pending": outbox, "dead_letters": dead}
+            aside = db.execute("SELECT COUNT(*) FROM inbox WHERE status = 'set_aside'").fetchone()[0]
+            return {
+                "inbox_pending": inbox,
+                "outbox_pending": outbox,
+                "dead_letters": dead,
+                "set_aside": aside,
+            }
 
         return await self._run(count)
 
     async def close(self) -> None:
         await self.db.close()
+
+
+def _queue(db: sqlite3.Connection, inbound_id: int, replies: list[OutboundMessage]) -> list[OutboundMessage]:
+    """Insert `inbound_id`'s replies into the outbox (inside the caller's transaction, as `complete`)."""
+    now = time.time()
+    for reply in replies:
+        reply.inbound_id = inbound_id
+        cursor = db.execute(
+            "INSERT INTO outbox (inbound_id, channel, conversation, payload, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (inbound_id, reply.channel, reply.conversation, _dump(reply), now),
+        )
+        reply.id = cursor.lastrowid
+    return replies
 
 
 def _dump(message: InboundMessage | OutboundMessage) -> str:

@@ -1,7 +1,28 @@
 """The tools an agent may use, and the one path every tool call is executed through.
 
 `execute` never raises: unknown names, unparseable or invalid arguments, exceptions, business
-errors and timeouts all come back as a `ToolOutcome` whose `content` is what the model reads.
+errors, results that cannot be serialised and timeouts all come back as a `ToolOutcome` whose
+`content` is what the model reads. "Exceptions" means every `BaseException` a tool raises:
+`SystemExit` (argparse on bad input), `KeyboardInterrupt`, `GeneratorExit`, custom subclasses —
+none of them may end the task, let alone the process. The one exception that passes is a real
+cancellation of the task running the call (a shutdown, a stop, a timeout): when the task is being
+cancelled, the tool's exception, whatever it is, leaves as `CancelledError`. A `CancelledError`
+a tool raises of its own accord, while nothing cancels its task, is a tool failure like any other.
+
+Sync tools run on daemon threads of their own (`ToolThreads`), never on the event loop, at most
+`MAX_TOOL_THREADS` at once. Python cannot kill a thread, so a sync tool that never returns cannot
+be stopped. What happens instead, when its call times out (or its task is cancelled):
+- the model reads a timeout error, and the thread is *abandoned*: it keeps running, but its result
+  is thrown away when it comes, and a new worker takes its place, so the capacity for new calls
+  stays whole and instant tools keep answering;
+- it is counted and logged (WARNING when abandoned, INFO if it returns later);
+- once `MAX_STUCK_PER_TOOL` threads of one tool are stuck, further calls of that tool are refused
+  at once with a clear error (nothing more is started), and once `MAX_STUCK` threads are stuck in
+  all, every sync call is; the refusals end as the stuck threads return;
+- abandoned threads are daemon threads: they do not hold the process at exit (`hermes-core run`
+  exits after its reply, `serve` within its shutdown grace).
+Code that can hang (network without timeouts, locks, child programs) belongs in an async tool, or
+in a subprocess with a timeout, which *can* be stopped.
 """
 
 from __future__ import annotations
@@ -12,10 +33,12 @@ import copy
 import difflib
 import functools
 import logging
+import queue
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, ToolCall
@@ -23,14 +46,14 @@ from ..redaction import redact_text
 from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
 from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
-from .results import DEFAULT_MAX_CHARS, error_result, is_error_value, render_result
+from .results import DEFAULT_MAX_CHARS, UnrenderableResult, error_result, is_error_value, render_result
 
 log = logging.getLogger("hermes_core.tools")
 
-# Sync tools run here, never on the event loop. A thread cannot be killed, so a timed-out sync
-# tool keeps its worker until it returns; the pool is sized so that a few stuck tools do not
-# starve the rest.
-_SYNC_TOOL_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="hermes-tool")
+MAX_TOOL_THREADS = 32  # sync tool calls running at once (abandoned ones not counted); more wait
+MAX_STUCK_PER_TOOL = 4  # abandoned threads of one tool before its sync calls are refused
+MAX_STUCK = 64  # abandoned threads in all before every sync call is refused
+IDLE_WORKER_SECONDS = 60.0  # an idle worker thread ends after this long
 
 
 @dataclass
@@ -166,21 +189,35 @@ class ToolRegistry:
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
             value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)
-            if declared.extractor is not None:
-                value = declared.extractor(value)
         except TaskPaused as paused:
             return ToolOutcome(call, paused.message, False, arguments, error=paused.reason)
         except asyncio.TimeoutError:
             message = f"tool {call.name} timed out after {limit:g} s"
             return ToolOutcome(call, error_result(message), False, arguments, error="timeout")
+        except ToolThreadsRefused as exc:
+            return ToolOutcome(call, error_result(str(exc)), False, arguments, error="tool_stuck")
         except ToolError as exc:
             return ToolOutcome(call, error_result(str(exc)), False, arguments, error="tool_error")
         except Exception as exc:  # a tool's crash is data for the model, never the user's problem
-            message = f"tool {call.name} failed: {type(exc).__name__}: {exc}"
+            raised = exc.raised if isinstance(exc, ToolCrashed) else exc
+            message = f"tool {call.name} failed: {type(raised).__name__}: {raised}"
             return ToolOutcome(call, error_result(message), False, arguments, error="exception")
-        if is_error_value(value):
-            return ToolOutcome(call, render_result(value, max_chars), False, arguments, error="tool_error")
-        return ToolOutcome(call, render_result(value, max_chars), True, arguments)
+        return self._rendered(call, value, max_chars, arguments)
+
+    @staticmethod
+    def _rendered(call: ToolCall, value: Any, max_chars: int, arguments: dict[str, Any]) -> ToolOutcome:
+        """The outcome for a value the tool returned: its JSON, or an error if it has none."""
+        try:
+            failed = is_error_value(value)
+            content = render_result(value, max_chars)
+        except UnrenderableResult as exc:
+            log.warning("tool %s returned a result that cannot be serialised: %s", call.name, exc)
+            return ToolOutcome(
+                call, error_result(f"tool {call.name} {exc}"), False, arguments, error="bad_result"
+            )
+        if failed:
+            return ToolOutcome(call, content, False, arguments, error="tool_error")
+        return ToolOutcome(call, content, True, arguments)
 
     async def _approval(
         self, declared: Tool, call: ToolCall, arguments: dict[str, Any], context: ToolContext
@@ -232,13 +269,198 @@ class RegistryWrapper(ToolRegistry):
         self.inner = inner
 
 
+class ToolCrashed(Exception):
+    """A tool raised a BaseException that is not an Exception (SystemExit, KeyboardInterrupt, …),
+    or a CancelledError while nothing cancelled it: carried out of the tool as a plain failure."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(f"{type(raised).__name__}: {raised}")
+        self.raised = raised
+
+
+class ToolThreadsRefused(Exception):
+    """A sync call not started because too many threads (of its tool, or in all) are stuck."""
+
+
 async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
-    if declared.is_async:
-        return await declared.handler(**kwargs)
-    loop = asyncio.get_running_loop()
-    # copy_context: the tool sees the caller's context variables but its changes stay its own
-    run = functools.partial(contextvars.copy_context().run, declared.handler, **kwargs)
-    result = await loop.run_in_executor(_SYNC_TOOL_POOL, run)
-    if asyncio.iscoroutine(result):  # a sync wrapper that returned a coroutine
-        result = await result
-    return result
+    """Run the tool (and its extractor); every BaseException but a real cancellation becomes an
+    Exception here, inside the coroutine, before it can reach a task boundary and the event loop."""
+    try:
+        if declared.is_async:
+            value = await declared.handler(**kwargs)
+        else:
+            # copy_context: the tool sees the caller's context variables but its changes stay its own
+            run = functools.partial(contextvars.copy_context().run, declared.handler, **kwargs)
+            value = await TOOL_THREADS.run(declared.name, run)
+            if asyncio.iscoroutine(value):  # a sync wrapper that returned a coroutine
+                value = await value
+        return declared.extractor(value) if declared.extractor is not None else value
+    except Exception:
+        raise
+    except BaseException as exc:
+        if _being_cancelled(exc):
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise asyncio.CancelledError() from exc  # the cancellation goes on; the tool's exit does not
+        raise ToolCrashed(exc) from None
+
+
+def _being_cancelled(exc: BaseException) -> bool:
+    """Whether the task running the tool is being cancelled (a shutdown, a stop, its timeout)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is None:  # Python 3.10: no way to tell; a CancelledError is taken as a cancellation
+        return isinstance(exc, asyncio.CancelledError)
+    return bool(cancelling())
+
+
+@dataclass(eq=False)
+class _Job:
+    tool: str
+    run: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[tuple[bool, Any]]
+    state: str = "queued"  # queued → running → done; or cancelled (never started), abandoned
+    started: float = field(default=0.0)
+
+    def settle(self, outcome: tuple[bool, Any]) -> None:
+        """Hand the outcome to the waiting coroutine (from the worker thread)."""
+
+        def deliver() -> None:
+            if not self.future.done():
+                self.future.set_result(outcome)
+
+        try:
+            self.loop.call_soon_threadsafe(deliver)
+        except RuntimeError:  # the event loop is closed: nobody waits for this result any more
+            pass
+
+
+class ToolThreads:
+    """Daemon worker threads for sync tools; a worker whose call timed out is abandoned and
+    replaced, and tools with too many stuck threads are refused (the module docstring says why)."""
+
+    def __init__(
+        self,
+        max_running: int = MAX_TOOL_THREADS,
+        max_stuck_per_tool: int = MAX_STUCK_PER_TOOL,
+        max_stuck: int = MAX_STUCK,
+        idle_seconds: float = IDLE_WORKER_SECONDS,
+    ) -> None:
+        self.max_running, self.max_stuck_per_tool, self.max_stuck = max_running, max_stuck_per_tool, max_stuck
+        self.idle_seconds = idle_seconds
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._workers = 0  # live workers, not abandoned
+        self._idle = 0  # of them, waiting for a job
+        self._waiting = 0  # jobs queued, not yet taken
+        self._stuck: Counter[str] = Counter()
+        self._serial = 0
+
+    def stuck(self, tool: str | None = None) -> int:
+        """Abandoned threads still running: of `tool`, or in all."""
+        with self._lock:
+            return self._stuck[tool] if tool is not None else sum(self._stuck.values())
+
+    async def run(self, tool: str, function: Callable[[], Any]) -> Any:
+        """`function()` on a worker thread; its exceptions re-raised here (BaseExceptions wrapped)."""
+        loop = asyncio.get_running_loop()
+        job = _Job(tool, function, loop, loop.create_future())
+        self._submit(job)
+        try:
+            returned, value = await job.future
+        except asyncio.CancelledError:  # timed out, or the task was cancelled: the thread is left
+            self._abandon(job)
+            raise
+        if returned:
+            return value
+        if isinstance(value, Exception):
+            raise value
+        raise ToolCrashed(value)  # SystemExit, CancelledError… raised in the thread: never a cancellation
+
+    def _refusal(self, tool: str) -> str | None:
+        if self._stuck[tool] >= self.max_stuck_per_tool:
+            return (
+                f"tool {tool} is not run: {self._stuck[tool]} earlier calls of it timed out and are "
+                "still running; it is unavailable until they return. Do not call it again now."
+            )
+        if sum(self._stuck.values()) >= self.max_stuck:
+            return f"tool {tool} is not run: too many earlier tool calls are stuck; try again later"
+        return None
+
+    def _submit(self, job: _Job) -> None:
+        with self._lock:
+            refusal = self._refusal(job.tool)
+            if refusal is not None:
+                log.warning("refused %s: %s stuck thread(s) of it", job.tool, self._stuck[job.tool])
+                raise ToolThreadsRefused(refusal)
+            self._waiting += 1
+            self._jobs.put(job)
+            if self._waiting > self._idle and self._workers < self.max_running:
+                self._start_worker()
+
+    def _start_worker(self) -> None:  # with the lock held
+        self._workers += 1
+        self._idle += 1
+        self._serial += 1
+        threading.Thread(target=self._work, name=f"hermes-tool-{self._serial}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._next_job()
+            if job is None:
+                return
+            try:
+                outcome: tuple[bool, Any] = (True, job.run())
+            except BaseException as exc:  # noqa: BLE001 — every exception is the tool's result
+                outcome = (False, exc)
+            if not self._finished(job):
+                return
+            job.settle(outcome)
+
+    def _next_job(self) -> _Job | None:
+        """The next job to run, or None when this worker has been idle long enough to end."""
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self._waiting == 0:
+                        self._idle -= 1
+                        self._workers -= 1
+                        return None
+                continue
+            with self._lock:
+                self._waiting -= 1
+                if job.state == "cancelled":  # its caller gave up before it started
+                    continue
+                self._idle -= 1
+                job.state, job.started = "running", time.monotonic()
+                return job
+
+    def _finished(self, job: _Job) -> bool:
+        """Record that `job` returned; False when it had been abandoned (then this thread ends)."""
+        with self._lock:
+            if job.state == "abandoned":
+                self._stuck[job.tool] -= 1
+                log.info("tool %s returned %.1f s after it started, after it was abandoned; result discarded",
+                         job.tool, time.monotonic() - job.started)  # fmt: skip
+                return False
+            job.state = "done"
+            self._idle += 1
+            return True
+
+    def _abandon(self, job: _Job) -> None:
+        with self._lock:
+            if job.state == "queued":
+                job.state = "cancelled"
+            elif job.state == "running":
+                job.state = "abandoned"
+                self._stuck[job.tool] += 1
+                self._workers -= 1  # its place is free: a new worker may start
+                took = time.monotonic() - job.started
+                log.warning("tool %s abandoned after %.1f s on its thread, which keeps running (%d stuck)",
+                            job.tool, took, self._stuck[job.tool])  # fmt: skip
+
+
+TOOL_THREADS = ToolThreads()  # shared by every registry of the process

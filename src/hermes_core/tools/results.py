@@ -1,5 +1,9 @@
 """What the model reads back from a tool: JSON text, redacted, capped, with errors as data.
 
+A value that cannot be serialised (a circular reference, nesting too deep for the encoder, an
+object whose `__str__` raises, keys that are not strings) raises `UnrenderableResult`, which the
+registry turns into an error result: the task goes on, the model reads what went wrong.
+
 Redaction comes before the cap (redaction.py `cut_text`): a secret straddling the limit is replaced
 whole, and nothing of one is left at the cut.
 """
@@ -26,12 +30,21 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+class UnrenderableResult(ValueError):
+    """A tool's return value has no JSON form; the message says why, for the model to read."""
+
+
 def render_result(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
     """Serialise a tool's return value as JSON (a string stays as it is), then redact and cap it."""
     if isinstance(value, str):
         text = value
     else:
-        text = json.dumps(value, ensure_ascii=False, default=_fallback)
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=_fallback)
+        except Exception as exc:  # ValueError (circular), RecursionError, TypeError, a raising __str__
+            raise UnrenderableResult(
+                f"returned a result that cannot be serialised as JSON ({type(exc).__name__}: {exc})"
+            ) from None
     return cap(text, max_chars)
 
 

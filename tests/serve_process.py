@@ -1,0 +1,126 @@
+"""Shared by the poison and stuck-tool tests: `hermes-core serve` (or `run`) as a real process in a
+folder with a tools module and a configuration, its output in a file, and a scripted model.
+
+The model (the fake OpenAI-compatible server) follows the user's words: "call <tool> <arg>" asks
+for that tool with {"arg": <arg>}; "parallel <tool> <n>" asks for n calls of it at once; once a
+tool result is in, it answers "tool said: <result>" (each result on its own line); anything else
+is answered "ok: <text>".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
+
+
+def follow_the_words(request: RecordedRequest) -> FakeReply:
+    messages = request.messages
+    last = messages[-1]
+    if last["role"] == "tool":
+        results: list[str] = []
+        for message in reversed(messages):
+            if message["role"] != "tool":
+                break
+            results.insert(0, str(message["content"]))
+        return FakeReply.text("tool said: " + "\n".join(results))
+    words = str(last.get("content") or "").split()
+    if len(words) >= 3 and words[0] == "call":
+        return FakeReply.tool_call(words[1], {"arg": words[2]})
+    if len(words) >= 3 and words[0] == "parallel":
+        return FakeReply.parallel_tool_calls([(words[1], {"arg": str(i)}) for i in range(int(words[2]))])
+    return FakeReply.text(f"ok: {last.get('content')}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Folder:
+    """A working folder: tools module, configuration, environment; starts `hermes-core` in it."""
+
+    def __init__(self, path: Path, tools: str, config: str, model_url: str, **env: str) -> None:
+        self.path = path
+        (path / "test_tools_mod.py").write_text(textwrap.dedent(tools), encoding="utf-8")
+        (path / "hermes.yaml").write_text(
+            "tools: [test_tools_mod]\n" + textwrap.dedent(config), encoding="utf-8"
+        )
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        self.env.update(PYTHONPATH=str(path), HERMES_BASE_URL=model_url, HERMES_MODEL="m", **env)
+        self.port = free_port()
+        self.runs = 0
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *args]
+
+    def serve(self) -> Server:
+        self.runs += 1
+        log = self.path / f"serve-{self.runs}.log"
+        process = subprocess.Popen(
+            self.command("serve", "--port", str(self.port)), cwd=self.path, env=self.env,
+            stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        server = Server(process, f"http://127.0.0.1:{self.port}", log)
+        wait(lambda: server.healthy() or process.poll() is not None, what="serve to start")
+        return server
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen, url: str, log: Path) -> None:
+        self.process, self.url, self.log = process, url, log
+
+    def healthy(self) -> bool:
+        try:
+            return self.get("/healthz")[0] == 200
+        except OSError:
+            return False
+
+    def get(self, path: str) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=2) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    def webhook(self, text: str, user: str = "u1", timeout: float = 30.0) -> dict:
+        body = json.dumps({"message": text, "user_id": user}).encode()
+        request = urllib.request.Request(self.url + "/webhook", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> float:
+        """SIGTERM; the seconds until the process exited."""
+        started = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            finally:
+                if self.process.poll() is None:
+                    self.process.kill()
+                    self.process.wait()
+        return time.monotonic() - started
