@@ -16,6 +16,7 @@ from typing import Any
 EXIT_WORDS = {"exit", "quit", "/exit", "/quit", "退出"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TRACE_HELP = "a task id as `traces` prints it (or a beginning only it has), or an X-ray or JSON export"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--concurrency", type=int, default=4, help="cases run at once (default 4)")
     eval_commands = evaluate.add_subparsers(dest="eval_command", metavar="[add TRACE]")
     add_case = eval_commands.add_parser("add", help="turn a recorded task (JSON trace) into a case file")
-    add_case.add_argument("trace", help="the JSON dump of a recorded task")
+    add_case.add_argument("trace", help=TRACE_HELP)
     add_case.add_argument("--cases", default=argparse.SUPPRESS, help="folder to write the case to")
     add_case.add_argument("--name", help="case name (default: from the task id)")
     add_case.add_argument("--force", action="store_true", help="replace a case of the same name")
@@ -73,10 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     show = trace.add_subparsers(dest="trace_command", metavar="show", required=True).add_parser(
         "show", help="print a task's timeline (--json: export its whole record)"
     )
-    show.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    show.add_argument("trace", help=TRACE_HELP)
     show.add_argument("--json", action="store_true", help="print the whole record as JSON")
     replay = commands.add_parser("replay", help="re-run a recorded task on the current code: what diverges")
-    replay.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    replay.add_argument("trace", help=TRACE_HELP)
     replay.add_argument("--live", action="store_true", help="ask the configured model, not the recording")
     replay.add_argument("--run-writes", action="store_true", help="run level-1 (writing) tools for real too")
     replay.add_argument("--json", action="store_true", help="print the report as JSON")
