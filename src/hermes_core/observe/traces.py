@@ -157,7 +157,8 @@ class SQLiteTraceStore(TraceStore):
     async def ids_starting(self, prefix: str, limit: int = 10) -> builtins.list[str]:
         """The task ids that begin with `prefix` (a pasted part of one), at most `limit`, sorted."""
         query = "SELECT task_id FROM traces WHERE substr(task_id, 1, ?) = ? ORDER BY task_id LIMIT ?"
-        rows = await self.db.transaction(lambda db: db.execute(query, (len(prefix), prefix, limit)).fetchall())
+        arguments = (len(prefix), prefix, limit)
+        rows = await self.db.transaction(lambda db: db.execute(query, arguments).fetchall())
         return [row[0] for row in rows]
 
     async def list(
