@@ -21,7 +21,6 @@ from ..loop import PAUSES
 from ..redaction import redact_data, redact_text
 from .traces import SQLiteTraceStore, clip
 
-
 AMBIGUOUS_SHOWN = 5  # candidates named when a pasted prefix starts more than one task id
 
 
