@@ -143,7 +143,8 @@ def without_comment(line: str) -> str:
 
 def fenced_commands(lines: list[str]) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
-    fence, language, block = "", "", []
+    fence, language = "", ""
+    block: list[tuple[int, str]] = []
     for number, line in enumerate(lines, 1):
         opening = re.match(r"^\s*(```|~~~)\s*([\w+-]*)\s*$", line)
         if opening and not fence:
