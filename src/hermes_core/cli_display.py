@@ -194,7 +194,8 @@ class ShownTools(RegistryWrapper):
 
 
 def show_tool_calls(agent: Any, display: TurnDisplay) -> None:
-    """Show `agent`'s tool calls on `display` (after its interactions are set: they are shared)."""
+    """Show `agent`'s tool calls on `display`. Call it after `agent.use_interactions`: a registry
+    wrapper keeps the interactions of the registry it wraps as they were when it was made."""
     agent.registry = ShownTools(agent.registry, display)
 
 
