@@ -16,6 +16,7 @@ from typing import Any
 EXIT_WORDS = {"exit", "quit", "/exit", "/quit", "退出"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TRACE_HELP = "a task id as `traces` prints it (or a beginning only it has), or an X-ray or JSON export"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log to stderr at this level (default: HERMES_LOG_LEVEL; else INFO for serve, none otherwise)",
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("chat", help="interactive chat (exit, quit or Ctrl-D to leave)")
-    run = commands.add_parser("run", help="run one message and print the reply")
-    run.add_argument("message", help="the message to send")
-    run.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    add_turn_commands(commands)
     commands.add_parser("tools", help="list the tools and their JSON schemas")
     commands.add_parser("doctor", help="check configuration, model endpoint, Feishu credentials, database")
     serve = commands.add_parser("serve", help="run the gateway: webhook and Feishu channels, /healthz")
@@ -55,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--concurrency", type=int, default=4, help="cases run at once (default 4)")
     eval_commands = evaluate.add_subparsers(dest="eval_command", metavar="[add TRACE]")
     add_case = eval_commands.add_parser("add", help="turn a recorded task (JSON trace) into a case file")
-    add_case.add_argument("trace", help="the JSON dump of a recorded task")
+    add_case.add_argument("trace", help=TRACE_HELP)
     add_case.add_argument("--cases", default=argparse.SUPPRESS, help="folder to write the case to")
     add_case.add_argument("--name", help="case name (default: from the task id)")
     add_case.add_argument("--force", action="store_true", help="replace a case of the same name")
@@ -79,14 +77,36 @@ def build_parser() -> argparse.ArgumentParser:
     show = trace.add_subparsers(dest="trace_command", metavar="show", required=True).add_parser(
         "show", help="print a task's timeline (--json: export its whole record)"
     )
-    show.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    show.add_argument("trace", help=TRACE_HELP)
     show.add_argument("--json", action="store_true", help="print the whole record as JSON")
     replay = commands.add_parser("replay", help="re-run a recorded task on the current code: what diverges")
-    replay.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
+    replay.add_argument("trace", help=TRACE_HELP)
     replay.add_argument("--live", action="store_true", help="ask the configured model, not the recording")
     replay.add_argument("--run-writes", action="store_true", help="run level-1 (writing) tools for real too")
     replay.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+QUIET_HELP = "no status line (thinking…, tool calls) on stderr; it is shown only when stderr is a terminal"
+
+
+def add_turn_commands(commands: Any) -> None:
+    """`chat` and `run`: what they show while a turn runs is in cli_display.py."""
+    chat = commands.add_parser(
+        "chat", help="interactive chat (exit, quit, Ctrl-D or Ctrl-C at the prompt to leave)",
+        description="Chat in the terminal. While the model works, a status line on stderr says what it "
+        "does and its text appears as it is written. Ctrl-C cancels the turn; at the prompt it leaves.",
+    )  # fmt: skip
+    chat.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
+    run = commands.add_parser(
+        "run", help="run one message and print the reply",
+        description="Run one message; stdout gets the reply only (streamed as it is written when stdout "
+        "is a terminal), the status line goes to stderr when that is a terminal. Exit 0 when the task "
+        "completed, 1 when it failed, 130 on Ctrl-C.",
+    )  # fmt: skip
+    run.add_argument("message", help="the message to send")
+    run.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    run.add_argument("--quiet", "-q", action="store_true", help=QUIET_HELP)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,9 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         return print_tools(agent)
     if args.command == "serve":
         return run_server(settings, agent, args)
-    if args.command == "run":
-        return asyncio.run(run_once(agent, args.message, as_json=args.json))
-    return asyncio.run(chat(agent))
+    try:
+        if args.command == "run":
+            return asyncio.run(run_once(agent, args.message, as_json=args.json, quiet=args.quiet))
+        return asyncio.run(chat(agent, quiet=args.quiet))
+    except KeyboardInterrupt:  # Ctrl-C where the terminal's own handler is not installed (Windows)
+        print("\nhermes-core: cancelled", file=sys.stderr)
+        return 130
 
 
 def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
@@ -239,12 +263,24 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
-    from .redaction import redact_data, redact_text
+async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bool = False) -> int:
+    """One message; Ctrl-C cancels it: one line on stderr, exit 130."""
+    from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
+    from .redaction import redact_data
 
+    display = TurnDisplay.for_terminal(quiet=quiet, stream=not as_json and sys.stdout.isatty())
+    show_tool_calls(agent, display)
+    terminal = Terminal()
+    on_text = display.on_text if display.streams else None  # asking for text makes the client stream
     try:
-        result = await agent.run(message, caller=terminal_caller(agent))
+        display.start()
+        result = await terminal.turn(agent.run(message, caller=terminal_caller(agent), on_text=on_text))
+    except TurnCancelled:
+        display.prompting()  # the status line cleared, a streamed line ended
+        print("hermes-core: cancelled", file=sys.stderr)
+        return 130
     finally:
+        terminal.close()
         await agent.aclose()
     if as_json:
         summary = {
@@ -259,44 +295,45 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False) -> int:
         }
         print(json.dumps(redact_data(summary), ensure_ascii=False, indent=2))
     else:
-        print(redact_text(result.reply))
+        display.finish(result.reply)
     return 0 if result.ok else 1
 
 
-async def chat(agent: Any) -> int:
+async def chat(agent: Any, *, quiet: bool = False) -> int:
+    """The REPL. Ctrl-C cancels the turn that runs; at the prompt (or again at once) it leaves."""
+    from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
     from .gateway.runner import AgentRunner
-    from .redaction import redact_text
 
     runner = AgentRunner(agent)  # the gateway's turn handling: memory, window, /memory and /forget
     caller = terminal_caller(agent)
-    streamed: list[str] = []
+    terminal = Terminal()
+    display = TurnDisplay.for_terminal(quiet=quiet, stream=True)
     if agent.interactions is None:  # approvals as a y/n prompt, clarify questions asked in place
-        agent.use_interactions(terminal_interactions())
-
-    def show(piece: str) -> None:  # each piece redacted: a secret split across two pieces would pass
-        streamed.append(piece)
-        print(redact_text(piece), end="", flush=True)
-
-    print("hermes-core chat — type exit or quit (or Ctrl-D) to leave.")
+        agent.use_interactions(terminal_interactions(terminal, display))
+    show_tool_calls(agent, display)
+    print("hermes-core chat — type exit or quit (or Ctrl-D) to leave; Ctrl-C cancels a turn.")
     try:
         while True:
-            try:
-                line = await asyncio.to_thread(input, "> ")
-            except (EOFError, KeyboardInterrupt):
+            line = await terminal.read_line("> ")
+            if line is None:  # end of input, or Ctrl-C at the prompt
                 print()
                 break
             if line.strip().lower() in EXIT_WORDS:
                 break
             if not line.strip():
                 continue
-            streamed.clear()
-            answer = await runner.reply("cli", line, on_text=show, caller=caller)
-            reply = answer if isinstance(answer, str) else answer.text
-            if streamed and "".join(streamed) == reply:
-                print()
-            else:
-                print(("\n" if streamed else "") + redact_text(reply))
+            display.start()
+            try:
+                turn = runner.reply("cli", line, on_text=display.on_text, caller=caller)
+                answer = await terminal.turn(turn)
+            except TurnCancelled as cancelled:
+                display.cancelled()
+                if cancelled.leaving:
+                    break
+                continue
+            display.finish(answer if isinstance(answer, str) else answer.text)
     finally:
+        terminal.close()
         await agent.aclose()
     return 0
 
@@ -313,24 +350,21 @@ def terminal_caller(agent: Any) -> Any:
     return agent.permissions.caller(login, "terminal")
 
 
-def terminal_interactions() -> Any:
-    """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on."""
+def terminal_interactions(terminal: Any, display: Any) -> Any:
+    """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on.
+    Their lines come from the session's `Terminal`, so Ctrl-C at such a prompt cancels the turn."""
     from .redaction import redact_text
     from .tasks.pending import InlineInteractions, Pending
 
     async def confirm(pending: Pending) -> bool:
-        prompt = f"\nApprove {pending.tool}({redact_text(pending.arguments)})? 批准执行？ [y/N] "
-        try:
-            answer = await asyncio.to_thread(input, prompt)
-        except (EOFError, KeyboardInterrupt):
-            return False
-        return answer.strip().lower() in {"y", "yes", "是", "好", "批准"}
+        display.prompting()
+        prompt = f"Approve {pending.tool}({redact_text(pending.arguments)})? 批准执行？ [y/N] "
+        answer = await terminal.read_line(prompt)
+        return (answer or "").strip().lower() in {"y", "yes", "是", "好", "批准"}
 
     async def ask(question: str) -> str:
-        try:
-            return await asyncio.to_thread(input, f"\n{redact_text(question)}\n? ")
-        except (EOFError, KeyboardInterrupt):
-            return ""
+        display.prompting()
+        return await terminal.read_line(f"{redact_text(question)}\n? ") or ""
 
     return InlineInteractions(confirm, ask)
 

@@ -141,6 +141,8 @@ def _shorthand(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _case_name(trace: Mapping[str, Any], source: Path) -> str:
-    task_id = trace.get("task_id")
-    raw = f"trace-{str(task_id)[:12]}" if task_id else source.stem
+    task_id = str(trace.get("task_id") or "")
+    # `<channel>:<message id>~<random>`: the random part tells apart the tasks of one channel
+    unique = task_id.rpartition("~")[2] if "~" in task_id else task_id[:12]
+    raw = f"trace-{unique}" if unique else source.stem
     return re.sub(r"[^\w.-]+", "-", raw).strip("-") or "trace"

@@ -1,6 +1,7 @@
 """`hermes-core traces`, `hermes-core trace show ID`, `hermes-core replay TRACE`.
 
-TRACE is a task id in the configured database (`<gateway.data_dir>/gateway.db`) or the path of a
+TRACE is a task id in the configured database (`<gateway.data_dir>/gateway.db`) — or any beginning
+of one that no other id shares, as `traces` prints them whole to be pasted — or the path of a
 JSON file: an X-ray, or a record exported with `trace show ID --json`. Everything printed is
 redacted (the records are redacted when stored; printing redacts again).
 """
@@ -20,9 +21,11 @@ from ..loop import PAUSES
 from ..redaction import redact_data, redact_text
 from .traces import SQLiteTraceStore, clip
 
+AMBIGUOUS_SHOWN = 5  # candidates named when a pasted prefix starts more than one task id
+
 
 class TraceNotFound(LookupError):
-    """No file and no recorded task by that name; the message says where it looked."""
+    """No file and no recorded task by that name (or a prefix of several); the message says which."""
 
 
 def observe_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
@@ -59,11 +62,27 @@ async def load_trace(reference: str, settings: Any) -> dict[str, Any]:
     store = SQLiteTraceStore(database)
     try:
         found = await store.get(reference)
+        if found is None and reference:  # a pasted beginning of an id names the one task it starts
+            found = await store.get(await unique_id(store, reference, database))
     finally:
         await store.close()
     if found is None:
         raise TraceNotFound(f"no trace {reference!r}: no such file, and no such task in {database}")
     return found
+
+
+async def unique_id(store: SQLiteTraceStore, prefix: str, database: Path) -> str:
+    """The one task id that starts with `prefix`; TraceNotFound naming the candidates if not one."""
+    candidates = await store.ids_starting(prefix, limit=AMBIGUOUS_SHOWN + 1)
+    if not candidates:
+        raise TraceNotFound(f"no trace {prefix!r}: no such file, and no such task in {database}")
+    if len(candidates) > 1:
+        more = ", …" if len(candidates) > AMBIGUOUS_SHOWN else ""
+        raise TraceNotFound(
+            f"{prefix!r} is the start of more than one task id: "
+            f"{', '.join(candidates[:AMBIGUOUS_SHOWN])}{more} (paste more of it)"
+        )
+    return candidates[0]
 
 
 # --- hermes-core traces ----------------------------------------------------------------------------
@@ -108,12 +127,14 @@ def parse_when(text: str | None) -> float | None:
 
 
 def summary_table(summaries: list[dict[str, Any]]) -> str:
+    """One row per task; its id and conversation whole, never clipped: they are pasted into
+    `trace show ID` and `traces --conversation`."""
     if not summaries:
         return "no traces match"
     rows = [("started", "task", "conversation", "stop reason", "model", "tokens", "tools", "input")]
     for s in summaries:
         rows.append((
-            _when(s["started_at"]), clip(str(s["task_id"]), 28), clip(str(s["conversation"] or "-"), 20),
+            _when(s["started_at"]), str(s["task_id"]), str(s["conversation"] or "-"),
             str(s["stop_reason"]), str(s["model_calls"]), str(s["tokens"]),
             clip(",".join(s["tool_names"]) or "-", 24), clip(_one_line(s["input"]), 40),
         ))  # fmt: skip

@@ -154,6 +154,13 @@ class SQLiteTraceStore(TraceStore):
         )
         return json.loads(row[0]) if row else None
 
+    async def ids_starting(self, prefix: str, limit: int = 10) -> builtins.list[str]:
+        """The task ids that begin with `prefix` (a pasted part of one), at most `limit`, sorted."""
+        query = "SELECT task_id FROM traces WHERE substr(task_id, 1, ?) = ? ORDER BY task_id LIMIT ?"
+        arguments = (len(prefix), prefix, limit)
+        rows = await self.db.transaction(lambda db: db.execute(query, arguments).fetchall())
+        return [row[0] for row in rows]
+
     async def list(
         self,
         *,
