@@ -95,6 +95,9 @@ NOT_RUN_HERE = {
     ),
 }
 
+# Pages whose examples another test runs as written, against a real serve it starts itself.
+RUN_BY = {"webhook.md": "test_webhook_docs.py"}
+
 # Inline mentions that name a command rather than run it: `hermes-core <them> --help` must work.
 NAMES_ONLY = {"hermes-core eval", "hermes-core eval add"}
 
@@ -407,6 +410,11 @@ def test_each_documented_command_works(doc: DocCommand, workdir: Path, endpoint:
     if doc.text in NOT_RUN_HERE:
         pytest.skip(f"not run here: {NOT_RUN_HERE[doc.text]}")
     if ci_runs(command):
+        return
+    pages = {Path(place.split(":")[0]).name for place in doc.places}
+    if pages <= set(RUN_BY):
+        for page in pages:  # that test must exist and read this page
+            assert page in (Path(__file__).parent / RUN_BY[page]).read_text("utf-8"), page
         return
     try:
         for part in command.split(" && "):
