@@ -321,6 +321,25 @@ class SQLiteGatewayStore(GatewayStore):
         await self.db.close()
 
 
+def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
+    try:
+        payload = json.loads(row["payload"])
+        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
+    except ValueError:
+        text = ""
+    return {
+        "id": row["outbox_id"],
+        "channel": row["channel"],
+        "conversation": row["conversation"],
+        "attempts": row["attempts"],
+        "error": row["error"],
+        "dead_at": row["dead_at"],
+        "resend_requested_at": row["resend_requested_at"],
+        "text": " ".join(text.split())[:200],
+    }
+
+
 def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessage]:
     """Dead letters back to pending outbox rows, attempts reset (one transaction, the caller's)."""
     revived: list[OutboundMessage] = []
