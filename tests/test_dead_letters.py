@@ -105,7 +105,8 @@ async def test_a_reply_to_a_chat_the_bot_was_removed_from_is_dead_lettered_liste
     caplog.set_level(logging.INFO)
     async with FakeFeishu() as feishu, served(tmp_path, feishu, monkeypatch) as (gateway, url):
         feishu.chats_without_bot.add("oc_gone")
-        assert (await feishu.push(group_message(feishu, "still there?", "oc_gone"), f"{url}/feishu/events")).ok
+        message = group_message(feishu, "still there?", "oc_gone")
+        assert (await feishu.push(message, f"{url}/feishu/events")).ok
         await wait_dead(gateway, 1)
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name == "hermes_core.gateway"]
         assert len(errors) == 1

@@ -161,7 +161,9 @@ async def test_replies_to_20_chats_go_out_faster_than_5_per_second_and_each_chat
     assert most_in_window(times, 1.0) <= 50
 
 
-async def test_the_app_wide_limits_hold_when_scaled_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_app_wide_limits_hold_when_scaled_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Attack: 40 chats' replies at once against an app allowed only 10/s and 30/min (scaled-down
     `feishu.app_send_rate` / `app_send_per_minute`, the platform set to the same limits). The
     gateway must keep under both by itself: the first replies go at 10/s, then the minute's

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("trace", help="a task id, or the path of an X-ray or exported JSON file")
     show.add_argument("--json", action="store_true", help="print the whole record as JSON")
-    dead = commands.add_parser("deadletters", help="replies given up on; deadletters resend ID sends one again")
+    dead = commands.add_parser("deadletters", help="replies given up on; `deadletters resend ID` sends one")
     dead.add_argument("--limit", type=int, default=50, help="at most this many, newest first (default 50)")
     dead.add_argument("--json", action="store_true", help="print them as JSON")
     resend = dead.add_subparsers(dest="deadletters_command", metavar="[resend ID]").add_parser(
@@ -176,8 +176,8 @@ async def deadletters_command(settings: Any, args: argparse.Namespace) -> int:
     for row in rows:
         asked = "  (resend requested)" if row["resend_requested_at"] else ""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["dead_at"]))
-        print(redact_text(f"{row['id']}\t{when}\t{row['channel']}\t{row['conversation']}\t"
-                          f"{row['attempts']} attempt(s){asked}\n\t{row['error']}\n\t> {row['text']}"))  # fmt: skip
+        head = f"{row['id']}\t{when}\t{row['channel']}\t{row['conversation']}\t{row['attempts']} attempt(s)"
+        print(redact_text(f"{head}{asked}\n\t{row['error']}\n\t> {row['text']}"))
     return 0
 
 

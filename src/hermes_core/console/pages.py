@@ -281,7 +281,8 @@ each reply links to its trace.</p>"""
         """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
         if rows is None:
             return self.layout("deadletters", "Dead letters", "<p>This gateway keeps no dead letters.</p>")
-        head = "<tr><th>id</th><th>died</th><th>conversation</th><th>attempts</th><th>error</th><th>text</th><th></th></tr>"
+        columns = ("id", "died", "conversation", "attempts", "error", "text", "")
+        head = "<tr>" + "".join(f"<th>{name}</th>" for name in columns) + "</tr>"
         body_rows = "".join(self._dead_letter_row(row) for row in rows)
         body_rows = body_rows or '<tr><td colspan="7">No reply was given up on.</td></tr>'
         hint = (
@@ -290,7 +291,10 @@ each reply links to its trace.</p>"""
             "for being rate limited. Fix the cause, then resend it: it goes out with the same "
             "idempotency key, so it is never delivered twice.</p>"
         )
-        table = f'<table id="deadletters" class="approvals"><thead>{head}</thead><tbody>{body_rows}</tbody></table>'
+        table = (
+            f'<table id="deadletters" class="approvals"><thead>{head}</thead>'
+            f"<tbody>{body_rows}</tbody></table>"
+        )
         return self.layout("deadletters", "Dead letters", hint + table)
 
     def _dead_letter_row(self, row: dict[str, Any]) -> str:

@@ -292,7 +292,8 @@ class SQLiteGatewayStore(GatewayStore):
     async def request_resend(self, outbox_id: int) -> bool:
         asked = await self._run(
             lambda db: db.execute(
-                "UPDATE dead_letters SET resend_requested_at = ? WHERE outbox_id = ?", (time.time(), outbox_id)
+                "UPDATE dead_letters SET resend_requested_at = ? WHERE outbox_id = ?",
+                (time.time(), outbox_id),
             )
         )
         return bool(asked.rowcount)
