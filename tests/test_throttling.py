@@ -55,19 +55,27 @@ def outbox_rows(tmp_path: Path) -> list[tuple[str, int]]:
         return db.execute("SELECT status, attempts FROM outbox ORDER BY id").fetchall()
 
 
-@pytest.mark.parametrize("legacy_status_400", [False, True], ids=["http-429", "legacy-http-400"])
+@pytest.mark.parametrize(
+    ("legacy_status_400", "token_too"),
+    [(False, False), (True, False), (False, True)],
+    ids=["http-429", "legacy-http-400", "token-endpoint-too"],
+)
 async def test_an_80_second_throttling_storm_delays_the_reply_but_never_dead_letters_it(
-    tmp_path: Path, legacy_status_400: bool
+    tmp_path: Path, legacy_status_400: bool, token_too: bool
 ) -> None:
     """Attack (reported from outside): Feishu answers every send with 99991400 — HTTP 429, or HTTP 400
     from older APIs — and `x-ogw-ratelimit-reset` for 80 s (scaled to 16 s) while one reply waits.
     Before, each call waited 6 times and the outbox counted it as a failed attempt: 8 x 7 = 56 tries
     (each retry also paced by the chat's 5/s: ~12 s here), then the dead-letter table. Now the
-    reply waits as long as it is told to and goes out once, after the storm."""
+    reply waits as long as it is told to and goes out once, after the storm. In the third case the
+    tenant token has expired too, and the token endpoint is throttled like the rest."""
     async with FakeFeishu(time_scale=0.2) as feishu:
         feishu.set_limits(legacy_status_400=legacy_status_400)
         async with feishu_gateway(tmp_path, feishu) as (gateway, url):
-            feishu.throttle_for(80, reset=1.0)  # 16 s of "wait", each answer asking for 0.2 s
+            paths = ("messages", "tenant_access_token") if token_too else ("messages",)
+            if token_too:
+                feishu.expire_tokens()
+            feishu.throttle_for(80, reset=1.0, paths=paths)  # 16 s of "wait", each asking for 0.2 s
             storm_over = time.monotonic() + 16.0
             message = feishu.user_message("are you there?", chat_id="oc_storm")
             assert (await feishu.push(message, url)).ok

@@ -360,7 +360,10 @@ class FeishuAPI:
         credentials = {"app_id": self.app_id, "app_secret": self._secret}
         response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
         body, code = response.body, response.body.get("code")
-        if response.status >= 500 or response.status == 429 or code == APP_RATE_LIMITED:
+        if response.status == 429 or code == APP_RATE_LIMITED:  # a wait, like any other call's
+            reason = f"tenant_access_token: {self._describe(response)}"
+            raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
+        if response.status >= 500:
             raise _Transient(f"tenant_access_token: {self._describe(response)}")
         token, expire = body.get("tenant_access_token"), body.get("expire")
         if code != 0 or not isinstance(token, str) or not token:
