@@ -358,7 +358,8 @@ class FeishuAPI:
 
     async def _fetch_token(self) -> str:
         credentials = {"app_id": self.app_id, "app_secret": self._secret}
-        response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
+        async with self.limiter.slot(None):  # app-wide: a pause the platform asked for holds this too
+            response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
         body, code = response.body, response.body.get("code")
         if response.status == 429 or code == APP_RATE_LIMITED:  # a wait, like any other call's
             reason = f"tenant_access_token: {self._describe(response)}"
