@@ -342,18 +342,17 @@ def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessage]:
-    """Dead letters back to pending outbox rows, attempts reset (one transaction, the caller's)."""
+    """Dead letters back to pending outbox rows, attempts reset (one transaction, the caller's).
+    A dead letter leaves its table only once its outbox row is pending again."""
     revived: list[OutboundMessage] = []
     for outbox_id in outbox_ids:
-        dead = db.execute("DELETE FROM dead_letters WHERE outbox_id = ?", (outbox_id,))
-        if not dead.rowcount:
-            continue
         row = db.execute(
             "UPDATE outbox SET status = 'pending', attempts = 0 WHERE id = ? AND status = 'dead' "
-            "RETURNING payload",
-            (outbox_id,),
+            "AND EXISTS (SELECT 1 FROM dead_letters WHERE outbox_id = ?) RETURNING payload",
+            (outbox_id, outbox_id),
         ).fetchone()
         if row is not None:
+            db.execute("DELETE FROM dead_letters WHERE outbox_id = ?", (outbox_id,))
             revived.append(_load(OutboundMessage, row[0], id=outbox_id, attempts=0))
     return revived
 
