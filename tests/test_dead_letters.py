@@ -184,3 +184,27 @@ async def test_a_dissolved_chats_dead_letter_is_shown_in_the_console_and_resent_
         await wait_dead(gateway, 0)
         assert (await post(resend))[0] == 404  # gone from the dead letters: nothing to send twice
     assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_dissolved", "echo: hello?")]
+
+
+async def test_a_resend_asked_for_while_no_gateway_runs_is_sent_at_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: the operator runs `hermes-core deadletters resend ID` while the gateway is down (a
+    deploy, a crash). The request is durable: the next gateway to start puts the reply back in its
+    outbox and sends it once; nothing is left stuck in the dead-letter table."""
+    async with FakeFeishu() as feishu:
+        feishu.chats_without_bot.add("oc_later")
+        async with served(tmp_path, feishu, monkeypatch) as (gateway, url):
+            message = group_message(feishu, "after the deploy", "oc_later")
+            assert (await feishu.push(message, f"{url}/feishu/events")).ok
+            await wait_dead(gateway, 1)
+        feishu.chats_without_bot.discard("oc_later")
+        status, listing, _ = await cli(tmp_path, "deadletters", "--json")
+        [dead] = json.loads(listing)
+        status, out, _ = await cli(tmp_path, "deadletters", "resend", str(dead["id"]))
+        assert status == 0
+        async with served(tmp_path, feishu, monkeypatch) as (gateway, _):
+            await wait_for(lambda: len(feishu.sent) == 1, timeout=20)
+            await wait_dead(gateway, 0)
+            await asyncio.sleep(0.5)
+    assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_later", "echo: after the deploy")]
