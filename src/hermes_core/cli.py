@@ -79,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show.add_argument("trace", help=TRACE_HELP)
     show.add_argument("--json", action="store_true", help="print the whole record as JSON")
+    dead = commands.add_parser("deadletters", help="replies given up on; `deadletters resend ID` sends one")
+    dead.add_argument("--limit", type=int, default=50, help="at most this many, newest first (default 50)")
+    dead.add_argument("--json", action="store_true", help="print them as JSON")
+    resend = dead.add_subparsers(dest="deadletters_command", metavar="[resend ID]").add_parser(
+        "resend", help="send a dead letter again (the running gateway picks it up within seconds)"
+    )
+    resend.add_argument("id", type=int, help="the dead letter's id (first column of the list)")
     replay = commands.add_parser("replay", help="re-run a recorded task on the current code: what diverges")
     replay.add_argument("trace", help=TRACE_HELP)
     replay.add_argument("--live", action="store_true", help="ask the configured model, not the recording")
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         from .observe.commands import observe_command
 
         return observe_command(settings, agent, args)
+    if args.command == "deadletters":
+        return asyncio.run(deadletters_command(settings, args))
     if args.command == "tools":
         return print_tools(agent)
     if args.command == "serve":
@@ -201,6 +210,46 @@ def offered_tools(agent: Any) -> Any:
 
     AgentRunner(agent)
     return agent.registry
+
+
+async def deadletters_command(settings: Any, args: argparse.Namespace) -> int:
+    """List the dead letters of the gateway's database, or ask for one to be sent again.
+
+    The resend is a request in the database, not a send from here: the running gateway (or the
+    next one to start) puts the reply back in its outbox, in its conversation's order."""
+    import time
+    from pathlib import Path
+
+    from .gateway.store import SQLiteGatewayStore, dead_letter_summary
+    from .redaction import redact_data, redact_text
+
+    database = Path(settings.gateway.data_dir) / "gateway.db"
+    if not database.exists():
+        print(f"hermes-core: no gateway database at {database} (gateway.data_dir)", file=sys.stderr)
+        return 1
+    store = SQLiteGatewayStore(database)
+    try:
+        if getattr(args, "deadletters_command", None) == "resend":
+            if not await store.request_resend(args.id):
+                print(f"hermes-core: no dead letter {args.id}", file=sys.stderr)
+                return 1
+            print(f"dead letter {args.id}: resend requested; the running gateway sends it within seconds "
+                  "(or at its next start)")  # fmt: skip
+            return 0
+        rows = [dead_letter_summary(row) for row in await store.dead_letters(limit=max(1, args.limit))]
+    finally:
+        await store.close()
+    if args.json:
+        print(json.dumps(redact_data(rows), ensure_ascii=False, indent=2))
+        return 0
+    if not rows:
+        print("no dead letters")
+    for row in rows:
+        asked = "  (resend requested)" if row["resend_requested_at"] else ""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["dead_at"]))
+        head = f"{row['id']}\t{when}\t{row['channel']}\t{row['conversation']}\t{row['attempts']} attempt(s)"
+        print(redact_text(f"{head}{asked}\n\t{row['error']}\n\t> {row['text']}"))
+    return 0
 
 
 def print_tools(agent: Any) -> int:

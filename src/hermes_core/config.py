@@ -96,12 +96,21 @@ class GatewayConfig(_Section):
 
 class FeishuConfig(_Section):
     """Feishu/Lark bot. Secrets (FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY) come
-    from the environment only; the bot is on when an app id and secret are both present."""
+    from the environment only; the bot is on when an app id and secret are both present.
+
+    Sending is paced (channels/feishu/ratelimit.py, docs/feishu.md): each chat (or user) at
+    `chat_send_rate` messages/s, the whole app at `app_send_rate` per second and
+    `app_send_per_minute` per minute — Feishu's own limits by default (5/s per chat, 50/s and
+    1,000/min per app). `send_rate`, when set, is an extra steady cap on the whole app (messages/s),
+    e.g. when another service shares the app's quota."""
 
     app_id: str | None = None
     mode: Literal["webhook", "longconn"] = "webhook"
     base_url: str = "https://open.feishu.cn"
-    send_rate: float = Field(5.0, gt=0)
+    chat_send_rate: float = Field(5.0, gt=0)
+    app_send_rate: float = Field(50.0, gt=0)
+    app_send_per_minute: float = Field(1000.0, gt=0)
+    send_rate: float | None = Field(None, gt=0)
 
 
 class WebhookConfig(_Section):

@@ -9,12 +9,25 @@ from ..gateway.messages import OutboundMessage
 
 
 class DeliveryError(Exception):
-    """A send failed. `retry_after` (seconds) is set when trying again later may succeed."""
+    """A send failed. `retry_after` (seconds) is set when trying again later may succeed.
 
-    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+    `permanent`: trying again cannot help (the bot was removed from the chat, the content is
+    refused). `throttled`: nothing failed, the platform asked us to wait (rate limited); the outbox
+    waits and tries again without counting it as a failed attempt.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        permanent: bool = False,
+        throttled: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.permanent = permanent
+        self.throttled = throttled
 
 
 class Channel(ABC):

@@ -4,10 +4,13 @@
     GET  /console/tasks                 recorded tasks; ?failed=1, ?conversation=…, ?tool=…
     GET  /console/tasks/{task_id}       one task's timeline: model turns, tool calls, approvals
     GET  /console/approvals             approvals waiting for a decision, and recent ones
+    GET  /console/deadletters           replies given up on, with why, and a Resend button
     GET  /console/status                queues, turns in flight per conversation, rates, model errors
     GET  /console/login, POST           the token form (only when a token is required)
     POST /console/api/chat              {"message", "conversation"} → JSON lines (channel.py)
     POST /console/api/approvals/{id}    {"decision": "approve"|"reject", "stream": bool}
+    GET  /console/api/deadletters       the dead letters, as JSON
+    POST /console/api/deadletters/{id}/resend   {} → the reply goes back to its conversation's outbox
     GET  /console/api/status            the status page's numbers, as JSON
     GET  /console/api/tasks/{task_id}   one task's trace, as JSON (redacted)
 
@@ -74,11 +77,14 @@ class Console:
             web.get("/tasks", self.tasks),
             web.get("/tasks/{task_id:.+}", self.task),
             web.get("/approvals", self.approvals),
+            web.get("/deadletters", self.dead_letters),
             web.get("/status", self.status),
             web.get("/login", self.login_form),
             web.post("/login", self.login),
             web.post("/api/chat", self.post_chat),
             web.post("/api/approvals/{id}", self.decide),
+            web.get("/api/deadletters", self.dead_letters_json),
+            web.post("/api/deadletters/{id}/resend", self.resend),
             web.get("/api/status", self.status_json),
             web.get("/api/tasks/{task_id:.+}", self.task_json),
             web.static("/static", STATIC),
@@ -129,6 +135,24 @@ class Console:
 
     async def status(self, request: web.Request) -> web.Response:
         return _html(self.pages.status(await self.numbers()))
+
+    async def dead_letters(self, request: web.Request) -> web.Response:
+        return _html(self.pages.dead_letters(await self._dead_letter_rows()))
+
+    async def dead_letters_json(self, request: web.Request) -> web.Response:
+        rows = await self._dead_letter_rows()
+        if rows is None:
+            return _json({"error": "this gateway keeps no dead letters"}, 404)
+        return _json(self.redactor.redact_data({"dead_letters": rows}))
+
+    async def _dead_letter_rows(self) -> list[dict[str, Any]] | None:
+        from ..gateway.store import dead_letter_summary
+
+        try:
+            rows = await self.gateway.store.dead_letters(limit=200)
+        except (NotImplementedError, AttributeError):
+            return None
+        return [dead_letter_summary(row) for row in rows]
 
     async def status_json(self, request: web.Request) -> web.Response:
         return _json(await self.numbers())
@@ -182,6 +206,22 @@ class Console:
             )
         await self.gateway.accept(message)  # the reply goes to the task's own channel
         return _json(answer)
+
+    async def resend(self, request: web.Request) -> web.Response:
+        """An admin sends a dead letter again: back in its conversation's outbox, same uuid."""
+        raw = request.match_info["id"]
+        if not raw.isdigit() or len(raw) > 18:
+            return _json({"error": "a dead letter id is a number"}, 400)
+        if not self.gateway.accepting:
+            return _json({"error": "shutting down, try again"}, 503)
+        try:
+            reply = await self.gateway.resend(int(raw))
+        except NotImplementedError:
+            return _json({"error": "this gateway keeps no dead letters"}, 404)
+        if reply is None:
+            return _json({"error": "no such dead letter"}, 404)
+        log.info("dead letter %s resent from the console", reply.id)
+        return _json({"resent": reply.id, "conversation": reply.conversation})
 
     # -- access ----------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ NAV = (
     ("chat", "/console/", "Chat"),
     ("tasks", "/console/tasks", "Tasks"),
     ("approvals", "/console/approvals", "Approvals"),
+    ("deadletters", "/console/deadletters", "Dead letters"),
     ("status", "/console/status", "Status"),
 )
 BAR_WIDTH = 1000  # the SVG's own units; it is stretched to the column's width
@@ -277,6 +278,43 @@ each reply links to its trace.</p>"""
             f"<td>{self.show(who)}</td>"
             f'<td><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
             f"<td>{expires}</td><td>{last}</td></tr>"
+        )
+
+    # -- dead letters ----------------------------------------------------------------------------
+
+    def dead_letters(self, rows: list[dict[str, Any]] | None) -> str:
+        """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
+        if rows is None:
+            return self.layout("deadletters", "Dead letters", "<p>This gateway keeps no dead letters.</p>")
+        columns = ("id", "died", "conversation", "attempts", "error", "text", "")
+        head = "<tr>" + "".join(f"<th>{name}</th>" for name in columns) + "</tr>"
+        body_rows = "".join(self._dead_letter_row(row) for row in rows)
+        body_rows = body_rows or '<tr><td colspan="7">No reply was given up on.</td></tr>'
+        hint = (
+            '<p class="hint">A reply is dead-lettered when the platform refuses it for good (the bot was '
+            "removed from the chat, the chat was dissolved…) or after repeated real failures — never "
+            "for being rate limited. Fix the cause, then resend it: it goes out with the same "
+            "idempotency key, so it is never delivered twice.</p>"
+        )
+        table = (
+            f'<table id="deadletters" class="approvals"><thead>{head}</thead>'
+            f"<tbody>{body_rows}</tbody></table>"
+        )
+        return self.layout("deadletters", "Dead letters", hint + table)
+
+    def _dead_letter_row(self, row: dict[str, Any]) -> str:
+        did = self.show(row.get("id", ""))
+        conversation = f"{row.get('conversation', '')} ({row.get('channel', '')})"
+        button = (
+            "resend requested"
+            if row.get("resend_requested_at")
+            else f'<button class="resend" data-deadletter="{did}">Resend</button>'
+        )
+        return (
+            f'<tr id="deadletter-{did}"><td><code>{did}</code></td><td>{_when(row.get("dead_at"))}</td>'
+            f"<td>{self.show(conversation)}</td><td>{self.show(row.get('attempts', ''))}</td>"
+            f'<td><pre class="arguments">{self.show(row.get("error", ""))}</pre></td>'
+            f"<td>{self.show(row.get('text', ''))}</td><td>{button}</td></tr>"
         )
 
     # -- status ----------------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 One turn in flight per conversation, in arrival order; different conversations run concurrently.
 A message that arrives while its conversation is busy waits its turn. Replies of one conversation
 are sent in order too; a reply that cannot be delivered is retried with backoff and finally kept
-in the dead-letter table, never dropped.
+in the dead-letter table, never dropped. Only real failures count towards that: while the platform
+answers "wait" (rate limited, `DeliveryError.throttled`) the reply waits as long as it is told to,
+however long that takes. A dead letter can be sent again (`resend`; from another process through
+`store.request_resend`, which the gateway picks up every `resend_interval` seconds).
 
 A message that takes the process down (a tool that kills it, a native crash) would run again at
 every start and take it down again. So each run is counted durably before it starts; at start-up,
@@ -25,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
+from ..redaction import redact_text
 from ..replies import detect_language, fixed_reply
 from .messages import InboundMessage, OutboundMessage, Reply
 from .store import GatewayStore
@@ -114,6 +118,10 @@ class Gateway:
         self.accepting = False
         self.turns_done = 0
         self.replies_sent = 0
+        # Monotonic counts since start, for /metrics: replies dead-lettered, resent, and "wait" answers.
+        self.counters: dict[str, int] = {"dead_letters": 0, "dead_letters_resent": 0, "send_waits": 0}
+        self.resend_interval = 5.0  # how often resends asked for from another process are picked up
+        self._resender: asyncio.Task[None] | None = None
         self._turn_slots = asyncio.Semaphore(max_concurrent_turns)
         self._inbound: Lanes[InboundMessage] = Lanes(self._process)
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
@@ -130,6 +138,7 @@ class Gateway:
         for channel in self.channels.values():
             await channel.start()
         await self._set_aside_poison()  # before the outbox is loaded: its replies go out with the rest
+        await self._claim_resends(push=False)  # back in the outbox: loaded with the rest just below
         for reply in await self.store.pending_outbound():
             self._outbound.push(reply.conversation, reply)
         pending = await self.store.pending_inbound()
@@ -138,6 +147,7 @@ class Gateway:
         if pending:
             log.info("resuming %d unfinished message(s)", len(pending))
         self._pruner = asyncio.create_task(self._prune_periodically())
+        self._resender = asyncio.create_task(self._resend_periodically())
         if hasattr(self.runner, "expire_due"):
             self._expirer = asyncio.create_task(self._expire_periodically())
         self.accepting = True
@@ -159,7 +169,7 @@ class Gateway:
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight turns and sends finish for up to `grace` s, persist the rest."""
         self.accepting = False
-        for task in (self._pruner, self._expirer):
+        for task in (self._pruner, self._expirer, self._resender):
             if task is not None:
                 task.cancel()
         await self._inbound.stop(grace)
@@ -266,21 +276,67 @@ class Gateway:
                 await asyncio.sleep(delay)
 
     async def _failed_attempt(self, reply: OutboundMessage, exc: Exception) -> float | None:
-        """Record a failed send; the delay before the next try, or None once it is dead-lettered."""
+        """Record a failed send; the delay before the next try, or None once it is dead-lettered.
+
+        A "wait" from the platform (`DeliveryError.throttled`) is not a failure: no attempt is
+        counted, and the reply tries again when the platform said it may."""
         assert reply.id is not None
+        error = _one_line(f"{type(exc).__name__}: {exc}")
+        hint = exc.retry_after if isinstance(exc, DeliveryError) else None
+        if isinstance(exc, DeliveryError) and exc.throttled:
+            self.counters["send_waits"] += 1
+            delay = min(hint if hint is not None else self.send_backoff, self.max_send_backoff)
+            log.warning("reply %s to %s: the platform asks to wait (%s); trying again in %.1fs, "
+                        "not counted as a failure", reply.id, reply.conversation, error, delay)  # fmt: skip
+            return delay
         reply.attempts += 1
-        error = f"{type(exc).__name__}: {exc}"
         await self.store.record_attempt(reply.id, error)
         permanent = isinstance(exc, DeliveryError) and exc.permanent
         if permanent or reply.attempts >= self.send_attempts:
             await self.store.dead_letter(reply.id, error)
-            log.error("reply %s to %s dead-lettered after %d attempt(s): %s",
+            self.counters["dead_letters"] += 1
+            log.error("reply %s to %s dead-lettered after %d failed attempt(s): %s",
                       reply.id, reply.conversation, reply.attempts, error)  # fmt: skip
             return None
-        hint = exc.retry_after if isinstance(exc, DeliveryError) else None
         delay = hint if hint is not None else self.send_backoff * 2 ** (reply.attempts - 1)
         log.warning("reply %s to %s failed (%s); retry in %.1fs", reply.id, reply.conversation, error, delay)
         return min(delay, self.max_send_backoff)
+
+    async def resend(self, outbox_id: int) -> OutboundMessage | None:
+        """Send dead letter `outbox_id` again, from the start (same uuid: never sent twice if an
+        earlier try did reach the platform). None when there is no such dead letter."""
+        reply = await self.store.resend(outbox_id)
+        if reply is not None:
+            self._requeue(reply)
+        return reply
+
+    async def _claim_resends(self, *, push: bool = True) -> bool:
+        """Take up the resends asked for through the store (by `hermes-core deadletters resend`).
+        False for a store that keeps no dead letters to resend."""
+        try:
+            replies = await self.store.claim_resends()
+        except NotImplementedError:
+            return False
+        for reply in replies:
+            if push:
+                self._requeue(reply)
+            else:
+                log.info("dead letter %s back in the outbox", reply.id)
+        return True
+
+    def _requeue(self, reply: OutboundMessage) -> None:
+        self.counters["dead_letters_resent"] += 1
+        log.info("dead letter %s to %s is sent again", reply.id, reply.conversation)
+        self._outbound.push(reply.conversation, reply)
+
+    async def _resend_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.resend_interval)
+            try:
+                if not await self._claim_resends():
+                    return
+            except Exception:
+                log.exception("picking up dead letters to resend failed")
 
     async def prune(self) -> None:
         """Forget old dedup keys and finished rows, then run the other `pruners` (journal, traces)."""
@@ -294,6 +350,11 @@ class Gateway:
         while True:
             await self.prune()
             await asyncio.sleep(3600)
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    """An error as logged and stored: redacted, on one line, cut."""
+    return " ".join(redact_text(text).split())[:limit]
 
 
 def task_id_of(message: InboundMessage) -> str:

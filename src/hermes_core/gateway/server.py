@@ -99,10 +99,12 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         from ..channels.feishu.channel import FeishuChannel
         from ..channels.feishu.ratelimit import SendLimiter
 
-        api = FeishuAPI(
-            app_id, app_secret, base_url=settings.feishu.base_url,
-            limiter=SendLimiter(rate_per_s=settings.feishu.send_rate),
+        pace = settings.feishu
+        limiter = SendLimiter(
+            rate_per_s=pace.send_rate, chat_per_s=pace.chat_send_rate, app_per_s=pace.app_send_rate,
+            app_per_min=pace.app_send_per_minute,
         )  # fmt: skip
+        api = FeishuAPI(app_id, app_secret, base_url=settings.feishu.base_url, limiter=limiter)
         feishu = FeishuChannel(
             gateway,
             app_id=app_id,

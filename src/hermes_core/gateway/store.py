@@ -94,7 +94,16 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE inbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE inbox ADD COLUMN set_aside_reason TEXT
     """,
+    # 5: a dead letter can be sent again. `resend_requested_at` is set by whoever asks (the CLI, in
+    # another process); the running gateway claims the row, puts the reply back in the outbox and
+    # drops the dead letter (it is dead-lettered anew if it fails again).
+    5: """
+    ALTER TABLE dead_letters ADD COLUMN resend_requested_at REAL;
+    CREATE INDEX dead_letters_by_resend ON dead_letters (resend_requested_at)
+    """,
 }
+DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
+                    "resend_requested_at")  # fmt: skip
 
 
 class GatewayStore(ABC):
@@ -151,6 +160,22 @@ class GatewayStore(ABC):
     ) -> list[OutboundMessage]:
         """Stop trying a message: mark it set aside with `reason` and queue `replies`, atomically;
         returns them with their ids (none if the message was no longer pending)."""
+        raise NotImplementedError
+
+    async def dead_letters(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Replies given up on, newest first (see `DEAD_LETTER_KEYS`)."""
+        raise NotImplementedError
+
+    async def resend(self, outbox_id: int) -> OutboundMessage | None:
+        """Put a dead letter back in the outbox (attempts reset, same uuid); None if there is none."""
+        raise NotImplementedError
+
+    async def request_resend(self, outbox_id: int) -> bool:
+        """Ask the running gateway to resend a dead letter (from another process); False if none."""
+        raise NotImplementedError
+
+    async def claim_resends(self) -> list[OutboundMessage]:
+        """Resend every dead letter whose resend was requested; returns them, back in the outbox."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -329,14 +354,37 @@ class SQLiteGatewayStore(GatewayStore):
 
         return await self._run(claim)
 
-    async def dead_letters(self) -> list[dict[str, Any]]:
+    async def dead_letters(self, limit: int | None = None) -> list[dict[str, Any]]:
+        columns = ", ".join(DEAD_LETTER_KEYS)
         rows = await self._run(
             lambda db: db.execute(
-                "SELECT outbox_id, channel, conversation, payload, error, attempts, dead_at FROM dead_letters"
+                f"SELECT {columns} FROM dead_letters ORDER BY dead_at DESC, outbox_id DESC LIMIT ?",
+                (-1 if limit is None else limit,),
             ).fetchall()
         )
-        keys = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [dict(zip(DEAD_LETTER_KEYS, row, strict=True)) for row in rows]
+
+    async def resend(self, outbox_id: int) -> OutboundMessage | None:
+        replies = await self._run(lambda db: _revive(db, [outbox_id]))
+        return replies[0] if replies else None
+
+    async def request_resend(self, outbox_id: int) -> bool:
+        asked = await self._run(
+            lambda db: db.execute(
+                "UPDATE dead_letters SET resend_requested_at = ? WHERE outbox_id = ?",
+                (time.time(), outbox_id),
+            )
+        )
+        return bool(asked.rowcount)
+
+    async def claim_resends(self) -> list[OutboundMessage]:
+        def claim(db: sqlite3.Connection) -> list[OutboundMessage]:
+            rows = db.execute(
+                "SELECT outbox_id FROM dead_letters WHERE resend_requested_at IS NOT NULL ORDER BY outbox_id"
+            ).fetchall()
+            return _revive(db, [row[0] for row in rows]) if rows else []
+
+        return await self._run(claim)
 
     async def counts(self) -> dict[str, int]:
         """Queue depths for /healthz and the status page."""
@@ -371,6 +419,41 @@ def _queue(db: sqlite3.Connection, inbound_id: int, replies: list[OutboundMessag
         )
         reply.id = cursor.lastrowid
     return replies
+
+
+def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
+    try:
+        payload = json.loads(row["payload"])
+        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
+    except ValueError:
+        text = ""
+    return {
+        "id": row["outbox_id"],
+        "channel": row["channel"],
+        "conversation": row["conversation"],
+        "attempts": row["attempts"],
+        "error": row["error"],
+        "dead_at": row["dead_at"],
+        "resend_requested_at": row["resend_requested_at"],
+        "text": " ".join(text.split())[:200],
+    }
+
+
+def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessage]:
+    """Dead letters back to pending outbox rows, attempts reset (one transaction, the caller's).
+    A dead letter leaves its table only once its outbox row is pending again."""
+    revived: list[OutboundMessage] = []
+    for outbox_id in outbox_ids:
+        row = db.execute(
+            "UPDATE outbox SET status = 'pending', attempts = 0 WHERE id = ? AND status = 'dead' "
+            "AND EXISTS (SELECT 1 FROM dead_letters WHERE outbox_id = ?) RETURNING payload",
+            (outbox_id, outbox_id),
+        ).fetchone()
+        if row is not None:
+            db.execute("DELETE FROM dead_letters WHERE outbox_id = ?", (outbox_id,))
+            revived.append(_load(OutboundMessage, row[0], id=outbox_id, attempts=0))
+    return revived
 
 
 def _dump(message: InboundMessage | OutboundMessage) -> str:

@@ -1,19 +1,27 @@
 """The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch.
 
-The failure policy, in one place (FEISHU.md §5–§7):
-- the body's `code` is always checked: HTTP 200 can carry `code != 0`;
-- 99991663 / 99991661 (token invalid or missing): forget the token, fetch a new one, retry once;
-- HTTP 429 or 99991400 (app over its rate): pause every send for `x-ogw-ratelimit-reset` seconds
-  (1 s when absent) in the `SendLimiter`, then retry;
-- 230020 (chat over its 5/s): pause that chat for `retry_base_delay`, doubling, then retry;
-- 5xx, connection errors and timeouts: retry after `retry_base_delay`, doubling, `max_retries`
-  times. Retrying a send is safe: every request carries a `uuid`, and Feishu creates at most one
-  message per uuid within an hour (§6);
-- 230011 on a reply (the message replied to was recalled): send into the chat instead;
-- any other code is the request's own fault (230002 bot not in chat, 230013 user outside the
-  app's availability, 230025 too large, 230001 bad content…): `FeishuError(permanent=True)`
-  naming the code and msg;
-- out of retries: `FeishuError(retry_after=…)`, so the outbox can try again later.
+The failure policy, in one place (FEISHU.md §5–§7). Every answer is one of three kinds, and only
+the last one ever counts towards giving a reply up:
+- **wait** — the platform asks us to slow down; nothing failed:
+  HTTP 429 or 99991400 (app over its rate): pause every send for `x-ogw-ratelimit-reset` seconds
+  (1 s when absent) in the `SendLimiter`, then retry; 230020 (chat over its 5/s) and 230049 (the
+  message with this uuid is still being sent): pause that chat for `retry_base_delay`, doubling,
+  then retry. After `MAX_THROTTLED` waits in one call: `FeishuError(throttled=True)`, which the
+  outbox waits out again, however long the storm lasts, without counting an attempt;
+- **transient** — 5xx, connection errors and timeouts: retry after `retry_base_delay`, doubling,
+  `max_retries` times, then `FeishuError(retry_after=…)`: one failed attempt for the outbox.
+  99991663 / 99991661 (token invalid or missing): forget the token, fetch a new one, retry once.
+  Retrying a send is safe: every request carries a `uuid`, and Feishu creates at most one message
+  per uuid within an hour (§6);
+- **permanent** — the request itself cannot succeed: `FeishuError(permanent=True)` naming the code,
+  the platform's msg and, for the codes in `PERMANENT_CODES`, what it means (230002 the bot was
+  removed from the chat, 232009 the chat was dissolved, 230013 the user is outside the app's
+  availability or has left, 230035 / 230018 the chat does not let the bot speak, 230006 / 230027
+  the app lacks the bot ability or a permission, 230001 / 230025 / 230022 / 230028 / 230099 the
+  content is refused). The outbox dead-letters such a reply at once; fix the cause and resend it
+  (`hermes-core deadletters resend ID`, or the console).
+  230011 on a reply (the message replied to was recalled) is not an error: the part is sent into
+  the chat instead.
 
 The app secret and tokens never appear in a log line or an exception message. aiohttp is imported
 inside methods, so importing this module does not import it.
@@ -50,8 +58,28 @@ TOKEN_INVALID = 99991663
 TOKEN_MISSING = 99991661
 APP_RATE_LIMITED = 99991400
 CHAT_RATE_LIMITED = 230020
+MESSAGE_BEING_SENT = 230049  # "the message is being sent, please wait": same uuid still in flight
 REPLY_TARGET_RECALLED = 230011
-MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back with retry_after
+CHAT_WAIT_CODES = frozenset({CHAT_RATE_LIMITED, MESSAGE_BEING_SENT})
+MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back (throttled, no failure)
+
+# What a permanent refusal of a send means (the send and reply APIs' error tables, §6). Any other
+# 4xx code is permanent too; these get a plain explanation in the error, the log and the dead letter.
+PERMANENT_CODES: dict[int, str] = {
+    230001: "the request was refused as invalid",
+    230002: "the bot is not in the chat (it was removed, or never added)",
+    230006: "the app's bot ability is not enabled",
+    230013: "the user is outside the app's availability (or has left the organisation)",
+    230018: "the chat's settings do not let the bot do this",
+    230022: "the content contains sensitive information",
+    230025: "the message is too long",
+    230027: "the app lacks a permission for this",
+    230028: "the content did not pass the data-leak audit",
+    230035: "the bot may not send here (chat muted, bot blocked, or the tenant forbids it)",
+    230038: "cross-tenant one-to-one chats cannot be sent to",
+    230099: "the card content was refused",
+    232009: "the chat was dissolved",
+}
 
 
 class FeishuError(DeliveryError):
@@ -64,8 +92,9 @@ class FeishuError(DeliveryError):
         code: int | None = None,
         retry_after: float | None = None,
         permanent: bool = False,
+        throttled: bool = False,
     ) -> None:
-        super().__init__(message, retry_after=retry_after, permanent=permanent)
+        super().__init__(message, retry_after=retry_after, permanent=permanent, throttled=throttled)
         self.code = code
 
 
@@ -263,10 +292,10 @@ class FeishuAPI:
             except _Throttled as exc:
                 throttled += 1
                 wait = exc.wait if exc.wait is not None else self.retry_base_delay * 2 ** (throttled - 1)
-                if throttled > MAX_THROTTLED:
+                if throttled > MAX_THROTTLED:  # handed back as a wait, never as a failure
                     reason = f"{method} {path}: still {exc} after {MAX_THROTTLED} waits"
-                    raise FeishuError(reason, code=exc.code, retry_after=wait) from None
-                if exc.code == CHAT_RATE_LIMITED and exc.chat is not None:
+                    raise FeishuError(reason, code=exc.code, retry_after=wait, throttled=True) from None
+                if exc.code in CHAT_WAIT_CODES and exc.chat is not None:
                     self.limiter.pause_chat(exc.chat, self.limiter.now() + wait)
                 else:
                     self.limiter.pause_until(self.limiter.now() + wait)
@@ -296,13 +325,15 @@ class FeishuAPI:
         reason = self._describe(response)
         if status == 429 or code == APP_RATE_LIMITED:
             raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
-        if code == CHAT_RATE_LIMITED:
-            raise _Throttled(reason, CHAT_RATE_LIMITED, chat=chat)
+        if code in CHAT_WAIT_CODES:
+            raise _Throttled(reason, code, chat=chat)
         if code in (TOKEN_INVALID, TOKEN_MISSING):
             raise _TokenRejected(reason, token, code)
         if status >= 500 or (status < 400 and code is None):
             raise _Transient(reason)
         if code != 0 or status >= 400:
+            meaning = PERMANENT_CODES.get(code) if isinstance(code, int) else None
+            reason = f"{reason} — {meaning}" if meaning else reason
             raise FeishuError(f"{method} {path}: {reason}", code=code, permanent=True)
         return response.body
 
@@ -337,9 +368,13 @@ class FeishuAPI:
 
     async def _fetch_token(self) -> str:
         credentials = {"app_id": self.app_id, "app_secret": self._secret}
-        response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
+        async with self.limiter.slot(None):  # app-wide: a pause the platform asked for holds this too
+            response = await self._http("POST", TOKEN_PATH, token=None, body=credentials)
         body, code = response.body, response.body.get("code")
-        if response.status >= 500 or response.status == 429 or code == APP_RATE_LIMITED:
+        if response.status == 429 or code == APP_RATE_LIMITED:  # a wait, like any other call's
+            reason = f"tenant_access_token: {self._describe(response)}"
+            raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
+        if response.status >= 500:
             raise _Transient(f"tenant_access_token: {self._describe(response)}")
         token, expire = body.get("tenant_access_token"), body.get("expire")
         if code != 0 or not isinstance(token, str) or not token:

@@ -2,8 +2,10 @@
 
 Feishu limits message create, reply and patch to 50/s and 1,000/min per app, and 5/s per chat
 (shared by every bot in a group) or per user; patching one card is limited to 5/s per message.
-`SendLimiter` keeps under all of them, plus a steady overall rate (5 messages/s by default), and
-holds every send back while the platform has asked us to wait:
+`SendLimiter` keeps under all of them — each chat at its own 5/s, the app as a whole at 50/s and
+1,000/min, so twenty busy chats are served at twenty times one chat's pace — optionally under a
+steady overall rate too (`rate_per_s`, off by default), and holds every send back while the
+platform has asked us to wait:
 
     async with limiter.slot(chat_id):
         ...  # one HTTP request
@@ -80,7 +82,8 @@ class _ChatState:
 class SendLimiter:
     """The app-wide limits, a steady overall rate, one bucket per chat, and pauses.
 
-    - `rate_per_s`: the steady overall pace (evenly spaced); None leaves only the platform limits.
+    - `rate_per_s`: an extra steady overall pace (evenly spaced); None (the default) leaves only
+      the platform limits. Never set it to one chat's pace: it would cap the whole app there.
     - `app_per_s`, `app_per_min`: Feishu's 50/s and 1,000/min (§7). The per-second limit spaces
       requests evenly; the minute bucket may burst `app_per_s` requests, then refills.
     - `chat_per_s`: the per-chat (or per-message, for card patches) limit, evenly spaced.
@@ -92,7 +95,7 @@ class SendLimiter:
     def __init__(
         self,
         *,
-        rate_per_s: float | None = 5.0,
+        rate_per_s: float | None = None,
         chat_per_s: float = 5.0,
         app_per_s: float = 50.0,
         app_per_min: float = 1000.0,

@@ -1,4 +1,4 @@
-// The console's only script: chat with streamed replies, and approval buttons.
+// The console's only script: chat with streamed replies, approval and resend buttons.
 // Text from the server is always set with textContent, never parsed as HTML.
 "use strict";
 
@@ -147,6 +147,18 @@
       } else {
         row.lastElementChild.textContent = "Error: " + answer.error;
       }
+    });
+  });
+
+  // -- dead letters page ----------------------------------------------------------------------
+
+  document.querySelectorAll("button.resend").forEach((button) => {
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      const url = "/console/api/deadletters/" + encodeURIComponent(button.dataset.deadletter) + "/resend";
+      const response = await post(url, {});
+      const answer = await response.json();
+      button.parentElement.textContent = response.ok ? "resent" : "Error: " + answer.error;
     });
   });
 })();

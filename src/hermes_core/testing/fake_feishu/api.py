@@ -18,6 +18,10 @@ What is modelled, and from where:
 - §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min → HTTP 429 code 99991400 with
   ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset`` (HTTP 400 in legacy mode); 5 QPS per chat
   or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
+  ``throttle_for(seconds)`` is a storm: every matching call answers 429 / 99991400 (or 230020)
+  until it is over, with ``x-ogw-ratelimit-reset`` counting down (durations scaled by time_scale).
+- send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
+  ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
 
 Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
 """
@@ -63,6 +67,9 @@ _MESSAGES = {
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
+    230035: "Send Message Permission deny.",
+    230049: "The message is being sent.",
+    232009: "Your request specifies a chat which has already been dissolved.",
     99991400: "request trigger frequency limit",
     99991661: "Missing access token for authorization. Please make a request with token attached.",
     99991663: "Invalid access token for authorization. Please make a request with token attached.",
@@ -147,6 +154,14 @@ def _invalid(why: str) -> Answer:
 
 
 @dataclass
+class _Storm:
+    until: float  # time.monotonic()
+    code: int
+    reset: float  # the longest x-ogw-ratelimit-reset announced, real seconds
+    paths: tuple[str, ...]
+
+
+@dataclass
 class _InjectedFailure:
     remaining: int
     code: int
@@ -173,6 +188,7 @@ class OpenApi:
         self.tokens_issued: list[str] = []
         self.record_requests = True
         self.chats_without_bot: set[str] = set()  # sending there → 230002
+        self.dissolved_chats: set[str] = set()  # sending there → 232009
         self.unavailable_users: set[str] = set()  # sending to them → 230013
         self.set_limits()
         self._token_expiry: dict[str, float] = {}
@@ -183,6 +199,7 @@ class OpenApi:
         self._app_windows: dict[str, tuple[deque[float], deque[float]]] = {}
         self._target_windows: dict[str, deque[float]] = {}
         self._failures: list[_InjectedFailure] = []
+        self._storms: list[_Storm] = []
         self._clock_offset = 0.0
 
     # -- knobs -------------------------------------------------------------------------------
@@ -215,6 +232,22 @@ class OpenApi:
         A fractional ``reset`` is written as is (the gateway sends whole seconds) to keep tests fast.
         """
         self._failures.append(_InjectedFailure(n, code, status, reset, tuple(paths)))
+
+    def throttle_for(
+        self,
+        seconds: float,
+        *,
+        code: int = 99991400,
+        reset: float = 1.0,
+        paths: Iterable[str] = ("messages",),
+    ) -> None:
+        """A throttling storm: for ``seconds`` (times ``time_scale``) every call whose path contains
+        one of ``paths`` is refused with ``code`` — 99991400 as HTTP 429 (400 in legacy mode) with
+        ``x-ogw-ratelimit-reset`` = the smaller of ``reset`` and what is left of the storm (scaled),
+        or 230020 as HTTP 400. Checked before authentication, like ``fail_next``."""
+        scale = getattr(self, "time_scale", 1.0)
+        until = time.monotonic() + seconds * scale
+        self._storms.append(_Storm(until, code, reset * scale, tuple(paths)))
 
     def expire_tokens(self) -> None:
         """Make every tenant token expire now; the next token call issues a new one."""
@@ -266,6 +299,13 @@ class OpenApi:
         return time.monotonic() + self._clock_offset
 
     def _injected_failure(self, path: str) -> Answer | None:
+        now = time.monotonic()
+        self._storms = [storm for storm in self._storms if storm.until > now]
+        for storm in self._storms:
+            if any(part in path for part in storm.paths):
+                if storm.code == 99991400:
+                    return self._rate_limited(self.app_qps, min(storm.reset, storm.until - now))
+                return error(400, storm.code)
         for failure in self._failures:
             if failure.remaining > 0 and any(part in path for part in failure.paths):
                 failure.remaining -= 1
@@ -349,6 +389,8 @@ class OpenApi:
         checked = _checked_content(body, SENDABLE_TYPES)
         if isinstance(checked, Answer):
             return checked
+        if id_type == "chat_id" and receive_id in self.dissolved_chats:
+            return error(400, 232009)
         if id_type == "chat_id" and receive_id in self.chats_without_bot:
             return error(400, 230002)
         if id_type != "chat_id" and receive_id in self.unavailable_users:
@@ -370,6 +412,10 @@ class OpenApi:
         parent = self._messages.get(request.match_info["message_id"])
         if parent is None:
             return _invalid("message_id not found")  # UNCONFIRMED code
+        if parent.chat_id in self.dissolved_chats:
+            return error(400, 232009)
+        if parent.chat_id in self.chats_without_bot:
+            return error(400, 230002)
         if parent.recalled:
             return error(400, 230011)
         if not isinstance(body, dict):
