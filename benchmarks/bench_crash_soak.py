@@ -5,9 +5,10 @@
 Three processes, as in production: the gateway (`python -m hermes_core serve`, its SQLite on disk in
 a temporary directory), the fake model (FakeOpenAIServer, echoing each message after a random delay
 of up to 0.15 s) and the fake Feishu platform (FakeFeishu, which pushes events and pushes again the
-ones the gateway did not acknowledge). Each run starts the gateway, pushes a dozen messages into a dozen
-chats, waits a random moment (any moment, or the moment a turn's history is
-seen stored while its message is not yet marked done) and kills it with SIGKILL; the last run lets everything finish.
+ones the gateway did not acknowledge). Each run starts the gateway, pushes a dozen messages into
+a dozen chats, waits a random moment (any moment, or the moment a turn's history is seen stored
+while its message is not yet marked done) and kills it with SIGKILL; the last run lets everything
+finish.
 
 Counted afterwards, against what must hold ("nothing lost, nothing twice"):
 - replies: every message answered exactly once, as the platform counts them;
@@ -90,7 +91,9 @@ def wait_healthy(port: int, process: subprocess.Popen[bytes], timeout: float = 2
         time.sleep(0.05)
 
 
-def soak(workdir: Path, kills: int, *, seed: int = 1, per_run: int = 12, deadline: float = 90.0) -> SoakResult:
+def soak(
+    workdir: Path, kills: int, *, seed: int = 1, per_run: int = 12, deadline: float = 90.0
+) -> SoakResult:
     """Run the kill loop in `workdir` (the gateway's cwd; its database is `.hermes/gateway.db`)."""
     rng = random.Random(seed)
     delays = random.Random(seed + 1)
@@ -217,7 +220,8 @@ def run(kills: int = 40, seed: int = 1) -> dict:
     rows = [
         row("crash soak: duplicated user turns", str(result.duplicated_turns), "0", result.duplicated_turns,
             0, " turns"),
-        row("crash soak: missing user turns", str(result.missing_turns), "0", result.missing_turns, 0, " turns"),
+        row("crash soak: missing user turns", str(result.missing_turns), "0", result.missing_turns,
+            0, " turns"),
         row("crash soak: conversations out of order", str(len(result.out_of_order)), "0",
             len(result.out_of_order), 0, " convs"),
         row("crash soak: messages unanswered", str(result.unanswered), "0", result.unanswered, 0, " msgs"),
