@@ -1,11 +1,33 @@
 """The generic HTTP webhook (C2).
 
-    POST /webhook  {"message": "…", "user_id": "u1"}   → 200 {"reply": "…", "message_id": …}
+    POST /webhook  {"message": "…", "user_id": "u1"}   → 200 {"reply": "…", "ok": true, "message_id": …}
     POST /webhook  {"message": "…", "user_id": "u1", "callback_url": "https://…"}
                    → 202 at once; the reply is POSTed to callback_url
 
-Optional fields: `message_id` (a client-chosen id: a resend with the same id is not answered
-twice) and `conversation_id` (defaults to the user).
+Optional fields: `message_id` (a client-chosen id: a resend with the same id is not run twice)
+and `conversation_id` (defaults to the user).
+
+The answer (and the body POSTed to `callback_url`) has these fields:
+
+    reply        the reply text; when the task failed, the polite apology
+    ok           true, or false when the task failed (the model unavailable, a limit hit…)
+    error        only when ok is false: why — model_unavailable, model_rejected, max_turns,
+                 max_tool_calls, internal_error
+    message_id   the request's message_id (the one given, or the one chosen for it)
+    approval     only when the task waits for an approval (see below)
+    duplicate    true when this message_id was accepted before: this is that message's reply
+    accepted, pending   202 only: the reply is not ready (callback variant, or `reply_timeout`,
+                 120 s, passed); ask again with the same message_id to get it
+    conversation_id, reply_id, index    callback body only: the conversation as the client named
+                 it, the reply's idempotency key (also the `Idempotency-Key` header), its number
+
+Retries: a request cut short (a timeout, a dropped connection, a crash of the gateway) is sent
+again with the same `message_id`, and the same user and conversation. It is not run again: while
+the message still runs — after a crash it is run again from the inbox — the retry waits for its
+reply, up to `reply_timeout`; once it has finished, the retry gets the stored reply (kept for 48 h).
+A retry of a callback request answers 202 (`duplicate`, `accepted`): the reply goes to the
+callback. The same `message_id` from another user or conversation is answered `{"duplicate": true}`
+with nothing of the other message.
 
 A tool call that needs approval (tasks/pending.py) answers with the request and its id:
 
@@ -24,7 +46,7 @@ Who may call (docs/security.md):
   names any user and any conversation. Each signed request is taken once: its signature (which
   covers the timestamp and the body) is kept in the gateway's database (`seen_nonces`) while the
   timestamp is fresh, and the same request again is a 409, before or after a restart. A client that
-  retries signs afresh and keeps the `message_id`: the retry is then answered as a duplicate.
+  retries signs afresh and keeps the `message_id`: the retry gets the message's reply (above).
 - Without a secret, requests are answered only from this machine (a loopback peer, a loopback
   `Host`, no proxy headers, no browser `Origin`): anyone else could claim any user id. `serve`
   refuses to start on a non-loopback address without a secret unless `webhook.allow_unsigned: true`.

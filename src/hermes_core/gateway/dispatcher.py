@@ -33,9 +33,12 @@ class Runner(Protocol):
 
     A runner may also implement `decide(pending_id, user_id, channel, approve) -> Pending` and
     `expire_due() -> list[Pending]` (gateway/runner.py): then the gateway takes decisions on
-    approvals and runs decided tasks again (tasks/pending.py)."""
+    approvals and runs decided tasks again (tasks/pending.py).
 
-    async def __call__(self, message: InboundMessage) -> list[str | Reply]: ...
+    A runner whose turn leaves session history returns a `Turn`: the gateway stores the history in
+    the transaction that marks the message done and queues its replies (`GatewayStore.complete`)."""
+
+    async def __call__(self, message: InboundMessage) -> list[str | Reply] | Turn: ...
 
 
 class Lanes(Generic[T]):
