@@ -5,6 +5,10 @@
     result = await agent.run(text, session=session)
     await memory.commit(conversation, session.messages[len(prompt.window):], result)
 
+The gateway does not call `commit`: it takes `memory.turn(...)` (the turn's messages keyed by its
+task id) and stores it in the transaction that marks the message done (gateway/store.py), so a
+crash can neither lose a finished turn nor store it twice.
+
 `Agent.run` never learns about storage: it gets a `Session` whose `messages` are the window (the
 newest whole turns, at most `window_turns`, within `budget_tokens` together with the notes) and
 whose `notes` go into the system message: the state snapshot (facts, constraints, done and pending

@@ -122,9 +122,9 @@ class TurnAppend:
     turn_id: str | None  # None: not keyed (appended every time it is applied)
     messages: list[Message]
 
-    def write_in(self, database: object) -> Write | None:
-        """The function that stores this turn inside a transaction of `database` (a
-        `storage.SQLiteDatabase`), or None when the store lives elsewhere: then call `apply`."""
+    def write_in(self, database: SQLiteDatabase) -> Write | None:
+        """The function that stores this turn inside a transaction of `database`, or None when the
+        session store lives elsewhere: then call `apply`."""
         return self.store.write_in(database, self)
 
     async def apply(self) -> None:
@@ -144,7 +144,7 @@ class SessionStore(ABC):
         """Add one finished turn's messages to the log, all or none; with a `turn_id`, only the first
         time that turn is appended."""
 
-    def write_in(self, database: object, turn: TurnAppend) -> Write | None:
+    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
         """`turn` as a write inside a transaction of `database`, when this store lives there."""
         return None
 
@@ -180,7 +180,7 @@ class SQLiteSessionStore(SessionStore):
         if messages:
             await self.db.transaction(partial(_append, conversation, messages, turn_id))
 
-    def write_in(self, database: object, turn: TurnAppend) -> Write | None:
+    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
         if database is not self.db:
             return None
         return partial(_append, turn.conversation, turn.messages, turn.turn_id)
@@ -239,13 +239,14 @@ class InMemorySessionStore(SessionStore):
     def __init__(self, max_conversations: int = 10_000) -> None:
         self.max_conversations = max_conversations
         self._logs: OrderedDict[str, tuple[list[Message], ConversationState]] = OrderedDict()
-        self._turns: set[tuple[str, str]] = set()
+        self._turns: dict[str, set[str]] = {}  # turn ids stored, by conversation
 
     def _entry(self, conversation: str) -> tuple[list[Message], ConversationState]:
         entry = self._logs.pop(conversation, None) or ([], ConversationState())
         self._logs[conversation] = entry  # most recently used last
         while len(self._logs) > self.max_conversations:
-            self._logs.popitem(last=False)
+            forgotten, _ = self._logs.popitem(last=False)
+            self._turns.pop(forgotten, None)
         return entry
 
     async def load(self, conversation: str) -> Conversation:
@@ -254,11 +255,13 @@ class InMemorySessionStore(SessionStore):
         return Conversation(conversation, json.loads(json.dumps(log[state.folded :])), copy)
 
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+        log = self._entry(conversation)[0]
+        stored = self._turns.setdefault(conversation, set())
         if turn_id is not None:
-            if (conversation, turn_id) in self._turns:
+            if turn_id in stored:
                 return
-            self._turns.add((conversation, turn_id))
-        self._entry(conversation)[0].extend(json.loads(json.dumps(redact_data(messages))))
+            stored.add(turn_id)
+        log.extend(json.loads(json.dumps(redact_data(messages))))
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         log, state = self._entry(conversation)
