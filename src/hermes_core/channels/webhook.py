@@ -1,11 +1,33 @@
 """The generic HTTP webhook (C2).
 
-    POST /webhook  {"message": "…", "user_id": "u1"}   → 200 {"reply": "…", "message_id": …}
+    POST /webhook  {"message": "…", "user_id": "u1"}   → 200 {"reply": "…", "ok": true, "message_id": …}
     POST /webhook  {"message": "…", "user_id": "u1", "callback_url": "https://…"}
                    → 202 at once; the reply is POSTed to callback_url
 
-Optional fields: `message_id` (a client-chosen id: a resend with the same id is not answered
-twice) and `conversation_id` (defaults to the user).
+Optional fields: `message_id` (a client-chosen id: a resend with the same id is not run twice)
+and `conversation_id` (defaults to the user).
+
+The answer (and the body POSTed to `callback_url`) has these fields:
+
+    reply        the reply text; when the task failed, the polite apology
+    ok           true, or false when the task failed (the model unavailable, a limit hit…)
+    error        only when ok is false: why — model_unavailable, model_rejected, max_turns,
+                 max_tool_calls, internal_error
+    message_id   the request's message_id (the one given, or the one chosen for it)
+    approval     only when the task waits for an approval (see below)
+    duplicate    true when this message_id was accepted before: this is that message's reply
+    accepted, pending   202 only: the reply is not ready (callback variant, or `reply_timeout`,
+                 120 s, passed); ask again with the same message_id to get it
+    conversation_id, reply_id, index    callback body only: the conversation as the client named
+                 it, the reply's idempotency key (also the `Idempotency-Key` header), its number
+
+Retries: a request cut short (a timeout, a dropped connection, a crash of the gateway) is sent
+again with the same `message_id`, and the same user and conversation. It is not run again: while
+the message still runs — after a crash it is run again from the inbox — the retry waits for its
+reply, up to `reply_timeout`; once it has finished, the retry gets the stored reply (kept for 48 h).
+A retry of a callback request answers 202 (`duplicate`, `accepted`): the reply goes to the
+callback. The same `message_id` from another user or conversation is answered `{"duplicate": true}`
+with nothing of the other message.
 
 A tool call that needs approval (tasks/pending.py) answers with the request and its id:
 
@@ -24,7 +46,7 @@ Who may call (docs/security.md):
   names any user and any conversation. Each signed request is taken once: its signature (which
   covers the timestamp and the body) is kept in the gateway's database (`seen_nonces`) while the
   timestamp is fresh, and the same request again is a 409, before or after a restart. A client that
-  retries signs afresh and keeps the `message_id`: the retry is then answered as a duplicate.
+  retries signs afresh and keeps the `message_id`: the retry gets the message's reply (above).
 - Without a secret, requests are answered only from this machine (a loopback peer, a loopback
   `Host`, no proxy headers, no browser `Origin`): anyone else could claim any user id. `serve`
   refuses to start on a non-loopback address without a secret unless `webhook.allow_unsigned: true`.
@@ -146,7 +168,7 @@ class WebhookChannel(Channel):
         self.reply_timeout = reply_timeout
         self.allow_unsigned = allow_unsigned  # unsigned requests from anywhere, not only this machine
         self.callback_hosts = CallbackHosts.of(callback_hosts)
-        self._waiting: dict[int, asyncio.Future[OutboundMessage]] = {}
+        self._waiting: dict[int, list[asyncio.Future[OutboundMessage]]] = {}  # by inbox row
         self._session: ClientSession | None = None
 
     def routes(self) -> list[web.RouteDef]:
@@ -169,7 +191,7 @@ class WebhookChannel(Channel):
             return _replayed()
         inbound_id = await self.gateway.accept(message)
         if inbound_id is None:
-            return _json({"duplicate": True, "message_id": message.message_id})
+            return await self._retried(message)
         if message.callback_url:
             return _json({"accepted": True, "message_id": message.message_id}, 202)
         return await self._reply_of(inbound_id, {"message_id": message.message_id})
@@ -206,18 +228,60 @@ class WebhookChannel(Channel):
             return _json({**answer, "accepted": True}, 202)
         return await self._reply_of(inbound_id, answer)
 
+    async def _retried(self, message: InboundMessage) -> web.Response:
+        """A `message_id` accepted before: the same caller asking again (its first request cut by a
+        crash or a timeout) gets that message's reply, stored or, while it still runs, awaited.
+        Another user's or conversation's message of that id is not theirs: nothing of it is shown."""
+        fields: dict[str, Any] = {"message_id": message.message_id, "duplicate": True}
+        earlier = await self.gateway.store.replies_of(self.name, message.message_id)
+        same = earlier is not None and (earlier.message.sender, earlier.message.conversation) == (
+            message.sender,
+            message.conversation,
+        )
+        if earlier is None or earlier.message.id is None or not same:
+            return _json(fields)
+        if earlier.message.callback_url:  # its reply is (or was) POSTed there
+            return _json({**fields, "accepted": True}, 202)
+        inbound_id = earlier.message.id
+        waiter = self._wait(inbound_id)  # before reading again: a reply sent from now on reaches it
+        try:
+            again = await self.gateway.store.replies_of(self.name, message.message_id)
+            if again is not None and again.done:
+                stored = next((reply for reply in again.replies if reply.index == 0), None)
+                return _json({**fields, **_reply_fields(stored)}) if stored else _json(fields)
+            return await self._answer(inbound_id, waiter, fields)
+        finally:
+            self._unwait(inbound_id, waiter)
+
     async def _reply_of(self, inbound_id: int, fields: dict[str, Any]) -> web.Response:
         """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
-        waiter = self._waiting[inbound_id] = asyncio.get_running_loop().create_future()
+        waiter = self._wait(inbound_id)
+        try:
+            return await self._answer(inbound_id, waiter, fields)
+        finally:
+            self._unwait(inbound_id, waiter)
+
+    async def _answer(
+        self, inbound_id: int, waiter: asyncio.Future[OutboundMessage], fields: dict[str, Any]
+    ) -> web.Response:
         try:
             reply = await asyncio.wait_for(asyncio.shield(waiter), self.reply_timeout)
         except asyncio.TimeoutError:
             return _json({**fields, "accepted": True, "pending": True}, 202)
-        finally:
+        return _json({**fields, **_reply_fields(reply)})
+
+    def _wait(self, inbound_id: int) -> asyncio.Future[OutboundMessage]:
+        """A future the first reply to `inbound_id` is set on; one per waiting request."""
+        waiter: asyncio.Future[OutboundMessage] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(inbound_id, []).append(waiter)
+        return waiter
+
+    def _unwait(self, inbound_id: int, waiter: asyncio.Future[OutboundMessage]) -> None:
+        waiters = self._waiting.get(inbound_id, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+        if not waiters:
             self._waiting.pop(inbound_id, None)
-        if reply.approval is not None:
-            fields["approval"] = _approval_fields(reply.approval)
-        return _json({"reply": reply.text, **fields})
 
     async def _verified_body(self, request: web.Request) -> tuple[bytes, str | None] | web.Response:
         """The request's body and its verified signature (None when no secret is set), or the error
@@ -291,10 +355,10 @@ class WebhookChannel(Channel):
 
     async def send(self, message: OutboundMessage) -> str | None:
         if not message.callback_url:  # synchronous request: the reply is the HTTP response
-            waiter = self._waiting.get(message.inbound_id or -1)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(message)
-            return None  # no waiter: the caller timed out or the process restarted; nothing to deliver
+            for waiter in self._waiting.get(message.inbound_id or -1, []):
+                if not waiter.done():
+                    waiter.set_result(message)
+            return None  # no waiter: the caller timed out or the process restarted; it may ask again
         return await self._post_callback(message)
 
     async def _post_callback(self, message: OutboundMessage) -> str | None:
@@ -307,10 +371,9 @@ class WebhookChannel(Channel):
             raise DeliveryError(f"callback refused: {exc}", permanent=True) from None
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        fields = {"reply": message.text, "conversation_id": self._client_conversation(message.conversation),
+        fields = {**_reply_fields(message), "message_id": message.message_id,
+                  "conversation_id": self._client_conversation(message.conversation),
                   "reply_id": message.uuid, "index": message.index}  # fmt: skip
-        if message.approval is not None:
-            fields["approval"] = _approval_fields(message.approval)
         body = json.dumps(fields, ensure_ascii=False).encode()
         headers = {"Content-Type": "application/json; charset=utf-8", "Idempotency-Key": message.uuid}
         if self.secret:
@@ -328,8 +391,9 @@ class WebhookChannel(Channel):
             raise DeliveryError(f"callback failed: {type(exc).__name__}: {exc}") from exc
 
     async def stop(self) -> None:
-        for waiter in self._waiting.values():
-            waiter.cancel()
+        for waiters in self._waiting.values():
+            for waiter in waiters:
+                waiter.cancel()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -341,6 +405,17 @@ def _from_this_machine(request: web.Request) -> bool:
     from ..console.access import is_local
 
     return is_local(request) and not any(name in request.headers for name in ("Origin", "Sec-Fetch-Site"))
+
+
+def _reply_fields(reply: OutboundMessage) -> dict[str, Any]:
+    """`reply`, `ok` (false when the task failed: the reply is then the apology) and `error` (why),
+    and the approval request when the task waits for one."""
+    fields: dict[str, Any] = {"reply": reply.text, "ok": reply.error is None}
+    if reply.error is not None:
+        fields["error"] = reply.error
+    if reply.approval is not None:
+        fields["approval"] = _approval_fields(reply.approval)
+    return fields
 
 
 def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..channels.base import Channel, DeliveryError
 from ..redaction import redact_text
 from ..replies import detect_language, fixed_reply
-from .messages import InboundMessage, OutboundMessage, Reply
+from .messages import InboundMessage, OutboundMessage, Reply, Turn
 from .store import GatewayStore
 
 log = logging.getLogger("hermes_core.gateway")
@@ -44,9 +44,12 @@ class Runner(Protocol):
 
     A runner may also implement `decide(pending_id, user_id, channel, approve) -> Pending` and
     `expire_due() -> list[Pending]` (gateway/runner.py): then the gateway takes decisions on
-    approvals and runs decided tasks again (tasks/pending.py)."""
+    approvals and runs decided tasks again (tasks/pending.py).
 
-    async def __call__(self, message: InboundMessage) -> list[str | Reply]: ...
+    A runner whose turn leaves session history returns a `Turn`: the gateway stores the history in
+    the transaction that marks the message done and queues its replies (`GatewayStore.complete`)."""
+
+    async def __call__(self, message: InboundMessage) -> list[str | Reply] | Turn: ...
 
 
 class Lanes(Generic[T]):
@@ -252,9 +255,11 @@ class Gateway:
                 raise
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
-                texts = [fixed_reply("internal_error", detect_language(message.text))]
-        replies = [reply_for(message, text, index) for index, text in enumerate(texts)]
-        for reply in await self.store.complete(message.id, replies):
+                apology = fixed_reply("internal_error", detect_language(message.text))
+                texts = [Reply(apology, error="internal_error")]
+        turn = texts if isinstance(texts, Turn) else Turn(list(texts))
+        replies = [reply_for(message, text, index) for index, text in enumerate(turn.replies)]
+        for reply in await self.store.complete(message.id, replies, turn.history):
             self._outbound.push(reply.conversation, reply)
         self.turns_done += 1
 
@@ -377,16 +382,18 @@ def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> Outbou
     """The outbound message for reply `index` of `message`, with its idempotency key (of its task:
     two users' messages with the same client-chosen id must not share one)."""
     key = f"{task_id_of(message)}|{message.message_id}|{index}".encode()
-    text, approval = (reply.text, reply.approval) if isinstance(reply, Reply) else (reply, None)
+    reply = reply if isinstance(reply, Reply) else Reply(reply)
     return OutboundMessage(
         channel=message.channel,
         conversation=message.conversation,
-        text=text,
-        approval=approval,
+        text=reply.text,
+        approval=reply.approval,
         uuid=hashlib.sha256(key).hexdigest()[:40],
         chat_id=message.chat_id,
         reply_to=message.reply_to,
         callback_url=message.callback_url,
         inbound_id=message.id,
         index=index,
+        message_id=message.message_id,
+        error=reply.error,
     )

@@ -7,7 +7,10 @@ sees the agent loop. Routing facts live in named fields, not in a free-form meta
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..sessions.store import TurnAppend
 
 
 @dataclass
@@ -35,6 +38,16 @@ class Reply:
 
     text: str
     approval: dict[str, Any] | None = None  # tasks/pending.Pending.summary()
+    error: str | None = None  # the task failed ("model_unavailable", …): `text` is the apology
+
+
+@dataclass
+class Turn:
+    """What a runner returns when its turn leaves session history to store: the replies, and the
+    history, which `GatewayStore.complete` stores with the message's done mark, atomically."""
+
+    replies: list[str | Reply]
+    history: TurnAppend | None = None
 
 
 @dataclass
@@ -49,5 +62,7 @@ class OutboundMessage:
     inbound_id: int | None = None
     index: int = 0
     approval: dict[str, Any] | None = None  # an approval request to render with the text
+    message_id: str | None = None  # of the inbound message this answers
+    error: str | None = None  # the task failed: `text` is the apology (Reply.error)
     id: int | None = None  # the outbox row
     attempts: int = 0

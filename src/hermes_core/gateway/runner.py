@@ -2,8 +2,14 @@
 
 For each message: `/memory` and `/forget` are answered here, before any model call, so every
 channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
-the window and notes that `ConversationMemory.prepare` builds, and the turn's messages are
-committed to the session store afterwards. The gateway depends only on the `Runner` protocol.
+the window and notes that `ConversationMemory.prepare` builds. The gateway depends only on the
+`Runner` protocol.
+
+The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
+keyed by the task id) and the gateway stores them in the transaction that marks the message done
+(`GatewayStore.complete`). A crash before that commit leaves no history, so the message run again
+adds its turn once; a crash after it leaves the message done, so it is not run again. A task that
+failed (the model unavailable, a limit hit) answers with the apology and says why (`Reply.error`).
 
 Paused tasks (tasks/pending.py): a turn that stops for an approval or a question is not committed;
 its original message is kept with the pending record. It is run again under its task id when the
@@ -22,11 +28,11 @@ from ..agent import Agent
 from ..loop import PAUSES
 from ..models.base import TextCallback
 from ..replies import REPLIES, detect_language, fixed_reply
-from ..sessions import ConversationMemory, InMemorySessionStore
+from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from ..tasks.pending import Pending
 from ..tools.permissions import Caller
 from .dispatcher import task_id_of
-from .messages import InboundMessage, Reply
+from .messages import InboundMessage, Reply, Turn
 
 
 class AgentRunner:
@@ -38,11 +44,11 @@ class AgentRunner:
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
 
-    async def __call__(self, message: InboundMessage) -> list[str | Reply]:
+    async def __call__(self, message: InboundMessage) -> Turn:
         if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
-            return [f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"]
+            return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
         if not message.text.strip():  # a bare @mention
-            return [fixed_reply("how_can_i_help", detect_language(message.text))]
+            return Turn([fixed_reply("how_can_i_help", detect_language(message.text))])
         # the same id when the message is run again after a crash: the task resumes from its journal
         task_id = task_id_of(message)
         original = message
@@ -56,8 +62,13 @@ class AgentRunner:
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
-        return [await self.reply(original.conversation, original.text, task_id=task_id, caller=caller,
-                                 message=original, on_text=on_text)]  # fmt: skip
+        reply, history, error = await self._turn(
+            original.conversation, original.text, task_id=task_id, caller=caller, message=original,
+            on_text=on_text,
+        )  # fmt: skip
+        if error is not None:
+            reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
+        return Turn([reply], history)
 
     async def reply(
         self,
@@ -69,17 +80,37 @@ class AgentRunner:
         caller: Caller | None = None,
         message: InboundMessage | None = None,
     ) -> str | Reply:
-        """One user message in, the reply out: a memory command, or one agent turn."""
+        """One user message in, the reply out: a memory command, or one agent turn, stored here
+        (outside the gateway: the terminal, tests)."""
+        reply, history, _ = await self._turn(
+            conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message
+        )
+        if history is not None:
+            await history.apply()
+        return reply
+
+    async def _turn(
+        self,
+        conversation: str,
+        text: str,
+        *,
+        on_text: TextCallback | None,
+        task_id: str | None,
+        caller: Caller | None,
+        message: InboundMessage | None,
+    ) -> tuple[str | Reply, TurnAppend | None, str | None]:
+        """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
         answer = await self.memory.command(conversation, text, self.agent.language)
         if answer is not None:
-            return answer
+            return answer, None, None
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
         result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
-        if result.stop_reason in PAUSES:  # not committed: the whole turn is committed once it finishes
-            return await self._paused(result.reply, task_id, message)
-        await self.memory.commit(conversation, session.messages[len(prompt.window) :], result)
-        return result.reply
+        if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
+            return await self._paused(result.reply, task_id, message), None, None
+        await self.memory.learn(conversation, result)
+        history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
+        return result.reply, history, None if result.ok else result.stop_reason
 
     async def _paused(self, text: str, task_id: str | None, message: InboundMessage | None) -> str | Reply:
         interactions = self.agent.interactions

@@ -15,6 +15,7 @@ request's headers and `gateway.body_timeout` more for its body (gateway/deadline
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -35,7 +36,7 @@ from ..tasks import SQLiteTaskJournal
 from ..tasks.pending import Pending, SQLiteInteractions
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
-from .messages import InboundMessage, Reply
+from .messages import InboundMessage, Reply, Turn
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
@@ -51,14 +52,15 @@ class RedactingRunner:
         self.inner = inner
         self.redactor = redactor
 
-    async def __call__(self, message: InboundMessage) -> list[str | Reply]:
-        return [self._redact(reply) for reply in await self.inner(message)]
+    async def __call__(self, message: InboundMessage) -> Turn:
+        turn = await self.inner(message)
+        return Turn([self._redact(reply) for reply in turn.replies], turn.history)
 
     def _redact(self, reply: str | Reply) -> str | Reply:
         if isinstance(reply, str):
             return self.redactor.redact(reply)
         approval = self.redactor.redact_data(reply.approval) if reply.approval is not None else None
-        return Reply(self.redactor.redact(reply.text), approval)
+        return dataclasses.replace(reply, text=self.redactor.redact(reply.text), approval=approval)
 
     async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
         return await self.inner.decide(pending_id, user_id, channel, approve)

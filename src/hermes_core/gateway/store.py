@@ -6,11 +6,16 @@ synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
-    complete: mark done + insert the replies into the outbox  — one transaction
+    complete: mark done + the turn's session history + insert the replies into the outbox
+              — one transaction (the session store shares the file; sessions/store.py)
     send:     deliver with an idempotency uuid, then mark sent
-A crash before `complete` re-runs the message; a crash before `mark_sent` re-sends with the same
-uuid, which the platform deduplicates. `seen_nonces` keeps each signed webhook request's signature
-for as long as its timestamp is fresh: the same request sent again is refused, even after a restart.
+A crash before `complete` re-runs the message, with no trace of its turn in the history; a crash
+before `mark_sent` re-sends with the same uuid, which the platform deduplicates. The history rows
+are keyed by the task id as well, so even a history stored apart (a session store in another
+database) is added once. A finished message's replies stay readable (`replies_of`) until pruned:
+a webhook caller whose request was cut by a crash asks again and gets them. `seen_nonces` keeps
+each signed webhook request's signature for as long as its timestamp is fresh: the same request
+sent again is refused, even after a restart.
 
 Poison messages: every run of a message is counted (`begin_attempt`, durable before the turn
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
@@ -31,11 +36,14 @@ import sqlite3
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
 from .messages import InboundMessage, OutboundMessage
+
+if TYPE_CHECKING:
+    from ..sessions.store import TurnAppend
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -94,6 +102,9 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE inbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE inbox ADD COLUMN set_aside_reason TEXT
     """,
+    4: """
+    CREATE INDEX outbox_by_inbound ON outbox (inbound_id, id);
+    """,
     # 5: a dead letter can be sent again. `resend_requested_at` is set by whoever asks (the CLI, in
     # another process); the running gateway claims the row, puts the reply back in the outbox and
     # drops the dead letter (it is dead-lettered anew if it fails again).
@@ -104,6 +115,15 @@ MIGRATIONS: dict[int, str] = {
 }
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
                     "resend_requested_at")  # fmt: skip
+
+
+@dataclasses.dataclass
+class Earlier:
+    """A message accepted before, as a retry of it finds it: done or not, and its replies."""
+
+    message: InboundMessage
+    done: bool
+    replies: list[OutboundMessage]
 
 
 class GatewayStore(ABC):
@@ -118,8 +138,15 @@ class GatewayStore(ABC):
         """Messages accepted but not completed, in arrival order."""
 
     @abstractmethod
-    async def complete(self, inbound_id: int, replies: list[OutboundMessage]) -> list[OutboundMessage]:
-        """Mark the message done and queue its replies, atomically; returns them with their ids."""
+    async def complete(
+        self, inbound_id: int, replies: list[OutboundMessage], history: TurnAppend | None = None
+    ) -> list[OutboundMessage]:
+        """Mark the message done, store its turn's `history` and queue its replies, atomically;
+        returns the replies with their ids ([] when the message was done already)."""
+
+    @abstractmethod
+    async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
+        """The message accepted earlier under this id, and its replies once it is done."""
 
     @abstractmethod
     async def pending_outbound(self) -> list[OutboundMessage]:
@@ -221,7 +248,13 @@ class SQLiteGatewayStore(GatewayStore):
         )
         return [_load(InboundMessage, payload, id=row_id) for row_id, payload in rows]
 
-    async def complete(self, inbound_id: int, replies: list[OutboundMessage]) -> list[OutboundMessage]:
+    async def complete(
+        self, inbound_id: int, replies: list[OutboundMessage], history: TurnAppend | None = None
+    ) -> list[OutboundMessage]:
+        write_history = history.write_in(self.db) if history is not None else None
+        if history is not None and write_history is None:  # kept elsewhere: stored first, once
+            await history.apply()
+
         def complete(db: sqlite3.Connection) -> list[OutboundMessage]:
             now = time.time()
             done = db.execute(
@@ -230,15 +263,9 @@ class SQLiteGatewayStore(GatewayStore):
             )
             if done.rowcount == 0:  # already completed (a racing duplicate run): queue nothing twice
                 return []
-            for reply in replies:
-                reply.inbound_id = inbound_id
-                cursor = db.execute(
-                    "INSERT INTO outbox (inbound_id, channel, conversation, payload, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (inbound_id, reply.channel, reply.conversation, _dump(reply), now),
-                )
-                reply.id = cursor.lastrowid
-            return replies
+            if write_history is not None:
+                write_history(db)
+            return _queue(db, inbound_id, replies)
 
         return await self._run(complete)
 
@@ -292,6 +319,26 @@ class SQLiteGatewayStore(GatewayStore):
         keys = ("id", "channel", "conversation", "message_id", "payload", "attempts", "reason",
                 "received_at", "set_aside_at")  # fmt: skip
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
+        def find(db: sqlite3.Connection) -> Earlier | None:
+            row = db.execute(
+                "SELECT id, payload, status FROM inbox WHERE channel = ? AND message_id = ?",
+                (channel, message_id),
+            ).fetchone()
+            if row is None:
+                return None
+            inbound_id, payload, status = row
+            replies = db.execute(
+                "SELECT id, payload, attempts FROM outbox WHERE inbound_id = ? ORDER BY id", (inbound_id,)
+            ).fetchall()
+            return Earlier(
+                _load(InboundMessage, payload, id=inbound_id),
+                status == "done",
+                [_load(OutboundMessage, p, id=i, attempts=a) for i, p, a in replies],
+            )
+
+        return await self._run(find)
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         rows = await self._run(

@@ -16,6 +16,7 @@ from .store import (
     InMemorySessionStore,
     SessionStore,
     SQLiteSessionStore,
+    TurnAppend,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Prompt",
     "SQLiteSessionStore",
     "SessionStore",
+    "TurnAppend",
     "estimate_tokens",
     "prompt_bytes",
     "split_turns",

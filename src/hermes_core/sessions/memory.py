@@ -5,6 +5,10 @@
     result = await agent.run(text, session=session)
     await memory.commit(conversation, session.messages[len(prompt.window):], result)
 
+The gateway does not call `commit`: it takes `memory.turn(...)` (the turn's messages keyed by its
+task id) and stores it in the transaction that marks the message done (gateway/store.py), so a
+crash can neither lose a finished turn nor store it twice.
+
 `Agent.run` never learns about storage: it gets a `Session` whose `messages` are the window (the
 newest whole turns, at most `window_turns`, within `budget_tokens` together with the notes) and
 whose `notes` go into the system message: the state snapshot (facts, constraints, done and pending
@@ -34,7 +38,7 @@ from ..models.base import ModelClient
 from ..replies import Language, detect_language, fixed_reply
 from ..tools import Tool, ToolContext, ToolError, tool
 from .context import Turn, estimate_tokens, flatten, history_tokens, newest_turns, split_turns
-from .store import ConversationState, Fold, SessionStore
+from .store import ConversationState, Fold, SessionStore, TurnAppend
 
 log = logging.getLogger("hermes_core.sessions")
 
@@ -123,10 +127,23 @@ class ConversationMemory:
         return Prompt(conversation, flatten(window), notes, fold)
 
     async def commit(
-        self, conversation: str, messages: list[Message], result: RunResult | None = None
+        self,
+        conversation: str,
+        messages: list[Message],
+        result: RunResult | None = None,
+        *,
+        turn_id: str | None = None,
     ) -> None:
-        """Store the turn's messages; tell the long-term hook about a finished task that used tools."""
-        await self.store.append(conversation, messages)
+        """Store the turn's messages (once per `turn_id`); tell the long-term hook about it (`learn`)."""
+        await self.store.append(conversation, messages, turn_id=turn_id)
+        await self.learn(conversation, result)
+
+    def turn(self, conversation: str, messages: list[Message], turn_id: str | None) -> TurnAppend:
+        """The turn's messages, for the gateway to store with the message's done mark (store.py)."""
+        return TurnAppend(self.store, conversation, turn_id, messages)
+
+    async def learn(self, conversation: str, result: RunResult | None) -> None:
+        """Tell the long-term hook about a finished task that used tools (a hint: never fails)."""
         if result is not None and result.ok and self.long_term is not None:
             used = [o for o in result.tool_calls if o.arguments is not None and o.call.name != REMEMBER]
             if used:

@@ -9,6 +9,12 @@ snapshot (facts, steps), the summary of folded turns, and `folded`, the number o
 summary replaced. `load` returns only the messages after that point, so a long conversation costs
 the same to load as a short one; the folded messages stay in the log for traces and audits.
 
+A turn's messages are appended once: a `TurnAppend` is keyed by its task id (`session_turns`), so
+the same turn stored again — a message run again after a crash — adds nothing. The gateway writes it
+in the transaction that marks the message done and queues its replies (`GatewayStore.complete`),
+when this store lives in the gateway's database file: then the history, the done mark and the
+replies are there together or not at all.
+
 Messages and state are redacted as they are stored (redaction.py): a secret a user pasted or a tool
 read is never written to the database, whichever code path produced the message.
 """
@@ -22,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +52,16 @@ MIGRATIONS: dict[int, str] = {
         state TEXT NOT NULL,                 -- JSON of ConversationState
         updated_at REAL NOT NULL
     )
+    """,
+    2: """
+    CREATE TABLE session_turns (
+        conversation TEXT NOT NULL,
+        turn_id TEXT NOT NULL,               -- the task id: a turn stored again adds nothing
+        first_seq INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (conversation, turn_id)
+    ) WITHOUT ROWID
     """,
 }
 
@@ -93,6 +110,26 @@ class Conversation:
 
 
 StateChange = Callable[[ConversationState], Any]
+Write = Callable[[sqlite3.Connection], None]
+
+
+@dataclass(frozen=True)
+class TurnAppend:
+    """One finished turn's messages, to be stored exactly once, keyed by `turn_id` (the task id)."""
+
+    store: SessionStore
+    conversation: str
+    turn_id: str | None  # None: not keyed (appended every time it is applied)
+    messages: list[Message]
+
+    def write_in(self, database: SQLiteDatabase) -> Write | None:
+        """The function that stores this turn inside a transaction of `database`, or None when the
+        session store lives elsewhere: then call `apply`."""
+        return self.store.write_in(database, self)
+
+    async def apply(self) -> None:
+        """Store the turn on its own (idempotent)."""
+        await self.store.append(self.conversation, self.messages, turn_id=self.turn_id)
 
 
 class SessionStore(ABC):
@@ -103,8 +140,13 @@ class SessionStore(ABC):
         """The conversation's state and its messages after `state.folded` (empty if it is new)."""
 
     @abstractmethod
-    async def append(self, conversation: str, messages: list[Message]) -> None:
-        """Add one finished turn's messages to the log, all or none."""
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+        """Add one finished turn's messages to the log, all or none; with a `turn_id`, only the first
+        time that turn is appended."""
+
+    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
+        """`turn` as a write inside a transaction of `database`, when this store lives there."""
+        return None
 
     @abstractmethod
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
@@ -134,22 +176,14 @@ class SQLiteSessionStore(SessionStore):
 
         return await self.db.transaction(load)
 
-    async def append(self, conversation: str, messages: list[Message]) -> None:
-        def append(db: sqlite3.Connection) -> None:
-            last = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = ?", (conversation,)
-            ).fetchone()[0]
-            now = time.time()
-            db.executemany(
-                "INSERT INTO session_messages (conversation, seq, message, created_at) VALUES (?, ?, ?, ?)",
-                [
-                    (conversation, last + i, json.dumps(redact_data(message), ensure_ascii=False), now)
-                    for i, message in enumerate(messages, start=1)
-                ],
-            )
-
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
         if messages:
-            await self.db.transaction(append)
+            await self.db.transaction(partial(_append, conversation, messages, turn_id))
+
+    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
+        if database is not self.db:
+            return None
+        return partial(_append, turn.conversation, turn.messages, turn.turn_id)
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         def update(db: sqlite3.Connection) -> ConversationState:
@@ -169,6 +203,31 @@ class SQLiteSessionStore(SessionStore):
         await self.db.close()
 
 
+def _append(conversation: str, messages: list[Message], turn_id: str | None, db: sqlite3.Connection) -> None:
+    """Append `messages` after the conversation's last one; nothing if `turn_id` was stored before."""
+    if not messages:
+        return
+    last = db.execute(
+        "SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = ?", (conversation,)
+    ).fetchone()[0]
+    now = time.time()
+    if turn_id is not None:
+        first = db.execute(
+            "INSERT OR IGNORE INTO session_turns (conversation, turn_id, first_seq, messages, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (conversation, turn_id, last + 1, len(messages), now),
+        )
+        if first.rowcount == 0:
+            return
+    db.executemany(
+        "INSERT INTO session_messages (conversation, seq, message, created_at) VALUES (?, ?, ?, ?)",
+        [
+            (conversation, last + i, json.dumps(redact_data(message), ensure_ascii=False), now)
+            for i, message in enumerate(messages, start=1)
+        ],
+    )
+
+
 def _read_state(db: sqlite3.Connection, conversation: str) -> ConversationState:
     row = db.execute("SELECT state FROM session_state WHERE conversation = ?", (conversation,)).fetchone()
     return ConversationState.from_json(row[0]) if row else ConversationState()
@@ -180,12 +239,14 @@ class InMemorySessionStore(SessionStore):
     def __init__(self, max_conversations: int = 10_000) -> None:
         self.max_conversations = max_conversations
         self._logs: OrderedDict[str, tuple[list[Message], ConversationState]] = OrderedDict()
+        self._turns: dict[str, set[str]] = {}  # turn ids stored, by conversation
 
     def _entry(self, conversation: str) -> tuple[list[Message], ConversationState]:
         entry = self._logs.pop(conversation, None) or ([], ConversationState())
         self._logs[conversation] = entry  # most recently used last
         while len(self._logs) > self.max_conversations:
-            self._logs.popitem(last=False)
+            forgotten, _ = self._logs.popitem(last=False)
+            self._turns.pop(forgotten, None)
         return entry
 
     async def load(self, conversation: str) -> Conversation:
@@ -193,8 +254,14 @@ class InMemorySessionStore(SessionStore):
         copy = ConversationState.from_json(state.to_json())  # callers must not change the stored one
         return Conversation(conversation, json.loads(json.dumps(log[state.folded :])), copy)
 
-    async def append(self, conversation: str, messages: list[Message]) -> None:
-        self._entry(conversation)[0].extend(json.loads(json.dumps(redact_data(messages))))
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+        log = self._entry(conversation)[0]
+        stored = self._turns.setdefault(conversation, set())
+        if turn_id is not None:
+            if turn_id in stored:
+                return
+            stored.add(turn_id)
+        log.extend(json.loads(json.dumps(redact_data(messages))))
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         log, state = self._entry(conversation)
@@ -211,4 +278,5 @@ __all__ = [
     "InMemorySessionStore",
     "SQLiteSessionStore",
     "SessionStore",
+    "TurnAppend",
 ]
