@@ -59,6 +59,7 @@ PLACEHOLDERS = {
     r"\bTRACE\b": TASK_ID,
     r"(?<=show )ID\b": TASK_ID,
     r"(?<=add )FILE\b": XRAY,
+    r"(?<=resend )ID\b": "1",
     r'"…"': '"what is 2+3"',
 }
 
@@ -105,6 +106,7 @@ NAMES_ONLY = {"hermes-core eval", "hermes-core eval add"}
 EXIT_CODES = {
     "hermes-core doctor": (0, 1),  # 1: the offline demo model is not a model endpoint
     "hermes-core replay webhook:m1~3f9a0c2b71de --live": (0, 1),  # 1: today's model diverges
+    "hermes-core deadletters resend 1": (1,),  # the fresh folder has no dead letter 1: one line, exit 1
 }
 
 
