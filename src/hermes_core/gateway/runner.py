@@ -20,6 +20,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..loop import PAUSES
+from ..modes import run_task
 from ..models.base import TextCallback
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore
@@ -75,7 +76,9 @@ class AgentRunner:
             return answer
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
-        result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+        # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
+        result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
+                                caller=caller)  # fmt: skip
         if result.stop_reason in PAUSES:  # not committed: the whole turn is committed once it finishes
             return await self._paused(result.reply, task_id, message)
         await self.memory.commit(conversation, session.messages[len(prompt.window) :], result)
@@ -105,6 +108,8 @@ class AgentRunner:
         return await interactions.expire_due() if interactions is not None else []
 
     async def aclose(self) -> None:
+        if self.agent.mode is not None:  # a team's queues and its members' clients
+            await self.agent.mode.aclose()
         await self.memory.close()
 
 
