@@ -203,7 +203,8 @@ def test_bench_compares_routed_with_unrouted_per_answering_model(
     price, and a comparison line gives the routed cost as a ratio of the unrouted one."""
     config = write_config(tmp_path)
     config.write_text(
-        config.read_text(encoding="utf-8") + "  routes: [{when: small_talk, model: cheap}]\n", encoding="utf-8"
+        config.read_text(encoding="utf-8") + "  routes: [{when: small_talk, model: cheap}]\n",
+        encoding="utf-8",
     )
     tasks = tmp_path / "tasks.yaml"
     tasks.write_text(textwrap.dedent(ROUTED_TASKS), encoding="utf-8")

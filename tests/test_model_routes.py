@@ -26,7 +26,10 @@ from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
-ROUTES = [{"when": "small_talk", "model": "cheap-model"}, {"when": "short", "max_chars": 30, "model": "cheap-model"}]
+ROUTES = [
+    {"when": "small_talk", "model": "cheap-model"},
+    {"when": "short", "max_chars": 30, "model": "cheap-model"},
+]
 TESTS = Path(__file__).resolve().parent
 
 
@@ -86,8 +89,8 @@ async def test_a_short_question_goes_to_the_cheap_model_and_a_long_one_to_the_ma
     assert offered(requests[0]) == ["clarify", "lookup_order", "remember"]  # no salary_report
     assert "salary_report" in offered(requests[1])
     answered = await answering_models(tmp_path)
-    assert answered == {"Capital of France?": ["cheap-model"],
-                        "Please explain in detail why the sky looks blue during the day.": ["main-model"]}  # fmt: skip
+    assert answered["Capital of France?"] == ["cheap-model"] and len(answered) == 2
+    assert answered["Please explain in detail why the sky looks blue during the day."] == ["main-model"]
 
 
 async def answering_models(tmp_path: Path) -> dict[str, list[str]]:
@@ -141,7 +144,9 @@ def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
     """Attack: the saving must be visible in the task's usage: `hermes-core run --json` reports the
     tokens per answering model, and the routed question's tokens are the cheap model's."""
     with FakeOpenAIServer() as fake:
-        fake.script_for("cheap-model", FakeReply.text("4", usage={"prompt_tokens": 7, "completion_tokens": 1}))
+        fake.script_for(
+            "cheap-model", FakeReply.text("4", usage={"prompt_tokens": 7, "completion_tokens": 1})
+        )
         config = write_config(tmp_path, fake)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
@@ -170,4 +175,6 @@ def test_a_bad_route_is_refused_naming_the_key(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"model": {"routes": [{"when": "cheap", "mode": "x"}]}}), encoding="utf-8")
     with pytest.raises(ConfigError) as caught:
         load_settings(path, env={}, dotenv=None)
-    assert "model.routes.0.when" in str(caught.value) and "model.routes.0.mode: unknown key" in str(caught.value)
+    assert "model.routes.0.when" in str(caught.value) and "model.routes.0.mode: unknown key" in str(
+        caught.value
+    )

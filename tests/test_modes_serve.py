@@ -75,7 +75,9 @@ async def test_plan_mode_from_yaml_runs_the_models_json_plan_through_serve(tmp_p
         )  # fmt: skip
         config = write_config(tmp_path, fake, agent={"mode": "plan"})
         async with gateway_for(config) as url:
-            status, answer = await post(f"{url}/webhook", {"message": "compute 6*7 and save it", "user_id": "u1"})
+            status, answer = await post(
+                f"{url}/webhook", {"message": "compute 6*7 and save it", "user_id": "u1"}
+            )
         requests = list(fake.requests)
     assert status == 200 and answer["reply"] == "Saved: the answer is 42."
     assert (tmp_path / "work" / "answer.txt").read_text(encoding="utf-8") == "answer=42"
@@ -94,7 +96,11 @@ async def test_plan_mode_step_waits_for_approval_and_resumes_from_its_journal(tm
         fake.script(
             plan(
                 {"id": "calc", "tool": "calculator", "params": {"expression": "2+3"}},
-                {"id": "save", "tool": "write_file", "params": {"path": "r.txt", "content": "r=$output.calc.result"}},
+                {
+                    "id": "save",
+                    "tool": "write_file",
+                    "params": {"path": "r.txt", "content": "r=$output.calc.result"},
+                },
             ),
             FakeReply.text("Written."),
         )
@@ -148,6 +154,38 @@ async def test_team_mode_from_yaml_delegates_to_the_declared_expert(tmp_path: Pa
     assert "It is 42." in lead[1].messages[-1]["content"]  # the expert's reply, as a tool result
 
 
+async def test_an_experts_tool_that_needs_approval_is_refused_not_left_waiting(tmp_path: Path) -> None:
+    """Attack: an expert has no one to ask, so its call to a tool that needs a person's approval
+    (`permissions.confirm`) must be refused at once (the file is not written, nothing hangs) and the
+    supervisor still answers; approvals stay with the supervisor, whose pauses resume."""
+    expert = {
+        "name": "writer",
+        "system_prompt": "You write.",
+        "tools": ["write_file"],
+        "model": "expert-model",
+    }
+    async with FakeOpenAIServer() as fake:
+        fake.script_for(
+            "main-model",
+            FakeReply.tool_call("delegate", {"expert": "writer", "task": "write x.txt"}),
+            FakeReply.text("The writer could not write it."),
+        )
+        fake.script_for(
+            "expert-model",
+            FakeReply.tool_call("write_file", {"path": "x.txt", "content": "x"}),
+            FakeReply.text("Refused."),
+        )
+        sections: dict[str, Any] = {"agent": {"mode": "team"}, "team": {"experts": [expert]}}
+        config = write_config(tmp_path, fake, permissions={"confirm": ["write_file"]}, **sections)
+        async with gateway_for(config) as url:
+            status, answer = await post(f"{url}/webhook", {"message": "have x.txt written", "user_id": "u1"})
+        requests = list(fake.requests)
+    assert status == 200 and answer["reply"] == "The writer could not write it." and "approval" not in answer
+    assert not (tmp_path / "work" / "x.txt").exists()
+    refusal = requests[2].messages[-1]
+    assert refusal["role"] == "tool" and "no one to ask" in refusal["content"]
+
+
 @pytest.mark.parametrize(
     ("sections", "message"),
     [
@@ -176,7 +214,9 @@ def test_an_expert_naming_a_tool_the_agent_lacks_is_refused(tmp_path: Path) -> N
     tool-less expert."""
     path = tmp_path / "hermes.yaml"
     experts = [{"name": "research", "system_prompt": "x", "tools": ["calculator", "web_search"]}]
-    path.write_text(yaml.safe_dump({"agent": {"mode": "team"}, "team": {"experts": experts}}), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump({"agent": {"mode": "team"}, "team": {"experts": experts}}), encoding="utf-8"
+    )
     with pytest.raises(ConfigError, match=r"team\.experts\.0\.tools: no tool named web_search"):
         build_agent(load_settings(path, env={}, dotenv=None))
 
@@ -214,7 +254,9 @@ def test_every_command_of_the_modes_doc_runs(tmp_path: Path) -> None:
 
     text = DOC.read_text(encoding="utf-8")
     files = re.findall(r"<!-- file: (\S+) -->\s*```yaml\n(.*?)```", text, re.DOTALL)
-    commands = [line for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL) for line in block.splitlines()]
+    commands = [
+        line for block in re.findall(r"```sh\n(.*?)```", text, re.DOTALL) for line in block.splitlines()
+    ]
     assert {name for name, _ in files} == {"plan.yaml", "team.yaml", "routes.yaml"} and len(commands) >= 6
     for name, body in files:
         (tmp_path / name).write_text(body, encoding="utf-8")

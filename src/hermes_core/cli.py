@@ -167,8 +167,8 @@ def apply_mode(settings: Any, mode: str) -> Any:
     try:
         changed = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"--mode {mode}: " + "; ".join(e["msg"].removeprefix("Value error, ")
-                                                         for e in exc.errors()))  # fmt: skip
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise ConfigError(f"--mode {mode}: {problems}") from None
     changed._source = settings.source
     return changed
 

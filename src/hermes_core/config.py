@@ -404,7 +404,9 @@ def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
             known = ", ".join(t.name for t in agent.registry)
             raise ConfigError(f"{where}.tools: no tool named {', '.join(missing)} (tools: {known})")
         own = {key: value for key, value in options.items() if key not in ("skills", "mcp", "model")}
-        own.update(system_prompt=declared.system_prompt, tools=[agent.registry.get(n) for n in declared.tools])
+        own.update(
+            system_prompt=declared.system_prompt, tools=[agent.registry.get(n) for n in declared.tools]
+        )
         own["model"] = declared.model or options.get("model")
         if not isinstance(own["model"], str) and own["model"] is not None:  # a client object: shared
             own["model"] = options["model"]

@@ -81,7 +81,7 @@ class BenchRun:
     stop_reason: str
     failed: list[str] = field(default_factory=list)  # the checks that did not hold
     error: str | None = None
-    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # answering model → [prompt, completion]
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
 
     @classmethod
     def of(cls, model: str, index: int, result: CaseResult) -> BenchRun:

@@ -47,7 +47,7 @@ class CaseResult:
     reply: str = ""
     stop_reason: str = ""
     error: str | None = None  # the run itself failed (configuration, an exception)
-    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # answering model → [prompt, completion]
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -116,7 +116,6 @@ async def run_cases(cases: Sequence[Case], settings: Settings, *, concurrency: i
 def model_client(settings: Settings) -> ModelClient:
     """The model client an agent built from `settings` would make for itself, to share between runs."""
     from ..config import build_agent
-
     from ..models.base import ModelClient
 
     agent = build_agent(settings)

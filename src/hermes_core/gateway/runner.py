@@ -20,8 +20,8 @@ from typing import Any
 
 from ..agent import Agent
 from ..loop import PAUSES
-from ..modes import run_task
 from ..models.base import TextCallback
+from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore
 from ..tasks.pending import Pending
