@@ -178,3 +178,51 @@ def test_progress_is_plain_text_and_bad_input_is_reported(
     assert cli.main(["bench", "--models", "m", "--tasks", str(bad)]) == 2
     assert "prices: m.completion: Field required" in capsys.readouterr().err
     assert cli.main(["bench", "--models", "m", "-n", "0"]) == 2
+
+
+ROUTED_TASKS = """
+    prices:
+      good: {prompt: 1.0, completion: 1.0}
+      cheap: {prompt: 0.1, completion: 0.1}
+    tasks:
+      - name: greeting
+        input: hello
+        checks: {reply_matches: ['Hello']}
+      - name: calculation
+        input: What is (1234 + 5678) * 3 - 17? Use the calculator.
+        checks: {must_call: [calculator], reply_matches: ['20,?719'], max_steps: 4}
+"""
+
+
+def test_bench_compares_routed_with_unrouted_per_answering_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Attack: the saving of `model.routes` must be visible in the bench: with routes configured each
+    model runs unrouted and routed (`good+routes`); the small talk goes to the cheap model in the
+    routed row only, the tokens-by-model column says so, each model's tokens are priced at its own
+    price, and a comparison line gives the routed cost as a ratio of the unrouted one."""
+    config = write_config(tmp_path)
+    config.write_text(
+        config.read_text(encoding="utf-8") + "  routes: [{when: small_talk, model: cheap}]\n",
+        encoding="utf-8",
+    )
+    tasks = tmp_path / "tasks.yaml"
+    tasks.write_text(textwrap.dedent(ROUTED_TASKS), encoding="utf-8")
+    with fake_models() as fake:
+        args = ["--config", str(config), "--base-url", fake.base_url, "bench", "--models", "good"]
+        code = cli.main([*args, "--tasks", str(tasks), "-n", "2", "--out", "out"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("good")}
+    # unrouted: greeting 1 call + calculation 2 calls on good = 330 tokens per 2 tasks → 165 a run
+    assert lines["good"][1:3] == ["4", "100.0%"] and lines["good"][6] == f"{0.165:.6f}"
+    assert lines["good"][7] == "good:165.0"
+    # routed: the greeting's 110 tokens are the cheap model's (at a tenth of the price)
+    assert lines["good+routes"][1:3] == ["4", "100.0%"]
+    assert lines["good+routes"][6] == f"{(220 * 1.0 + 110 * 0.1) / 2 / 1000:.6f}"
+    assert lines["good+routes"][7:] == ["cheap:55.0", "good:110.0"]
+    assert requests_for(fake, "cheap") == 2 and requests_for(fake, "good") == 2 * 3 + 2 * 2
+    assert f"routes: good+routes cost per run {0.1155 / 0.165:.2f}x of good (success 100.0% vs 100.0%)" in out
+    data = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
+    assert [row["model"] for row in data["models"]] == ["good", "good+routes"]
+    assert data["models"][1]["tokens_by_model"] == {"cheap": 55.0, "good": 110.0}

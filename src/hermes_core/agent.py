@@ -25,6 +25,7 @@ from .tools import Tool, ToolRegistry
 from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
+    from .modes import TaskMode
     from .observe.traces import Tracer
     from .skills import SkillSet
     from .tasks.journal import TaskJournal
@@ -90,6 +91,7 @@ class Agent:
     skills: SkillSet | None = None  # listed in the prompt, steps loaded when needed (skills.py)
     route_tools_above: int | None = None  # more tools: offer the message's groups only (tools/routing.py)
     mcp: MCPToolset | None = None  # tools of MCP servers, connected on the first run (tools/mcp.py)
+    mode: TaskMode | None = None  # how serve, run and chat run a task (modes.py); None: the loop
 
     def __post_init__(self) -> None:
         self.registry = ToolRegistry(policy=self.permissions, interactions=self.interactions)

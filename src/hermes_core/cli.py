@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model name (overrides configuration)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(
+        "--mode", choices=("loop", "plan", "team"),
+        help="how run, chat and serve run a task (overrides agent.mode; team needs team.experts)",
+    )  # fmt: skip
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS,
         help="log to stderr at this level (default: HERMES_LOG_LEVEL; else INFO for serve, none otherwise)",
     )  # fmt: skip
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             args.log_level or os.environ.get("HERMES_LOG_LEVEL"), args.command, settings.observe
         )
         apply_model_flags(settings, args)
+        if getattr(args, "mode", None):
+            settings = apply_mode(settings, args.mode)
         asks_model = args.command not in ("traces", "trace") and getattr(args, "live", True) is not False
         agent = build_agent(settings, model_required=asks_model)  # a recorded replay needs no model
         if args.command in ("run", "chat"):
@@ -181,6 +187,23 @@ def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
     model.base_url = args.base_url or model.base_url
     if getattr(args, "models", None) and model.base_url and not model.name:  # bench --models m1,m2
         model.name = args.models.split(",")[0].strip() or None
+
+
+def apply_mode(settings: Any, mode: str) -> Any:
+    """--mode over `agent.mode`, validated again: team mode without experts is a ConfigError."""
+    from pydantic import ValidationError
+
+    from .config import ConfigError, Settings
+
+    data = settings.model_dump()
+    data["agent"]["mode"] = mode
+    try:
+        changed = Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+        raise ConfigError(f"--mode {mode}: {problems}") from None
+    changed._source = settings.source
+    return changed
 
 
 def announce_model(settings: Any) -> None:
@@ -315,6 +338,8 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
 async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bool = False) -> int:
     """One message; Ctrl-C cancels it: one line on stderr, exit 130."""
     from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
+    from .models.routing import usage_by_model
+    from .modes import run_task
     from .redaction import redact_data
 
     display = TurnDisplay.for_terminal(quiet=quiet, stream=not as_json and sys.stdout.isatty())
@@ -323,13 +348,17 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bo
     on_text = display.on_text if display.streams else None  # asking for text makes the client stream
     try:
         display.start()
-        result = await terminal.turn(agent.run(message, caller=terminal_caller(agent), on_text=on_text))
+        result = await terminal.turn(
+            run_task(agent, message, caller=terminal_caller(agent), on_text=on_text)
+        )
     except TurnCancelled:
         display.prompting()  # the status line cleared, a streamed line ended
         print("hermes-core: cancelled", file=sys.stderr)
         return 130
     finally:
         terminal.close()
+        if agent.mode is not None:
+            await agent.mode.aclose()
         await agent.aclose()
     if as_json:
         summary = {
@@ -340,6 +369,7 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bo
                 for o in result.tool_calls
             ],
             "usage": vars(result.usage),
+            "usage_by_model": {name: vars(usage) for name, usage in usage_by_model(result).items()},
             "model_calls": result.model_calls,
         }
         print(json.dumps(redact_data(summary), ensure_ascii=False, indent=2))
@@ -383,6 +413,8 @@ async def chat(agent: Any, *, quiet: bool = False) -> int:
             display.finish(answer if isinstance(answer, str) else answer.text)
     finally:
         terminal.close()
+        if agent.mode is not None:  # a team's queues and its members' clients
+            await agent.mode.aclose()
         await agent.aclose()
     return 0
 

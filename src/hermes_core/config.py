@@ -6,6 +6,7 @@
       temperature: 0.2
     agent:
       max_turns: 8
+      mode: loop            # loop | plan | team: how serve, run and chat run a task (docs/modes.md)
     tools: [mypkg.tools]
 
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
@@ -32,6 +33,7 @@ ENV_KEYS = {
     "HERMES_PROVIDER": ("model", "provider"),
     "HERMES_TEMPERATURE": ("model", "temperature"),
     "HERMES_TIMEOUT": ("model", "timeout"),
+    "HERMES_AGENT_MODE": ("agent", "mode"),
     "FEISHU_APP_ID": ("feishu", "app_id"),
     "FEISHU_MODE": ("feishu", "mode"),
     "FEISHU_BASE_URL": ("feishu", "base_url"),
@@ -45,6 +47,19 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class RouteConfig(_Section):
+    """One of `model.routes` (models/routing.py): a question that `when` matches, at most `max_chars`
+    characters long, goes to `model` (a model of the same endpoint) instead of the main model.
+    `short`: any question that short; `small_talk`: a greeting of `agent.greeting_patterns`. Only a
+    task's first model call is routed; a routed model that answers with tool calls escalates (its
+    answer is dropped and the main model answers instead, then runs the task's tools). It is offered
+    only the tools it may use (`allowed_models`)."""
+
+    when: Literal["short", "small_talk"]
+    model: str = Field(min_length=1)
+    max_chars: int = Field(40, ge=1, le=10_000)
 
 
 class ModelConfig(_Section):
@@ -63,6 +78,7 @@ class ModelConfig(_Section):
     requests_per_second: float | None = Field(None, gt=0)
     tool_mode: Literal["native", "text", "auto"] = "auto"
     think_open: bool = False
+    routes: list[RouteConfig] = Field(default_factory=list)  # cheaper models for simple questions
 
 
 class AgentConfig(_Section):
@@ -81,6 +97,46 @@ class AgentConfig(_Section):
     shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
     workspace_quota_mb: float | None = Field(100.0, gt=0)  # write_file refused past it; null: no quota
     route_tools_above: int | None = Field(None, ge=0)  # more tools: offer the message's groups (T8)
+    mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
+    max_replans: int = Field(2, ge=0, le=10)  # plan mode: revised plans after a failed or invalid one
+
+
+class ExpertConfig(_Section):
+    """One expert of `team.experts`: the fields of `team.Expert` (name, description, concurrency,
+    requests_per_second, can_delegate) and of its agent: its own `system_prompt`, the `tools` it may
+    use (names of the main agent's tools; none listed: no tools) and its `model` (a model of the same
+    endpoint; none: the main model)."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str = ""
+    system_prompt: str = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+    model: str | None = Field(None, min_length=1)
+    concurrency: int = Field(1, ge=1, le=1000)
+    requests_per_second: float | None = Field(None, gt=0)
+    can_delegate: bool = False
+
+
+class TeamConfig(_Section):
+    """`agent.mode: team` (team/supervisor.py): the main agent is the supervisor and hands work to
+    these experts with its `delegate` tool. `max_depth`: hops a piece of work may take;
+    `concurrency`/`requests_per_second`: the supervisor's own limits; `delegate_timeout`: seconds one
+    delegation may take. Experts cannot pause for a person: their tools that need an approval, and
+    `clarify`, are refused (give such tools to the supervisor)."""
+
+    experts: list[ExpertConfig] = Field(default_factory=list)
+    max_depth: int = Field(3, ge=1, le=10)
+    concurrency: int = Field(4, ge=1, le=10_000)
+    requests_per_second: float | None = Field(None, gt=0)
+    delegate_timeout: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> TeamConfig:
+        names = [expert.name for expert in self.experts]
+        taken = sorted({name for name in names if names.count(name) > 1} | ({"supervisor"} & set(names)))
+        if taken:
+            raise ValueError(f"experts: the name(s) {', '.join(taken)} are used twice (or by the supervisor)")
+        return self
 
 
 class GatewayConfig(_Section):
@@ -237,6 +293,7 @@ class Settings(_Section):
     console: ConsoleConfig = ConsoleConfig()
     skills: SkillsConfig = SkillsConfig()
     observe: ObserveConfig = ObserveConfig()
+    team: TeamConfig = TeamConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
     _source: str | None = PrivateAttr(None)  # the configuration file, kept out of the workspace
@@ -244,6 +301,12 @@ class Settings(_Section):
     @property
     def source(self) -> str | None:
         return self._source
+
+    @model_validator(mode="after")
+    def _team_has_experts(self) -> Settings:
+        if self.agent.mode == "team" and not self.team.experts:
+            raise ValueError("agent.mode is team, but team.experts declares no expert")
+        return self
 
 
 def load_settings(
@@ -309,7 +372,59 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     options.update({key: value for key, value in overrides.items() if value is not None})
     if "skills" not in options:
         options["skills"] = skill_set(settings.skills, options["tools"])
-    return Agent(**options)
+    agent = Agent(**options)
+    if m.routes and given is None:
+        agent.model = routed_model(agent, m.routes)
+    agent.mode = task_mode(settings, agent, options)
+    return agent
+
+
+def routed_model(agent: Any, routes: list[RouteConfig]) -> Any:
+    """The agent's model client with `model.routes` (models/routing.py): one client per route, on
+    the main model's endpoint and settings."""
+    import dataclasses
+
+    from .models.routing import Route, RoutedModel
+
+    main = agent._build_client()
+    if not hasattr(main, "settings"):
+        raise ConfigError("model.routes: needs a model endpoint (the offline demo model has no other models)")
+    clients = []
+    for route in routes:
+        own = dataclasses.replace(main.settings, model=route.model, fallback_models=())
+        clients.append((Route(route.when, route.model, route.max_chars), type(main)(own)))
+    return RoutedModel(main, clients, agent.is_greeting)
+
+
+def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
+    """The `TaskMode` of `agent.mode` (modes.py); for a team, its experts as agents of their own."""
+    from .agent import Agent
+    from .modes import TaskMode
+    from .team import Expert
+
+    a, team = settings.agent, settings.team
+    if a.mode != "team":
+        return TaskMode(a.mode, max_replans=a.max_replans)
+    experts = []
+    for index, declared in enumerate(team.experts):
+        where = f"team.experts.{index}"
+        missing = [name for name in declared.tools if agent.registry.get(name) is None]
+        if missing:
+            known = ", ".join(t.name for t in agent.registry)
+            raise ConfigError(f"{where}.tools: no tool named {', '.join(missing)} (tools: {known})")
+        own = {key: value for key, value in options.items() if key not in ("skills", "mcp", "model")}
+        own.update(
+            system_prompt=declared.system_prompt, tools=[agent.registry.get(n) for n in declared.tools]
+        )
+        own["model"] = declared.model or options.get("model")
+        if not isinstance(own["model"], str) and own["model"] is not None:  # a client object: shared
+            own["model"] = options["model"]
+        expert_agent = Agent(**own)
+        experts.append(Expert(declared.name, expert_agent, declared.description, declared.concurrency,
+                              declared.requests_per_second, declared.can_delegate))  # fmt: skip
+    return TaskMode("team", experts=experts, max_depth=team.max_depth, concurrency=team.concurrency,
+                    requests_per_second=team.requests_per_second,
+                    delegate_timeout=team.delegate_timeout)  # fmt: skip
 
 
 def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Any:
@@ -485,6 +600,10 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
         key = ".".join(str(part) for part in error["loc"])
         if error["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key")
+        elif error["type"] == "value_error":  # a validator's own sentence, which names its keys
+            message = error["msg"].removeprefix("Value error, ")
+            subkey = re.match(r"[a-z_]+: ", message) is not None
+            lines.append(f"{key}{'.' if subkey else ': '}{message}" if key else message)
         else:
             lines.append(f"{key}: {error['msg'].lower()} (got {error.get('input')!r})")
     return f"invalid configuration{source}: " + "; ".join(lines)

@@ -17,6 +17,12 @@ succeeds when every check passes, and its steps are its model calls. The tasks f
         input: What is (1234 + 5678) * 3 - 17? Use the calculator.
         checks: {must_call: [calculator], reply_matches: ['20,?719']}
 
+With `model.routes` configured (models/routing.py), every model runs twice: `<model>` with the routes
+off and `<model>+routes` with them on (that model as the main one), and the table gains a
+`tokens by model` column (the average tokens per run of each answering model) and a line comparing
+each routed row with its unrouted one. A run's cost is priced per answering model, so the cheaper
+model's tokens cost the cheaper model's price.
+
 Without `--tasks` the built-in set (`evals/tasks/default.yaml`) runs. Models run concurrently;
 each model has one client, so its `requests_per_second` and `max_concurrency` hold across all of
 its runs, and at most `max_concurrency` of its runs (or `--concurrency`) are in flight at once.
@@ -75,6 +81,7 @@ class BenchRun:
     stop_reason: str
     failed: list[str] = field(default_factory=list)  # the checks that did not hold
     error: str | None = None
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
 
     @classmethod
     def of(cls, model: str, index: int, result: CaseResult) -> BenchRun:
@@ -82,7 +89,19 @@ class BenchRun:
         return cls(
             model, result.name, index, result.passed, result.steps, result.latency,
             result.prompt_tokens, result.completion_tokens, result.stop_reason, failed, result.error,
+            dict(result.tokens_by_model),
         )  # fmt: skip
+
+    def cost(self, prices: Prices, row_model: str) -> float | None:
+        """What the run cost, each answering model's tokens at its price; None if one has none."""
+        spent = self.tokens_by_model or {row_model: [self.prompt_tokens, self.completion_tokens]}
+        total = 0.0
+        for model, (prompt, completion) in spent.items():
+            price = prices.get(model)
+            if price is None:
+                return None
+            total += prompt / 1000 * price.prompt + completion / 1000 * price.completion
+        return total
 
 
 @dataclass
@@ -98,6 +117,7 @@ class ModelSummary:
     avg_completion_tokens: float
     avg_cost: float | None  # None when no price is configured for the model
     by_task: dict[str, float] = field(default_factory=dict)  # task → success rate
+    tokens_by_model: dict[str, float] = field(default_factory=dict)  # answering model → avg tokens per run
 
     @property
     def success_rate(self) -> float:
@@ -219,6 +239,16 @@ class Progress:
         return f"bench [{'#' * filled}{'-' * (self.width - filled)}] {done}/{self.total} runs  {models}"
 
 
+ROUTED = "+routes"  # the row of a model run with `model.routes` on
+
+
+def bench_rows(models: Sequence[str], settings: Settings) -> list[str]:
+    """The table's rows: each model, and with `model.routes` each model routed too."""
+    if not settings.model.routes:
+        return list(models)
+    return [row for model in models for row in (model, model + ROUTED)]
+
+
 async def run_bench(
     settings: Settings,
     models: Sequence[str],
@@ -228,7 +258,7 @@ async def run_bench(
     concurrency: int | None = None,
     progress: Progress | None = None,
 ) -> list[BenchRun]:
-    """Every task n times on every model; the models run concurrently."""
+    """Every task n times on every row of `models` (`m+routes`: m with the routes); concurrently."""
     per_model = await asyncio.gather(
         *(
             bench_model(settings, model, tasks, n, concurrency=concurrency, progress=progress)
@@ -247,9 +277,12 @@ async def bench_model(
     concurrency: int | None = None,
     progress: Progress | None = None,
 ) -> list[BenchRun]:
-    """Every task n times on one model, through one client, at most `max_concurrency` runs at once."""
+    """Every task n times on one model, through one client, at most `max_concurrency` runs at once.
+    `model` ending in `+routes`: that model as the main one, with `model.routes`; otherwise none."""
     model_settings = settings.model_copy(deep=True)
-    model_settings.model.name = model
+    model_settings.model.name = model.removesuffix(ROUTED)
+    if not model.endswith(ROUTED):
+        model_settings.model.routes = []
     limit = model_settings.model.max_concurrency
     slots = asyncio.Semaphore(limit if concurrency is None else max(1, min(concurrency, limit)))
     client = model_client(model_settings)
@@ -280,8 +313,12 @@ def summarize(
         count = max(1, len(mine))
         prompt = sum(run.prompt_tokens for run in mine) / count
         completion = sum(run.completion_tokens for run in mine) / count
-        price = (prices or {}).get(model)
-        cost = None if price is None else prompt / 1000 * price.prompt + completion / 1000 * price.completion
+        costs = [run.cost(prices or {}, model.removesuffix(ROUTED)) for run in mine]
+        cost = None if None in costs else sum(c or 0.0 for c in costs) / count
+        by_model: dict[str, float] = {}
+        for run in mine:
+            for name, (p, c) in run.tokens_by_model.items():
+                by_model[name] = by_model.get(name, 0.0) + (p + c) / count
         by_task: dict[str, list[bool]] = {}
         for run in mine:
             by_task.setdefault(run.task, []).append(run.passed)
@@ -292,29 +329,54 @@ def summarize(
                 avg_latency=sum(run.latency for run in mine) / count,
                 avg_prompt_tokens=prompt, avg_completion_tokens=completion, avg_cost=cost,
                 by_task={task: sum(results) / len(results) for task, results in by_task.items()},
+                tokens_by_model=by_model,
             )
         )  # fmt: skip
     return summaries
 
 
 def bench_table(summaries: Sequence[ModelSummary]) -> str:
-    """The printed table; the cost column only when some model has a price."""
+    """The printed table; the cost column only when some model has a price, the tokens of each
+    answering model only when some row is routed."""
     with_cost = any(summary.avg_cost is not None for summary in summaries)
+    routed = any(summary.model.endswith(ROUTED) for summary in summaries)
     headers = ["model", "runs", "success", "avg steps", "avg latency (s)", "avg tokens"]
     headers += ["avg cost"] if with_cost else []
+    headers += ["tokens by model"] if routed else []
     rows = []
     for s in summaries:
         row = [s.model, str(s.runs), f"{s.success_rate:.1%}", f"{s.avg_steps:.2f}", f"{s.avg_latency:.2f}"]
         row.append(f"{s.avg_tokens:.1f}")
         if with_cost:
             row.append("-" if s.avg_cost is None else f"{s.avg_cost:.6f}")
+        if routed:
+            row.append(" ".join(f"{name}:{tokens:.1f}" for name, tokens in s.tokens_by_model.items()) or "-")
         rows.append(row)
-    return format_table(headers, rows, "lrrrrrr")
+    return format_table(headers, rows, "lrrrrr" + ("r" if with_cost else "") + ("l" if routed else ""))
+
+
+def routing_comparison(summaries: Sequence[ModelSummary]) -> list[str]:
+    """One line per routed row: its cost (or tokens) against the same model unrouted."""
+    by_name = {summary.model: summary for summary in summaries}
+    lines = []
+    for routed in summaries:
+        plain = by_name.get(routed.model.removesuffix(ROUTED))
+        if not routed.model.endswith(ROUTED) or plain is None:
+            continue
+        if routed.avg_cost is not None and plain.avg_cost:
+            ratio, what = routed.avg_cost / plain.avg_cost, "cost"
+        else:
+            ratio, what = routed.avg_tokens / max(plain.avg_tokens, 1e-9), "tokens"
+        lines.append(
+            f"routes: {routed.model} {what} per run {ratio:.2f}x of {plain.model} "
+            f"(success {routed.success_rate:.1%} vs {plain.success_rate:.1%})"
+        )
+    return lines
 
 
 CSV_FIELDS = [
     "model", "runs", "passed", "success_rate", "avg_steps", "avg_latency_s",
-    "avg_prompt_tokens", "avg_completion_tokens", "avg_tokens", "avg_cost",
+    "avg_prompt_tokens", "avg_completion_tokens", "avg_tokens", "avg_cost", "tokens_by_model",
 ]  # fmt: skip
 
 
@@ -323,6 +385,7 @@ def summary_row(s: ModelSummary) -> dict[str, Any]:
         "model": s.model, "runs": s.runs, "passed": s.passed, "success_rate": s.success_rate,
         "avg_steps": s.avg_steps, "avg_latency_s": s.avg_latency, "avg_prompt_tokens": s.avg_prompt_tokens,
         "avg_completion_tokens": s.avg_completion_tokens, "avg_tokens": s.avg_tokens, "avg_cost": s.avg_cost,
+        "tokens_by_model": s.tokens_by_model,
     }  # fmt: skip
 
 
@@ -332,6 +395,7 @@ def write_csv(path: Path, summaries: Sequence[ModelSummary]) -> None:
         writer.writeheader()
         for summary in summaries:
             row = summary_row(summary)
+            row["tokens_by_model"] = json.dumps(row["tokens_by_model"], ensure_ascii=False)
             writer.writerow({key: "" if value is None else value for key, value in row.items()})
 
 
@@ -420,6 +484,7 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
             prices.update(load_prices(args.prices))
     except CaseError as exc:
         return _usage_error(str(exc))
+    models = bench_rows(models, settings)
     progress = Progress({model: len(tasks) * args.n for model in models})
     try:
         runs = asyncio.run(
@@ -432,6 +497,8 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
     summaries = summarize(runs, models, prices)
     print(f"bench: {len(tasks)} task(s) x {args.n} run(s) per model ({', '.join(t.name for t in tasks)})")
     print(bench_table(summaries))
+    for line in routing_comparison(summaries):
+        print(line)
     paths = write_outputs(Path(args.out or DEFAULT_OUT), summaries, runs, [t.name for t in tasks], args.n)
     print("wrote " + ", ".join(str(path) for path in paths))
     return 0

@@ -47,6 +47,7 @@ class CaseResult:
     reply: str = ""
     stop_reason: str = ""
     error: str | None = None  # the run itself failed (configuration, an exception)
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -62,6 +63,7 @@ async def run_case(case: Case, settings: Settings, *, model: str | ModelClient |
     which the caller then owns and closes)."""
     from ..agent import Session
     from ..config import build_agent
+    from ..models.routing import usage_by_model
 
     with case_workspace(case) as folder:
         started = time.perf_counter()
@@ -88,6 +90,10 @@ async def run_case(case: Case, settings: Settings, *, model: str | ModelClient |
             tools=[outcome.call.name for outcome in result.tool_calls],
             reply=result.reply,
             stop_reason=result.stop_reason,
+            tokens_by_model={
+                name: [usage.prompt_tokens, usage.completion_tokens]
+                for name, usage in usage_by_model(result).items()
+            },
         )
 
 
@@ -110,9 +116,11 @@ async def run_cases(cases: Sequence[Case], settings: Settings, *, concurrency: i
 def model_client(settings: Settings) -> ModelClient:
     """The model client an agent built from `settings` would make for itself, to share between runs."""
     from ..config import build_agent
+    from ..models.base import ModelClient
 
-    client: ModelClient = build_agent(settings)._build_client()
-    return client
+    agent = build_agent(settings)
+    client: ModelClient = agent.model if isinstance(agent.model, ModelClient) else agent._build_client()
+    return client  # with `model.routes`, the routed client (models/routing.py)
 
 
 @contextmanager

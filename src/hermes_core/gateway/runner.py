@@ -27,6 +27,7 @@ from typing import Any
 from ..agent import Agent
 from ..loop import PAUSES
 from ..models.base import TextCallback
+from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from ..tasks.pending import Pending
@@ -105,7 +106,9 @@ class AgentRunner:
             return answer, None, None
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
-        result = await self.agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+        # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
+        result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
+                                caller=caller)  # fmt: skip
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
             return await self._paused(result.reply, task_id, message), None, None
         await self.memory.learn(conversation, result)
@@ -136,6 +139,8 @@ class AgentRunner:
         return await interactions.expire_due() if interactions is not None else []
 
     async def aclose(self) -> None:
+        if self.agent.mode is not None:  # a team's queues and its members' clients
+            await self.agent.mode.aclose()
         await self.memory.close()
 
 

@@ -215,6 +215,7 @@ def response_from_record(data: dict[str, Any]) -> ModelResponse:
             usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("total_tokens", 0)
         ),
         model=data.get("model") or "",
+        answered_by=data.get("answered_by") or "",
         finish_reason=data.get("finish_reason"),
         refusal=data.get("refusal"),
         reasoning=data.get("reasoning"),

@@ -14,8 +14,8 @@ The record (the X-ray file has the same shape)::
     {"task_id", "conversation", "channel", "caller", "model", "input", "history" (messages before
      the input, as sent), "messages" (all messages of the run), "model_calls": [{"turn",
      "started_at", "elapsed", "request_messages_count", "tools", "response": {"content",
-     "tool_calls": [{"id", "name", "arguments"}], "usage", "model", "finish_reason", "refusal",
-     "reasoning"}, "error"}], "tool_calls": [{"turn", "id", "name", "arguments", "result", "ok",
+     "tool_calls": [{"id", "name", "arguments"}], "usage", "model", "answered_by", "finish_reason",
+     "refusal", "reasoning"}, "error"}], "tool_calls": [{"turn", "id", "name", "arguments", "result", "ok",
      "error", "elapsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
      "ok", "usage", "timings", "started_at", "finished_at", "error"}
 
@@ -626,6 +626,7 @@ def response_record(response: ModelResponse) -> dict[str, Any]:
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
         "usage": asdict(response.usage),
         "model": response.model,
+        "answered_by": response.answered_by,  # the configured model (a route's, a fallback) that answered
         "finish_reason": response.finish_reason,
         "refusal": response.refusal,
         "reasoning": response.reasoning,

@@ -1,0 +1,98 @@
+"""How `serve`, `run` and `chat` run a task (`agent.mode`): the tool loop, a plan, or a team.
+
+`run_task` is the one place those commands call the agent (gateway/runner.py `AgentRunner`, which
+chat uses too, and cli.py `run_once`), so each mode gets the same task id, caller, session,
+journal, traces and pauses:
+
+- `loop`: `Agent.run`, the tool loop;
+- `plan`: `plans.executor.run_plan`: the model writes a JSON plan, code runs its steps, the model
+  answers from the results. Its steps are journaled and a step that needs an approval or asks a
+  question pauses the task exactly as the loop does; it streams no text;
+- `team`: `team.Supervisor`: the agent is the supervisor and delegates to the experts of
+  `team.experts`. The supervisor is built on the task's first run, after serve has given the agent
+  its journal, tracer and approvals and the conversation memory its tools, so its copy has them
+  too; the experts get the journal and the tracer (their runs resume and are recorded under
+  `<task id>/<call id>`) but no one to ask: an expert cannot pause the task for a person.
+
+A greeting takes the loop's fast path in every mode: no plan, no team, one model call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .agent import Agent, Session
+    from .loop import RunResult
+    from .models.base import TextCallback
+    from .team import Expert, Supervisor
+    from .tools.permissions import Caller
+
+ModeName = Literal["loop", "plan", "team"]
+MODES: tuple[str, ...] = ("loop", "plan", "team")
+
+
+@dataclass
+class TaskMode:
+    """The mode of `agent.mode` and what it needs: the replan budget, or the team."""
+
+    name: ModeName = "loop"
+    max_replans: int = 2
+    experts: Sequence[Expert] = ()
+    max_depth: int = 3
+    concurrency: int = 4
+    requests_per_second: float | None = None
+    delegate_timeout: float = 300.0
+    _team: Supervisor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.name not in MODES:
+            raise ValueError(f"agent.mode must be one of {', '.join(MODES)}, got {self.name!r}")
+        if self.name == "team" and not self.experts:
+            raise ValueError("team mode needs at least one expert (team.experts)")
+
+    def team(self, agent: Agent) -> Supervisor:
+        """The supervisor over `agent` and the experts, built once, on first use."""
+        if self._team is None:
+            from .team import Supervisor
+
+            for expert in self.experts:  # their runs resume and are recorded like the supervisor's
+                expert.agent.journal = expert.agent.journal or agent.journal
+                expert.agent.tracer = expert.agent.tracer or agent.tracer
+            self._team = Supervisor(
+                agent, self.experts, max_depth=self.max_depth, concurrency=self.concurrency,
+                requests_per_second=self.requests_per_second, delegate_timeout=self.delegate_timeout,
+            )  # fmt: skip
+        return self._team
+
+    async def aclose(self) -> None:
+        team, self._team = self._team, None
+        if team is not None:
+            await team.aclose()
+
+
+async def run_task(
+    agent: Agent,
+    text: str,
+    *,
+    session: Session | None = None,
+    on_text: TextCallback | None = None,
+    task_id: str | None = None,
+    caller: Caller | None = None,
+) -> RunResult:
+    """One task in the agent's mode; the result has `Agent.run`'s shape in every mode."""
+    mode = agent.mode
+    if mode is None or mode.name == "loop" or agent.is_greeting(text):
+        return await agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+    if mode.name == "plan":
+        from .plans.executor import run_plan
+
+        return await run_plan(
+            agent, text, session=session, task_id=task_id, caller=caller, max_replans=mode.max_replans
+        )
+    return await mode.team(agent).run(text, caller=caller, session=session, task_id=task_id)
+
+
+__all__ = ["MODES", "ModeName", "TaskMode", "run_task"]
