@@ -4,6 +4,15 @@ One turn in flight per conversation, in arrival order; different conversations r
 A message that arrives while its conversation is busy waits its turn. Replies of one conversation
 are sent in order too; a reply that cannot be delivered is retried with backoff and finally kept
 in the dead-letter table, never dropped.
+
+Acknowledgements come first. Turns share the event loop with the HTTP handlers that acknowledge
+platform events, and a loop busy with hundreds of turns' JSON, redaction and bookkeeping makes
+every ack wait (Feishu pushes again after 3 s, adding load). So turns start only through
+`TurnSlots`: at most `max_turns_in_flight` at once, and fewer while the loop is slow to answer —
+the limit shrinks when the loop's lag exceeds `loop_lag_target` and grows back when it is idle
+again. A message waiting for a slot stays persisted and in its lane, so order and exactly-once
+are as before; the accept path (verify, dedup, durable insert) takes no slot, and its inbox write
+overtakes turn writes in the database writer's queue (storage/sqlite.py).
 """
 
 from __future__ import annotations
@@ -85,13 +94,95 @@ class Lanes(Generic[T]):
         self._queues.clear()
 
 
+class TurnSlots:
+    """At most `limit` turns at once, first come first served; the limit adapts to the loop's lag.
+
+    A probe sleeps `interval` s and measures how late it wakes: the lag any ready callback, an ack
+    among them, now sees. Lag above `lag_target`: the limit drops by a quarter (never below
+    `floor`); below half of it: the limit grows by one (never above `ceiling`). `lag_target` 0
+    keeps the limit at `ceiling`. The probe runs only while turns run or wait."""
+
+    def __init__(
+        self, ceiling: int, *, floor: int = 4, lag_target: float = 0.005, interval: float = 0.025
+    ) -> None:
+        self.ceiling, self.floor = ceiling, min(floor, ceiling)
+        self.lag_target, self.interval = lag_target, interval
+        self.limit = ceiling
+        self.in_flight = 0
+        self.lag = 0.0  # the last probe's, seconds
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._probe: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.lag_target > 0 and self._probe is None:
+            self._probe = asyncio.create_task(self._watch(), name="turn-slots-probe")
+        if self.in_flight < self.limit and not self._waiters:
+            self.in_flight += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # granted just before the cancel: pass it on
+                self.release()
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self.in_flight < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self.in_flight or self._waiters:
+                due = loop.time() + self.interval
+                await asyncio.sleep(self.interval)
+                self.lag = max(0.0, loop.time() - due)
+                self._adapt(self.lag)
+        finally:
+            self._probe = None
+
+    def _adapt(self, lag: float) -> None:
+        if lag > self.lag_target:
+            self.limit = max(self.floor, int(self.limit * 0.75))
+        elif lag < self.lag_target / 2 and self.limit < self.ceiling:
+            self.limit += 1
+            self._grant()
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+
+
 class Gateway:
     def __init__(
         self,
         store: GatewayStore,
         runner: Runner,
         *,
-        max_concurrent_turns: int = 256,
+        max_turns_in_flight: int = 256,
+        min_turns_in_flight: int = 4,
+        loop_lag_target: float = 0.005,
         send_attempts: int = 8,
         send_backoff: float = 1.0,
         max_send_backoff: float = 300.0,
@@ -105,7 +196,7 @@ class Gateway:
         self.accepting = False
         self.turns_done = 0
         self.replies_sent = 0
-        self._turn_slots = asyncio.Semaphore(max_concurrent_turns)
+        self.turn_slots = TurnSlots(max_turns_in_flight, floor=min_turns_in_flight, lag_target=loop_lag_target)
         self._inbound: Lanes[InboundMessage] = Lanes(self._process)
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
         self._pruner: asyncio.Task[None] | None = None
@@ -153,6 +244,7 @@ class Gateway:
             if task is not None:
                 task.cancel()
         await self._inbound.stop(grace)
+        self.turn_slots.stop()
         await self._outbound.stop(max(0.5, grace / 2))
         for channel in self.channels.values():
             await channel.stop()
@@ -162,6 +254,9 @@ class Gateway:
         return {
             "conversations_busy": self._inbound.busy,
             "messages_waiting": self._inbound.waiting,
+            "turns_in_flight": self.turn_slots.in_flight,
+            "turns_waiting_for_slot": self.turn_slots.waiting,
+            "turn_limit": self.turn_slots.limit,
             "replies_waiting": self._outbound.waiting,
             "turns_done": self.turns_done,
             "replies_sent": self.replies_sent,
@@ -211,7 +306,7 @@ class Gateway:
                 log.exception("expiring approvals failed")
 
     async def _process(self, message: InboundMessage) -> None:
-        async with self._turn_slots:
+        async with self.turn_slots:
             try:
                 texts = await self.runner(message)
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host

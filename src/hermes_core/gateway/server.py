@@ -82,7 +82,11 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
 
         agent.tracer = tracer_for(settings, serving=True)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
-    gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
+    options = settings.gateway
+    gateway = Gateway(
+        store, runner, max_turns_in_flight=options.max_turns_in_flight,
+        min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
+    )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     routes: list[web.RouteDef] = []
     if settings.webhook.enabled:
