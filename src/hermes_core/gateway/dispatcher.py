@@ -99,15 +99,17 @@ class TurnSlots:
 
     A probe sleeps `interval` s and measures how late it wakes: the lag any ready callback, an ack
     among them, now sees. Lag above `lag_target`: the limit drops by a quarter (never below
-    `floor`); below half of it: the limit grows by one (never above `ceiling`). `lag_target` 0
-    keeps the limit at `ceiling`. The probe runs only while turns run or wait."""
+    `floor`); below half of it: it grows by an eighth (never above `ceiling`). The probe runs only
+    while turns run or wait; an idle gateway starts again from `floor`, so a burst (a restart with
+    a full inbox) ramps up in about a second instead of starting everything at once.
+    `lag_target` 0 turns adapting off: the limit is `ceiling`."""
 
     def __init__(
         self, ceiling: int, *, floor: int = 4, lag_target: float = 0.005, interval: float = 0.025
     ) -> None:
         self.ceiling, self.floor = ceiling, min(floor, ceiling)
         self.lag_target, self.interval = lag_target, interval
-        self.limit = ceiling
+        self.limit = self.floor if lag_target > 0 else ceiling
         self.in_flight = 0
         self.lag = 0.0  # the last probe's, seconds
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -161,12 +163,13 @@ class TurnSlots:
                 self._adapt(self.lag)
         finally:
             self._probe = None
+            self.limit = self.floor
 
     def _adapt(self, lag: float) -> None:
         if lag > self.lag_target:
             self.limit = max(self.floor, int(self.limit * 0.75))
         elif lag < self.lag_target / 2 and self.limit < self.ceiling:
-            self.limit += 1
+            self.limit = min(self.ceiling, self.limit + max(1, self.limit // 8))
             self._grant()
 
     def stop(self) -> None:
