@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
+from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..replies import detect_language, fixed_reply
 from .messages import InboundMessage, OutboundMessage, Reply
 from .store import GatewayStore
@@ -230,13 +231,20 @@ class Gateway:
         """Persist and schedule a message; None for a duplicate. Returns before the turn runs, so a
         caller may register interest in its replies before any can be sent."""
         if not self.accepting:
+            ACKS.inc(channel=message.channel, outcome="refused")
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
         task_id_of(message)  # stored with the message: a run after a crash finds its own journal
-        inbound_id = await self.store.accept(message)
+        try:
+            inbound_id = await self.store.accept(message)
+        except BaseException:
+            ACKS.inc(channel=message.channel, outcome="error")
+            raise
         if inbound_id is None:
+            ACKS.inc(channel=message.channel, outcome="duplicate")
             log.info("duplicate %s message %s ignored", message.channel, message.message_id)
             return None
+        ACKS.inc(channel=message.channel, outcome="accepted")
         self._inbound.push(message.conversation, message)
         return inbound_id
 
@@ -309,17 +317,23 @@ class Gateway:
                 log.exception("expiring approvals failed")
 
     async def _process(self, message: InboundMessage) -> None:
+        outcome = "replied"
         async with self.turn_slots:
+            started = time.perf_counter()
             try:
                 texts = await self.runner(message)
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
                 texts = [fixed_reply("internal_error", detect_language(message.text))]
+                outcome = "failed"
         assert message.id is not None
         replies = [reply_for(message, text, index) for index, text in enumerate(texts)]
-        for reply in await self.store.complete(message.id, replies):
+        queued = await self.store.complete(message.id, replies)
+        for reply in queued:
             self._outbound.push(reply.conversation, reply)
         self.turns_done += 1
+        TURNS.inc(channel=message.channel, outcome=outcome if queued or not replies else "already_done")
+        TURN_SECONDS.observe(time.perf_counter() - started, channel=message.channel)
 
     async def _deliver(self, reply: OutboundMessage) -> None:
         assert reply.id is not None
@@ -331,6 +345,7 @@ class Gateway:
                 platform_id = await channel.send(reply)
                 await self.store.mark_sent(reply.id, platform_id)
                 self.replies_sent += 1
+                SENDS.inc(channel=reply.channel, outcome="sent")
                 return
             except Exception as exc:
                 delay = await self._failed_attempt(reply, exc)
@@ -345,7 +360,9 @@ class Gateway:
         error = f"{type(exc).__name__}: {exc}"
         await self.store.record_attempt(reply.id, error)
         permanent = isinstance(exc, DeliveryError) and exc.permanent
-        if permanent or reply.attempts >= self.send_attempts:
+        dead = permanent or reply.attempts >= self.send_attempts
+        SENDS.inc(channel=reply.channel, outcome="dead" if dead else "retry")
+        if dead:
             await self.store.dead_letter(reply.id, error)
             log.error("reply %s to %s dead-lettered after %d attempt(s): %s",
                       reply.id, reply.conversation, reply.attempts, error)  # fmt: skip
