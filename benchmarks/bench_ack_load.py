@@ -176,16 +176,20 @@ def _print(f: dict[str, Any], args: argparse.Namespace) -> None:
     print(format_table(table, list(table[0])))
     print(f"loaded/quiet: p50 x{f['ratio_p50']:.2f}, p99 x{f['ratio_p99']:.2f} "
           f"(goal: loaded p99 <= {ACK_GOAL_MS:g} ms and <= x{RATIO_GOAL:g})")  # fmt: skip
-    print(f"turns waiting or running: {f['queued_at_start']} at the start of the loaded window, "
-          f"{f['queued_min']}..{f['queued_max']} during it; {f['turns_done_in_window']} turns done in it")
+    print(
+        f"turns waiting or running: {f['queued_at_start']} at the start of the loaded window, "
+        f"{f['queued_min']}..{f['queued_max']} during it; {f['turns_done_in_window']} turns done in it"
+    )
     if f["turn_limit"]:
         low, mid, high = f["turn_limit"]
         print(f"adaptive turn limit (1/s samples): min {low}, median {mid:g}, max {high}")
     settings = f["settings"]
     print("gateway settings: " + json.dumps({k: v for k, v in settings.items() if "turn" in k or "lag" in k}))
     cpu = f["cpu"]
-    print("CPU during the loaded window: "
-          + ", ".join(f"{k} {v:.1f}" + ("" if "%" in k or "wall" in k else " s") for k, v in cpu.items()))
+    print(
+        "CPU during the loaded window: "
+        + ", ".join(f"{k} {v:.1f}" + ("" if "%" in k or "wall" in k else " s") for k, v in cpu.items())
+    )
     noise_warning(cpu, "loaded window")
 
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from gateway_harness import feishu_gateway, wait_for
-
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
 

@@ -45,7 +45,9 @@ def stop(process: Any) -> None:
     assert process.wait(timeout=30) == 0
 
 
-def request(url: str, body: dict | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes, Any]:
+def request(
+    url: str, body: dict | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, bytes, Any]:
     data = json.dumps(body).encode() if body is not None else None
     call = urllib.request.Request(url, data=data, method="POST" if data else "GET", headers=headers or {})
     try:
@@ -84,7 +86,9 @@ def test_metrics_count_what_happened(tmp_path: Path) -> None:
                 status, body, _ = request(f"{base}/webhook", {"message": "1+1?", "user_id": "u1",
                                                               "message_id": f"m{i}"})  # fmt: skip
                 assert status == 200 and json.loads(body)["reply"] == "two", body
-            status, body, _ = request(f"{base}/webhook", {"message": "1+1?", "user_id": "u1", "message_id": "m0"})
+            status, body, _ = request(
+                f"{base}/webhook", {"message": "1+1?", "user_id": "u1", "message_id": "m0"}
+            )
             assert json.loads(body).get("duplicate") is True
             status, body, headers = request(f"{base}/metrics")
         finally:
@@ -101,9 +105,16 @@ def test_metrics_count_what_happened(tmp_path: Path) -> None:
     assert value(s, "hermes_tool_call_seconds_count", tool="calculator", outcome="ok") == 3
     assert value(s, "hermes_model_retries_total", model="fake") == 1
     assert value(s, "hermes_send_attempts_total", channel="webhook", outcome="sent") == 3
-    for gauge in ("hermes_inbox_depth", "hermes_outbox_depth", "hermes_dead_letters", "hermes_turns_in_flight"):
+    for gauge in (
+        "hermes_inbox_depth",
+        "hermes_outbox_depth",
+        "hermes_dead_letters",
+        "hermes_turns_in_flight",
+    ):
         assert value(s, gauge) == 0, gauge
-    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in s.items() if k[0] == "hermes_model_call_seconds_bucket")
+    buckets = sorted(
+        (float(dict(k[1])["le"]), v) for k, v in s.items() if k[0] == "hermes_model_call_seconds_bucket"
+    )
     assert [v for _, v in buckets] == sorted(v for _, v in buckets), "buckets are cumulative"
 
 

@@ -201,7 +201,9 @@ class Gateway:
         self.accepting = False
         self.turns_done = 0
         self.replies_sent = 0
-        self.turn_slots = TurnSlots(max_turns_in_flight, floor=min_turns_in_flight, lag_target=loop_lag_target)
+        self.turn_slots = TurnSlots(
+            max_turns_in_flight, floor=min_turns_in_flight, lag_target=loop_lag_target
+        )
         self._inbound: Lanes[InboundMessage] = Lanes(self._process)
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
         self._pruner: asyncio.Task[None] | None = None

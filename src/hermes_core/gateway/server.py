@@ -254,10 +254,10 @@ def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any)
         if not allowed(request):
             if "Authorization" in request.headers:
                 await asyncio.sleep(FAILED_LOGIN_DELAY)  # guessing tokens stays slow
-            hint = f"send Authorization: Bearer ${METRICS_TOKEN_ENV}" if tokens or not is_loopback(bind) else (
-                "local requests only")  # fmt: skip
-            return web.json_response({"error": f"metrics: not allowed ({hint})"},
-                                     status=401 if tokens else 403)  # fmt: skip
+            status = 401 if tokens else 403
+            hint = "local requests only" if status == 403 and is_loopback(bind) else (
+                f"send Authorization: Bearer ${METRICS_TOKEN_ENV}")  # fmt: skip
+            return web.json_response({"error": f"metrics: not allowed ({hint})"}, status=status)
         text = REGISTRY.render(await gateway_samples(gateway))
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -270,24 +270,24 @@ async def gateway_samples(gateway: Gateway) -> list[Any]:
 
     counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
     status, slots = gateway.status(), gateway.turn_slots
-    samples = [
-        Sample("hermes_inbox_depth", "Accepted messages not yet completed (inbox rows pending).",
-               counts.get("inbox_pending")),
-        Sample("hermes_outbox_depth", "Replies not yet sent (outbox rows pending).", counts.get("outbox_pending")),
-        Sample("hermes_dead_letters", "Replies given up on, kept in the dead-letter table.",
-               counts.get("dead_letters")),
-        Sample("hermes_turns_in_flight", "Turns running now.", status["turns_in_flight"]),
-        Sample("hermes_turns_waiting", "Turns waiting for a slot (acks first).", status["turns_waiting_for_slot"]),
-        Sample("hermes_turn_limit", "Turns allowed at once now (adapts to the event loop's lag).", slots.limit),
-        Sample("hermes_event_loop_lag_seconds", "The event loop's last measured lag.", slots.lag),
-        Sample("hermes_conversations_busy", "Conversations with a turn running or waiting.",
-               status["conversations_busy"]),
+    gauges = [
+        ("hermes_inbox_depth", "Accepted messages not yet completed (inbox rows pending).",
+         counts.get("inbox_pending")),
+        ("hermes_outbox_depth", "Replies not yet sent (outbox rows pending).", counts.get("outbox_pending")),
+        ("hermes_dead_letters", "Replies given up on (the dead-letter table).", counts.get("dead_letters")),
+        ("hermes_turns_in_flight", "Turns running now.", status["turns_in_flight"]),
+        ("hermes_turns_waiting", "Turns waiting for a slot (acks first).", status["turns_waiting_for_slot"]),
+        ("hermes_turn_limit", "Turns allowed at once now (adapts to the event loop's lag).", slots.limit),
+        ("hermes_event_loop_lag_seconds", "The event loop's last measured lag.", slots.lag),
+        ("hermes_conversations_busy", "Conversations with a turn running or waiting.",
+         status["conversations_busy"]),
     ]  # fmt: skip
+    samples = [Sample(name, text, value) for name, text, value in gauges]
     database = getattr(gateway.store, "db", None)
     if database is not None and hasattr(database, "queued"):
         queued = {(name,): float(n) for name, n in database.queued.items()}
-        samples.append(Sample("hermes_db_writer_queue", "Jobs waiting for the database writer, by queue.",
-                              labels=("queue",), values=queued))  # fmt: skip
+        text = "Jobs waiting for the database writer, by queue."
+        samples.append(Sample("hermes_db_writer_queue", text, labels=("queue",), values=queued))
     return samples
 
 

@@ -129,7 +129,9 @@ class Histogram(_Metric):
 
     def lines(self) -> list[str]:
         with self._lock:
-            items = sorted((key, _Buckets(list(e.counts), e.total, e.count)) for key, e in self._values.items())
+            items = sorted(
+                (key, _Buckets(list(e.counts), e.total, e.count)) for key, e in self._values.items()
+            )
         out: list[str] = []
         names = (*self.labels, "le")
         for key, entry in items:
@@ -172,7 +174,11 @@ class Metrics:
         return self._get(Gauge, name, help, labels)
 
     def histogram(
-        self, name: str, help: str = "", labels: Sequence[str] = (), buckets: Sequence[float] = LATENCY_BUCKETS
+        self,
+        name: str,
+        help: str = "",
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = LATENCY_BUCKETS,
     ) -> Histogram:
         with self._lock:
             found = self._metrics.get(name)
@@ -249,5 +255,7 @@ MODEL_RETRIES = REGISTRY.counter(
     "hermes_model_retries_total", "Model requests tried again after a transient failure.", ("model",)
 )
 SENDS = REGISTRY.counter(
-    "hermes_send_attempts_total", "Reply delivery attempts, by outcome (sent, retry, dead).", ("channel", "outcome")
+    "hermes_send_attempts_total",
+    "Reply delivery attempts, by outcome (sent, retry, dead).",
+    ("channel", "outcome"),
 )
