@@ -285,7 +285,7 @@ async def gateway_samples(gateway: Gateway) -> list[Any]:
     samples = [Sample(name, text, value) for name, text, value in gauges]
     database = getattr(gateway.store, "db", None)
     if database is not None and hasattr(database, "queued"):
-        queued = {(name,): float(n) for name, n in database.queued.items()}
+        queued: dict[tuple[str, ...], float] = {(name,): float(n) for name, n in database.queued.items()}
         text = "Jobs waiting for the database writer, by queue."
         samples.append(Sample("hermes_db_writer_queue", text, labels=("queue",), values=queued))
     return samples

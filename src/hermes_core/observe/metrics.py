@@ -25,8 +25,9 @@ import bisect
 import math
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -34,6 +35,7 @@ _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 LabelValues = tuple[str, ...]
+M = TypeVar("M", bound="_Metric")
 
 
 class _Metric:
@@ -168,10 +170,10 @@ class Metrics:
         self._lock = threading.Lock()
 
     def counter(self, name: str, help: str = "", labels: Sequence[str] = ()) -> Counter:
-        return self._get(Counter, name, help, labels)
+        return self._get(Counter, name, lambda: Counter(name, help, labels), labels)
 
     def gauge(self, name: str, help: str = "", labels: Sequence[str] = ()) -> Gauge:
-        return self._get(Gauge, name, help, labels)
+        return self._get(Gauge, name, lambda: Gauge(name, help, labels), labels)
 
     def histogram(
         self,
@@ -180,21 +182,14 @@ class Metrics:
         labels: Sequence[str] = (),
         buckets: Sequence[float] = LATENCY_BUCKETS,
     ) -> Histogram:
+        return self._get(Histogram, name, lambda: Histogram(name, help, labels, buckets), labels)
+
+    def _get(self, cls: type[M], name: str, make: Callable[[], M], labels: Sequence[str]) -> M:
+        """The metric `name`, made on first use; it must have the same type and labels."""
         with self._lock:
             found = self._metrics.get(name)
             if found is None:
-                found = self._metrics[name] = Histogram(name, help, labels, buckets)
-        return self._check(found, Histogram, labels)
-
-    def _get(self, cls: type, name: str, help: str, labels: Sequence[str]):  # noqa: ANN202
-        with self._lock:
-            found = self._metrics.get(name)
-            if found is None:
-                found = self._metrics[name] = cls(name, help, labels)
-        return self._check(found, cls, labels)
-
-    @staticmethod
-    def _check(found: _Metric, cls: type, labels: Sequence[str]):  # noqa: ANN205
+                found = self._metrics[name] = make()
         if type(found) is not cls or found.labels != tuple(labels):
             raise ValueError(f"{found.name} exists as a {found.kind} with labels {list(found.labels)}")
         return found
