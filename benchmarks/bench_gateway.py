@@ -16,7 +16,7 @@ an Encrypt Key and signed, as the real platform does; the gateway verifies both.
    peak RSS (VmHWM) and CPU time.
 
 The model client's in-flight cap (`model.max_concurrency`, default 64) is raised to 1024 in both
-runs, so the gateway's `max_concurrent_turns` is the only concurrency limit being measured.
+runs, so the gateway's `max_turns_in_flight` is the only concurrency limit being measured.
 Linux only (/proc).
 """
 
@@ -116,14 +116,20 @@ def bare_process(workdir: Path) -> Iterator[tuple[str, int]]:
 
 @contextlib.contextmanager
 def gateway_process(
-    model_url: str, feishu: Any, workdir: Path, *, send_rate: float | None = None
+    model_url: str,
+    feishu: Any,
+    workdir: Path,
+    *,
+    send_rate: float | None = None,
+    gateway: dict[str, Any] | None = None,
 ) -> Iterator[Server]:
-    """`python -m hermes_core serve` with Feishu on, cwd `workdir` (its SQLite lands there)."""
+    """`python -m hermes_core serve` with Feishu on, cwd `workdir` (its SQLite lands there);
+    `gateway`: more `gateway.*` settings."""
     from hermes_core.config import load_settings
 
     config: dict[str, Any] = {
         "model": {"name": "fake-model", "base_url": model_url, "max_concurrency": MODEL_CONCURRENCY},
-        "gateway": {"shutdown_grace": 1.0},
+        "gateway": {"shutdown_grace": 1.0, **(gateway or {})},
     }
     if send_rate is not None:
         config["feishu"] = {"send_rate": send_rate}
@@ -359,7 +365,7 @@ def ack_phase(rate: float, seconds: float, chats: int, latency: float) -> dict[s
                 with gateway_process(model_url, feishu, workdir) as server:
                     gateway = asyncio.run(_gateway_run(feishu, server, model_pid, rate, n, chats))
                     send_rate = server.settings.feishu.send_rate
-                    max_turns = server.settings.gateway.max_concurrent_turns
+                    max_turns = server.settings.gateway.max_turns_in_flight
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     figures = {
@@ -524,7 +530,7 @@ def drain_phase(n: int, latency: float, send_rate: float, probes: int = 3, timeo
             with model_process(latency, workdir) as (model_url, model_pid):
                 with gateway_process(model_url, feishu, workdir, send_rate=send_rate) as server:
                     run = asyncio.run(_drain_run(feishu, server, model_pid, n, latency, probes, timeout))
-                    max_turns = server.settings.gateway.max_concurrent_turns
+                    max_turns = server.settings.gateway.max_turns_in_flight
                     actual_send_rate = server.settings.feishu.send_rate
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 ENV_KEYS = {
@@ -143,7 +143,13 @@ class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     data_dir: str = ".hermes"
-    max_concurrent_turns: int = Field(256, ge=1)
+    # turns at once (older name: max_concurrent_turns); fewer while the event loop lags (acks first)
+    max_turns_in_flight: int = Field(
+        256, ge=1, validation_alias=AliasChoices("max_turns_in_flight", "max_concurrent_turns")
+    )
+    min_turns_in_flight: int = Field(4, ge=1)  # the adaptive limit never goes below this
+    loop_lag_target: float = Field(0.005, ge=0)  # seconds of event-loop lag that shrink the limit; 0: off
+    metrics: bool = True  # GET /metrics (Prometheus); beyond loopback only with a token (observability.md)
     shutdown_grace: float = Field(10.0, ge=0)
     retention_days: float = Field(30.0, gt=0)  # task journals and traces older than this are deleted
     header_timeout: float = Field(10.0, gt=0)  # seconds a client has to send a request's headers

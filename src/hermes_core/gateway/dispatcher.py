@@ -14,6 +14,15 @@ a message that was run `poison_attempts` times (2) and never finished is set asi
 line, a record the operator can list (store `set_aside_messages`, the `set_aside` count on
 /healthz and the console), and a polite reply to its sender — and its conversation goes on with
 the next message. A graceful stop that interrupts a turn takes its count back: it was no crash.
+
+Acknowledgements come first. Turns share the event loop with the HTTP handlers that acknowledge
+platform events, and a loop busy with hundreds of turns' JSON, redaction and bookkeeping makes
+every ack wait (Feishu pushes again after 3 s, adding load). So turns start only through
+`TurnSlots`: at most `max_turns_in_flight` at once, and fewer while the loop is slow to answer —
+the limit shrinks when the loop's lag exceeds `loop_lag_target` and grows back when it is idle
+again. A message waiting for a slot stays persisted and in its lane, so order and exactly-once
+are as before; the accept path (verify, dedup, durable insert) takes no slot, and its inbox write
+overtakes turn writes in the database writer's queue (storage/sqlite.py).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
+from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..redaction import redact_text
 from ..replies import detect_language, fixed_reply
 from .messages import InboundMessage, OutboundMessage, Reply, Turn
@@ -99,13 +109,99 @@ class Lanes(Generic[T]):
         self._queues.clear()
 
 
+class TurnSlots:
+    """At most `limit` turns at once, first come first served; the limit adapts to the loop's lag.
+
+    A probe sleeps `interval` s and measures how late it wakes: the lag any ready callback, an ack
+    among them, now sees. Lag above `lag_target`: the limit drops by a quarter (never below
+    `floor`); below half of it: it grows by two (never above `ceiling`), 80 a second at most — a
+    faster rise (measured: by an eighth per probe) starts bursts of turns that the next probe sees
+    too late. The probe runs only while turns run or wait; an idle gateway starts again from
+    `floor`, so a restart with a full inbox does not start everything at once.
+    `lag_target` 0 turns adapting off: the limit is `ceiling`."""
+
+    def __init__(
+        self, ceiling: int, *, floor: int = 4, lag_target: float = 0.005, interval: float = 0.025
+    ) -> None:
+        self.ceiling, self.floor = ceiling, min(floor, ceiling)
+        self.lag_target, self.interval = lag_target, interval
+        self.limit = self.floor if lag_target > 0 else ceiling
+        self.in_flight = 0
+        self.lag = 0.0  # the last probe's, seconds
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._probe: asyncio.Task[None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self) -> None:
+        if self.lag_target > 0 and self._probe is None:
+            self._probe = asyncio.create_task(self._watch(), name="turn-slots-probe")
+        if self.in_flight < self.limit and not self._waiters:
+            self.in_flight += 1
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # granted just before the cancel: pass it on
+                self.release()
+            elif waiter in self._waiters:  # (a cancelled waiter may have been skipped by _grant)
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self.in_flight < self.limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self.in_flight or self._waiters:
+                due = loop.time() + self.interval
+                await asyncio.sleep(self.interval)
+                self.lag = max(0.0, loop.time() - due)
+                self._adapt(self.lag)
+        finally:
+            self._probe = None
+            self.limit = self.floor
+
+    def _adapt(self, lag: float) -> None:
+        if lag > self.lag_target:
+            self.limit = max(self.floor, int(self.limit * 0.75))
+        elif lag < self.lag_target / 2 and self.limit < self.ceiling:
+            self.limit = min(self.ceiling, self.limit + 2)  # slowly: a jump starts a burst of turns
+            self._grant()
+
+    def stop(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+
+
 class Gateway:
     def __init__(
         self,
         store: GatewayStore,
         runner: Runner,
         *,
-        max_concurrent_turns: int = 256,
+        max_turns_in_flight: int = 256,
+        min_turns_in_flight: int = 4,
+        loop_lag_target: float = 0.005,
         send_attempts: int = 8,
         send_backoff: float = 1.0,
         max_send_backoff: float = 300.0,
@@ -125,7 +221,9 @@ class Gateway:
         self.counters: dict[str, int] = {"dead_letters": 0, "dead_letters_resent": 0, "send_waits": 0}
         self.resend_interval = 5.0  # how often resends asked for from another process are picked up
         self._resender: asyncio.Task[None] | None = None
-        self._turn_slots = asyncio.Semaphore(max_concurrent_turns)
+        self.turn_slots = TurnSlots(
+            max_turns_in_flight, floor=min_turns_in_flight, lag_target=loop_lag_target
+        )
         self._inbound: Lanes[InboundMessage] = Lanes(self._process)
         self._outbound: Lanes[OutboundMessage] = Lanes(self._deliver)
         self._pruner: asyncio.Task[None] | None = None
@@ -159,13 +257,20 @@ class Gateway:
         """Persist and schedule a message; None for a duplicate. Returns before the turn runs, so a
         caller may register interest in its replies before any can be sent."""
         if not self.accepting:
+            ACKS.inc(channel=message.channel, outcome="refused")
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
         task_id_of(message)  # stored with the message: a run after a crash finds its own journal
-        inbound_id = await self.store.accept(message)
+        try:
+            inbound_id = await self.store.accept(message)
+        except BaseException:
+            ACKS.inc(channel=message.channel, outcome="error")
+            raise
         if inbound_id is None:
+            ACKS.inc(channel=message.channel, outcome="duplicate")
             log.info("duplicate %s message %s ignored", message.channel, message.message_id)
             return None
+        ACKS.inc(channel=message.channel, outcome="accepted")
         self._inbound.push(message.conversation, message)
         return inbound_id
 
@@ -176,6 +281,7 @@ class Gateway:
             if task is not None:
                 task.cancel()
         await self._inbound.stop(grace)
+        self.turn_slots.stop()
         await self._outbound.stop(max(0.5, grace / 2))
         for channel in self.channels.values():
             await channel.stop()
@@ -185,6 +291,9 @@ class Gateway:
         return {
             "conversations_busy": self._inbound.busy,
             "messages_waiting": self._inbound.waiting,
+            "turns_in_flight": self.turn_slots.in_flight,
+            "turns_waiting_for_slot": self.turn_slots.waiting,
+            "turn_limit": self.turn_slots.limit,
             "replies_waiting": self._outbound.waiting,
             "turns_done": self.turns_done,
             "replies_sent": self.replies_sent,
@@ -246,7 +355,9 @@ class Gateway:
 
     async def _process(self, message: InboundMessage) -> None:
         assert message.id is not None
-        async with self._turn_slots:
+        outcome = "replied"
+        async with self.turn_slots:
+            started = time.perf_counter()
             try:
                 await self.store.begin_attempt(message.id)  # durable: a crash now counts against it
                 texts = await self.runner(message)
@@ -257,11 +368,15 @@ class Gateway:
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
                 apology = fixed_reply("internal_error", detect_language(message.text))
                 texts = [Reply(apology, error="internal_error")]
+                outcome = "failed"
         turn = texts if isinstance(texts, Turn) else Turn(list(texts))
         replies = [reply_for(message, text, index) for index, text in enumerate(turn.replies)]
-        for reply in await self.store.complete(message.id, replies, turn.history):
+        queued = await self.store.complete(message.id, replies, turn.history)
+        for reply in queued:
             self._outbound.push(reply.conversation, reply)
         self.turns_done += 1
+        TURNS.inc(channel=message.channel, outcome=outcome if queued or not replies else "already_done")
+        TURN_SECONDS.observe(time.perf_counter() - started, channel=message.channel)
 
     async def _deliver(self, reply: OutboundMessage) -> None:
         assert reply.id is not None
@@ -273,6 +388,7 @@ class Gateway:
                 platform_id = await channel.send(reply)
                 await self.store.mark_sent(reply.id, platform_id)
                 self.replies_sent += 1
+                SENDS.inc(channel=reply.channel, outcome="sent")
                 return
             except Exception as exc:
                 delay = await self._failed_attempt(reply, exc)
@@ -297,7 +413,9 @@ class Gateway:
         reply.attempts += 1
         await self.store.record_attempt(reply.id, error)
         permanent = isinstance(exc, DeliveryError) and exc.permanent
-        if permanent or reply.attempts >= self.send_attempts:
+        dead = permanent or reply.attempts >= self.send_attempts
+        SENDS.inc(channel=reply.channel, outcome="dead" if dead else "retry")
+        if dead:
             await self.store.dead_letter(reply.id, error)
             self.counters["dead_letters"] += 1
             log.error("reply %s to %s dead-lettered after %d failed attempt(s): %s",

@@ -10,6 +10,13 @@ Two refusals keep the edge safe (docs/security.md): serve does not start when it
 unsigned webhook (no HERMES_WEBHOOK_SECRET) on a non-loopback address, unless the configuration says
 `webhook.allow_unsigned: true`; and every connection has `gateway.header_timeout` seconds to send a
 request's headers and `gateway.body_timeout` more for its body (gateway/deadlines.py).
+
+GET /metrics (`gateway.metrics`, on by default) is the Prometheus exposition of observe/metrics.py
+plus the queue depths read at scrape time. It is guarded like the console (console/access.py):
+with HERMES_METRICS_TOKEN (or the console's token) set, every scrape must carry one of them as
+`Authorization: Bearer …`; without a token it answers only local requests on a loopback bind, and
+on any other address it refuses every scrape. A dedicated token exists so that a scraper's
+configuration never holds the console's token, which can approve tool calls.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import hmac
 import logging
 import os
 import signal
@@ -41,6 +49,7 @@ from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
 log = logging.getLogger("hermes_core.server")
+METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
 KEEPALIVE_TIMEOUT = 75.0  # seconds an idle kept-alive connection stays open (aiohttp's run_app default)
 
 
@@ -85,7 +94,11 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
 
         agent.tracer = tracer_for(settings, serving=True)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
-    gateway = Gateway(store, runner, max_concurrent_turns=settings.gateway.max_concurrent_turns)
+    options = settings.gateway
+    gateway = Gateway(
+        store, runner, max_turns_in_flight=options.max_turns_in_flight,
+        min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
+    )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     routes: list[web.RouteDef] = []
     if settings.webhook.enabled:
@@ -185,10 +198,13 @@ async def serve(
         body = {"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts}
         return web.json_response(body, status=200 if gateway.accepting else 503)
 
+    routes = [*routes, web.get("/healthz", healthz)]
+    if settings.gateway.metrics:
+        routes.append(metrics_route(gateway, settings, bind, os.environ))
     deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
     # 1 MiB, the channels' limit and nginx's client_max_body_size (docs/webhook.md)
     app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])
-    app.add_routes([*routes, web.get("/healthz", healthz)])
+    app.add_routes(routes)
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
     console = mount_console(app, gateway, agent, settings, host=bind)
@@ -282,6 +298,63 @@ async def what_is_served(request: web.Request) -> web.Response:
     lines = ["hermes-core gateway", "", *route_summary(request.app).split("; "), "",
              "GET /healthz: JSON status (ok, degraded parts, queues)."]  # fmt: skip
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any) -> web.RouteDef:
+    """GET /metrics, guarded as the module docstring says."""
+    from ..console.access import FAILED_LOGIN_DELAY, is_local, is_loopback
+    from ..observe.metrics import CONTENT_TYPE, REGISTRY
+
+    tokens = [t for t in (environ.get(METRICS_TOKEN_ENV), environ.get(settings.console.token_env)) if t]
+    if not tokens and not is_loopback(bind):
+        log.info("/metrics refuses every scrape on %s: %s is not set", bind, METRICS_TOKEN_ENV)
+
+    def allowed(request: web.Request) -> bool:
+        if not tokens:
+            return is_loopback(bind) and is_local(request)
+        header = request.headers.get("Authorization", "")
+        bearer = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+        return any(hmac.compare_digest(bearer, t.encode()) for t in tokens) and bool(bearer)
+
+    async def metrics(request: web.Request) -> web.Response:
+        if not allowed(request):
+            if "Authorization" in request.headers:
+                await asyncio.sleep(FAILED_LOGIN_DELAY)  # guessing tokens stays slow
+            status = 401 if tokens else 403
+            hint = "local requests only" if status == 403 and is_loopback(bind) else (
+                f"send Authorization: Bearer ${METRICS_TOKEN_ENV}")  # fmt: skip
+            return web.json_response({"error": f"metrics: not allowed ({hint})"}, status=status)
+        text = REGISTRY.render(await gateway_samples(gateway))
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    return web.get("/metrics", metrics)
+
+
+async def gateway_samples(gateway: Gateway) -> list[Any]:
+    """The gauges read when scraped: queue depths (the database's), turns, the loop's lag."""
+    from ..observe.metrics import Sample
+
+    counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
+    status, slots = gateway.status(), gateway.turn_slots
+    gauges = [
+        ("hermes_inbox_depth", "Accepted messages not yet completed (inbox rows pending).",
+         counts.get("inbox_pending")),
+        ("hermes_outbox_depth", "Replies not yet sent (outbox rows pending).", counts.get("outbox_pending")),
+        ("hermes_dead_letters", "Replies given up on (the dead-letter table).", counts.get("dead_letters")),
+        ("hermes_turns_in_flight", "Turns running now.", status["turns_in_flight"]),
+        ("hermes_turns_waiting", "Turns waiting for a slot (acks first).", status["turns_waiting_for_slot"]),
+        ("hermes_turn_limit", "Turns allowed at once now (adapts to the event loop's lag).", slots.limit),
+        ("hermes_event_loop_lag_seconds", "The event loop's last measured lag.", slots.lag),
+        ("hermes_conversations_busy", "Conversations with a turn running or waiting.",
+         status["conversations_busy"]),
+    ]  # fmt: skip
+    samples = [Sample(name, text, value) for name, text, value in gauges]
+    database = getattr(gateway.store, "db", None)
+    if database is not None and hasattr(database, "queued"):
+        queued: dict[tuple[str, ...], float] = {(name,): float(n) for name, n in database.queued.items()}
+        text = "Jobs waiting for the database writer, by queue."
+        samples.append(Sample("hermes_db_writer_queue", text, labels=("queue",), values=queued))
+    return samples
 
 
 def _address(site: web.BaseSite) -> str:

@@ -235,7 +235,7 @@ class SQLiteGatewayStore(GatewayStore):
             )
             return row.lastrowid if row.rowcount else None
 
-        inbound_id = await self._run(accept)
+        inbound_id = await self.db.transaction(accept, urgent=True)  # the ack waits: overtakes turn writes
         if inbound_id is not None:
             message.id = inbound_id
         return inbound_id
@@ -399,7 +399,7 @@ class SQLiteGatewayStore(GatewayStore):
             )
             return fresh.rowcount == 1
 
-        return await self._run(claim)
+        return await self.db.transaction(claim, urgent=True)  # on the ack path of a signed webhook
 
     async def dead_letters(self, limit: int | None = None) -> list[dict[str, Any]]:
         columns = ", ".join(DEAD_LETTER_KEYS)

@@ -28,6 +28,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Message, ModelResponse, ToolCall, Usage
+from ..observe.metrics import MODEL_RETRIES
 from .base import (
     ModelClient,
     ModelRequestRejected,
@@ -157,6 +158,7 @@ class OpenAICompatClient(ModelClient):
                 attempt += 1
                 retries = settings.max_retries
                 log.warning("model %s: %s; retry %d/%d in %.2fs", model, exc, attempt, retries, delay)
+                MODEL_RETRIES.inc(model=model)
                 await asyncio.sleep(delay)
 
     async def _attempt(self, body: bytes, stream: bool, on_text: TextCallback | None) -> ModelResponse:

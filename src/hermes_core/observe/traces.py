@@ -47,6 +47,7 @@ from ..tools import ToolContext, ToolRegistry
 from ..tools.permissions import Caller
 from ..tools.registry import RegistryWrapper, ToolOutcome
 from .logs import log_event, task_context
+from .metrics import MODEL_SECONDS, TOOL_SECONDS
 
 log = logging.getLogger("hermes_core.traces")
 
@@ -322,6 +323,7 @@ class TaskTrace:
         response: ModelResponse | None,
         error: BaseException | None,
     ) -> None:
+        MODEL_SECONDS.observe(elapsed, outcome="ok" if error is None else "error")
         raw = response_record(response) if response is not None else None
         failure = describe_error(error) if error is not None else None
         self.model_calls.append({
@@ -337,6 +339,8 @@ class TaskTrace:
         self.started_calls[outcome.call.id] = {"turn": turn, "started_at": started_at}
         self.outcomes.append(outcome)
         paused = outcome.error in PAUSES
+        result = "ok" if outcome.ok else "paused" if paused else "error"
+        TOOL_SECONDS.observe(outcome.elapsed, tool=outcome.call.name, outcome=result)
         log_event(
             "tool_result",
             logging.INFO if outcome.ok or paused else logging.WARNING,

@@ -8,15 +8,23 @@ Group commit: the writer takes every job waiting in its queue, runs each inside 
 of one BEGIN IMMEDIATE transaction, and commits once. One fsync then serves many concurrent turns,
 so an inbox write (which an acknowledgement waits for) never queues behind a long line of
 separate fsyncs. A job that raises is rolled back to its savepoint alone; its caller gets the error.
+
+Two queues: `transaction(fn, urgent=True)` is for writes a caller on the network waits for (the
+inbox insert an acknowledgement waits for). The writer takes urgent jobs first and commits them in
+a batch of their own; a batch of ordinary jobs (a turn's journal, session, trace and outbox writes)
+stops taking more as soon as an urgent job is waiting, commits what it has, and lets the urgent
+ones go next. So an accept never waits behind a long line of turn writes — at most behind the one
+ordinary job already running. Order within each queue is kept; the two queues touch separate facts
+(an accept inserts new rows, nothing queued behind it can depend on them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import queue
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +42,11 @@ class SQLiteDatabase:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._urgent: deque[_Job] = deque()
+        self._jobs: deque[_Job] = deque()
+        self._ready = threading.Condition()
+        self._closing = False  # set by close(): the writer stops once both queues are empty
+        self._closed = False  # set by the writer when it stopped: new jobs fail at once
         self._db: sqlite3.Connection | None = None
         self._users = 0
         self._thread = threading.Thread(target=self._serve, name="hermes-sqlite", daemon=True)
@@ -69,56 +81,64 @@ class SQLiteDatabase:
             self._open_error: BaseException | None = exc
         else:
             self._open_error = None
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                break
-            batch = [job]
-            while len(batch) < self.MAX_BATCH:
-                try:
-                    more = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._jobs.put(None)  # stop after this batch
-                    break
-                batch.append(more)
-            self._run_batch(batch)
+        while self._wait_for_work():
+            self._run_batch()
         if self._db is not None:
             self._db.close()
             self._db = None
-        while True:  # anything queued while closing fails instead of waiting forever
-            try:
-                late = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if late is not None and late.future.set_running_or_notify_cancel():
-                late.future.set_exception(RuntimeError(f"the database {self.path} is closed"))
 
-    def _run_batch(self, batch: list[_Job]) -> None:
+    def _wait_for_work(self) -> bool:
+        """Block until a job is queued; False once closing with nothing left (the writer then stops)."""
+        with self._ready:
+            while not self._urgent and not self._jobs:
+                if self._closing:
+                    self._closed = True
+                    return False
+                self._ready.wait()
+            return True
+
+    def _next(self, urgent_batch: bool, taken: int) -> _Job | None:
+        """The next job of the running batch: an urgent batch takes only urgent jobs; an ordinary
+        one stops at MAX_BATCH or as soon as an urgent job waits (it then goes first)."""
+        with self._ready:
+            if urgent_batch:
+                return self._urgent.popleft() if self._urgent and taken < self.MAX_BATCH else None
+            if self._urgent or not self._jobs or taken >= self.MAX_BATCH:
+                return None
+            return self._jobs.popleft()
+
+    def _put(self, job: _Job, urgent: bool) -> None:
+        with self._ready:
+            if self._closed or not self._thread.is_alive():
+                raise RuntimeError(f"the database {self.path} is closed")
+            (self._urgent if urgent else self._jobs).append(job)
+            self._ready.notify()
+
+    def _run_batch(self) -> None:
+        with self._ready:
+            urgent_batch = bool(self._urgent)
+        first = self._next(urgent_batch, 0)
+        if first is None:
+            return
         if self._db is None:
             error = self._open_error or RuntimeError(f"the database {self.path} is closed")
-            for job in batch:
+            job: _Job | None = first
+            while job is not None:
                 if job.future.set_running_or_notify_cancel():
                     job.future.set_exception(error)
+                job = self._next(urgent_batch, 0)
             return
         db = self._db
+        batch: list[_Job] = []
         results: list[tuple[_Job, bool, Any]] = []
         try:
             db.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                if not job.future.set_running_or_notify_cancel():
-                    continue  # its caller is gone (cancelled): nothing waits for this write
-                db.execute("SAVEPOINT job")
-                try:
-                    value = job.fn(db)
-                except BaseException as exc:
-                    db.execute("ROLLBACK TO job")
-                    db.execute("RELEASE job")
-                    results.append((job, False, exc))
-                else:
-                    db.execute("RELEASE job")
-                    results.append((job, True, value))
+            job = first
+            while job is not None:
+                batch.append(job)
+                if job.future.set_running_or_notify_cancel():  # else its caller is gone (cancelled)
+                    results.append(self._run_job(db, job))
+                job = self._next(urgent_batch, len(batch))
             db.execute("COMMIT")
         except BaseException as exc:  # the commit itself failed: nothing of the batch is durable
             if db.in_transaction:
@@ -133,11 +153,21 @@ class SQLiteDatabase:
             else:
                 job.future.set_exception(value)
 
+    @staticmethod
+    def _run_job(db: sqlite3.Connection, job: _Job) -> tuple[_Job, bool, Any]:
+        db.execute("SAVEPOINT job")
+        try:
+            value = job.fn(db)
+        except BaseException as exc:
+            db.execute("ROLLBACK TO job")
+            db.execute("RELEASE job")
+            return job, False, exc
+        db.execute("RELEASE job")
+        return job, True, value
+
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if not self._thread.is_alive():
-            raise RuntimeError(f"the database {self.path} is closed")
         job = _Job(fn, concurrent.futures.Future())
-        self._jobs.put(job)
+        self._put(job, urgent=False)
         return job.future.result()
 
     def migrate(self, component: str, migrations: Mapping[int, str]) -> None:
@@ -159,13 +189,18 @@ class SQLiteDatabase:
 
         self._call(apply)
 
-    async def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` atomically on the writer thread; durable when this returns."""
-        if not self._thread.is_alive():
-            raise RuntimeError(f"the database {self.path} is closed")
+    async def transaction(self, fn: Callable[[sqlite3.Connection], T], *, urgent: bool = False) -> T:
+        """Run `fn(connection)` atomically on the writer thread; durable when this returns.
+
+        `urgent`: a short write someone on the network waits for; it overtakes ordinary jobs."""
         job = _Job(fn, concurrent.futures.Future())
-        self._jobs.put(job)
+        self._put(job, urgent)
         return await asyncio.wrap_future(job.future)
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """Jobs waiting for the writer, by queue (for metrics)."""
+        return {"urgent": len(self._urgent), "ordinary": len(self._jobs)}
 
     def transaction_sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """The same, from synchronous code (never from the event loop's thread)."""
@@ -176,7 +211,9 @@ class SQLiteDatabase:
         self._users = max(0, self._users - 1)
         if self._users:
             return
-        self._jobs.put(None)
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
         with _shared_lock:
             if _shared.get(self.path.resolve()) is self:
