@@ -122,7 +122,7 @@ def test_metrics_refused_without_token_beyond_loopback(tmp_path: Path) -> None:
     """Attack: scrape /metrics of a gateway bound to 0.0.0.0 without credentials, with a wrong
     token, and with the console's cookie name but no token. Without HERMES_METRICS_TOKEN every scrape
     is refused; with it set, only `Authorization: Bearer <token>` is let in."""
-    config = {"model": {"name": "offline"}, "gateway": {"shutdown_grace": 1}}
+    config = {"gateway": {"shutdown_grace": 1}}  # no model: the offline demo
     env = {"HERMES_WEBHOOK_SECRET": "s" * 32}
     process, base = start_server(tmp_path, config, env, "--host", "0.0.0.0")
     try:
@@ -146,7 +146,7 @@ def test_metrics_refused_without_token_beyond_loopback(tmp_path: Path) -> None:
 def test_metrics_on_loopback_answer_only_local_requests(tmp_path: Path) -> None:
     """Attack: on the default loopback bind without a token, a scrape relayed by a proxy (it adds
     X-Forwarded-For) or naming another host (DNS rebinding) is refused; a local one is served."""
-    config = {"model": {"name": "offline"}, "gateway": {"shutdown_grace": 1}}
+    config = {"gateway": {"shutdown_grace": 1}}  # no model: the offline demo
     process, base = start_server(tmp_path, config, {})
     try:
         assert request(f"{base}/metrics")[0] == 200

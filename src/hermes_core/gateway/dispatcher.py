@@ -406,6 +406,7 @@ class Gateway:
         hint = exc.retry_after if isinstance(exc, DeliveryError) else None
         if isinstance(exc, DeliveryError) and exc.throttled:
             self.counters["send_waits"] += 1
+            SENDS.inc(channel=reply.channel, outcome="wait")  # the platform said wait: not a failure
             delay = min(hint if hint is not None else self.send_backoff, self.max_send_backoff)
             log.warning("reply %s to %s: the platform asks to wait (%s); trying again in %.1fs, "
                         "not counted as a failure", reply.id, reply.conversation, error, delay)  # fmt: skip

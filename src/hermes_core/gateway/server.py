@@ -341,6 +341,8 @@ async def gateway_samples(gateway: Gateway) -> list[Any]:
          counts.get("inbox_pending")),
         ("hermes_outbox_depth", "Replies not yet sent (outbox rows pending).", counts.get("outbox_pending")),
         ("hermes_dead_letters", "Replies given up on (the dead-letter table).", counts.get("dead_letters")),
+        ("hermes_set_aside_messages", "Messages set aside after taking the process down twice.",
+         counts.get("set_aside")),
         ("hermes_turns_in_flight", "Turns running now.", status["turns_in_flight"]),
         ("hermes_turns_waiting", "Turns waiting for a slot (acks first).", status["turns_waiting_for_slot"]),
         ("hermes_turn_limit", "Turns allowed at once now (adapts to the event loop's lag).", slots.limit),
