@@ -118,3 +118,19 @@ async def test_the_fake_server_cuts_at_the_requests_max_tokens(stream: bool) -> 
     assert first.body is not None and first.body["max_tokens"] == 4
     assert sent == json.dumps(SF)[:16] and asked == []
     assert result.tool_calls[0].error == "cut_off" and result.reply == "Too long for my limit."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_text_call_cut_by_the_limit_is_not_run(stream: bool) -> None:
+    """Attack: a local model without a tool-call parser writes its call as text and the limit cuts
+    it (`<tool_call>{"name": "get_weather", "arguments": {"city": "San Fr`); the text parser
+    closes it, and the old loop ran get_weather("San Fr"). The cut stays a cut in text mode too."""
+    asked: list[str] = []
+    cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Fr'
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(cut, finish_reason="length"), FakeReply.text("Cut off, sorry."))
+        agent = agent_for(fake, asked, stream=stream, tool_mode="text")
+        result = await agent.run("weather in SF")
+        await agent.aclose()
+    assert asked == [] and [o.error for o in result.tool_calls] == ["cut_off"]
+    assert result.reply == "Cut off, sorry."

@@ -21,8 +21,18 @@ from hermes_core.tools.arguments import ArgumentError, parse_arguments
 
 # Characters that make quoting hard: both quotes, backslash, JSON punctuation, spaces, CJK.
 TEXT = st.text(alphabet=st.sampled_from(list("ab xyz\"'\\,:{}[]\n\t") + ["北", "京", "é"]), max_size=10)
-SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | TEXT
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
 OBJECTS = st.dictionaries(TEXT, VALUES, min_size=1, max_size=5)
 
 # The issue's case: single-quoted JSON with double quotes inside. The repair library read it as a

@@ -38,7 +38,9 @@ async def test_four_identical_calls_in_one_turn_all_run() -> None:
         return len(draws)
 
     four = call("random_number", {}, *[("random_number", {})] * 3)
-    result = await Agent(model=ScriptedModel([four, reply("1 2 3 4")]), tools=[random_number]).run("4 个随机数")
+    result = await Agent(model=ScriptedModel([four, reply("1 2 3 4")]), tools=[random_number]).run(
+        "4 个随机数"
+    )
     assert len(draws) == 4 and refusals(result) == []
     assert sorted(contents(result)) == ["1", "2", "3", "4"]
 

@@ -98,17 +98,13 @@ class TaskGuards:
 
 def cut_off_outcomes(response: ModelResponse) -> list[ToolOutcome]:
     """The answers to the calls of a response cut off by the output token limit: none ran."""
-    last = response.tool_calls[-1]
+    *complete, last = response.tool_calls
     cut = (
         f"your call to {last.name} was cut off by the output token limit; its arguments are incomplete "
         "and it was not run. Call it again with shorter arguments, or ask to continue."
     )
-    outcomes = [
-        refused(call, f"not run: the response with this call to {call.name} was cut off by the output "
-                "token limit; call it again.", "cut_off")
-        for call in response.tool_calls[:-1]
-    ]
-    return [*outcomes, refused(last, cut, "cut_off")]
+    held = "not run: the response with this call was cut off by the output token limit; call it again."
+    return [*(refused(call, held, "cut_off") for call in complete), refused(last, cut, "cut_off")]
 
 
 def refused(call: ToolCall, message: str, reason: str) -> ToolOutcome:

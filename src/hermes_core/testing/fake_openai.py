@@ -423,7 +423,8 @@ class FakeOpenAIServer:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         if not self.honor_max_tokens or not isinstance(limit, int) or isinstance(limit, bool):
             return reply
-        room, kept = limit * 4 - len(reply.content or ""), []
+        room = limit * 4 - len(reply.content or "")
+        kept: list[tuple[str, ToolArgs]] = []
         for name, args in reply.tool_calls:
             text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
             kept.append((name, text[: max(room, 0)]))
@@ -432,7 +433,7 @@ class FakeOpenAIServer:
                 return replace(reply, tool_calls=kept, finish_reason="length")
         return reply
 
-        # -- writing the answer ------------------------------------------------------------------
+    # -- writing the answer ------------------------------------------------------------------
 
     async def _answer(
         self, request: web.Request, record: RecordedRequest, reply: FakeReply
