@@ -115,6 +115,8 @@ def test_cut_off_arguments_are_always_refused(obj: dict[str, Any], way: str, dat
         ("""{'a': 'x", "b": "y', 'c': true}""", {"a": 'x", "b": "y', "c": True}),
         ('{"a": "he said "hi" ok", "n": 1}', None),  # inner quotes unescaped: ambiguous, refused
         ('{"city": "San Fr', None),
+        ("{'tags': {'a', 'b'}}", None),  # a Python set: it would arrive as the string "{'a', 'b'}"
+        ("{1: 'x', 'b': b'raw'}", None),  # an int key and bytes: no JSON reading
     ],
 )
 def test_known_misreadings_are_refused(text: str, intended: dict[str, Any] | None) -> None:

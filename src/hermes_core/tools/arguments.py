@@ -79,9 +79,20 @@ def _loads(text: str) -> Any:
     except ValueError:
         pass
     try:  # Python literal syntax: single quotes, True/False/None
-        return ast.literal_eval(text) if len(text) < 100_000 else None
+        value = ast.literal_eval(text) if len(text) < 100_000 else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+    return value if _json_shaped(value) else None  # a set, tuple, bytes or int key has no JSON reading
+
+
+def _json_shaped(value: Any, depth: int = 0) -> bool:
+    if depth > 100:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_shaped(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_json_shaped(item, depth + 1) for item in value)
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _repair(text: str) -> Any:
