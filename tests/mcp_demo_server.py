@@ -19,6 +19,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 server = MCPServer("demo", log_level="WARNING")
 if os.environ.get("DEMO_START_LOG"):  # one line per server process started
@@ -95,6 +96,24 @@ def crash() -> str:
     """Ends the server process in the middle of the call."""
     record("crash")
     os._exit(3)
+
+
+LOGGING = {"on": False}  # what `toggle_logging` switches, as the reference "everything" server does
+
+
+@server.tool()
+def toggle_logging() -> str:
+    """Switch simulated logging on or off (no arguments: each call flips it)."""
+    record("toggle_logging")
+    LOGGING["on"] = not LOGGING["on"]
+    return "logging on" if LOGGING["on"] else "logging off"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def logging_status() -> str:
+    """Whether simulated logging is on (the server marks it read-only)."""
+    record("logging_status")
+    return "on" if LOGGING["on"] else "off"
 
 
 def main() -> None:

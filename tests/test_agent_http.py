@@ -59,7 +59,7 @@ async def test_full_task_and_every_request_conforms(stream: bool) -> None:
 async def test_broken_arguments_and_unknown_names_from_the_server_are_survived() -> None:
     async with FakeOpenAIServer() as fake:
         fake.script(
-            FakeReply.tool_call("add", '{"a": "forty", "b": 2,'),  # broken text, wrong type
+            FakeReply.tool_call("add", '{"a": "forty", "b": 2,}'),  # broken text, wrong type
             FakeReply.tool_call("subtract", {"a": 1}),  # a tool that does not exist
             FakeReply.tool_call(
                 "add", "```json\n{'a': '40', 'b': 2}\n```"

@@ -113,9 +113,10 @@ async def test_tool_call_budget_stops_the_task() -> None:
 
 
 async def test_identical_repeated_call_is_not_executed() -> None:
+    """A read repeated with nothing changed since is a loop (a write would have moved the state)."""
     runs: list[int] = []
 
-    @tool
+    @tool(level=0)
     def lookup(key: str) -> str:
         """Look a key up."""
         runs.append(1)

@@ -1,8 +1,8 @@
 """The agent loop: the model decides, code executes tools, results go back, a reply comes out.
 
 Read `run_loop` top to bottom; everything it needs is named for what it does. The guards of a
-task (turn limit, tool-call budget, repeated calls, tools that keep failing) live in `TaskGuards`,
-so the loop itself only says *when* they are checked.
+task (turn limit, tool-call budget, repeated calls, tools that keep failing, responses cut off by
+the token limit) live in `guards.py`, so the loop itself only says *when* they are checked.
 """
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass, field, replace
 
+from .guards import TaskGuards, changes_state, cut_off_outcomes
 from .messages import Message, ModelResponse, ToolCall, Usage
 from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
 from .tools import ToolContext, ToolRegistry
 from .tools.permissions import Caller
 from .tools.registry import ToolOutcome
-from .tools.results import error_result
 
 # Tool outcomes that pause the task instead of failing a call: a person must answer first (T5, T6).
 # The task stops with this stop_reason and is run again under the same task id once they have.
@@ -69,7 +68,7 @@ async def run_loop(
 ) -> RunResult:
     """Run one task over `messages` (which it extends in place) until the model answers."""
     run = RunResult(reply="", messages=messages)
-    guards = TaskGuards(limits)
+    guards = TaskGuards(limits, lambda name: changes_state(registry.get(name)))
     task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name, spent=[])
     started = time.perf_counter()
     model_seconds = 0.0
@@ -114,7 +113,9 @@ async def run_tool_calls(
     task: ToolContext,
 ) -> list[ToolOutcome]:
     """Run the calls of one model turn concurrently; outcomes come back in call order."""
-    planned: list[ToolOutcome | None] = [guards.refuse(call) for call in response.tool_calls]
+    if response.cut_off:  # the last call's arguments are incomplete: nothing of this turn runs
+        return cut_off_outcomes(response)
+    planned = guards.admit(response.tool_calls)
 
     async def execute(call: ToolCall) -> ToolOutcome:
         context = replace(task, call_id=call.id, tool_name=call.name, scratch={})  # each call its own
@@ -131,54 +132,6 @@ async def run_tool_calls(
     return [outcome for outcome in planned if outcome is not None]
 
 
-class TaskGuards:
-    """K2's guards for one task. `refuse` decides, before execution, whether a call may run."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.executed = 0
-        self.budget_exhausted = False
-        self.withdrawn: set[str] = set()
-        self._seen: set[tuple[str, str]] = set()
-        self._ids: set[str] = set()  # an id names one call: its approval and its journaled result
-        self._failures: Counter[str] = Counter()
-
-    def refuse(self, call: ToolCall) -> ToolOutcome | None:
-        """An outcome explaining why `call` is not executed, or None to execute it."""
-        if call.id in self._ids:
-            message = f"call id {call.id!r} was already used in this task; this call was not run. "
-            return _refused(call, message + "Give every call its own id.", "repeated_call_id")
-        self._ids.add(call.id)
-        if call.name in self.withdrawn:
-            message = f"tool {call.name} failed {self.limits.max_tool_failures} times in a row and is no "
-            return _refused(
-                call, message + "longer available in this task; use another approach", "withdrawn"
-            )
-        if call.key in self._seen:
-            message = (
-                f"identical call to {call.name} with the same arguments was already made; its result is "
-                "above. Do not repeat it: change your strategy or answer with what you have."
-            )
-            return _refused(call, message, "repeated_call")
-        if self.executed >= self.limits.max_tool_calls:
-            self.budget_exhausted = True
-            return _refused(call, f"tool call limit of {self.limits.max_tool_calls} reached", "budget")
-        self._seen.add(call.key)
-        self.executed += 1
-        return None
-
-    def record(self, outcome: ToolOutcome) -> None:
-        name = outcome.call.name
-        if outcome.error == "outcome_unknown":  # interrupted by a restart: trying it again is not a loop
-            self._seen.discard(outcome.call.key)
-        if outcome.ok:
-            self._failures[name] = 0
-        elif outcome.error != "unknown_tool":
-            self._failures[name] += 1
-            if self._failures[name] >= self.limits.max_tool_failures:
-                self.withdrawn.add(name)
-
-
 def pause_reply(paused: ToolOutcome, language: Language) -> str:
     """What the user reads when a task pauses: the approval request, or the model's question."""
     if paused.error != "awaiting_approval":
@@ -187,10 +140,6 @@ def pause_reply(paused: ToolOutcome, language: Language) -> str:
     return fixed_reply("approval_request", language).format(
         tool=paused.call.name, arguments=arguments, id=paused.content
     )
-
-
-def _refused(call: ToolCall, message: str, reason: str) -> ToolOutcome:
-    return ToolOutcome(call, error_result(message), ok=False, error=reason)
 
 
 def _finish(run: RunResult, reply: str, reason: str, started: float) -> RunResult:

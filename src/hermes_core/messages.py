@@ -96,6 +96,12 @@ class ModelResponse:
     answered_by: str = ""
 
     @property
+    def cut_off(self) -> bool:
+        """The output token limit ended the response (OpenAI-compatible servers, Ollama and vLLM
+        say "length"): a tool call in it may have incomplete arguments."""
+        return self.finish_reason in ("length", "max_tokens")
+
+    @property
     def text(self) -> str:
         """The visible reply: the content, or the refusal when the model refused."""
         return self.content or self.refusal or ""

@@ -165,7 +165,8 @@ def extract_text_calls(
         content=parsed.content or (None if calls else ""),
         tool_calls=calls,
         reasoning=parsed.reasoning or response.reasoning,
-        finish_reason="tool_calls" if calls else response.finish_reason,
+        # a call written in text and cut by the token limit stays "length": the loop runs none (guards.py)
+        finish_reason="tool_calls" if calls and not response.cut_off else response.finish_reason,
     )
 
 

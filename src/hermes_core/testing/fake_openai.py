@@ -61,7 +61,8 @@ class FakeReply:
     - ``raw_body``: sent verbatim instead of a completion (errors, malformed JSON, broken SSE).
     - ``delay``: seconds to wait before answering; ``None`` means the server's ``latency``.
     - ``usage``: the ``usage`` object; ``None`` computes a rough estimate (~4 chars per token).
-    - ``finish_reason``: ``None`` means ``"tool_calls"`` if there are tool calls, else ``"stop"``.
+    - ``finish_reason``: ``None`` means ``"tool_calls"`` if there are tool calls, else ``"stop"``;
+      ``"length"`` with cut argument text is a call the token limit cut (``FakeReply.cut_off``).
     - ``model``: the ``model`` field of the answer; ``None`` echoes the requested model.
     - ``disconnect``: close the connection after ``delay`` without sending any response.
     - ``chunk_delay``: seconds between streamed chunks (``0`` sends the whole stream at once).
@@ -89,6 +90,14 @@ class FakeReply:
     def tool_call(cls, name: str, args: ToolArgs | None = None, **kw: Any) -> FakeReply:
         """An answer that calls one tool; ``args`` may be a dict or verbatim argument text."""
         return cls(tool_calls=[(name, {} if args is None else args)], **kw)
+
+    @classmethod
+    def cut_off(cls, name: str, args: ToolArgs, keep: int, **kw: Any) -> FakeReply:
+        """A tool call the output token limit cut: only the first ``keep`` characters of its
+        argument text are sent, with ``finish_reason: "length"`` (as OpenAI, Ollama and vLLM do),
+        streamed or not. ``args`` may be a dict (JSON-encoded first) or argument text."""
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return cls(tool_calls=[(name, text[:keep])], finish_reason="length", **kw)
 
     @classmethod
     def parallel_tool_calls(cls, calls: list[tuple[str, ToolArgs]], **kw: Any) -> FakeReply:
@@ -181,6 +190,9 @@ class FakeOpenAIServer:
       parser turns back into an object). The schedule is fixed, not random: the k-th tool-call
       reply is broken when ``floor(k * fraction)`` grows, so any n replies hold exactly
       ``floor(n * fraction)`` broken ones (0.3: the 4th, 7th, 10th, …).
+    - ``honor_max_tokens``: a request's ``max_tokens`` (or ``max_completion_tokens``) cuts a
+      tool-call reply at about four characters per token, mid-argument, with
+      ``finish_reason: "length"``, as a real server's output limit does.
 
     Records: ``requests`` (every chat request, even rejected ones), ``in_flight`` and
     ``max_in_flight`` (chat requests open at once, from arrival to the end of the answer),
@@ -209,6 +221,7 @@ class FakeOpenAIServer:
         self.api_key = api_key
         self.reject_tools = reject_tools
         self.text_tool_calls = False
+        self.honor_max_tokens = False
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
         self.omit_call_ids = False
@@ -395,6 +408,7 @@ class FakeOpenAIServer:
             reply = replace(reply, delay=self.model_latency[model])
         if not reply.tool_calls or reply.raw_body is not None:
             return reply
+        reply = self._token_limit(record, reply)
         self.tool_replies[model] += 1
         share = Fraction(self.break_arguments.get(model, 0.0)).limit_denominator(1000)
         count = self.tool_replies[model]
@@ -402,6 +416,22 @@ class FakeOpenAIServer:
             return reply
         self.broken[model] += 1
         return replace(reply, tool_calls=[(name, _broken(args)) for name, args in reply.tool_calls])
+
+    def _token_limit(self, record: RecordedRequest, reply: FakeReply) -> FakeReply:
+        """The reply as the request's output limit leaves it (``honor_max_tokens``)."""
+        body = record.body or {}
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if not self.honor_max_tokens or not isinstance(limit, int) or isinstance(limit, bool):
+            return reply
+        room = limit * 4 - len(reply.content or "")
+        kept: list[tuple[str, ToolArgs]] = []
+        for name, args in reply.tool_calls:
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            kept.append((name, text[: max(room, 0)]))
+            room -= len(text)
+            if room < 0:
+                return replace(reply, tool_calls=kept, finish_reason="length")
+        return reply
 
     # -- writing the answer ------------------------------------------------------------------
 

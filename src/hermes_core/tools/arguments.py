@@ -2,7 +2,9 @@
 
 Models write arguments as text, and often not quite JSON: code fences, prose around the object,
 single quotes, Python literals, trailing commas, or output cut off mid-object. `parse_arguments`
-recovers the object when it can; `validate_arguments` then coerces it through pydantic's lax
+recovers the object when it can, and only when the reading is faithful: a repair that loses,
+invents or changes a key or value, or completes a cut-off object, is refused with an error the
+model reads (tools/faithful.py). `validate_arguments` then coerces it through pydantic's lax
 JSON mode ("5" → 5, "true" → True) and, when that fails, says which field expected what and what
 came, so the model can fix its call.
 """
@@ -38,8 +40,25 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
             return value
     value = _repair(text)
     if isinstance(value, dict) and (value or "{" in text):
-        return value
+        return _faithful(text, value)
     raise ArgumentError(f"arguments must be a JSON object, got: {_preview(text)}")
+
+
+def _faithful(text: str, repaired: dict[str, Any]) -> dict[str, Any]:
+    """The repaired object, only if it says exactly what the text says (tools/faithful.py)."""
+    from .faithful import is_cut_off, is_faithful
+
+    if is_faithful(text, repaired):
+        return repaired
+    if is_cut_off(text):
+        raise ArgumentError(
+            f"arguments end before the JSON object closes (cut off?): {_preview(text)}; "
+            "call again with complete arguments"
+        )
+    raise ArgumentError(
+        f"arguments are not valid JSON and cannot be read unambiguously: {_preview(text)}; "
+        "write one JSON object with double-quoted keys and strings"
+    )
 
 
 def _candidates(text: str) -> list[str]:
@@ -60,9 +79,20 @@ def _loads(text: str) -> Any:
     except ValueError:
         pass
     try:  # Python literal syntax: single quotes, True/False/None
-        return ast.literal_eval(text) if len(text) < 100_000 else None
+        value = ast.literal_eval(text) if len(text) < 100_000 else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
+    return value if _json_shaped(value) else None  # a set, tuple, bytes or int key has no JSON reading
+
+
+def _json_shaped(value: Any, depth: int = 0) -> bool:
+    if depth > 100:
+        return False
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_shaped(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_json_shaped(item, depth + 1) for item in value)
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def _repair(text: str) -> Any:

@@ -86,6 +86,7 @@ class Tool:
     confirm: bool = False  # a person approves each call before it runs (level-2 tools always need it)
     asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
     groups: tuple[str, ...] = ()  # routing tags (tools/routing.py): with many tools, only relevant groups go
+    read_only_hint: bool | None = None  # an MCP server's `readOnlyHint`; None: not an MCP tool
 
     @property
     def needs_person(self) -> bool:

@@ -278,6 +278,7 @@ class MCPConnection:
             timeout=self.timeout,
             level=names.levels.get(remote, self.level),
             confirm=remote in names.confirm,
+            read_only_hint=bool(spec.annotations and spec.annotations.read_only_hint),
         )
 
 
