@@ -29,8 +29,10 @@ against `fastjsonschema` (benchmarks/bench_schema_validation.py): fastjsonschema
 call, but it compiles each schema into Python source and `exec`s it — for schemas written by an
 MCP server that is code generated from someone else's text — it stops at the first error (the
 model should hear every bad field at once), gives no JSON pointer for a bad schema, and knows
-drafts 4–7 only. jsonschema's cost (tens of µs a call) is small beside a model's turn. It is
-imported on the first schema tool, never by `import hermes_core`.
+drafts 4–7 only. Indicatively, on a five-field schema: fastjsonschema ~1 µs to validate, jsonschema
+~30 µs, the whole check here (coercion + jsonschema) ~50 µs against ~6 µs for a typed tool —
+small beside a model's turn of hundreds of milliseconds. It is imported on the first schema
+tool, never by `import hermes_core`.
 """
 
 from __future__ import annotations
