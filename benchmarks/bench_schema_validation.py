@@ -58,9 +58,17 @@ SCHEMA = {
     },
     "required": ["guests", "budget", "breakfast", "room", "nights"],
 }
-BOOK_SCHEMA = tool_from_entry("book_schema", {"description": "Book a room.", "parameters": SCHEMA, "handler": print})
+BOOK_SCHEMA = tool_from_entry(
+    "book_schema", {"description": "Book a room.", "parameters": SCHEMA, "handler": print}
+)
 TYPED = {"guests": 2, "budget": 120.5, "breakfast": True, "room": "double", "nights": [1, 2, 3]}
-STRINGIFIED = {"guests": "2", "budget": "120.5", "breakfast": "true", "room": "double", "nights": ["1", "2", "3"]}
+STRINGIFIED = {
+    "guests": "2",
+    "budget": "120.5",
+    "breakfast": "true",
+    "room": "double",
+    "nights": ["1", "2", "3"],
+}
 
 
 def per_call_us(function: Callable[[], Any], rounds: int, calls: int = 2000) -> float:
@@ -77,14 +85,24 @@ def validators_alone(rounds: int) -> list[dict[str, str]]:
     from jsonschema import Draft202012Validator
 
     checked = Draft202012Validator(SCHEMA)
-    rows = [{"metric": "jsonschema validate only (typed args)", "hermes": f"{per_call_us(lambda: checked.is_valid(TYPED), rounds):.1f} µs"}]
+    rows = [
+        {
+            "metric": "jsonschema validate only (typed args)",
+            "hermes": f"{per_call_us(lambda: checked.is_valid(TYPED), rounds):.1f} µs",
+        }
+    ]
     try:
         import fastjsonschema
     except ImportError:
         rows.append({"metric": "fastjsonschema validate only", "hermes": "not installed"})
         return rows
     fast = fastjsonschema.compile(SCHEMA)
-    rows.append({"metric": "fastjsonschema validate only (typed args)", "hermes": f"{per_call_us(lambda: fast(TYPED), rounds):.1f} µs"})
+    rows.append(
+        {
+            "metric": "fastjsonschema validate only (typed args)",
+            "hermes": f"{per_call_us(lambda: fast(TYPED), rounds):.1f} µs",
+        }
+    )
     return rows
 
 
@@ -96,7 +114,14 @@ def main() -> None:
     for label, arguments in (("well typed", TYPED), ("stringified", STRINGIFIED)):
         typed = per_call_us(lambda a=arguments: bind_arguments(book_typed, dict(a)), rounds)
         schema = per_call_us(lambda a=arguments: bind_arguments(BOOK_SCHEMA, dict(a)), rounds)
-        line = row(f"check one call, {label} (µs)", f"{schema:.1f} schema", f"{typed:.1f} typed", schema, TARGET_US, " µs")
+        line = row(
+            f"check one call, {label} (µs)",
+            f"{schema:.1f} schema",
+            f"{typed:.1f} typed",
+            schema,
+            TARGET_US,
+            " µs",
+        )
         line["ratio"] = f"{schema / typed:.2f}"
         rows.append(line)
     print(format_table(rows))

@@ -83,7 +83,7 @@ async def test_stringified_values_reach_a_dict_tool_typed() -> None:
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
-        ({"guests": 2, "room": "suite"}, "field 'room': expected one of \"single\", \"double\", got \"suite\""),
+        ({"guests": 2, "room": "suite"}, 'field \'room\': expected one of "single", "double", got "suite"'),
         ({"guests": "two"}, "field 'guests': expected integer, got \"two\""),
         ({"guests": 2, "breakfast": "maybe"}, "field 'breakfast': expected boolean, got \"maybe\""),
         ({"guests": 2, "nights": [1, "x"]}, "field 'nights.1': expected integer, got \"x\""),
@@ -91,7 +91,10 @@ async def test_stringified_values_reach_a_dict_tool_typed() -> None:
         ({"guests": 2, "contact": {}}, "field 'contact.email' is required but missing"),
         ({"guests": 2, "contact": {"email": "nobody"}}, "field 'contact.email': 'nobody' is not a 'email'"),
         ({"guests": 2, "arrival": "tomorrow"}, "field 'arrival': 'tomorrow' is not a 'date'"),
-        ({"guests": 2, "pets": 3}, "field 'pets' is not a parameter of book (its parameters: arrival, breakfast"),
+        (
+            {"guests": 2, "pets": 3},
+            "field 'pets' is not a parameter of book (its parameters: arrival, breakfast",
+        ),
     ],
 )
 async def test_invalid_calls_to_a_dict_tool_are_refused_naming_the_field(
@@ -123,11 +126,14 @@ async def test_non_standard_type_names_are_normalised_and_offered_standard() -> 
         "type": "dict",
         "properties": {
             "price": {"type": "float"}, "point": {"type": "tuple", "items": {"type": "int"}},
-            "extra": {"type": "any"}, "flag": {"type": "bool"}, "tags": {"type": "list", "items": {"type": "str"}},
+            "extra": {"type": "any"}, "flag": {"type": "bool"},
+            "tags": {"type": "list", "items": {"type": "str"}},
         },
         "required": ["price"],
     }  # fmt: skip
-    outcome, model = await run_one([entry("quote", schema, seen)], "quote", {"price": "2.5", "point": ["1", "2"]})
+    outcome, model = await run_one(
+        [entry("quote", schema, seen)], "quote", {"price": "2.5", "point": ["1", "2"]}
+    )
     assert outcome.ok, outcome.content
     assert seen == [{"price": 2.5, "point": [1, 2]}]
     offered = model.calls[0].tools[0]["function"]["parameters"]
@@ -145,10 +151,16 @@ async def test_non_standard_type_names_are_normalised_and_offered_standard() -> 
         ({"type": "object", "properties": {"a": {"type": "string"}}, "required": "a"}, "'/required'"),
         ({"type": "object", "properties": {"a": {"enum": 3}}}, "'/properties/a/enum'"),
         ({"type": "array"}, "'/type'"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "https://example.org/a.json"}}},
+            "'/properties/a/$ref'",
+        ),
         ("not a schema", "must be a JSON Schema object"),
     ],
 )
-def test_an_invalid_schema_is_an_error_at_start_up_naming_tool_and_pointer(parameters: Any, pointer: str) -> None:
+def test_an_invalid_schema_is_an_error_at_start_up_naming_tool_and_pointer(
+    parameters: Any, pointer: str
+) -> None:
     """Attack: a definition that is not JSON Schema; before, it was accepted and every call reached
     the handler unchecked (or the model endpoint refused the whole request)."""
     with pytest.raises(ToolDefinitionError) as raised:
@@ -164,7 +176,9 @@ async def test_a_dotted_name_is_offered_as_a_wire_name_and_runs() -> None:
     outcome, model = await run_one(tools, "weather_get", {"city": "Paris"})
     assert outcome.ok and seen == [{"city": "Paris"}]
     assert [t["function"]["name"] for t in model.calls[0].tools] == ["weather_get"]
-    assert Agent(model=ScriptedModel([]), tools=tools).registry.get("weather_get").declared_name == "weather.get"
+    assert (
+        Agent(model=ScriptedModel([]), tools=tools).registry.get("weather_get").declared_name == "weather.get"
+    )
 
 
 def test_two_names_that_map_to_one_are_an_error_at_start_up() -> None:
@@ -220,13 +234,15 @@ PYTHON_OF = {
 
 @pytest.mark.parametrize("row", load_lax_rows(), ids=lambda row: row["id"])
 async def test_schema_tools_coerce_exactly_as_typed_tools_on_pydantic_lax_table(row: dict[str, Any]) -> None:
-    """Attack: every lax-mode row of pydantic's conversion table (tests/data/pydantic_lax_coercion_cases.jsonl,
-    from pydantic's docs) sent to a schema tool and to a typed tool of the same type: both accept
-    the same inputs; a scalar arrives as the same value and type, a date/time as the JSON form of
-    the typed tool's value."""
+    """Attack: every lax-mode row of pydantic's conversion table (from pydantic's docs, in
+    tests/data/pydantic_lax_coercion_cases.jsonl) sent to a schema tool and to a typed tool of the
+    same type: both accept the same inputs; a scalar arrives as the same value and type, a
+    date/time as the JSON form of the typed tool's value."""
     seen: list[dict[str, Any]] = []
     registry = ToolRegistry()
-    registry.add(entry("echo", {"type": "object", "properties": {"value": SCHEMA_OF[row["target_type"]]}}, seen))
+    registry.add(
+        entry("echo", {"type": "object", "properties": {"value": SCHEMA_OF[row["target_type"]]}}, seen)
+    )
     typed = TypeAdapter(PYTHON_OF[row["target_type"]])
     outcome = await registry.execute(call("echo", {"value": row["json_input"]}).tool_calls[0])
     assert outcome.ok is row["expected_accept"], outcome.content
@@ -271,7 +287,9 @@ def test_import_hermes_core_does_not_import_the_validator() -> None:
 def demo(log: Path) -> Any:
     from hermes_core.tools.mcp import MCPConnection
 
-    return MCPConnection("demo", command=sys.executable, args=[str(DEMO_SERVER)], env={"DEMO_CALL_LOG": str(log)})
+    return MCPConnection(
+        "demo", command=sys.executable, args=[str(DEMO_SERVER)], env={"DEMO_CALL_LOG": str(log)}
+    )
 
 
 def calls_seen(log: Path) -> list[dict[str, Any]]:
@@ -299,3 +317,95 @@ async def test_an_mcp_tool_refuses_bad_arguments_before_the_server_is_asked(tmp_
     assert second.error == "bad_arguments" and "field 'amount': expected integer" in second.content
     assert third.ok, third.content
     assert calls_seen(log) == [{"tool": "pay.out", "arguments": {"account": "a1", "amount": 7}}]
+
+
+LISTING_SERVER = """
+import json, os
+import anyio
+from mcp import types
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+
+TOOLS = json.loads(os.environ["LISTED_TOOLS"])
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(**tool) for tool in TOOLS])
+
+
+async def call_tool(ctx, params):
+    with open(os.environ["CALL_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps({"tool": params.name, "arguments": params.arguments}) + "\\n")
+    text = json.dumps(params.arguments, sort_keys=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+async def main():
+    server = Server("listing", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+anyio.run(main)
+"""
+
+
+def listing_server(tmp_path: Path, tools: list[dict[str, Any]]) -> Any:
+    """A real MCP server (the SDK's low-level server, over stdio) that lists `tools` as given, with
+    whatever schemas they have, and echoes every call's arguments."""
+    from hermes_core.tools.mcp import MCPConnection
+
+    script = tmp_path / "listing_server.py"
+    script.write_text(LISTING_SERVER, encoding="utf-8")
+    env = {"LISTED_TOOLS": json.dumps(tools), "CALL_LOG": str(tmp_path / "calls.jsonl")}
+    return MCPConnection("listing", command=sys.executable, args=[str(script)], env=env)
+
+
+async def test_an_mcp_tool_with_dataset_types_is_normalised_and_coerced(tmp_path: Path) -> None:
+    """Attack: an MCP server lists a tool written the BFCL way (`"float"`, `"bool"`, a dotted name;
+    the SDK itself insists on a top-level `"object"`); before, the model was offered the
+    non-standard schema and "2.5" and "yes" reached the server as strings."""
+    pytest.importorskip("mcp")
+    tools = [
+        {
+            "name": "price.quote",
+            "description": "Quote a price.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"amount": {"type": "float"}, "express": {"type": "bool"}},
+                "required": ["amount"],
+            },
+        }
+    ]
+    model = ScriptedModel([call("price_quote", {"amount": "2.5", "express": "yes"}), reply("done")])
+    async with listing_server(tmp_path, tools) as server:
+        result = await Agent(model=model, tools=server.tools).run("quote")
+    outcome = result.tool_calls[0]
+    assert outcome.ok, outcome.content
+    assert json.loads(outcome.content) == {"amount": 2.5, "express": True}
+    offered = model.calls[0].tools[0]["function"]
+    assert offered["name"] == "price_quote" and offered["parameters"]["type"] == "object"
+    assert offered["parameters"]["properties"]["amount"] == {"type": "number"}
+
+
+async def test_an_mcp_server_with_an_invalid_schema_or_colliding_names_fails_start_up(tmp_path: Path) -> None:
+    """Attack: a server lists a tool whose schema is not JSON Schema, or two tools that would reach
+    the model under one name (`a.b`, `a_b`); before, both were offered as they came."""
+    pytest.importorskip("mcp")
+    from hermes_core.config import ConfigError
+    from hermes_core.tools.mcp import MCPToolset
+
+    broken = [{"name": "bad", "description": "x", "input_schema": {"type": "object", "required": "a"}}]
+    twins = [
+        {"name": "a.b", "description": "x", "input_schema": {"type": "object"}},
+        {"name": "a_b", "description": "x", "input_schema": {"type": "object"}},
+    ]
+    for tools, expected in (
+        (broken, "tool 'bad'.*'/required'"),
+        (twins, "'a.b' and 'a_b' both become 'a_b'"),
+    ):
+        registry = ToolRegistry()
+        async with MCPToolset([listing_server(tmp_path, tools)]) as toolset:
+            with pytest.raises(ConfigError, match=expected):
+                await toolset.start(registry)
+        assert registry.names == []

@@ -48,7 +48,11 @@ def same(value: Any, gold: Any) -> bool:
     if isinstance(gold, list):
         return isinstance(value, list) and len(value) == len(gold) and all(map(same, value, gold))
     if isinstance(gold, dict):
-        return isinstance(value, dict) and value.keys() == gold.keys() and all(same(value[k], gold[k]) for k in gold)
+        return (
+            isinstance(value, dict)
+            and value.keys() == gold.keys()
+            and all(same(value[k], gold[k]) for k in gold)
+        )
     return bool(value == gold)
 
 
@@ -58,7 +62,11 @@ def stringified(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return json.dumps(value)
-    if isinstance(value, list) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         return [json.dumps(v) for v in value]
     return None
 
@@ -107,10 +115,14 @@ async def measure() -> dict[str, dict[str, Any]]:
 
     for index, row in enumerate(load_corpus()):
         registry, seen = ToolRegistry(), []
+        record = seen.append
         function = row["function"]
         registry.add(
-            {"description": function.get("description") or function["name"], "parameters": function["parameters"],
-             "handler": lambda **kw: seen.append(kw) or "ok"},  # fmt: skip
+            {
+                "description": function.get("description") or function["name"],
+                "parameters": function["parameters"],
+                "handler": lambda record=record, **kw: record(kw) or "ok",
+            },
             name=function["name"],
         )
         name = wire_name(function["name"])
