@@ -138,7 +138,9 @@ def normalise(schema: Any, depth: int = 0) -> Any:
 def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
     """The normalised, checked `parameters` of `tool`, or SchemaDefinitionError naming the problem."""
     if not isinstance(parameters, Mapping):
-        raise SchemaDefinitionError(f"tool {tool!r}: parameters must be a JSON Schema object, got {parameters!r}")
+        raise SchemaDefinitionError(
+            f"tool {tool!r}: parameters must be a JSON Schema object, got {parameters!r}"
+        )
     schema = normalise(copy.deepcopy(dict(parameters)))
     if "type" not in schema and "properties" in schema:
         schema["type"] = "object"
@@ -147,7 +149,7 @@ def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
             f"tool {tool!r}: parameters at '/type' must be \"object\" (arguments are an object), "
             f"got {schema.get('type')!r}"
         )
-    problem = _first_schema_error(schema)
+    problem = _first_schema_error(schema) or _remote_ref(schema, "")
     if problem:
         raise SchemaDefinitionError(f"tool {tool!r}: parameters are not a valid JSON Schema: {problem}")
     return schema
@@ -162,6 +164,26 @@ def _first_schema_error(schema: dict[str, Any]) -> str | None:
         return None
     pointer = "/" + "/".join(str(part).replace("~", "~0").replace("/", "~1") for part in error.absolute_path)
     return f"at '{pointer}': {_short(error.message)}"
+
+
+def _remote_ref(node: Any, pointer: str, depth: int = 0) -> str | None:
+    """A `$ref` to another document: refused (no schema is ever fetched), with its pointer."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return f"at '{pointer}/$ref': {ref!r} is in another document; only '#/…' references are followed"
+        children = node.items()
+    elif isinstance(node, list):
+        children = enumerate(node)  # type: ignore[assignment]
+    else:
+        return None
+    for key, child in children:
+        found = _remote_ref(child, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}", depth + 1)
+        if found:
+            return found
+    return None
 
 
 class SchemaArguments:
@@ -181,7 +203,10 @@ class SchemaArguments:
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The coerced arguments, or ArgumentError naming every bad field and what it expected."""
         coerced = _coerce(arguments, self.schema, self.schema, 0)
-        errors = sorted(self._validator.iter_errors(coerced), key=lambda e: list(map(str, e.absolute_path)))
+        try:
+            errors = sorted(self._validator.iter_errors(coerced), key=lambda e: [*map(str, e.absolute_path)])
+        except Exception as exc:  # e.g. a `$ref` to a document elsewhere: never fetched, never a crash
+            raise ArgumentError(f"the schema of {self.tool} cannot be applied: {_short(str(exc))}") from None
         if errors:
             raise ArgumentError("; ".join(self._describe(error) for error in errors))
         return coerced if isinstance(coerced, dict) else arguments
@@ -198,10 +223,15 @@ class SchemaArguments:
             return f"field {field} is not a parameter of {self.tool} (its parameters: {known})"
         if error.validator == "enum":
             allowed = ", ".join(json.dumps(v, ensure_ascii=False) for v in error.validator_value)
-            return f"field '{where or '(arguments)'}': expected one of {allowed}, got {_preview(error.instance)}"
+            return (
+                f"field '{where or '(arguments)'}': expected one of {allowed}, got {_preview(error.instance)}"
+            )
         if error.validator == "type":
-            kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-            return f"field '{where or '(arguments)'}': expected {' or '.join(kinds)}, got {_preview(error.instance)}"
+            kinds = (
+                error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+            )
+            expected = " or ".join(map(str, kinds))
+            return f"field '{where or '(arguments)'}': expected {expected}, got {_preview(error.instance)}"
         return f"field '{where or '(arguments)'}': {_short(error.message)}"
 
 
@@ -231,7 +261,8 @@ def _coerce(value: Any, schema: Any, root: dict[str, Any], depth: int) -> Any:
 
 
 def _coerce_object(value: dict[str, Any], schema: dict[str, Any], root: dict[str, Any], depth: int) -> Any:
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    declared = schema.get("properties")
+    properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
     extra = schema.get("additionalProperties")
     out = {}
     for name, item in value.items():
@@ -247,7 +278,8 @@ def _coerce_array(value: list[Any], schema: dict[str, Any], root: dict[str, Any]
         prefix, items = items, schema.get("additionalItems")
     prefix = prefix if isinstance(prefix, list) else []
     return [
-        _coerce(item, prefix[i] if i < len(prefix) else items, root, depth + 1) for i, item in enumerate(value)
+        _coerce(item, prefix[i] if i < len(prefix) else items, root, depth + 1)
+        for i, item in enumerate(value)
     ]
 
 
@@ -263,7 +295,13 @@ def _kinds(schema: dict[str, Any]) -> list[str]:
     if isinstance(branches, list):
         found = [kind for branch in branches if isinstance(branch, dict) for kind in _kinds(branch)]
         return list(dict.fromkeys(found))
-    values = schema["enum"] if isinstance(schema.get("enum"), list) else [schema["const"]] if "const" in schema else []
+    values = (
+        schema["enum"]
+        if isinstance(schema.get("enum"), list)
+        else [schema["const"]]
+        if "const" in schema
+        else []
+    )
     return list(dict.fromkeys(kind for v in values for kind in _PYTHON_TYPES if _is(v, kind)))
 
 
