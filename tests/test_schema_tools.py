@@ -264,6 +264,8 @@ def test_normalise_keeps_names_and_reaches_nested_schemas() -> None:
         "type": "object",
         "properties": {"type": {"type": "string"}, "dict": {"anyOf": [{"type": "integer"}]}},
     }
+    assert normalise({"type": ["String", "null"]}) == {"type": ["string", "null"]}
+    assert normalise({"type": ["float", "any"]}) == {}
 
 
 def test_import_hermes_core_does_not_import_the_validator() -> None:

@@ -104,23 +104,18 @@ def wire_names(names: Iterable[str]) -> dict[str, str]:
 
 
 def normalise(schema: Any, depth: int = 0) -> Any:
-    """A copy of `schema` with the `NON_STANDARD_TYPES` names replaced where a type is expected."""
+    """A copy of `schema` with the `NON_STANDARD_TYPES` names replaced where a type is expected
+    (and standard names written in capitals, `String`, lowered); property names are left alone."""
     if not isinstance(schema, dict) or depth > _MAX_DEPTH:
         return schema
     out = dict(schema)
     if "type" in out:
         declared = out["type"]
-        if isinstance(declared, str) and declared.lower() in NON_STANDARD_TYPES:
-            standard = NON_STANDARD_TYPES[declared.lower()]
-            if standard is None:
-                del out["type"]
-            else:
-                out["type"] = standard
-        elif isinstance(declared, list):
-            kinds = [NON_STANDARD_TYPES.get(str(k).lower(), k) if isinstance(k, str) else k for k in declared]
-            out["type"] = list(dict.fromkeys(kinds)) if None not in kinds else None
-            if out["type"] is None:
-                del out["type"]
+        kinds = [_standard(k) for k in declared] if isinstance(declared, list) else [_standard(declared)]
+        if None in kinds:  # `any`: no type at all
+            del out["type"]
+        else:
+            out["type"] = list(dict.fromkeys(kinds)) if isinstance(declared, list) else kinds[0]
     for key in _ONE:
         if isinstance(out.get(key), dict):
             out[key] = normalise(out[key], depth + 1)
@@ -133,6 +128,16 @@ def normalise(schema: Any, depth: int = 0) -> Any:
         if isinstance(out.get(key), dict):
             out[key] = {name: normalise(sub, depth + 1) for name, sub in out[key].items()}
     return out
+
+
+def _standard(kind: Any) -> Any:
+    """The standard name of one type name: `float` → `number`, `String` → `string`, `any` → None."""
+    if not isinstance(kind, str):
+        return kind
+    lowered = kind.lower()
+    if lowered in NON_STANDARD_TYPES:
+        return NON_STANDARD_TYPES[lowered]
+    return lowered if lowered in _PYTHON_TYPES else kind
 
 
 def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
