@@ -305,7 +305,10 @@ def arguments_model_for(
         extra: dict[str, Any] = {"alias": alias} if alias else {}
         described = doc and not _has_description(annotation)
         info = Field(default, description=doc, **extra) if described else Field(default, **extra)
-        fields[f"p{param.name}" if alias else param.name] = (annotation, info)
+        internal = f"p{param.name}" if alias else param.name
+        if internal in fields or (alias and internal in inspect.signature(func).parameters):
+            raise ToolDefinitionError(f"tool {tool_name!r}: parameters {param.name!r} and {internal!r} clash")
+        fields[internal] = (annotation, info)
     model_name = "".join(part.title() for part in re.split(r"[_-]", tool_name)) + "Arguments"
     model = create_model(model_name, __config__=ConfigDict(extra="ignore"), **fields)
     return cast("type[BaseModel]", model), context_param
