@@ -12,6 +12,7 @@ came, so the model can fix its call.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 from typing import Any
@@ -113,6 +114,29 @@ def validate_arguments(model: type[BaseModel], arguments: dict[str, Any]) -> Bas
         return model.model_validate_json(payload)
     except ValidationError as exc:
         raise ArgumentError(describe_validation_error(exc)) from None
+
+
+def bind_arguments(declared: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The one validation path of every tool (`ToolRegistry` calls it for each call).
+
+    A tool declared by a JSON Schema (`declared.arguments_model` is None, or a dict entry) is
+    checked by tools/schema.py — lax coercion as pydantic's, then the schema; a typed handler is
+    then validated by its pydantic model. Returns the handler's keyword arguments, a private copy.
+    """
+    if declared.schema_arguments is None and declared.arguments_model is None:
+        from .declare import ToolDefinitionError, schema_checks  # a Tool built directly from a schema
+
+        try:
+            declared.parameters, declared.schema_arguments = schema_checks(declared.name, declared.parameters)
+        except ToolDefinitionError as exc:
+            raise ArgumentError(f"the tool cannot be called: {exc}") from None
+    if declared.schema_arguments is not None:
+        arguments = declared.schema_arguments.validate(arguments)
+    if declared.arguments_model is None:
+        return copy.deepcopy(arguments)
+    validated = validate_arguments(declared.arguments_model, arguments)
+    fields = type(validated).model_fields
+    return {(info.alias or name): getattr(validated, name) for name, info in fields.items()}
 
 
 def describe_validation_error(exc: ValidationError) -> str:

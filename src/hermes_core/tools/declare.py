@@ -87,6 +87,11 @@ class Tool:
     asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
     groups: tuple[str, ...] = ()  # routing tags (tools/routing.py): with many tools, only relevant groups go
     read_only_hint: bool | None = None  # an MCP server's `readOnlyHint`; None: not an MCP tool
+    # a tool declared by a JSON Schema (dict entry, MCP): its checks (tools/schema.py); built on first
+    # use when a Tool is constructed directly. `declared_name` is the name it was declared with when
+    # that is not a name the model may see (`pay.out` is offered as `pay_out`).
+    schema_arguments: Any = field(default=None, repr=False)
+    declared_name: str | None = None
 
     @property
     def needs_person(self) -> bool:
@@ -214,23 +219,31 @@ def _groups(groups: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
-    """Accept the dict-style registry entry of seed 000: {description, parameters, handler}."""
+    """Accept the dict-style registry entry of seed 000: {description, parameters, handler}.
+
+    `parameters` is checked now (tools/schema.py: non-standard type names normalised, then the
+    metaschema) and checks every call; a name the OpenAI API would refuse is offered as its
+    `wire_name` (`pay.out` → `pay_out`). A typed handler's hints are applied after the schema.
+    """
     missing = [key for key in ("description", "parameters", "handler") if key not in entry]
     if missing:
         raise ToolDefinitionError(f"tool entry {name!r} lacks {', '.join(missing)}")
     if not str(entry["description"]).strip():
         raise ToolDefinitionError(f"tool {name!r} has no description")
-    if not _NAME_PATTERN.match(name):
-        raise ToolDefinitionError(f"tool name {name!r} must match {_NAME_PATTERN.pattern}")
     handler = entry["handler"]
+    parameters, checks = schema_checks(name, entry["parameters"])
     try:  # a typed handler still gets lax coercion; the declared schema is what the model sees
         model, context_param = arguments_model_for(handler, name, {})
     except ToolDefinitionError:
         model, context_param = None, None
+    wire = _wire_name(name)
+    checks.tool = wire  # call-time messages name the tool as the model knows it
     return Tool(
-        name=name,
+        name=wire,
+        declared_name=None if wire == name else name,
+        schema_arguments=checks,
         description=str(entry["description"]).strip(),
-        parameters=dict(entry["parameters"]),
+        parameters=parameters,
         handler=handler,
         arguments_model=model,
         timeout=entry.get("timeout"),
@@ -243,6 +256,27 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
         confirm=bool(entry.get("confirm", False)),
         groups=_groups(entry.get("groups", ())),
     )
+
+
+def schema_checks(name: str, parameters: Any) -> tuple[dict[str, Any], Any]:
+    """The normalised schema of a schema-declared tool and its `SchemaArguments`, or
+    ToolDefinitionError naming the tool and the JSON pointer of the problem."""
+    from .schema import SchemaArguments, SchemaDefinitionError, declared_schema
+
+    try:
+        schema = declared_schema(name, parameters)
+    except SchemaDefinitionError as exc:
+        raise ToolDefinitionError(str(exc)) from None
+    return schema, SchemaArguments(name, schema)
+
+
+def _wire_name(name: str) -> str:
+    from .schema import SchemaDefinitionError, wire_name
+
+    try:
+        return wire_name(name)
+    except SchemaDefinitionError as exc:
+        raise ToolDefinitionError(str(exc)) from None
 
 
 def arguments_model_for(
@@ -266,8 +300,16 @@ def arguments_model_for(
             continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         doc = param_docs.get(param.name)
-        info = Field(default, description=doc) if doc and not _has_description(annotation) else Field(default)
-        fields[param.name] = (annotation, info)
+        # pydantic refuses field names with a leading underscore: such a parameter gets a plain field
+        # name and keeps its own name as the alias (what the schema shows and the model sends)
+        alias = param.name if param.name.startswith("_") else None
+        extra: dict[str, Any] = {"alias": alias} if alias else {}
+        described = doc and not _has_description(annotation)
+        info = Field(default, description=doc, **extra) if described else Field(default, **extra)
+        internal = f"p{param.name}" if alias else param.name
+        if internal in fields or (alias and internal in inspect.signature(func).parameters):
+            raise ToolDefinitionError(f"tool {tool_name!r}: parameters {param.name!r} and {internal!r} clash")
+        fields[internal] = (annotation, info)
     model_name = "".join(part.title() for part in re.split(r"[_-]", tool_name)) + "Arguments"
     model = create_model(model_name, __config__=ConfigDict(extra="ignore"), **fields)
     return cast("type[BaseModel]", model), context_param
@@ -346,4 +388,5 @@ __all__ = [
     "tool",
     "tool_from_entry",
     "tool_from_function",
+    "schema_checks",
 ]

@@ -6,7 +6,8 @@
 
 Each tool a server lists becomes an ordinary `Tool` whose handler calls the server, so every call
 passes `ToolRegistry.execute` like any other: permissions (levels, roles, allowed models), the
-required-argument check, the timeout, result capping and redaction apply unchanged. An MCP tool
+server's input schema (checked when listed, then lax coercion and validation of every call,
+tools/schema.py), the timeout, result capping and redaction apply unchanged. An MCP tool
 is level 1 unless configured (`level` per server, `levels` per tool): the server's own hints are
 not trusted to lower it. The server's answer becomes the tool's result: its text (or, without
 text, its structured content); `isError` and a lost connection become error results.
@@ -52,12 +53,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import __version__
-from .declare import Tool, ToolError
+from .declare import Tool, ToolDefinitionError, ToolError, schema_checks
 from .registry import ToolRegistry
+from .schema import SchemaDefinitionError, wire_name, wire_names
 
 log = logging.getLogger("hermes_core.mcp")
 
-_INVALID_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CLOSE_GRACE = 10.0  # seconds a server gets to shut down before its connection task is cancelled
 _CLIENT_INFO = Implementation(name="hermes-core", version=__version__)
@@ -70,6 +71,12 @@ class MCPConnectionError(ConnectionError):
 class MCPNameError(MCPConnectionError):
     """`levels` or `confirm` names a tool the server does not have: a configuration mistake that
     would otherwise leave that tool at the default level, or without its approval, silently."""
+
+
+class MCPSchemaError(MCPNameError):
+    """One of the server's tools has parameters that are not a JSON Schema, or two of its tools
+    would reach the model under one name: reported at start-up naming the tool, like a `levels`
+    mistake, and none of the server's tools is offered until it is fixed."""
 
 
 @dataclass(eq=False)
@@ -166,24 +173,35 @@ class MCPConnection:
             raise
         try:
             names = self._resolve([spec.name for spec in specs])
+            offered = self._offered(specs, names)
+            self._check_names(offered)
+            tools = [self._declare(spec, names) for spec in offered]
         except MCPNameError:
             await self._stop()  # none of its tools is offered: one of them may be the mistyped one
             raise
         self._client = client
-        self.tools = [self._declare(spec, names) for spec in self._offered(specs, names)]
+        self.tools = tools
         return self.tools
 
+    def _check_names(self, specs: list[MCPToolSpec]) -> None:
+        """Two of the server's tools that would reach the model under one name: MCPNameError."""
+        try:
+            wire_names(f"{self.prefix}{spec.name}" for spec in specs)
+        except SchemaDefinitionError as exc:
+            raise MCPSchemaError(f"MCP server {self.name!r}: {exc}") from None
+
     def displayed(self, remote: str) -> str:
-        """The name the model and `hermes-core tools` see for the server's tool `remote`."""
-        return _INVALID_NAME_CHARS.sub("_", f"{self.prefix}{remote}")[:64]
+        """The name the model and `hermes-core tools` see for the server's tool `remote`
+        (`wire_name` of tools/schema.py, the mapping every schema tool's name goes through)."""
+        return wire_name(f"{self.prefix}{remote}")
 
     def _named(self, entry: str, remotes: list[str]) -> list[str]:
         """The server's tools that `entry` names: its own name first, else the displayed one (with or
         without the prefix)."""
         if entry in remotes:
             return [entry]
-        plain = _INVALID_NAME_CHARS.sub("_", entry)
-        return [r for r in remotes if entry == self.displayed(r) or plain == _INVALID_NAME_CHARS.sub("_", r)]
+        plain = wire_name(entry)
+        return [r for r in remotes if entry == self.displayed(r) or plain == wire_name(r)]
 
     def _resolve(self, remotes: list[str]) -> _Names:
         """`levels`, `confirm` and the allow-list in the server's own names; MCPNameError for a
@@ -270,10 +288,17 @@ class MCPConnection:
             return await self.call(remote, arguments)
 
         description = spec.description or spec.title or f"{remote} (a tool of the {self.name} MCP server)"
+        displayed = self.displayed(remote)
+        try:  # the server's schema checks every call before it is sent (tools/schema.py)
+            parameters, checks = schema_checks(displayed, dict(spec.input_schema))
+        except ToolDefinitionError as exc:
+            raise MCPSchemaError(f"MCP server {self.name!r}: {exc}") from None
         return Tool(
-            name=self.displayed(remote),
+            name=displayed,
+            declared_name=None if displayed == remote else remote,
+            schema_arguments=checks,
             description=description.strip(),
-            parameters=dict(spec.input_schema),
+            parameters=parameters,
             handler=call_remote,
             timeout=self.timeout,
             level=names.levels.get(remote, self.level),
@@ -467,6 +492,7 @@ __all__ = [
     "MCPConnection",
     "MCPConnectionError",
     "MCPNameError",
+    "MCPSchemaError",
     "MCPToolset",
     "attach_mcp",
     "connection_from_config",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import difflib
 import functools
 import logging
@@ -43,7 +42,7 @@ from typing import Any
 
 from ..messages import Message, ToolCall
 from ..redaction import redact_text
-from .arguments import ArgumentError, parse_arguments, required_fields_missing, validate_arguments
+from .arguments import ArgumentError, bind_arguments, parse_arguments
 from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, UnrenderableResult, error_result, is_error_value, render_result
@@ -250,13 +249,7 @@ class ToolRegistry:
     @staticmethod
     def _bind(declared: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments; a private copy, so concurrent calls cannot share objects."""
-        if declared.arguments_model is None:
-            missing = required_fields_missing(declared.parameters, arguments)
-            if missing:
-                raise ArgumentError("; ".join(f"field '{name}' is required but missing" for name in missing))
-            return copy.deepcopy(arguments)
-        validated = validate_arguments(declared.arguments_model, arguments)
-        return {name: getattr(validated, name) for name in type(validated).model_fields}
+        return bind_arguments(declared, arguments)
 
 
 class RegistryWrapper(ToolRegistry):
