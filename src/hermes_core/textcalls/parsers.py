@@ -194,7 +194,10 @@ class JsonTagParser(TagParser):
     """A tag around a JSON call object, or a list of them (subclasses name the tags)."""
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        return _calls_in(_load(body), bare=False)
+        """One call, a list, or several objects joined by `,` or `;` (`{…}, {…}`)."""
+        values, _ = JsonMessageParser()._values(body.strip())
+        calls = [call for value in values for call in _calls_in(value, bare=False) or []]
+        return calls or None
 
 
 class HermesParser(JsonTagParser):
@@ -315,6 +318,18 @@ class PythonicParser(MessageParser):
     """
 
     name = "pythonic"
+    _most_brackets = 32  # where a list of calls followed by prose may end: tried at each `]`
+
+    def split_message(self, message: str) -> tuple[list[FoundCall], str] | None:
+        """A call list, then maybe prose ("[get_weather(city='Tokyo')] Here is the forecast:")."""
+        end = message.find("]")
+        for _ in range(self._most_brackets):
+            if end < 0:
+                return None
+            if found := self.read_message(message[: end + 1]):
+                return found, message[end + 1 :]
+            end = message.find("]", end + 1)
+        return None
 
     def read_message(self, message: str) -> list[FoundCall] | None:
         if not (message.startswith("[") and message.endswith("]")):
@@ -357,8 +372,8 @@ class GlmParser(TagParser):
 
     name = "glm"
     tags = (TOOL_CALL,)
-    _block = re.compile(rf"\s*(?P<name>{NAME})\s*(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
-    _pair = re.compile(r"\s*<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)", re.DOTALL)
+    _block = re.compile(rf"\s*(?P<name>{NAME})(?:\s|\\n)*(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
+    _pair = re.compile(r"(?:\s|\\n)*<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)", re.DOTALL)
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
         block = self._block.fullmatch(body)
@@ -368,7 +383,7 @@ class GlmParser(TagParser):
         while pair := self._pair.match(text, pos):
             arguments[pair["key"].strip()] = _parameter_value(pair["value"])
             pos = pair.end()
-        return [(block["name"], arguments)] if not text[pos:].strip() else None
+        return [(block["name"], arguments)] if not text[pos:].replace("\\n", "").strip() else None
 
 
 def _json_or_pythonic(body: str) -> list[FoundCall] | None:
@@ -400,7 +415,10 @@ class LlamaTokenParser(TagParser):
     )
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        return _json_or_pythonic(body)
+        calls: list[FoundCall] = []
+        for part in body.split("<|python_tag|>"):  # some write the token before each call
+            calls += (_json_or_pythonic(part) or []) if part.strip() else []
+        return calls or None
 
 
 class KimiK2Parser(TagParser):
@@ -941,6 +959,8 @@ def _parameter_value(raw: str) -> Any:
     try:
         decoded = json.loads(value, parse_constant=_reject, parse_float=_number)
     except (ValueError, RecursionError):
+        if value.startswith(("[", "{")) and '\\"' in value:  # GLM-4.6 sometimes escapes the quotes
+            return _parameter_value(value.replace('\\"', '"'))
         return value
     return decoded if isinstance(decoded, (int, float, dict, list)) else value  # bool is an int
 
