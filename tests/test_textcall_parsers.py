@@ -458,6 +458,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
     ("tool_tags", "<json>", f"<json>{W}</json>", Expected("", [WEATHER])),
     ("tool_tags", "<xml>", f"<xml>{W}</xml>", Expected("", [WEATHER])),
     ("decision", "<json> around data that is no call stays visible", '<json>{"a": 1}</json>', Expected('<json>{"a": 1}</json>')),
+    (
+        "decision",
+        "<response> around data with a name is no call (the generic wrappers need arguments)",
+        '<response>{"name": "Alice"}</response>',
+        Expected('<response>{"name": "Alice"}</response>'),
+    ),
     # ── GLM-4.5/4.6/4.7 ─────────────────────────────────────────────────────────────────────────
     (
         "glm",

@@ -221,6 +221,16 @@ class ToolTagParser(JsonTagParser):
 
     name = "tool_tags"
     tags = (TOOL, TOOLS, FUNCTION_CALL, RESPONSE, JSON_TAG, XML)
+    _generic = (RESPONSE.opener, JSON_TAG.opener, XML.opener)  # also wrap plain structured output
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+        """As other tags; but `<response>{"name": "Alice"}</response>` is data, so the generic
+        wrappers need what untagged JSON needs (an `arguments` or `parameters` key)."""
+        if opening.re not in self._generic:
+            return super().read_block(opening, body)
+        values, _ = JsonMessageParser()._values(body.strip())
+        found = [_calls_in(value, bare=True) for value in values]
+        return [call for calls in found for call in calls or []] or None
 
 
 class FunctionTagParser(TagParser):
