@@ -168,7 +168,8 @@ def test_formats_restrict_what_is_held() -> None:
 def test_the_stream_ends_once() -> None:
     parser = StreamingTextCallParser()
     assert parser.feed("[now()] Hi") == StreamUpdate()  # it may still be a pythonic list
-    assert parser.flush() == StreamUpdate("[now()] Hi")
+    flushed = parser.flush()  # a call list, then prose
+    assert (flushed.text, [call.name for call in flushed.calls]) == ("Hi", ["now"])
     assert parser.flush() == StreamUpdate()
     with pytest.raises(RuntimeError):
         parser.feed("more")

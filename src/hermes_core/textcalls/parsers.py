@@ -769,7 +769,7 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
     """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan)."""
-    next_at = {char: text.find(char, pos) for char in {tag.start[0] for tag in tags}}
+    next_at = {char: text.find(char, pos) for char in _first_chars(tags)}
     while live := [at for at in next_at.values() if at >= 0]:
         at = min(live)
         for tag in tags:
@@ -786,13 +786,24 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     them; a tag whose opening holds several (harmony's `<|start|>assistant<|channel|>…`) is looked
     for from its own start literal too.
     """
-    candidates = {max(text.rfind("<", pos), text.rfind("[", pos))}
-    window = max(pos, len(text) - _LONGEST_PARTIAL)
-    candidates |= {text.rfind(tag.start, window) for tag in tags if tag.nested}
-    for start in sorted(at for at in candidates if at >= 0):
-        if any(tag.partial.fullmatch(text, start) for tag in tags):
+    starts = [max(text.rfind("<", pos), text.rfind("[", pos))]
+    for tag in _nested(tags):
+        if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
+            starts.append(at)
+    for start in sorted(starts) if len(starts) > 1 else starts:
+        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in tags):
             return start
     return len(text)
+
+
+@lru_cache(maxsize=32)
+def _nested(tags: tuple[Tag, ...]) -> tuple[Tag, ...]:
+    return tuple(tag for tag in tags if tag.nested)
+
+
+@lru_cache(maxsize=32)
+def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
+    return frozenset(tag.start[0] for tag in tags)
 
 
 def _read_block(
