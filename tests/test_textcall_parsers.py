@@ -405,9 +405,15 @@ CASES: list[tuple[str, str, str, Expected]] = [
     ),
     (
         "decision",
-        "prose inside the tag is no call",
-        "<tool_call>I will look up the weather for you</tool_call>",
-        Expected("<tool_call>I will look up the weather for you</tool_call>"),
+        "prose inside the tag is no call, even around braces json-repair would turn into a call",
+        "<tool_call>I'll use the get_weather tool: {name: get_weather}</tool_call>",
+        Expected("<tool_call>I'll use the get_weather tool: {name: get_weather}</tool_call>"),
+    ),
+    (
+        "decision",
+        "prose around a JSON object inside the tag is no call",
+        '<tool_call>Sure, {"name": "get_weather"} it is</tool_call>',
+        Expected('<tool_call>Sure, {"name": "get_weather"} it is</tool_call>'),
     ),
     (
         "hermes",
