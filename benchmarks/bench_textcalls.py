@@ -78,7 +78,9 @@ def corpus_rows(number: int = 200) -> list[dict]:
         passed = sum(corpus.mismatch(row) is None for row in counted)
         texts = [row["input"] for row in cases]
         parse = per_call(lambda texts=texts: [parse_text_calls(text) for text in texts], number) / len(texts)
-        streamed = per_call(lambda texts=texts: [stream(text) for text in texts], max(1, number // 10)) / len(texts)
+        streamed = per_call(lambda texts=texts: [stream(text) for text in texts], max(1, number // 10)) / len(
+            texts
+        )
         rows.append(
             {
                 "format": name,

@@ -27,12 +27,18 @@ GOAL = 0.97
 
 
 def load_corpus() -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(DATA.glob("*.jsonl")) for line in path.read_text("utf-8").splitlines()]
+    return [
+        json.loads(line)
+        for path in sorted(DATA.glob("*.jsonl"))
+        for line in path.read_text("utf-8").splitlines()
+    ]
 
 
 def listed_policies() -> set[str]:
     """The policy keys of the doc's "Where we differ from the serving stacks" table."""
-    section = DOC.read_text("utf-8").split("## Where we differ from the serving stacks", 1)[1].split("\n## ", 1)[0]
+    section = (
+        DOC.read_text("utf-8").split("## Where we differ from the serving stacks", 1)[1].split("\n## ", 1)[0]
+    )
     return set(re.findall(r"^\| `([a-z-]+)` \|", section, re.MULTILINE))
 
 

@@ -221,7 +221,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
         Expected("", [WEATHER]),
     ),
     ("mistral", "a bare token is removed (it was shown to the user)", "[TOOL_CALLS]", Expected("")),
-    ("mistral", "unreadable text after the token is shown without it", "Hi [TOOL_CALLS] oops", Expected("Hi oops")),
+    (
+        "mistral",
+        "unreadable text after the token is shown without it",
+        "Hi [TOOL_CALLS] oops",
+        Expected("Hi oops"),
+    ),
     (
         "pythonic",
         "llama 3.2 list",
@@ -260,9 +265,7 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "<tool_call>\n<function=f>\n<parameter=on>\ntrue\n</parameter>\n<parameter=opts>\n"
         '{"a": [1]}\n</parameter>\n<parameter=word>\nnull\n</parameter>\n<parameter=text>\n\nline 1\n'
         "line 2\n\n</parameter>\n</function>\n</tool_call>",
-        Expected(
-            "", [("f", '{"on": true, "opts": {"a": [1]}, "word": "null", "text": "line 1\\nline 2"}')]
-        ),
+        Expected("", [("f", '{"on": true, "opts": {"a": [1]}, "word": "null", "text": "line 1\\nline 2"}')]),
     ),
     (
         "qwen3_coder",
@@ -436,7 +439,8 @@ CASES: list[tuple[str, str, str, Expected]] = [
     (
         "qwen3_coder",
         "indented values and a misspelled closing tag",
-        "<tool_call>\n<function=get_weather>\n<parameter=city>\n    北京\n    </paramter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n    北京\n    </paramter>\n"
+        "</function>\n</tool_call>",
         Expected("", [WEATHER]),
     ),
     (
@@ -445,7 +449,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
         '{"name": "get_weather", "parameters": {"city": "北京"}} Would you like more?',
         Expected("Would you like more?", [WEATHER]),
     ),
-    ("decision", "a markdown link is no call", "[docs](https://x.y) say so.", Expected("[docs](https://x.y) say so.")),
+    (
+        "decision",
+        "a markdown link is no call",
+        "[docs](https://x.y) say so.",
+        Expected("[docs](https://x.y) say so."),
+    ),
     # ── Llama call tokens ────────────────────────────────────────────────────────────────────────
     (
         "llama_tokens",
@@ -463,7 +472,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
     ("tool_tags", "<response>", f"<response>{W}</response>", Expected("", [WEATHER])),
     ("tool_tags", "<json>", f"<json>{W}</json>", Expected("", [WEATHER])),
     ("tool_tags", "<xml>", f"<xml>{W}</xml>", Expected("", [WEATHER])),
-    ("decision", "<json> around data that is no call stays visible", '<json>{"a": 1}</json>', Expected('<json>{"a": 1}</json>')),
+    (
+        "decision",
+        "<json> around data that is no call stays visible",
+        '<json>{"a": 1}</json>',
+        Expected('<json>{"a": 1}</json>'),
+    ),
     (
         "decision",
         "<response> around data with a name is no call (the generic wrappers need arguments)",
@@ -504,7 +518,8 @@ CASES: list[tuple[str, str, str, Expected]] = [
     (
         "deepseek",
         "V3.1 with the name first",
-        'Ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 1, "b": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        'Ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 1, "b": 2}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
         Expected("Ok", [ADD]),
     ),
     # ── gpt-oss (harmony) ───────────────────────────────────────────────────────────────────────

@@ -37,7 +37,8 @@ REPLIES = {
     "think unclosed": "Visible first. <think>then thinking until the end",
     "prose with brackets": "Use a < b and x[0] and {braces} freely.",
     "fence then prose": f"```python\nprint(1)\n```\nThat prints 1. <tool_call>{W}</tool_call>",
-    "glm": "Ok <tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>北京</arg_value>\n</tool_call> done",
+    "glm": "Ok <tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>北京</arg_value>\n"
+    "</tool_call> done",
     "kimi_k2": "Ok <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
     '<|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_calls_section_end|> done',
     "deepseek": 'Ok <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "北京"}'
@@ -134,8 +135,16 @@ def test_replies_that_start_like_json_stream_once_they_cannot_be_calls() -> None
 def test_each_call_is_handed_over_when_its_block_closes() -> None:
     """Calls of the token formats arrive while streaming, not at the end."""
     for opening, call, closing in [
-        ("<|tool_calls_section_begin|>", '<|tool_call_begin|>functions.now:0<|tool_call_argument_begin|>{}<|tool_call_end|>', "<|tool_calls_section_end|>"),
-        ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"),
+        (
+            "<|tool_calls_section_begin|>",
+            "<|tool_call_begin|>functions.now:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+            "<|tool_calls_section_end|>",
+        ),
+        (
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜>",
+            "<｜tool▁calls▁end｜>",
+        ),
         ("", "<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}", "<|call|>"),
         ("", "<tool_call>now\n", "</tool_call>"),
         ("", "<|python_start|>[now()]", "<|python_end|>"),
@@ -183,7 +192,14 @@ fragments = st.sampled_from(
         *("```", "```json\n", "{", "}", "[", "]", "<", ";", ",", ":", '"name"', "f(x=1)", "'"),
         *(W, '{"name": "add", "parameters": {"a": 1}}', "[now()]", '"arguments": {}'),
         *(" ", "\n", "\n\n", "Hello", "世界", "北京", "prose.", "}}", "](u)", "<|python_tag|>"),
-        *("<arg_key>", "</arg_key>", "<arg_value>", "<|channel|>", "commentary to=functions.f", "<|message|>"),
+        *(
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "<|channel|>",
+            "commentary to=functions.f",
+            "<|message|>",
+        ),
         *("<|call|>", "<|start|>assistant", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
         *("functions.f:0", "<|tool_call_argument_begin|>", "<｜tool▁calls▁begin｜>", "f<｜tool▁sep｜>"),
     ]

@@ -383,7 +383,10 @@ class GlmParser(TagParser):
     name = "glm"
     tags = (TOOL_CALL,)
     _block = re.compile(rf"\s*(?P<name>{NAME})(?:\s|\\n)*(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
-    _pair = re.compile(r"(?:\s|\\n)*<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)", re.DOTALL)
+    _pair = re.compile(
+        r"(?:\s|\\n)*<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)",
+        re.DOTALL,
+    )
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
         block = self._block.fullmatch(body)
@@ -457,7 +460,9 @@ class KimiK2Parser(TagParser):
             chunks = [body]
         elif chunks[0].strip():
             return None
-        calls = [(call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))]
+        calls = [
+            (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
+        ]
         return calls or None
 
 
@@ -467,11 +472,12 @@ _DS = "<｜tool▁sep｜>"
 class DeepSeekParser(TagParser):
     """DeepSeek-V3 and V3.1 (and R1) call tokens.
 
-        <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
-        ```json
-        {"city": "北京"}
-        ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>                               (V3, R1)
-        <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "北京"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>   (V3.1)
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
+    ```json
+    {"city": "北京"}
+    ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>                               (V3, R1)
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "北京"}
+    <｜tool▁call▁end｜><｜tool▁calls▁end｜>                                          (V3.1, on one line)
     """
 
     name = "deepseek"
@@ -506,7 +512,9 @@ _HARMONY_HEADER = (
 
 def _harmony_tag(start: str, opener: str) -> Tag:
     partial = rf"{'|'.join(_proper_prefixes(start))}|{re.escape(start)}[^\n]{{0,{_LONGEST_PARTIAL - 30}}}"
-    return Tag(start, re.compile(opener), re.compile(partial), ("<|call|>", "<|end|>", "<|return|>"), nested=True)
+    return Tag(
+        start, re.compile(opener), re.compile(partial), ("<|call|>", "<|end|>", "<|return|>"), nested=True
+    )
 
 
 class HarmonyParser(TagParser):
