@@ -110,3 +110,87 @@ def test_pass_rate_per_format(capsys: pytest.CaptureFixture[str]) -> None:
     for name, entry in table.items():
         rate = entry["pass"] / entry["cases"] if entry["cases"] else 1.0
         assert rate >= GOAL, f"{name}: {rate:.1%} < {GOAL:.0%}\n" + "\n".join(entry["failed"])
+
+
+# ── The new formats end to end: a whole task over HTTP against the fake OpenAI-compatible server ──
+
+NEW_FORMATS = {  # one call of add(a=2, b=3) as each format writes it (shapes from the corpus rows)
+    "glm": "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>\n"
+    "<arg_value>3</arg_value>\n</tool_call>",
+    "glm-4.7": "<tool_call>add<arg_key>a</arg_key><arg_value>2</arg_value><arg_key>b</arg_key>"
+    "<arg_value>3</arg_value></tool_call>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>"
+    '{"a": 2, "b": 3}<|tool_call_end|><|tool_calls_section_end|>',
+    "deepseek-v3": "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n"
+    '{"a": 2, "b": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "deepseek-v3.1": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 2, "b": 3}'
+    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    "harmony": "<|channel|>analysis<|message|>Need to add.<|end|><|start|>assistant<|channel|>commentary "
+    'to=functions.add <|constrain|>json<|message|>{"a": 2, "b": 3}<|call|>',
+    "python_tag": '<|python_tag|>{"name": "add", "parameters": {"a": 2, "b": 3}}',
+    "python_start": "<|python_start|>[add(a=2, b=3)]<|python_end|>",
+    "llama.cpp response": '<response>{"name": "add", "arguments": {"a": 2, "b": 3}}</response>',
+}
+MARKUP = ("<", "|", "｜", "arg_key", "functions.", "[TOOL_CALLS]")
+
+
+def _text_model(call_text: str) -> Any:
+    """A model that never uses native tool_calls: it writes `call_text`, then reports the result."""
+    from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
+
+    def handler(request: RecordedRequest) -> FakeReply:
+        last = request.messages[-1]
+        if last["role"] == "tool" or "<tool_response>" in str(last.get("content")):
+            return FakeReply.text("The sum is 5.")
+        return FakeReply.text(f"Let me add them.\n{call_text}")
+
+    return handler
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("name", sorted(NEW_FORMATS))
+async def test_new_format_completes_a_task_over_http(name: str, stream: bool) -> None:
+    """Attack: a local model writes its call in a format the parsers did not know (GLM's raw markup
+    reached the user; Kimi-K2, DeepSeek, gpt-oss and Llama's call tokens were not recognised). Over
+    HTTP to the fake OpenAI-compatible server, the tool must run and no markup may be shown."""
+    from hermes_core import Agent, tool
+
+    ran: list[tuple[int, int]] = []
+
+    @tool(name="add")
+    def add_numbers(a: int, b: int) -> int:
+        """Add two integers."""
+        ran.append((a, b))
+        return a + b
+
+    from hermes_core.testing.fake_openai import FakeOpenAIServer
+
+    async with FakeOpenAIServer(handler=_text_model(NEW_FORMATS[name])) as fake:
+        agent = Agent(model="local", base_url=fake.base_url, tools=[add_numbers], stream=stream)
+        pieces: list[str] = []
+        result = await agent.run("2+3?", on_text=pieces.append)
+        await agent.aclose()
+    assert ran == [(2, 3)] and result.ok and result.reply == "The sum is 5."
+    shown = "".join(pieces) + "".join(
+        str(m.get("content") or "") for m in result.messages if m["role"] == "assistant"
+    )
+    assert not any(marker in shown for marker in MARKUP), shown
+
+
+async def test_a_bare_mistral_token_is_not_shown_over_http() -> None:
+    """Attack: a Mistral model ends its reply with a bare `[TOOL_CALLS]` (nothing readable after it);
+    the token was shown to the user. Streamed over HTTP, neither the reply nor a piece may hold it."""
+    from hermes_core import Agent, tool
+    from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+
+    @tool
+    def now() -> str:
+        """The time."""
+        return "noon"
+
+    async with FakeOpenAIServer(handler=lambda request: FakeReply.text("Done.[TOOL_CALLS]")) as fake:
+        agent = Agent(model="local", base_url=fake.base_url, tools=[now], stream=True)
+        pieces: list[str] = []
+        result = await agent.run("hi", on_text=pieces.append)
+        await agent.aclose()
+    assert result.reply == "Done." and "TOOL_CALLS" not in "".join(pieces)
