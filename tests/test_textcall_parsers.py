@@ -482,7 +482,21 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "decision",
         "<response> around data with a name is no call (the generic wrappers need arguments)",
         '<response>{"name": "Alice"}</response>',
-        Expected('<response>{"name": "Alice"}</response>'),
+        Expected('{"name": "Alice"}'),
+    ),
+    (
+        "tool_tags",
+        "<response> without a call is the reply, shown without the tags (IBM Granite)",
+        "<think>hm</think><response>Hello, world!</response>",
+        Expected("Hello, world!", reasoning="hm"),
+    ),
+    ("tool_tags", "<tool_calls> (Apriel)", f"<tool_calls>[{W}]</tool_calls>", Expected("", [WEATHER])),
+    ("tool_tags", "<TOOLCALL> (Nemotron)", f"<TOOLCALL>[{W}]</TOOLCALL>", Expected("", [WEATHER])),
+    (
+        "decision",
+        "<xml> around markup that is no call stays visible",
+        "<xml><a>1</a></xml>",
+        Expected("<xml><a>1</a></xml>"),
     ),
     # ── GLM-4.5/4.6/4.7 ─────────────────────────────────────────────────────────────────────────
     (

@@ -98,6 +98,8 @@ TOOL_CALLS_TOKEN = literal_tag("[TOOL_CALLS]", None)
 RESPONSE = literal_tag("<response>", "</response>")  # llama.cpp's generic wrappers
 JSON_TAG = literal_tag("<json>", "</json>")
 XML = literal_tag("<xml>", "</xml>")
+TOOL_CALLS_TAG = literal_tag("<tool_calls>", "</tool_calls>")  # Apriel
+TOOLCALL = literal_tag("<TOOLCALL>", "</TOOLCALL>")  # NVIDIA Nemotron
 FUNCTION = Tag(  # <function=get_weather> or <function name="get_weather">
     start="<function",
     opener=re.compile(rf"<function(?:=| name=)([\"']?)(?P<name>{NAME})\1>"),
@@ -213,24 +215,29 @@ class HermesParser(JsonTagParser):
 
 
 class ToolTagParser(JsonTagParser):
-    """Wrappers seen from local models: `<tool>`, `<tools>` (often a list), `<function_call>`, and
-    the `<response>`, `<json>`, `<xml>` that llama.cpp's generic format accepts.
+    """Wrappers seen from local models: `<tool>`, `<tools>` (often a list), `<function_call>`,
+    `<tool_calls>` (Apriel), `<TOOLCALL>` (Nemotron), and the `<response>`, `<json>`, `<xml>` that
+    llama.cpp's generic format accepts.
 
     <tools>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</tools>
     """
 
     name = "tool_tags"
-    tags = (TOOL, TOOLS, FUNCTION_CALL, RESPONSE, JSON_TAG, XML)
+    tags = (TOOL, TOOLS, FUNCTION_CALL, TOOL_CALLS_TAG, TOOLCALL, RESPONSE, JSON_TAG, XML)
     _generic = (RESPONSE.opener, JSON_TAG.opener, XML.opener)  # also wrap plain structured output
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
         """As other tags; but `<response>{"name": "Alice"}</response>` is data, so the generic
-        wrappers need what untagged JSON needs (an `arguments` or `parameters` key)."""
+        wrappers need what untagged JSON needs (an `arguments` or `parameters` key). A `<response>`
+        that holds no call is the reply itself (IBM Granite wraps its answer in one): shown
+        without the tags."""
         if opening.re not in self._generic:
             return super().read_block(opening, body)
-        values, _ = JsonMessageParser()._values(body.strip())
-        found = [_calls_in(value, bare=True) for value in values]
-        return [call for calls in found for call in calls or []] or None
+        values = JsonMessageParser()._values(body.strip())[0] if "name" in body else []
+        found = [call for value in values for call in _calls_in(value, bare=True) or []]
+        if found:
+            return found
+        return body if opening.re is RESPONSE.opener else None
 
 
 class FunctionTagParser(TagParser):
