@@ -339,6 +339,8 @@ class PythonicParser(MessageParser):
 
     def split_message(self, message: str) -> tuple[list[FoundCall], str] | None:
         """A call list, then maybe prose ("[get_weather(city='Tokyo')] Here is the forecast:")."""
+        if message.endswith("]") and (whole := self.read_message(message)):
+            return whole, ""  # the common case, in one parse
         end = message.find("]")
         for _ in range(self._most_brackets):
             if end < 0:
