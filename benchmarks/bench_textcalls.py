@@ -1,13 +1,19 @@
-"""The cost of reading tool calls out of a 4 KB reply, streamed and not (µs per reply).
+"""The cost of reading tool calls out of a 4 KB reply, streamed and not (µs per reply), and how
+many of the serving stacks' own parser-test cases each format gets right.
 
-For scale, the same run times `json.loads` of a 4 KB JSON document: the floor any reply pays.
+For scale, the same run times `json.loads` of a 4 KB JSON document: the floor any reply pays. The
+corpus part reads tests/data/textcalls/ (the same rows and rules as tests/test_textcall_corpus.py):
+per format, the cases, the passes, the rows left out as a listed policy, and the parse time per case.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import timeit
+from collections import defaultdict
+from pathlib import Path
 
 from _common import format_table
 
@@ -57,6 +63,38 @@ def run(number: int = 2000) -> dict:
     return figures
 
 
+def corpus_rows(number: int = 200) -> list[dict]:
+    """Per format: the corpus cases, passes, policy rows, and µs per parse (whole and streamed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import test_textcall_corpus as corpus  # the rows and the comparison rules of the test
+
+    policies = corpus.listed_policies()
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in corpus.CORPUS:
+        groups[row["format"]].append(row)
+    rows = []
+    for name, cases in sorted(groups.items()):
+        counted = [row for row in cases if row.get("policy") not in policies]
+        passed = sum(corpus.mismatch(row) is None for row in counted)
+        texts = [row["input"] for row in cases]
+        parse = per_call(lambda texts=texts: [parse_text_calls(text) for text in texts], number) / len(texts)
+        streamed = per_call(lambda texts=texts: [stream(text) for text in texts], max(1, number // 10)) / len(
+            texts
+        )
+        rows.append(
+            {
+                "format": name,
+                "cases": str(len(counted)),
+                "pass": str(passed),
+                "rate": f"{passed / len(counted):.1%}" if counted else "-",
+                "policy": str(len(cases) - len(counted)),
+                "parse": f"{parse * 1e6:.1f} µs",
+                "streamed": f"{streamed * 1e6:.0f} µs",
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--number", type=int, default=2000)
@@ -67,6 +105,9 @@ def main() -> None:
             figures["rows_table"], ("reply", "parse", "streamed in 8-char pieces", "parse / json.loads")
         )
     )
+    print("\nThe serving stacks' parser-test cases (tests/data/textcalls/), per format:")
+    rows = corpus_rows(max(1, parser.parse_args().number // 10))
+    print(format_table(rows, ("format", "cases", "pass", "rate", "policy", "parse", "streamed")))
 
 
 if __name__ == "__main__":

@@ -220,7 +220,13 @@ CASES: list[tuple[str, str, str, Expected]] = [
         '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "北京"',
         Expected("", [WEATHER]),
     ),
-    ("mistral", "nothing after the token stays visible", "[TOOL_CALLS]", Expected("[TOOL_CALLS]")),
+    ("mistral", "a bare token is removed (it was shown to the user)", "[TOOL_CALLS]", Expected("")),
+    (
+        "mistral",
+        "unreadable text after the token is shown without it",
+        "Hi [TOOL_CALLS] oops",
+        Expected("Hi oops"),
+    ),
     (
         "pythonic",
         "llama 3.2 list",
@@ -236,9 +242,9 @@ CASES: list[tuple[str, str, str, Expected]] = [
     ),
     (
         "pythonic",
-        "non-literal value is not a call",
+        "non-literal value: the call keeps the model's text for the kernel to refuse (never evaluated)",
         "[get_weather(city=input())]",
-        Expected("[get_weather(city=input())]"),
+        Expected("", [("get_weather", "city=input()")]),
     ),
     (
         "pythonic",
@@ -259,9 +265,7 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "<tool_call>\n<function=f>\n<parameter=on>\ntrue\n</parameter>\n<parameter=opts>\n"
         '{"a": [1]}\n</parameter>\n<parameter=word>\nnull\n</parameter>\n<parameter=text>\n\nline 1\n'
         "line 2\n\n</parameter>\n</function>\n</tool_call>",
-        Expected(
-            "", [("f", '{"on": true, "opts": {"a": [1]}, "word": "null", "text": "\\nline 1\\nline 2\\n"}')]
-        ),
+        Expected("", [("f", '{"on": true, "opts": {"a": [1]}, "word": "null", "text": "line 1\\nline 2"}')]),
     ),
     (
         "qwen3_coder",
@@ -343,9 +347,9 @@ CASES: list[tuple[str, str, str, Expected]] = [
     ),
     (
         "decision",
-        "valid JSON followed by prose is not a call",
+        "a JSON call followed by prose is a call, and the prose is shown (Llama 3 goes on talking)",
         f"{W}\nThat is how a call looks.",
-        Expected(f"{W}\nThat is how a call looks."),
+        Expected("That is how a call looks.", [WEATHER]),
     ),
     (
         "decision",
@@ -394,6 +398,158 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "whitespace around removed calls collapses to the longer side",
         f"Checking both.\n\n<tool_call>{W}</tool_call>\n<tool_call>{W}</tool_call>\n\nDone.",
         Expected("Checking both.\n\nDone.", [WEATHER, WEATHER]),
+    ),
+    # ── Bugs found against the serving stacks' tests: one row each ──────────────────────────────
+    (
+        "hermes",
+        "broken JSON whose repair gives array arguments is no call",
+        '<tool_call>{"name": "f" "arguments" [1, 2]}</tool_call>',
+        Expected('<tool_call>{"name": "f" "arguments" [1, 2]}</tool_call>'),
+    ),
+    (
+        "decision",
+        "prose inside the tag is no call, even around braces json-repair would turn into a call",
+        "<tool_call>I'll use the get_weather tool: {name: get_weather}</tool_call>",
+        Expected("<tool_call>I'll use the get_weather tool: {name: get_weather}</tool_call>"),
+    ),
+    (
+        "decision",
+        "prose around a JSON object inside the tag is no call",
+        '<tool_call>Sure, {"name": "get_weather"} it is</tool_call>',
+        Expected('<tool_call>Sure, {"name": "get_weather"} it is</tool_call>'),
+    ),
+    (
+        "hermes",
+        "one junk entry in a list keeps the valid calls",
+        f'<tool_call>[{W}, 5, "junk"]</tool_call>',
+        Expected("", [WEATHER]),
+    ),
+    (
+        "pythonic",
+        "one bad call keeps its valid neighbour",
+        '[get_weather(city="北京"), add(a=b)]',
+        Expected("", [WEATHER, ("add", "a=b")]),
+    ),
+    (
+        "hermes",
+        "1e999 stays its own text, never Infinity",
+        '<tool_call>{"name": "f", "arguments": {"x": 1e999}}</tool_call>',
+        Expected("", [("f", '{"x": "1e999"}')]),
+    ),
+    (
+        "qwen3_coder",
+        "indented values and a misspelled closing tag",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n    北京\n    </paramter>\n"
+        "</function>\n</tool_call>",
+        Expected("", [WEATHER]),
+    ),
+    (
+        "json",
+        "a JSON call followed by prose",
+        '{"name": "get_weather", "parameters": {"city": "北京"}} Would you like more?',
+        Expected("Would you like more?", [WEATHER]),
+    ),
+    (
+        "decision",
+        "a markdown link is no call",
+        "[docs](https://x.y) say so.",
+        Expected("[docs](https://x.y) say so."),
+    ),
+    # ── Llama call tokens ────────────────────────────────────────────────────────────────────────
+    (
+        "llama_tokens",
+        "<|python_tag|> with Llama 3.1 JSON",
+        'Sure.<|python_tag|>{"name": "get_weather", "parameters": {"city": "北京"}}<|eom_id|>',
+        Expected("Sure.", [WEATHER]),
+    ),
+    (
+        "llama_tokens",
+        "<|python_start|> with a Llama 4 pythonic list",
+        '<|python_start|>[get_weather(city="北京"), add(a=1, b=2)]<|python_end|>',
+        Expected("", [WEATHER, ADD]),
+    ),
+    # ── llama.cpp's generic wrappers ────────────────────────────────────────────────────────────
+    ("tool_tags", "<response>", f"<response>{W}</response>", Expected("", [WEATHER])),
+    ("tool_tags", "<json>", f"<json>{W}</json>", Expected("", [WEATHER])),
+    ("tool_tags", "<xml>", f"<xml>{W}</xml>", Expected("", [WEATHER])),
+    (
+        "decision",
+        "<json> around data that is no call stays visible",
+        '<json>{"a": 1}</json>',
+        Expected('<json>{"a": 1}</json>'),
+    ),
+    (
+        "decision",
+        "<response> around data with a name is no call (the generic wrappers need arguments)",
+        '<response>{"name": "Alice"}</response>',
+        Expected('{"name": "Alice"}'),
+    ),
+    (
+        "tool_tags",
+        "<response> without a call is the reply, shown without the tags (IBM Granite)",
+        "<think>hm</think><response>Hello, world!</response>",
+        Expected("Hello, world!", reasoning="hm"),
+    ),
+    ("tool_tags", "<tool_calls> (Apriel)", f"<tool_calls>[{W}]</tool_calls>", Expected("", [WEATHER])),
+    ("tool_tags", "<TOOLCALL> (Nemotron)", f"<TOOLCALL>[{W}]</TOOLCALL>", Expected("", [WEATHER])),
+    (
+        "decision",
+        "<xml> around markup that is no call stays visible",
+        "<xml><a>1</a></xml>",
+        Expected("<xml><a>1</a></xml>"),
+    ),
+    # ── GLM-4.5/4.6/4.7 ─────────────────────────────────────────────────────────────────────────
+    (
+        "glm",
+        "GLM-4.5 key/value tags",
+        "Checking.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>北京</arg_value>\n</tool_call>",
+        Expected("Checking.", [WEATHER]),
+    ),
+    (
+        "glm",
+        "GLM-4.7 without newlines, typed values",
+        "<tool_call>add<arg_key>a</arg_key><arg_value>1</arg_value><arg_key>b</arg_key><arg_value>2</arg_value></tool_call>",
+        Expected("", [ADD]),
+    ),
+    ("glm", "no arguments", "<tool_call>now\n</tool_call>", Expected("", [("now", "{}")])),
+    # ── Kimi-K2 ──────────────────────────────────────────────────────────────────────────────────
+    (
+        "kimi_k2",
+        "section with two calls, one with a malformed id",
+        "Checking. <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_call_begin|>functions.bad.1'
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+        Expected("Checking.", [WEATHER]),
+    ),
+    # ── DeepSeek ─────────────────────────────────────────────────────────────────────────────────
+    (
+        "deepseek",
+        "V3 with a fenced payload",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        '{"city": "北京"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        Expected("", [WEATHER]),
+    ),
+    (
+        "deepseek",
+        "V3.1 with the name first",
+        'Ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 1, "b": 2}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        Expected("Ok", [ADD]),
+    ),
+    # ── gpt-oss (harmony) ───────────────────────────────────────────────────────────────────────
+    (
+        "harmony",
+        "analysis, a call and a final message",
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
+        "<|start|>assistant<|channel|>final<|message|>Checking.<|return|>",
+        Expected("Checking.", [WEATHER]),
+    ),
+    (
+        "harmony",
+        "recipient before the channel",
+        '<|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 1, "b": 2}<|call|>',
+        Expected("", [ADD]),
     ),
     ("decision", "plain text is only trimmed", "  Hello,\n\n  world.  \n", Expected("Hello,\n\n  world.")),
 ]

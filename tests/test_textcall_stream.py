@@ -37,8 +37,20 @@ REPLIES = {
     "think unclosed": "Visible first. <think>then thinking until the end",
     "prose with brackets": "Use a < b and x[0] and {braces} freely.",
     "fence then prose": f"```python\nprint(1)\n```\nThat prints 1. <tool_call>{W}</tool_call>",
+    "glm": "Ok <tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>北京</arg_value>\n"
+    "</tool_call> done",
+    "kimi_k2": "Ok <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    '<|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_calls_section_end|> done',
+    "deepseek": 'Ok <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "北京"}'
+    "<｜tool▁call▁end｜><｜tool▁calls▁end｜> done",
+    "harmony": "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary "
+    'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
+    "<|start|>assistant<|channel|>final<|message|>Done 北京.<|return|>",
+    "llama tokens": 'Ok <|python_tag|>{"name": "get_weather", "parameters": {"city": "北京"}}',
+    "json then prose": f"{W} Would you like more?",
+    "markdown link": "[docs](https://x.y) say so.",
 }
-MARKERS = ("<", "[", "`", "tool_call", "think", "function")
+MARKERS = ("<", "[", "`", "tool_call", "think", "function", "｜", "|")
 
 
 Streamed = tuple[ParsedText, list[str], list[StreamUpdate]]
@@ -104,8 +116,43 @@ def test_whole_message_candidates_are_held_until_they_cannot_be_calls() -> None:
     assert [call.name for call in parser.flush().calls] == ["get_weather"]
 
     parser = StreamingTextCallParser()
-    assert parser.feed("```python\nprint(1)\n```") == StreamUpdate()
-    assert parser.feed("\nThat prints 1.") == StreamUpdate("```python\nprint(1)\n```\nThat prints 1.")
+    assert parser.feed("```json\n{") == StreamUpdate()  # may still be a fenced JSON call
+    assert parser.feed('"a": 1}\n```') == StreamUpdate()
+    assert parser.feed("\nThat is data.") == StreamUpdate('```json\n{"a": 1}\n```\nThat is data.')
+
+
+def test_replies_that_start_like_json_stream_once_they_cannot_be_calls() -> None:
+    """Bug: a plain reply starting with `[` or `{` (a markdown link) was held to the end of the stream."""
+    parser = StreamingTextCallParser()
+    assert parser.feed("[doc") == StreamUpdate()  # `[doc(` would be a pythonic call
+    assert parser.feed("s](https://x.y) say") == StreamUpdate("[docs](https://x.y) say")
+    parser = StreamingTextCallParser()
+    assert parser.feed("```python\nprint(1)\n```") == StreamUpdate("```python\nprint(1)\n```")
+    parser = StreamingTextCallParser()
+    assert parser.feed("{x} is a set") == StreamUpdate("{x} is a set")
+
+
+def test_each_call_is_handed_over_when_its_block_closes() -> None:
+    """Calls of the token formats arrive while streaming, not at the end."""
+    for opening, call, closing in [
+        (
+            "<|tool_calls_section_begin|>",
+            "<|tool_call_begin|>functions.now:0<|tool_call_argument_begin|>{}<|tool_call_end|>",
+            "<|tool_calls_section_end|>",
+        ),
+        (
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜>",
+            "<｜tool▁calls▁end｜>",
+        ),
+        ("", "<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}", "<|call|>"),
+        ("", "<tool_call>now\n", "</tool_call>"),
+        ("", "<|python_start|>[now()]", "<|python_end|>"),
+    ]:
+        parser = StreamingTextCallParser()
+        assert parser.feed("Hi " + opening + call).calls == []
+        update = parser.feed(closing + " more")
+        assert [c.name for c in update.calls] == ["now"], opening + call
 
 
 def test_mistral_calls_arrive_at_the_end() -> None:
@@ -129,8 +176,9 @@ def test_formats_restrict_what_is_held() -> None:
 
 def test_the_stream_ends_once() -> None:
     parser = StreamingTextCallParser()
-    assert parser.feed("[1] Hi") == StreamUpdate()  # may still be a pythonic or JSON list
-    assert parser.flush() == StreamUpdate("[1] Hi")
+    assert parser.feed("[now()] Hi") == StreamUpdate()  # it may still be a pythonic list
+    flushed = parser.flush()  # a call list, then prose
+    assert (flushed.text, [call.name for call in flushed.calls]) == ("Hi", ["now"])
     assert parser.flush() == StreamUpdate()
     with pytest.raises(RuntimeError):
         parser.feed("more")
@@ -143,7 +191,17 @@ fragments = st.sampled_from(
         *("<function=f>", "<function name='g'>", "</function>", "<parameter=x>", "</parameter>"),
         *("```", "```json\n", "{", "}", "[", "]", "<", ";", ",", ":", '"name"', "f(x=1)", "'"),
         *(W, '{"name": "add", "parameters": {"a": 1}}', "[now()]", '"arguments": {}'),
-        *(" ", "\n", "\n\n", "Hello", "世界", "北京", "prose.", "}}"),
+        *(" ", "\n", "\n\n", "Hello", "世界", "北京", "prose.", "}}", "](u)", "<|python_tag|>"),
+        *(
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "<|channel|>",
+            "commentary to=functions.f",
+            "<|message|>",
+        ),
+        *("<|call|>", "<|start|>assistant", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+        *("functions.f:0", "<|tool_call_argument_begin|>", "<｜tool▁calls▁begin｜>", "f<｜tool▁sep｜>"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)

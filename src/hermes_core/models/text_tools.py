@@ -155,7 +155,9 @@ def extract_text_calls(
         return replace(response, content=parsed.content if parsed.reasoning else response.content,
                        reasoning=parsed.reasoning or response.reasoning)  # fmt: skip
     if not parsed.calls and parsed.reasoning is None:
-        return response
+        if parsed.content == response.content.strip():
+            return response
+        return replace(response, content=parsed.content)  # markup that holds no call: a bare [TOOL_CALLS]
     # ids unique across the whole history: some servers reject a conversation that reuses one, and
     # an approval or a journaled result is found by its call's id (tasks/)
     digest = request_digest(conversation) if conversation is not None else uuid.uuid4().hex[:12]

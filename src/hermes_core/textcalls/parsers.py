@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -58,6 +59,7 @@ FoundCall = tuple[str, Any]  # a tool name and its arguments as the model wrote 
 
 # ── How blocks are delimited ─────────────────────────────────────────────────────────────────────
 
+_LONGEST_PARTIAL = 400  # no opening tag is longer than this
 NAME = r"[\w.:/-]+"  # what a tool name may look like: letters, digits, _ . : / -
 _NAME = re.compile(NAME)
 
@@ -73,10 +75,17 @@ class Tag:
     start: str  # the literal every opening tag begins with
     opener: re.Pattern[str]  # the whole opening tag (group `name` when the tag carries the tool name)
     partial: re.Pattern[str]  # text that may still grow into an opening tag (held back while streaming)
-    closer: str | None  # the closing tag; None: the block runs to the end of the text
+    closer: str | tuple[str, ...] | None  # the closing tag(s); None: the block runs to the end of the text
+    nested: bool = False  # the opening tag holds further `<` (harmony's `<|channel|>…<|message|>`)
+
+    def close(self, text: str, pos: int) -> tuple[int, int] | None:
+        """Where the first closing tag at or after `pos` starts and ends; None if none follows."""
+        closers = (self.closer,) if isinstance(self.closer, str) else self.closer or ()
+        found = [(at, at + len(c)) for c in closers if (at := text.find(c, pos)) >= 0]
+        return min(found) if found else None
 
 
-def literal_tag(opening: str, closer: str | None) -> Tag:
+def literal_tag(opening: str, closer: str | tuple[str, ...] | None) -> Tag:
     partial = re.compile("|".join(_proper_prefixes(opening)))
     return Tag(opening, re.compile(re.escape(opening)), partial, closer)
 
@@ -86,6 +95,11 @@ TOOL = literal_tag("<tool>", "</tool>")
 TOOLS = literal_tag("<tools>", "</tools>")
 FUNCTION_CALL = literal_tag("<function_call>", "</function_call>")
 TOOL_CALLS_TOKEN = literal_tag("[TOOL_CALLS]", None)
+RESPONSE = literal_tag("<response>", "</response>")  # llama.cpp's generic wrappers
+JSON_TAG = literal_tag("<json>", "</json>")
+XML = literal_tag("<xml>", "</xml>")
+TOOL_CALLS_TAG = literal_tag("<tool_calls>", "</tool_calls>")  # Apriel
+TOOLCALL = literal_tag("<TOOLCALL>", "</TOOLCALL>")  # NVIDIA Nemotron
 FUNCTION = Tag(  # <function=get_weather> or <function name="get_weather">
     start="<function",
     opener=re.compile(rf"<function(?:=| name=)([\"']?)(?P<name>{NAME})\1>"),
@@ -114,8 +128,10 @@ class TagParser(TextCallParser):
     tags: tuple[Tag, ...]
 
     @abstractmethod
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        """The calls in one block (`body` runs from the opening tag to the closer), or None if none."""
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+        """The calls in one block (`body` runs from the opening tag to the closer); None if this is
+        no block of this format. A list may be empty (the block is markup that holds no call: it is
+        removed); a str is the visible text the block stands for."""
 
 
 class MessageParser(TextCallParser):
@@ -124,6 +140,11 @@ class MessageParser(TextCallParser):
     @abstractmethod
     def read_message(self, message: str) -> list[FoundCall] | None:
         """The calls the message consists of, or None if it is anything else."""
+
+    def split_message(self, message: str) -> tuple[list[FoundCall], str] | None:
+        """The calls the message starts with and the text after them (here: none)."""
+        found = self.read_message(message)
+        return (found, "") if found else None
 
 
 # ── The formats ──────────────────────────────────────────────────────────────────────────────────
@@ -175,7 +196,10 @@ class JsonTagParser(TagParser):
     """A tag around a JSON call object, or a list of them (subclasses name the tags)."""
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        return _calls_in(_load(body), bare=False)
+        """One call, a list, or several objects joined by `,` or `;` (`{…}, {…}`)."""
+        values, _ = JsonMessageParser()._values(body.strip())
+        calls = [call for value in values for call in _calls_in(value, bare=False) or []]
+        return calls or None
 
 
 class HermesParser(JsonTagParser):
@@ -191,13 +215,29 @@ class HermesParser(JsonTagParser):
 
 
 class ToolTagParser(JsonTagParser):
-    """Wrappers seen from local models: `<tool>`, `<tools>` (often a list) and `<function_call>`.
+    """Wrappers seen from local models: `<tool>`, `<tools>` (often a list), `<function_call>`,
+    `<tool_calls>` (Apriel), `<TOOLCALL>` (Nemotron), and the `<response>`, `<json>`, `<xml>` that
+    llama.cpp's generic format accepts.
 
     <tools>[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]</tools>
     """
 
     name = "tool_tags"
-    tags = (TOOL, TOOLS, FUNCTION_CALL)
+    tags = (TOOL, TOOLS, FUNCTION_CALL, TOOL_CALLS_TAG, TOOLCALL, RESPONSE, JSON_TAG, XML)
+    _generic = (RESPONSE.opener, JSON_TAG.opener, XML.opener)  # also wrap plain structured output
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+        """As other tags; but `<response>{"name": "Alice"}</response>` is data, so the generic
+        wrappers need what untagged JSON needs (an `arguments` or `parameters` key). A `<response>`
+        that holds no call is the reply itself (IBM Granite wraps its answer in one): shown
+        without the tags."""
+        if opening.re not in self._generic:
+            return super().read_block(opening, body)
+        values = JsonMessageParser()._values(body.strip())[0] if "name" in body else []
+        found = [call for value in values for call in _calls_in(value, bare=True) or []]
+        if found:
+            return found
+        return body if opening.re is RESPONSE.opener else None
 
 
 class FunctionTagParser(TagParser):
@@ -228,7 +268,11 @@ class MistralParser(TagParser):
         rf"(?P<name>{NAME})(?:\[CALL_ID\][\w-]*)?(?:\[ARGS\])?\s*(?P<arguments>\{{.*)", re.DOTALL
     )
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+        """The calls; a token with nothing readable after it is removed and the rest shown."""
+        return self._calls(body) or body.replace(TOOL_CALLS_TOKEN.start, "").strip()
+
+    def _calls(self, body: str) -> list[FoundCall] | None:
         calls: list[FoundCall] = []
         for chunk in filter(None, (part.strip() for part in body.split(TOOL_CALLS_TOKEN.start))):
             named = self._named.fullmatch(chunk)
@@ -252,28 +296,34 @@ class JsonMessageParser(MessageParser):
     _separators = re.compile(r"[\s;,]*")
 
     def read_message(self, message: str) -> list[FoundCall] | None:
+        found = self.split_message(message)
+        return found[0] if found and not found[1] else None
+
+    def split_message(self, message: str) -> tuple[list[FoundCall], str] | None:
+        """Calls, then maybe prose: Llama 3 often goes on after its call ("Would you like…")."""
         if "name" not in message:  # cheap: spares json_repair every reply that merely starts with { or [
             return None
+        values, rest = self._values(message)
         calls: list[FoundCall] = []
-        for value in self._values(message):
+        for value in values:
             found = _calls_in(value, bare=True)
             if found is None:
                 return None
             calls += found
-        return calls or None
+        return (calls, rest) if calls else None
 
-    def _values(self, text: str) -> list[Any]:
-        """JSON values separated by `;`, `,` or whitespace. A message that is not valid JSON from its
-        first character is loaded leniently as one value; valid JSON followed by prose is no call."""
-        decoder, values, pos = json.JSONDecoder(), [], 0
+    def _values(self, text: str) -> tuple[list[Any], str]:
+        """JSON values separated by `;`, `,` or whitespace, and the text after them. A message that
+        is not valid JSON from its first character is loaded leniently as one value."""
+        decoder, values, pos = json.JSONDecoder(parse_float=_number, parse_constant=_number), [], 0
         try:
             while pos < len(text):
                 value, pos = decoder.raw_decode(text, pos)
                 values.append(value)
                 pos = self._separators.match(text, pos).end()  # type: ignore[union-attr]  # always matches
         except (ValueError, RecursionError):
-            return [] if values else [_load(text)]
-        return values
+            return (values, text[pos:]) if values else ([_load(text)], "")
+        return values, ""
 
 
 class PythonicParser(MessageParser):
@@ -285,6 +335,20 @@ class PythonicParser(MessageParser):
     """
 
     name = "pythonic"
+    _most_brackets = 32  # where a list of calls followed by prose may end: tried at each `]`
+
+    def split_message(self, message: str) -> tuple[list[FoundCall], str] | None:
+        """A call list, then maybe prose ("[get_weather(city='Tokyo')] Here is the forecast:")."""
+        if message.endswith("]") and (whole := self.read_message(message)):
+            return whole, ""  # the common case, in one parse
+        end = message.find("]")
+        for _ in range(self._most_brackets):
+            if end < 0:
+                return None
+            if found := self.read_message(message[: end + 1]):
+                return found, message[end + 1 :]
+            end = message.find("]", end + 1)
+        return None
 
     def read_message(self, message: str) -> list[FoundCall] | None:
         if not (message.startswith("[") and message.endswith("]")):
@@ -293,17 +357,196 @@ class PythonicParser(MessageParser):
             tree = ast.parse(message, mode="eval").body
             if not isinstance(tree, ast.List) or not tree.elts:
                 return None
-            return [self._read_call(node) for node in tree.elts]
+            return [self._read_call(node, message) for node in tree.elts]
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return None
 
-    def _read_call(self, node: ast.expr) -> FoundCall:
+    def _read_call(self, node: ast.expr, message: str) -> FoundCall:
+        """One call. Its shape must be a call (else the list is no call list); a value that is not a
+        literal (`b=foo`) keeps the call, with the model's argument text for the kernel to refuse."""
         if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
             raise ValueError("not a call with keyword arguments")
         name = ast.unparse(node.func)  # `get_weather` or `weather.get`; anything else is refused
         if not _NAME.fullmatch(name):
             raise ValueError(f"not a tool name: {name}")
-        return name, {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+        try:
+            return name, {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return name, ", ".join(ast.get_source_segment(message, k) or "" for k in node.keywords)
+
+
+# ── Formats of newer open models (special tokens the server did not parse) ──────────────────────
+
+
+class GlmParser(TagParser):
+    """GLM-4.5 / 4.6 / 4.7: the tool name first in `<tool_call>`, then key/value tags.
+
+        <tool_call>get_weather
+        <arg_key>city</arg_key>
+        <arg_value>北京</arg_value>
+        </tool_call>
+
+    GLM-4.7 writes no newline after the name. Values are read like Qwen3-Coder's.
+    """
+
+    name = "glm"
+    tags = (TOOL_CALL,)
+    _block = re.compile(rf"\s*(?P<name>{NAME})(?:\s|\\n)*(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
+    _pair = re.compile(
+        r"(?:\s|\\n)*<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)",
+        re.DOTALL,
+    )
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+        block = self._block.fullmatch(body)
+        if block is None:
+            return None
+        arguments, pos, text = {}, 0, block["arguments"]
+        while pair := self._pair.match(text, pos):
+            arguments[pair["key"].strip()] = _parameter_value(pair["value"])
+            pos = pair.end()
+        return [(block["name"], arguments)] if not text[pos:].replace("\\n", "").strip() else None
+
+
+def _json_or_pythonic(body: str) -> list[FoundCall] | None:
+    """A Llama payload: JSON calls joined by `;`, or a pythonic list."""
+    body = body.strip()
+    if body.startswith("[") and not body.startswith("[{"):
+        return PythonicParser().read_message(body)
+    values, rest = JsonMessageParser()._values(body)
+    if rest.strip():
+        return None
+    calls: list[FoundCall] = []
+    for value in values:
+        calls += _calls_in(value, bare=False) or []
+    return calls or None
+
+
+class LlamaTokenParser(TagParser):
+    """Llama's own call tokens: `<|python_tag|>` (3.1/3.2, to the end of the message) and
+    `<|python_start|>` … `<|python_end|>` (Llama 4), around JSON calls or a pythonic list.
+
+        <|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}
+        <|python_start|>[get_weather(city="Paris")]<|python_end|>
+    """
+
+    name = "llama_tokens"
+    tags = (
+        literal_tag("<|python_tag|>", ("<|eom_id|>", "<|eot_id|>")),
+        literal_tag("<|python_start|>", "<|python_end|>"),
+    )
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+        calls: list[FoundCall] = []
+        for part in body.split("<|python_tag|>"):  # some write the token before each call
+            calls += (_json_or_pythonic(part) or []) if part.strip() else []
+        return calls or None
+
+
+class KimiK2Parser(TagParser):
+    """Kimi-K2: a section of calls, each named `functions.<name>:<index>`.
+
+        <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
+        <|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_calls_section_end|>
+
+    A call whose id is malformed is dropped; its neighbours still run.
+    """
+
+    name = "kimi_k2"
+    tags = (
+        literal_tag("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+        literal_tag("<|tool_call_begin|>", "<|tool_call_end|>"),
+    )
+    _call = re.compile(
+        r"\s*(?:functions\.)?(?P<name>[\w.-]+):\d+\s*<\|tool_call_argument_begin\|>(?P<arguments>.*?)"
+        r"\s*(?:<\|tool_call_end\|>\s*)?",
+        re.DOTALL,
+    )
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+        chunks = body.split("<|tool_call_begin|>")
+        if opening.group() == "<|tool_call_begin|>":
+            chunks = [body]
+        elif chunks[0].strip():
+            return None
+        calls = [
+            (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
+        ]
+        return calls or None
+
+
+_DS = "<｜tool▁sep｜>"
+
+
+class DeepSeekParser(TagParser):
+    """DeepSeek-V3 and V3.1 (and R1) call tokens.
+
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather
+    ```json
+    {"city": "北京"}
+    ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>                               (V3, R1)
+    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "北京"}
+    <｜tool▁call▁end｜><｜tool▁calls▁end｜>                                          (V3.1, on one line)
+    """
+
+    name = "deepseek"
+    tags = (
+        literal_tag("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+        literal_tag("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"),
+    )
+    _v3 = re.compile(rf"\s*function{_DS}(?P<name>{NAME})\s*\n(?P<arguments>.*)", re.DOTALL)
+    _v31 = re.compile(rf"\s*(?P<name>{NAME}){_DS}(?P<arguments>.*)", re.DOTALL)
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+        if opening.group() == self.tags[1].start:
+            chunks = [body]
+        else:
+            first, *chunks = body.split(self.tags[1].start)
+            if first.strip():
+                return None
+        calls = []
+        for chunk in chunks:
+            chunk = chunk.split("<｜tool▁call▁end｜>")[0]
+            call = self._v3.fullmatch(chunk) or self._v31.fullmatch(chunk)
+            if call is not None:
+                calls.append((call["name"], call["arguments"].strip()))
+        return calls or None
+
+
+_HARMONY_HEADER = (
+    r"[ \t]*(?:to=(?P<before>[^\s<]{1,100})[ \t]*)?<\|channel\|>(?P<channel>\w{1,20})"
+    r"(?:[ \t]+to=(?P<after>[^\s<]{1,100}))?[^<\n]{0,40}(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"
+)
+
+
+def _harmony_tag(start: str, opener: str) -> Tag:
+    partial = rf"{'|'.join(_proper_prefixes(start))}|{re.escape(start)}[^\n]{{0,{_LONGEST_PARTIAL - 30}}}"
+    return Tag(
+        start, re.compile(opener), re.compile(partial), ("<|call|>", "<|end|>", "<|return|>"), nested=True
+    )
+
+
+class HarmonyParser(TagParser):
+    """gpt-oss (harmony): messages on channels; a call is a `commentary` message to `functions.<name>`.
+
+        <|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary
+        to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>
+
+    `analysis` is reasoning (removed); a `final` message (or any other without a recipient) is the
+    visible reply, without its markup.
+    """
+
+    name = "harmony"
+    tags = (
+        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?" + _HARMONY_HEADER),
+        _harmony_tag("<|channel|>", _HARMONY_HEADER.removeprefix(r"[ \t]*")),
+    )
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+        recipient = opening["before"] or opening["after"]
+        if recipient:
+            return [(recipient.removeprefix("functions."), body.strip())]
+        return [] if opening["channel"] == "analysis" else body
 
 
 # ── Registry ─────────────────────────────────────────────────────────────────────────────────────
@@ -312,10 +555,15 @@ PARSERS: dict[str, TextCallParser] = {
     parser.name: parser
     for parser in (  # the parse order: where two formats share a tag, the first to read the block wins
         Qwen3CoderParser(),
+        GlmParser(),
         HermesParser(),
         FunctionTagParser(),
         ToolTagParser(),
         MistralParser(),
+        LlamaTokenParser(),
+        KimiK2Parser(),
+        DeepSeekParser(),
+        HarmonyParser(),
         PythonicParser(),
         JsonMessageParser(),
     )
@@ -368,9 +616,9 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
         think_open = first is not None and first.group() == "</think>"
     thoughts = ThinkSplitter(think_open)
     visible = thoughts.feed(text, final=True)
-    calls = whole_message_calls(visible, parsers)
-    if calls:
-        return ParsedText("", calls, thoughts.reasoning)
+    whole = whole_message_calls(visible, parsers)
+    if whole:
+        return ParsedText(whole[1], whole[0], thoughts.reasoning)
     segments, _ = scan_blocks(visible, parsers, final=True)
     content, calls = release(segments, ContentBuilder())
     return ParsedText(content, calls, thoughts.reasoning)
@@ -439,7 +687,10 @@ def may_be_whole_message(text: str) -> bool:
     """Whether a reply that starts with `text` may still turn out to be a whole-message call."""
     start = _space_end(text, 0)
     undecided = len(text) - start < 3 and "```".startswith(text[start:])  # nothing yet, "`" or "``"
-    return undecided or _message_body_span(text) is not None
+    if undecided:
+        return True
+    found = _message_body_span(text)
+    return found is not None and _CALL_START.match(text, found[0], found[1]) is not None
 
 
 def unfence(text: str, start: int = 0) -> str | None:
@@ -479,17 +730,23 @@ def _space_end(text: str, pos: int) -> int:
     return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
 
 
-def whole_message_calls(visible: str, parsers: Parsers) -> list[TextCall] | None:
-    """The calls, if the whole (think-stripped) text is calls in a message format."""
+def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall], str] | None:
+    """The calls and the text after them, if the (think-stripped) text is calls in a message format."""
     body = message_body(visible)
-    if body is None:
+    if body is None or not _CALL_START.match(body):
         return None
     start = len(visible) - len(visible.lstrip())
     span = (start, len(visible.rstrip()))
     for name, parser in parsers:
-        if isinstance(parser, MessageParser) and (found := parser.read_message(body.strip())):
-            return [_text_call(call, span, name) for call in found]
+        if isinstance(parser, MessageParser) and (found := parser.split_message(body.strip())):
+            calls, rest = found
+            return [_text_call(call, span, name) for call in calls], rest.strip()
     return None
+
+
+# How a whole-message call can begin: `{"` or `{'` (JSON), `[{` (a JSON list), `[name(` (pythonic).
+# Every prefix of a match matches too, so a stream can tell early that `[a link](…)` is no call.
+_CALL_START = re.compile(rf"\s*(?:\{{\s*(?:[\"']|\Z)|\[\s*(?:\{{|{NAME}\s*(?:\(|\Z)|\Z)|\Z)")
 
 
 Segment = str | list[TextCall]  # visible text, or the calls of a block taken out
@@ -507,16 +764,15 @@ def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) ->
     pos = 0
     while (found := _next_opening(text, pos, tags)) is not None:
         tag, opening = found
-        close = text.find(tag.closer, opening.end()) if tag.closer else -1
-        if close < 0 and not final:  # still open: hold it back
+        closing = tag.close(text, opening.end())
+        if closing is None and not final:  # still open: hold it back
             segments.append(text[pos : opening.start()])
             return segments, opening.start()
-        body_end = close if close >= 0 else len(text)
-        end = body_end + len(tag.closer or "") if close >= 0 else len(text)
+        body_end, end = closing or (len(text), len(text))
         segments.append(text[pos : opening.start()])
         span = (offset + opening.start(), offset + end)
-        calls = _read_block(parsers, tag, opening, text[opening.end() : body_end], span)
-        segments.append(calls or text[opening.start() : end])
+        read = _read_block(parsers, tag, opening, text[opening.end() : body_end], span)
+        segments.append(text[opening.start() : end] if read is None else read)
         pos = end
     held = len(text) if final else _partial_opening(text, pos, tags)
     segments.append(text[pos:held])
@@ -530,7 +786,7 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
     """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan)."""
-    next_at = {char: text.find(char, pos) for char in {tag.start[0] for tag in tags}}
+    next_at = {char: text.find(char, pos) for char in _first_chars(tags)}
     while live := [at for at in next_at.values() if at >= 0]:
         at = min(live)
         for tag in tags:
@@ -543,23 +799,43 @@ def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.M
 def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     """Where a tail that may grow into an opening tag begins (len(text) if there is none).
 
-    Such a tail holds no `<` or `[` after its first character, so only the last one can start it.
+    Most such tails hold no `<` or `[` after their first character, so only the last one can start
+    them; a tag whose opening holds several (harmony's `<|start|>assistant<|channel|>…`) is looked
+    for from its own start literal too.
     """
-    start = max(text.rfind("<", pos), text.rfind("[", pos))
-    if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in tags):
-        return start
+    starts = [max(text.rfind("<", pos), text.rfind("[", pos))]
+    for tag in _nested(tags):
+        if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
+            starts.append(at)
+    for start in sorted(starts) if len(starts) > 1 else starts:
+        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in tags):
+            return start
     return len(text)
+
+
+@lru_cache(maxsize=32)
+def _nested(tags: tuple[Tag, ...]) -> tuple[Tag, ...]:
+    return tuple(tag for tag in tags if tag.nested)
+
+
+@lru_cache(maxsize=32)
+def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
+    return frozenset(tag.start[0] for tag in tags)
 
 
 def _read_block(
     parsers: Parsers, tag: Tag, opening: re.Match[str], body: str, span: tuple[int, int]
-) -> list[TextCall]:
-    """The calls of the first format that reads this block; none if no format does."""
+) -> Segment | None:
+    """What the first format that reads this block makes of it: its calls, or the visible text it
+    stands for (a harmony `final` message, a bare `[TOOL_CALLS]`); None if no format reads it."""
     for name, parser in parsers:
         if isinstance(parser, TagParser) and tag in parser.tags:
-            if found := parser.read_block(opening, body):
+            found = parser.read_block(opening, body)
+            if isinstance(found, str):
+                return found
+            if found is not None:  # [] too: a block that is consumed but holds no call
                 return [_text_call(call, span, name) for call in found]
-    return []
+    return None
 
 
 class ContentBuilder:
@@ -618,13 +894,18 @@ _CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
 
 
 def _calls_in(value: Any, *, bare: bool) -> list[FoundCall] | None:
-    """The calls in a decoded payload (one call object or a list of them); None if any item is not one."""
+    """The calls in a decoded payload (one call object or a list of them).
+
+    Untagged (`bare`), every item must be a call, or the payload is data. Inside a tag the tag says
+    "calls", so an item that is not one is dropped and its valid neighbours still run.
+    """
     calls = []
     for item in value if isinstance(value, list) else [value]:
         call = _call_from_object(item, bare=bare)
-        if call is None:
+        if call is None and bare:
             return None
-        calls.append(call)
+        if call is not None:
+            calls.append(call)
     return calls or None
 
 
@@ -638,7 +919,10 @@ def _call_from_object(value: Any, *, bare: bool) -> FoundCall | None:
         return None
     if bare and ("arguments" not in value and "parameters" not in value or value.keys() - _CALL_KEYS):
         return None
-    return name.strip(), value.get("arguments", value.get("parameters"))
+    arguments = value.get("arguments", value.get("parameters"))
+    if not isinstance(arguments, (dict, str, type(None))):  # a list or a number: broken JSON, repaired
+        return None
+    return name.strip(), arguments
 
 
 def _text_call(call: FoundCall, span: tuple[int, int], format: str) -> TextCall:
@@ -656,9 +940,28 @@ def arguments_text(arguments: Any) -> str:
         except ArgumentError:
             return arguments
     try:
-        return json.dumps(arguments, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # e.g. tuple keys from a Python literal
+        return json.dumps(arguments, ensure_ascii=False, default=str, allow_nan=False)
+    except ValueError:  # inf or nan from a Python literal: JSON has no such number
+        return json.dumps(_finite(arguments), ensure_ascii=False, default=str)
+    except TypeError:  # e.g. tuple keys from a Python literal
         return str(arguments)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float replaced by its text ("inf"), so it is valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _number(text: str) -> float | str:
+    """A JSON number; one too large for a float (`1e999`) stays its own text, never `Infinity`."""
+    number = float(text)
+    return number if math.isfinite(number) else text
 
 
 def _load(text: str) -> Any:
@@ -667,13 +970,15 @@ def _load(text: str) -> Any:
     if text.startswith("```"):
         text = (unfence(text) or text).strip()
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_number, parse_constant=_number)
     except (ValueError, RecursionError):
         pass
     try:
         return ast.literal_eval(text) if len(text) < 100_000 else None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
+    if not text.startswith(("{", "[")):  # prose: json_repair would make a string or a list of it
+        return None
     from json_repair import repair_json  # imported on the first broken payload only
 
     try:
@@ -682,12 +987,18 @@ def _load(text: str) -> Any:
         return None
 
 
+_MISSPELLED_CLOSER = re.compile(r"\s*</pa?r[a-z_]*>?\s*\Z")  # </paramter>, </parameters>, </parameter
+
+
 def _parameter_value(raw: str) -> Any:
-    value = raw[1:] if raw.startswith("\n") else raw
-    value = value[:-1] if value.endswith("\n") else value
+    """A Qwen3-Coder or GLM value: trimmed (models indent it), a misspelled closing tag dropped,
+    JSON-decoded when it is a number, object or array."""
+    value = _MISSPELLED_CLOSER.sub("", raw).strip()
     try:
-        decoded = json.loads(value, parse_constant=_reject)
+        decoded = json.loads(value, parse_constant=_reject, parse_float=_number)
     except (ValueError, RecursionError):
+        if value.startswith(("[", "{")) and '\\"' in value:  # GLM-4.6 sometimes escapes the quotes
+            return _parameter_value(value.replace('\\"', '"'))
         return value
     return decoded if isinstance(decoded, (int, float, dict, list)) else value  # bool is an int
 
