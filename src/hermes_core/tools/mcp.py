@@ -37,6 +37,7 @@ try:
     from mcp import Client, StdioServerParameters
     from mcp.client.sse import sse_client
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ListenNotSupportedError
     from mcp.shared.exceptions import MCPError
     from mcp.types import (
         CONNECTION_CLOSED,
@@ -239,7 +240,7 @@ class MCPConnection:
             try:
                 return await send(client)
             except MCPError as exc:
-                if (exc.code != CONNECTION_CLOSED and not _session_gone(exc)) or attempt == 2:
+                if (exc.code != CONNECTION_CLOSED and not await self._session_gone(client, exc)) or attempt == 2:
                     raise ToolError(cap(f"MCP server {self.name!r} refused: {exc.message}", DEFAULT_MAX_CHARS)) from None
                 self._connection_lost(exc.message)
             except (httpx2.HTTPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
@@ -247,6 +248,22 @@ class MCPConnection:
                 if attempt == 2:
                     raise ToolError(f"MCP server {self.name!r}: connection lost ({self._lost})") from None
         raise AssertionError("unreachable")
+
+    async def _session_gone(self, client: Client, exc: MCPError) -> bool:
+        """Whether an HTTP error means the server lost our session (it restarted): it answers 404,
+        or 400 for a session id it does not know. The SDK says so only for 404; for a bare HTTP
+        error a probe (tools/list) tells: a server that still knows the session answers it."""
+        if self.transport == "stdio":
+            return False
+        if _names_lost_session(exc):
+            return True
+        if exc.message != "Server returned an error response":
+            return False
+        try:
+            await asyncio.wait_for(client.list_tools(cache_mode="bypass"), self.connect_timeout)
+        except Exception:
+            return True
+        return False
 
     def safe_to_repeat(self, tool: str) -> bool:
         """Whether the server marks `tool` read-only or idempotent (a repeat does no harm)."""
@@ -268,7 +285,7 @@ class MCPConnection:
         try:
             result = await self._with_progress(client, tool, arguments)
         except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED and not _session_gone(exc):
+            if exc.code != CONNECTION_CLOSED and not await self._session_gone(client, exc):
                 raise ToolError(f"MCP server {self.name!r} refused the call: {exc.message}") from None
             self._connection_lost(f"it closed the connection ({exc.message})")
             raise _Lost(exc.message) from None
@@ -397,6 +414,21 @@ class MCPConnection:
         for listener in list(self.listeners):
             listener(self)
 
+    async def _listen(self, client: Client) -> None:
+        """On a 2026-07-28 connection, change events come on a `subscriptions/listen` stream
+        (earlier ones send `notifications/tools/list_changed`, see `_on_message`)."""
+        tools = client.server_capabilities.tools
+        if tools is None or not tools.list_changed:
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as events:
+                async for _event in events:
+                    await self._refresh()
+        except ListenNotSupportedError:
+            return  # a handshake-era server: its notifications reach `_on_message`
+        except Exception as exc:  # the stream ended with the connection; nothing to refresh
+            log.debug("MCP server %r: change events ended: %s", self.name, _describe(exc))
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, ToolListChangedNotification):
             self._refreshing = asyncio.ensure_future(self._refresh())
@@ -452,7 +484,12 @@ class MCPConnection:
                 server = await self._server(stack)
                 client = Client(server, client_info=_CLIENT_INFO, message_handler=self._on_message)
                 ready.set_result(await stack.enter_async_context(client))
-                await self._closing.wait()
+                listening = asyncio.create_task(self._listen(client))
+                try:
+                    await self._closing.wait()
+                finally:
+                    listening.cancel()
+                    await asyncio.gather(listening, return_exceptions=True)
         except Exception as exc:
             if not ready.done():
                 failure = exc
@@ -649,11 +686,21 @@ class MCPToolset:
         await self.aclose()
 
     def _register(self, registry: ToolRegistry, connection: MCPConnection, declared: Tool) -> None:
-        """Register `declared`; a name another server's tool (or a local tool) has is given a
-        deterministic suffix (`_<server>`), with a WARNING naming both."""
+        """Register `declared`; a name a local tool or another server's tool has is given a suffix
+        (`_<server>`), with a WARNING naming both. Deterministic whichever server connects first: of
+        two servers, the one later in the configuration gets the suffix."""
         old = registry.get(declared.name)
-        if old is not None and self._registered.get(declared.name) == connection.name:
+        holder = self._registered.get(declared.name)
+        order = [c.name for c in self.connections]
+        if old is not None and holder == connection.name:
             registry.remove(declared.name)  # the server's earlier declaration (reconnected, relisted)
+        elif old is not None and holder in order and order.index(holder) > order.index(connection.name):
+            registry.remove(declared.name)  # the later-configured server yields the plain name
+            del self._registered[declared.name]
+            registry.add(declared)
+            self._registered[declared.name] = connection.name
+            self._register(registry, self.connections[order.index(holder)], old)
+            return
         elif old is not None:
             other = self._registered.get(declared.name, "a local tool")
             renamed = f"{declared.name[: 63 - len(connection.name)]}_{connection.name}"
@@ -829,8 +876,7 @@ class _Lost(Exception):
     """The connection ended (the server crashed, or its HTTP session is gone)."""
 
 
-def _session_gone(exc: MCPError) -> bool:
-    """A streamable-HTTP server that restarted answers 404 (or 400) for the old session id."""
+def _names_lost_session(exc: MCPError) -> bool:
     text = exc.message.lower()
     return "session" in text and any(word in text for word in ("not found", "404", "400", "terminated", "invalid"))
 
@@ -839,7 +885,7 @@ async def _list_tools(client: Client) -> list[MCPToolSpec]:
     specs: list[MCPToolSpec] = []
     cursor: str | None = None
     while True:
-        page = await client.list_tools(cursor=cursor)
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
         specs.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
