@@ -48,7 +48,10 @@ def node_servers() -> Path:
     default = Path.home() / ".cache" / "hermes-core" / f"mcp-reference-{pins}"
     folder = Path(os.environ.get("HERMES_MCP_NODE_DIR") or default)
     bins = folder / "node_modules" / ".bin"
-    if all((bins / name).exists() for name in ("mcp-server-everything", "mcp-server-filesystem", "mcp-server-memory")):
+    if all(
+        (bins / name).exists()
+        for name in ("mcp-server-everything", "mcp-server-filesystem", "mcp-server-memory")
+    ):
         return bins
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
@@ -142,9 +145,13 @@ async def test_memory_server_killed_while_idle_is_reopened_for_the_next_call(
     failed ("not connected"); now the connection is opened again first (nothing was sent)."""
     pidfile = tmp_path / "pid"
     command, args = with_pid(pidfile, str(node_servers / "mcp-server-memory"))
-    memory = MCPConnection("memory", command=command, args=args, env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")})
+    memory = MCPConnection(
+        "memory", command=command, args=args, env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")}
+    )
     entity = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote notes"]}]}
-    model = ScriptedModel([call("create_entities", entity), reply("saved"), call("read_graph", {}), reply("read")])
+    model = ScriptedModel(
+        [call("create_entities", entity), reply("saved"), call("read_graph", {}), reply("read")]
+    )
     async with MCPToolset([memory]) as toolset:
         agent = Agent(model=model, mcp=toolset)
         assert (await agent.run("remember Ada")).tool_calls[0].ok
@@ -241,7 +248,9 @@ async def test_a_prompts_only_server_is_connected_not_down(caplog: pytest.LogCap
 # ------------------------------------------------------------------------------------------- content
 
 
-async def test_images_reach_a_text_model_as_a_description_and_annotations_are_kept(node_servers: Path) -> None:
+async def test_images_reach_a_text_model_as_a_description_and_annotations_are_kept(
+    node_servers: Path,
+) -> None:
     """Attack: get-tiny-image / get-annotated-message answer with an image and annotations. Before,
     the model read a bare placeholder with no size and lost the annotations; now it reads type, mime
     type and size (never base64), the annotations, and the image parts reach the `on_media` seam."""
@@ -289,7 +298,9 @@ async def test_a_long_tool_reporting_progress_is_not_cut_at_its_timeout(node_ser
     at 4×) and each notification reaches the progress hook."""
     heard: list[tuple[str, float]] = []
     hook = lambda server, tool, done, total, message: heard.append((tool, done))  # noqa: E731
-    model = ScriptedModel([call("trigger-long-running-operation", {"duration": 3, "steps": 6}), reply("done")])
+    model = ScriptedModel(
+        [call("trigger-long-running-operation", {"duration": 3, "steps": 6}), reply("done")]
+    )
     async with everything(node_servers, timeout=1.5, on_progress=hook) as server:
         result = await Agent(model=model, tools=server.tools, tool_timeout=60).run("go")
     assert result.tool_calls[0].ok, result.tool_calls[0].content
@@ -375,7 +386,9 @@ async def test_destructive_filesystem_tools_wait_for_approval(node_servers: Path
 async def test_git_reset_and_memory_deletes_wait_for_approval(node_servers: Path, tmp_path: Path) -> None:
     """Attack: git_reset and memory's delete_* are destructive and ran without approval."""
     subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
-    git = MCPConnection("git", command=python_server("mcp-server-git"), args=["--repository", str(tmp_path / "repo")])
+    git = MCPConnection(
+        "git", command=python_server("mcp-server-git"), args=["--repository", str(tmp_path / "repo")]
+    )
     memory = MCPConnection("memory", command=str(node_servers / "mcp-server-memory"),
                            env={"MEMORY_FILE_PATH": str(tmp_path / "m.jsonl")})  # fmt: skip
     async with git, memory:
@@ -402,9 +415,13 @@ async def test_same_named_tools_of_two_servers_are_both_offered_with_a_warning(
     assert warned and "'paris'" in warned[0] and "'tokyo'" in warned[0]
 
 
-async def test_names_equal_after_the_64_character_cut_are_disambiguated(caplog: pytest.LogCaptureFixture) -> None:
+async def test_names_equal_after_the_64_character_cut_are_disambiguated(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Attack: two tool names identical in their first 64 characters: one was unreachable, silently."""
-    demo = MCPConnection("demo", command=sys.executable, args=[str(DEMO_SERVER)], env={"DEMO_LONG_NAMES": "1"})
+    demo = MCPConnection(
+        "demo", command=sys.executable, args=[str(DEMO_SERVER)], env={"DEMO_LONG_NAMES": "1"}
+    )
     with caplog.at_level(logging.WARNING, logger="hermes_core.mcp"):
         async with demo:
             tools = {t.name: t for t in demo.tools if t.name.startswith("summarise")}
@@ -419,7 +436,9 @@ async def test_huge_errors_are_capped(node_servers: Path, tmp_path: Path) -> Non
     revision for git_show) reached the model whole; now every MCP error is capped like a result."""
     fs = MCPConnection("fs", command=str(node_servers / "mcp-server-filesystem"), args=[str(tmp_path)])
     subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
-    git = MCPConnection("git", command=python_server("mcp-server-git"), args=["--repository", str(tmp_path / "repo")])
+    git = MCPConnection(
+        "git", command=python_server("mcp-server-git"), args=["--repository", str(tmp_path / "repo")]
+    )
     long = "x" * 200_000
     model = ScriptedModel([
         call("read_text_file", {"path": str(tmp_path / long)}),

@@ -71,14 +71,18 @@ _CLOSE_GRACE = 10.0  # seconds a server gets to shut down before its connection 
 _CLIENT_INFO = Implementation(name="hermes-core", version=__version__)
 _TRANSPORTS = ("stdio", "http", "sse")
 _MAX_BACKOFF = 600.0  # seconds: the longest wait between two attempts to reach a server that is down
-ProgressHook = Callable[[str, str, float, "float | None", "str | None"], None]  # server, tool, done, total, message
+ProgressHook = Callable[
+    [str, str, float, "float | None", "str | None"], None
+]  # server, tool, done, total, message
 MediaHook = Callable[[str, str, list[dict[str, Any]]], None]  # server, tool, image/audio parts
 
 
 def log_progress(server: str, tool: str, progress: float, total: float | None, message: str | None) -> None:
     """The default progress hook: one log line per notification (a channel may show them instead)."""
     of = f"/{total:g}" if total is not None else ""
-    log.info("MCP server %r: %s progress %g%s%s", server, tool, progress, of, f" ({message})" if message else "")
+    log.info(
+        "MCP server %r: %s progress %g%s%s", server, tool, progress, of, f" ({message})" if message else ""
+    )
 
 
 class MCPConnectionError(ConnectionError):
@@ -132,7 +136,7 @@ class MCPConnection:
         if self.transport not in _TRANSPORTS or (self.transport == "stdio") != (self.command is not None):
             raise ValueError(
                 f"MCP server {self.name!r}: transport {self.transport!r} does not fit "
-                f"{'command' if self.command is not None else 'url'} (stdio needs command; http, sse need url)"
+                f"{'command' if self.command is not None else 'url'} (stdio: command; http, sse: url)"
             )
         if self.connect_timeout <= 0:
             raise ValueError(f"MCP server {self.name!r}: connect_timeout must be positive")
@@ -199,8 +203,12 @@ class MCPConnection:
                     "was not repeated because the tool is not marked read-only or idempotent: it may or "
                     "may not have taken effect"
                 ) from None
-            log.warning("MCP server %r: connection lost during %s (%s); reconnecting, repeating once",
-                        self.name, tool, lost)
+            log.warning(
+                "MCP server %r: connection lost during %s (%s); reconnecting, repeating once",
+                self.name,
+                tool,
+                lost,
+            )
             await self._reopen()
             try:
                 return await self._call_once(tool, arguments)
@@ -240,8 +248,12 @@ class MCPConnection:
             try:
                 return await send(client)
             except MCPError as exc:
-                if (exc.code != CONNECTION_CLOSED and not await self._session_gone(client, exc)) or attempt == 2:
-                    raise ToolError(cap(f"MCP server {self.name!r} refused: {exc.message}", DEFAULT_MAX_CHARS)) from None
+                if (
+                    exc.code != CONNECTION_CLOSED and not await self._session_gone(client, exc)
+                ) or attempt == 2:
+                    raise ToolError(
+                        cap(f"MCP server {self.name!r} refused: {exc.message}", DEFAULT_MAX_CHARS)
+                    ) from None
                 self._connection_lost(exc.message)
             except (httpx2.HTTPError, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
                 self._connection_lost(_describe(exc))
@@ -276,7 +288,9 @@ class MCPConnection:
             await self.connect()
         except MCPConnectionError as exc:
             reason = f"; before that: {self._lost}" if self._lost else ""
-            raise ToolError(f"MCP server {self.name!r} is not connected ({exc}{reason}); try again later") from None
+            raise ToolError(
+                f"MCP server {self.name!r} is not connected ({exc}{reason}); try again later"
+            ) from None
 
     async def _call_once(self, tool: str, arguments: dict[str, Any]) -> Any:
         client = self._client
@@ -313,7 +327,8 @@ class MCPConnection:
                 left = heard[0] + self.timeout - loop.time()
                 if left <= 0:
                     raise ToolError(
-                        f"MCP tool {tool} of server {self.name!r} sent no answer or progress in {self.timeout:g} s"
+                        f"MCP tool {tool} of server {self.name!r} sent no answer or progress "
+                        f"in {self.timeout:g} s"
                     )
                 done, _ = await asyncio.wait({call}, timeout=left)
                 if done:
@@ -371,8 +386,12 @@ class MCPConnection:
             if spec.execution is not None and spec.execution.task_support == "required":
                 if spec.name not in self._skipped:
                     self._skipped.add(spec.name)
-                    log.warning("MCP server %r: tool %s runs only as a task, which is not supported; "
-                                "it is not offered", self.name, spec.name)
+                    log.warning(
+                        "MCP server %r: tool %s runs only as a task, which is not supported; "
+                        "it is not offered",
+                        self.name,
+                        spec.name,
+                    )
                 continue
             specs.append(spec)
         return specs
@@ -469,7 +488,8 @@ class MCPConnection:
         if self.allowed_tools is not None:
             allowed = {remote for entry in self.allowed_tools for remote in self._named(entry, remotes)}
             missing = [
-                entry for entry in self.allowed_tools
+                entry
+                for entry in self.allowed_tools
                 if not self._named(entry, remotes) and entry not in ("resources", "prompts")
             ]
             if missing:
@@ -509,7 +529,9 @@ class MCPConnection:
             )
         assert self.url is not None
         if self.transport == "sse":  # the legacy HTTP+SSE transport (protocol 2024-11-05)
-            return sse_client(self.url, headers=dict(self.headers), timeout=30.0, sse_read_timeout=24 * 3600.0)
+            return sse_client(
+                self.url, headers=dict(self.headers), timeout=30.0, sse_read_timeout=24 * 3600.0
+            )
         http = await stack.enter_async_context(
             httpx2.AsyncClient(headers=dict(self.headers), timeout=httpx2.Timeout(30.0, read=None))
         )  # no read timeout: the per-call timeout bounds every call, and a stream may idle
@@ -608,7 +630,11 @@ class MCPToolset:
         now = time.monotonic()
         for connection in self.connections:
             name = connection.name
-            if connection.connected or name in self._pending or now < self._failed_at.get(name, -1e9) + self._backoff(name):
+            if (
+                connection.connected
+                or name in self._pending
+                or now < self._failed_at.get(name, -1e9) + self._backoff(name)
+            ):
                 continue
             self._pending[name] = asyncio.ensure_future(self._connect(registry, connection))
         pending = list(self._pending.values())
@@ -632,8 +658,11 @@ class MCPToolset:
             log.error("%s (its tools are left out until the configuration is fixed)", exc)
         except Exception as exc:
             self._failed(connection, exc)
-            log.error("%s (its tools are left out until it can be reached; next try in %g s)",
-                      exc, self._backoff(connection.name))
+            log.error(
+                "%s (its tools are left out until it can be reached; next try in %g s)",
+                exc,
+                self._backoff(connection.name),
+            )
         else:
             self._failed_at.pop(connection.name, None)
             self._failures.pop(connection.name, None)
@@ -655,7 +684,10 @@ class MCPToolset:
                     registry.remove(name)
                 del self._registered[name]
         for declared in connection.tools:
-            if self._registered.get(declared.name) != connection.name or registry.get(declared.name) is not declared:
+            if (
+                self._registered.get(declared.name) != connection.name
+                or registry.get(declared.name) is not declared
+            ):
                 self._register(registry, connection, declared)
 
     def _changed(self, connection: MCPConnection) -> None:
@@ -705,8 +737,14 @@ class MCPToolset:
             other = self._registered.get(declared.name, "a local tool")
             renamed = f"{declared.name[: 63 - len(connection.name)]}_{connection.name}"
             owner = other if other == "a local tool" else f"MCP server {other!r}"
-            log.warning("MCP server %r: tool %r is already registered by %s; offered as %r instead "
-                        "(give the server a prefix)", connection.name, declared.name, owner, renamed)
+            log.warning(
+                "MCP server %r: tool %r is already registered by %s; offered as %r instead "
+                "(give the server a prefix)",
+                connection.name,
+                declared.name,
+                owner,
+                renamed,
+            )
             if registry.get(renamed) is not None and self._registered.get(renamed) != connection.name:
                 log.error("MCP server %r: %r is taken too; the tool is left out", connection.name, renamed)
                 return
@@ -787,7 +825,9 @@ def _block_text(block: Any) -> str:
         text = _contents_text(block.resource)
     elif isinstance(block, ResourceLink):
         mime = f", {block.mime_type}" if block.mime_type else ""
-        text = f"[resource link {block.uri} ({block.name}{mime}): read it with the server's read_resource tool]"
+        text = (
+            f"[resource link {block.uri} ({block.name}{mime}): read it with the server's read_resource tool]"
+        )
     elif isinstance(block, (ImageContent, AudioContent)):
         text = f"[{block.type}: {block.mime_type}, {_size(block.data)}, not shown to a text model]"
     else:
@@ -837,20 +877,48 @@ def feature_tools(connection: MCPConnection, features: set[str]) -> list[Tool]:
         schema = {"type": "object", "properties": properties, "required": list(properties)[:1]}
         if suffix in ("list_resources", "list_prompts"):
             schema["required"] = []
-        tools.append(Tool(name=f"{stem}_{suffix}"[:64], description=description, parameters=schema,
-                          handler=handler, timeout=connection.timeout, level=0, idempotent=True))
+        tools.append(
+            Tool(
+                name=f"{stem}_{suffix}"[:64],
+                description=description,
+                parameters=schema,
+                handler=handler,
+                timeout=connection.timeout,
+                level=0,
+                idempotent=True,
+            )
+        )
 
     if "resources" in features:
-        add("list_resources", f"List the resources of the {connection.name} MCP server (uri, name, mime type).",
-            connection.list_resources, {})
-        add("read_resource", f"Read a resource of the {connection.name} MCP server by its uri "
-            "(also a resource link a tool returned).", connection.read_resource, {"uri": {"type": "string"}})
+        add(
+            "list_resources",
+            f"List the resources of the {connection.name} MCP server (uri, name, mime type).",
+            connection.list_resources,
+            {},
+        )
+        add(
+            "read_resource",
+            f"Read a resource of the {connection.name} MCP server by its uri "
+            "(also a resource link a tool returned).",
+            connection.read_resource,
+            {"uri": {"type": "string"}},
+        )
     if "prompts" in features:
-        add("list_prompts", f"List the prompts of the {connection.name} MCP server and their arguments.",
-            connection.list_prompts, {})
-        add("get_prompt", f"Get a prompt of the {connection.name} MCP server by name, with its arguments.",
+        add(
+            "list_prompts",
+            f"List the prompts of the {connection.name} MCP server and their arguments.",
+            connection.list_prompts,
+            {},
+        )
+        add(
+            "get_prompt",
+            f"Get a prompt of the {connection.name} MCP server by name, with its arguments.",
             connection.get_prompt,
-            {"name": {"type": "string"}, "arguments": {"type": "object", "additionalProperties": {"type": "string"}}})
+            {
+                "name": {"type": "string"},
+                "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        )
     return tools
 
 
@@ -865,8 +933,14 @@ def _unique_names(server: str, remotes: list[str], base: Callable[[str], str]) -
             number = 2
             while (candidate := f"{name[:60]}_{number}") in owner:
                 number += 1
-            log.warning("MCP server %r: tools %r and %r both map to %s; the second is offered as %s",
-                        server, owner[name], remote, name, candidate)
+            log.warning(
+                "MCP server %r: tools %r and %r both map to %s; the second is offered as %s",
+                server,
+                owner[name],
+                remote,
+                name,
+                candidate,
+            )
             name = candidate
         owner[name], shown[remote] = remote, name
     return shown
@@ -878,7 +952,9 @@ class _Lost(Exception):
 
 def _names_lost_session(exc: MCPError) -> bool:
     text = exc.message.lower()
-    return "session" in text and any(word in text for word in ("not found", "404", "400", "terminated", "invalid"))
+    return "session" in text and any(
+        word in text for word in ("not found", "404", "400", "terminated", "invalid")
+    )
 
 
 async def _list_tools(client: Client) -> list[MCPToolSpec]:
