@@ -8,8 +8,18 @@ Each tool a server lists becomes an ordinary `Tool` whose handler calls the serv
 passes `ToolRegistry.execute` like any other: permissions (levels, roles, allowed models), the
 required-argument check, the timeout, result capping and redaction apply unchanged. An MCP tool
 is level 1 unless configured (`level` per server, `levels` per tool): the server's own hints are
-not trusted to lower it. The server's answer becomes the tool's result: its text (or, without
-text, its structured content); `isError` and a lost connection become error results.
+not trusted to lower it, but they raise it: a tool marked destructive waits for approval unless
+configured. The server's answer becomes the tool's result: its text (or, without text, its
+structured content), images and audio described in one line; `isError` and a lost connection
+become error results, capped like results. Beside its tools, a server with resources or prompts
+gets level-0 tools that reach them (`feature_tools`). docs/mcp.md has the configuration and what
+the reference servers showed.
+
+Why the connection handling is as it is: a server may crash while idle or restart and lose its
+HTTP session, so a call first reopens a lost connection and repeats a call lost mid-way only when
+the tool is marked read-only or idempotent; a server that is down must not hold agent runs, so
+`MCPToolset` connects in the background with backoff; a long tool reports progress, so a call's
+timeout restarts with each notification (bounded by `progress_extension`).
 
 The SDK's connections are task-scoped (anyio), so each connection lives in a task of its own and
 may be opened by one task (an agent's first run) and closed by another (shutdown).
@@ -541,6 +551,8 @@ class MCPConnection:
         """End the connection's task: gracefully once connected, at once while still connecting."""
         task, established = self._task, self._client is not None
         self._task = self._client = None
+        if self._refreshing is not None and not self._refreshing.done():
+            self._refreshing.cancel()
         if task is None or task.done():
             return
         self._closing.set()
