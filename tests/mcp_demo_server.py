@@ -92,6 +92,28 @@ def fail(reason: str) -> str:
 
 
 @server.tool()
+async def retire(name: str, ctx: Context) -> str:
+    """Withdraw one of this server's tools and tell the client its tool list changed."""
+    record("retire", name=name)
+    server.remove_tool(name)
+    await ctx.notify_tools_changed()
+    return f"{name} withdrawn"
+
+
+if os.environ.get("DEMO_LONG_NAMES"):  # two names that are one after the 64-character cut
+
+    @server.tool(name="summarise_the_quarterly_revenue_report_for_the_board_meeting_in_december_draft")
+    def long_draft() -> str:
+        """The draft summary."""
+        return "draft"
+
+    @server.tool(name="summarise_the_quarterly_revenue_report_for_the_board_meeting_in_december_final")
+    def long_final() -> str:
+        """The final summary."""
+        return "final"
+
+
+@server.tool()
 def crash() -> str:
     """Ends the server process in the middle of the call."""
     record("crash")
@@ -116,11 +138,32 @@ def logging_status() -> str:
     return "on" if LOGGING["on"] else "off"
 
 
+async def serve_prompts_only() -> None:
+    """A server with prompts and no tools capability at all (the SDK's low-level server)."""
+    from mcp import types
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[types.Prompt(name="haiku", description="Write a haiku")])
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        text = types.TextContent(type="text", text="Write a haiku about the sea.")
+        return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text)])
+
+    prompts = Server("prompts-only", on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    async with stdio_server() as (read, write):
+        await prompts.run(read, write, prompts.create_initialization_options())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, help="serve streamable HTTP on this port instead of stdio")
+    parser.add_argument("--prompts-only", action="store_true", help="a server without the tools capability")
     args = parser.parse_args()
-    if args.port is None:
+    if args.prompts_only:
+        asyncio.run(serve_prompts_only())
+    elif args.port is None:
         server.run("stdio")
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.port)

@@ -188,7 +188,8 @@ async def test_the_per_server_timeout_bounds_a_call_and_the_connection_survives(
         started = time.monotonic()
         result = await Agent(model=model, tools=server.tools, tool_timeout=60).run("be slow")
     slow, add = result.tool_calls
-    assert slow.error == "timeout" and "timed out after 0.5 s" in slow.content
+    # the per-server timeout restarts with each progress notification; none came: cut after 0.5 s
+    assert slow.error == "tool_error" and "no answer or progress in 0.5 s" in slow.content
     assert time.monotonic() - started < 10
     assert (add.ok, add.content) == (True, "2")
 
@@ -209,11 +210,10 @@ async def test_a_stdio_server_that_dies_gives_error_results_and_is_reconnected(l
         await toolset.attach(agent.registry)
         result = await agent.run("crash it")
         assert result.reply == "the server is gone"
-        crash, add = errors(result)
-        assert "MCP server 'demo' closed the connection during the call" in crash
-        assert "MCP server 'demo' is not connected" in add
-        await toolset.attach(agent.registry)  # the next run's attach starts the server again
-        assert await agent.registry.get("add").handler(a=1, b=2) == "3"  # type: ignore[union-attr]
+        (crash,) = errors(result)  # crash is not marked read-only or idempotent: not repeated
+        assert "MCP server 'demo' lost the connection during the call" in crash
+        assert "may or may not have taken effect" in crash
+        assert result.tool_calls[1].content == "3"  # the next call started the server again
     assert [c["tool"] for c in calls_seen(log)] == ["crash", "add"]
 
 
@@ -232,7 +232,7 @@ async def test_an_http_server_that_dies_gives_error_results_not_a_crash(
         result = await Agent(model=model, tools=server.tools).run("add twice")
     assert result.reply == "down"
     assert [o.ok for o in result.tool_calls] == [True, False]
-    assert re.search(r"MCP server 'web' (closed the connection|is not connected)", errors(result)[0])
+    assert re.search(r"MCP server 'web' (lost the connection|is not connected)", errors(result)[0])
     assert calls_seen(log) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]
 
 
@@ -267,14 +267,15 @@ async def test_a_toolset_leaves_out_what_it_cannot_attach_and_never_raises(
     registry = ToolRegistry([add])
     broken = MCPConnection("broken", command=sys.executable, args=["-c", "pass"])
     async with MCPToolset([demo(log), broken]) as toolset:
-        with caplog.at_level(logging.ERROR, logger="hermes_core.mcp"):
-            await toolset.attach(registry)
+        with caplog.at_level(logging.WARNING, logger="hermes_core.mcp"):
+            await toolset.attach(registry, wait=30)
             await toolset.attach(registry)  # a second run: nothing twice, the broken one not retried yet
     assert registry.get("add") is add  # the local tool keeps its name
-    assert "echo" in registry.names
+    assert "echo" in registry.names and "add_demo" in registry.names  # the server's add, renamed
     messages = [record.getMessage() for record in caplog.records]
     assert sum("cannot connect to MCP server 'broken'" in m for m in messages) == 1
-    assert sum("a tool named 'add' is already registered" in m for m in messages) == 1
+    renamed = "'add' is already registered by a local tool; offered as 'add_demo'"
+    assert sum(renamed in m for m in messages) == 1
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -319,7 +320,7 @@ mcp:
         await toolset.aclose()
     assert [o.content for o in result.tool_calls] == ["bonjour, Ada", "3", "a-secret-from-the-environment"]
     web_add = agent.registry.get("web_add")
-    assert (web_add.level, web_add.timeout) == (0, 5)
+    assert (web_add.level, web_add.timeout) == (0, 20)  # 5 s, restarted by progress up to 4×
     assert "echo" not in agent.registry.names and "web_echo" in agent.registry.names
 
 
@@ -391,7 +392,7 @@ def test_results_read_text_then_structured_content_and_errors_raise() -> None:
             ),
         ]
     )
-    assert tool_result(mixed) == "see\n[image content (image/png), not shown]\ninside"
+    assert tool_result(mixed) == "see\n[image: image/png, 2 bytes, not shown to a text model]\ninside"
     with pytest.raises(ToolError, match="quota exceeded"):
         tool_result(CallToolResult(content=[TextContent(text="quota exceeded")], is_error=True))
 

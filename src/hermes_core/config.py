@@ -243,12 +243,18 @@ class MCPServerConfig(_Section):
     tools: list[str] | None = None
     confirm: list[str] = Field(default_factory=list)  # the server's tools that wait for a person's approval
     prefix: str = ""
-    timeout: float | None = Field(None, gt=0)  # per call; default: agent.tool_timeout
+    timeout: float | None = Field(None, gt=0)  # per call, progress restarts it (≤4×); None: tool_timeout
+    connect_timeout: float = Field(30.0, gt=0, le=600)  # to start it or reach it and list its tools
+    transport: Literal["stdio", "http", "sse"] | None = None  # None: stdio with command, http with url
+    confirm_destructive: bool = True  # destructive-marked tools wait for approval unless `levels` names them
 
     @model_validator(mode="after")
     def _one_transport(self) -> MCPServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("give either command (a stdio server) or url (a streamable-HTTP server)")
+        if self.transport is not None and (self.transport == "stdio") != (self.command is not None):
+            needed = "command" if self.transport == "stdio" else "url"
+            raise ValueError(f"transport {self.transport} needs {needed}")
         return self
 
 

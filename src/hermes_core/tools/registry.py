@@ -104,6 +104,10 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
+    def remove(self, name: str) -> None:
+        """Withdraw a tool (an MCP server that no longer lists it); unknown names are ignored."""
+        self._tools.pop(name, None)
+
     @property
     def names(self) -> list[str]:
         return list(self._tools)
