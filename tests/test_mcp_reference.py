@@ -5,7 +5,8 @@ machine by the `node_servers` fixture, pinned below) and `mcp-server-time`, `mcp
 HTTP+SSE transport. Each test performs one failure a real server showed against the client.
 
 Without node/npm (or when the pinned packages cannot be installed) the npm tests skip, naming why.
-The npm packages go to $HERMES_MCP_NODE_DIR, default ~/.cache/hermes-core/mcp-reference/<pins>.
+The npm packages go to $HERMES_MCP_NODE_DIR, default .cache/mcp-reference-<pins> inside the repository
+(ignored by git): the project never writes outside its own tree.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ BIN = Path(sys.executable).parent
 def node_servers() -> Path:
     """The folder of the npm reference servers' executables (installed on first use)."""
     pins = "-".join(version for version in NODE_PACKAGES.values())
-    default = Path.home() / ".cache" / "hermes-core" / f"mcp-reference-{pins}"
+    default = Path(__file__).resolve().parents[1] / ".cache" / f"mcp-reference-{pins}"
     folder = Path(os.environ.get("HERMES_MCP_NODE_DIR") or default)
     bins = folder / "node_modules" / ".bin"
     if all(

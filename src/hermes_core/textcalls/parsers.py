@@ -195,7 +195,7 @@ class Qwen3CoderParser(TagParser):
 class JsonTagParser(TagParser):
     """A tag around a JSON call object, or a list of them (subclasses name the tags)."""
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
         """One call, a list, or several objects joined by `,` or `;` (`{…}, {…}`)."""
         values, _ = JsonMessageParser()._values(body.strip())
         calls = [call for value in values for call in _calls_in(value, bare=False) or []]
