@@ -390,24 +390,30 @@ async def test_an_mcp_tool_with_dataset_types_is_normalised_and_coerced(tmp_path
     assert offered["parameters"]["properties"]["amount"] == {"type": "number"}
 
 
-async def test_an_mcp_server_with_an_invalid_schema_or_colliding_names_fails_start_up(tmp_path: Path) -> None:
+async def test_an_mcp_server_with_an_invalid_schema_fails_start_up_and_twins_are_told_apart(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Attack: a server lists a tool whose schema is not JSON Schema, or two tools that would reach
-    the model under one name (`a.b`, `a_b`); before, both were offered as they came."""
+    the model under one name (`a.b`, `a_b`); before, both were offered as they came. The invalid
+    schema stops start-up; the twins (the operator cannot rename a server's tools) are both offered,
+    the second under a suffix, with a WARNING naming both (tools/mcp.py `_unique_names`)."""
     pytest.importorskip("mcp")
     from hermes_core.config import ConfigError
     from hermes_core.tools.mcp import MCPToolset
 
     broken = [{"name": "bad", "description": "x", "input_schema": {"type": "object", "required": "a"}}]
+    registry = ToolRegistry()
+    async with MCPToolset([listing_server(tmp_path, broken)]) as toolset:
+        with pytest.raises(ConfigError, match="tool 'bad'.*'/required'"):
+            await toolset.start(registry)
+    assert registry.names == []
+
     twins = [
         {"name": "a.b", "description": "x", "input_schema": {"type": "object"}},
         {"name": "a_b", "description": "x", "input_schema": {"type": "object"}},
     ]
-    for tools, expected in (
-        (broken, "tool 'bad'.*'/required'"),
-        (twins, "'a.b' and 'a_b' both become 'a_b'"),
-    ):
-        registry = ToolRegistry()
-        async with MCPToolset([listing_server(tmp_path, tools)]) as toolset:
-            with pytest.raises(ConfigError, match=expected):
-                await toolset.start(registry)
-        assert registry.names == []
+    registry = ToolRegistry()
+    async with MCPToolset([listing_server(tmp_path, twins)]) as toolset:
+        await toolset.start(registry)
+    assert sorted(registry.names) == ["a_b", "a_b_2"]
+    assert any("'a.b' and 'a_b'" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)

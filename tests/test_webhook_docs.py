@@ -8,6 +8,7 @@ the code and the shipped nginx site.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -83,15 +84,17 @@ def test_curl_example_gets_the_reply(served: dict[str, str]) -> None:
     assert "92" in answer["reply"] and answer["message_id"] == "curl-1"
 
 
-def test_python_example_gets_the_reply_then_a_duplicate(served: dict[str, str]) -> None:
+def test_python_example_gets_the_reply_then_the_same_reply_again(served: dict[str, str]) -> None:
     """The Python block: a signed request, then a fresh signature with the same message_id, which the
-    gateway must answer as a duplicate (not a replay 409, not a second run)."""
+    gateway must answer as a duplicate with the same reply (not a replay 409, not a second run)."""
     result = subprocess.run([sys.executable, "-c", example("python", "python")], env=served,
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.splitlines()
     assert "92" in first
-    assert second == "{'duplicate': True, 'message_id': 'py-1'}"
+    answer = ast.literal_eval(second)
+    assert answer["duplicate"] is True and answer["message_id"] == "py-1" and answer["ok"] is True
+    assert answer["reply"] == first  # the stored reply, not a second run
 
 
 def test_callback_example_verifies_the_signed_callback(served: dict[str, str]) -> None:
