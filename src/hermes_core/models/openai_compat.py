@@ -385,7 +385,10 @@ def _error_message(text: str) -> str:
         return _clip(text.strip(), 500)
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
+        details = error.get("details")  # Azure: which field was refused is only said here
         error = error.get("message") or error.get("detail") or error
+        if details and isinstance(error, str):
+            error = f"{error}: {json.dumps(details, ensure_ascii=False)}"
     return _clip(str(error), 500)
 
 
