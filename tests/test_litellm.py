@@ -34,7 +34,7 @@ async def test_litellm_wait_hint_is_honoured() -> None:
     `Retry-After`; it was ignored and the retry came at once. The retry must wait that long."""
     async with FakeOpenAIServer() as fake:
         fake.script(replay("litellm_rate_limited"), FakeReply.text("ok"))
-        settings = ModelSettings(model="m", base_url=fake.base_url, retry_base_delay=0.01, provider="litellm")
+        settings = ModelSettings(model="m", base_url=fake.base_url, retry_base_delay=0.01)
         model = OpenAICompatClient(settings)
         assert (await model.complete(USER)).content == "ok"
         await model.aclose()
@@ -48,7 +48,7 @@ async def test_retry_budget_counts_the_gateways_retries(provider: str | None, ca
     12 upstream calls. With `retry_budget: 4` and the litellm preset we send 1 request (3 upstream
     calls); directly, the same budget keeps our 3 retries (4 calls)."""
     async with FakeOpenAIServer() as fake:
-        fake.script(*[replay("litellm_rate_limited")] * 0, *[FakeReply.error(503, "overloaded")] * 4)
+        fake.script(*[FakeReply.error(503, "overloaded")] * 4)
         settings = ModelSettings(model="m", base_url=fake.base_url, retry_base_delay=0.01, max_retries=3,
                                  retry_budget=4, provider=provider)  # fmt: skip
         model = OpenAICompatClient(settings)

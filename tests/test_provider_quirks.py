@@ -95,7 +95,9 @@ async def test_a_refused_temperature_is_left_out_and_remembered() -> None:
     another model that answers the recorded 400 is asked again without it, and never sent it again."""
     async with FakeOpenAIServer() as fake:
         fake.script(FakeReply.text("a"), replay("openai_o3_temperature"), FakeReply.text("b"), FakeReply.text("c"))
-        await client(fake, "o3-mini").complete(USER)
+        reasoner = client(fake, "o3-mini")
+        await reasoner.complete(USER)
+        await reasoner.aclose()
         other = client(fake, "my-reasoner")
         assert (await other.complete(USER)).content == "b"
         await other.complete(USER)
@@ -230,3 +232,22 @@ def test_every_quirk_in_the_table_has_its_recorded_body_and_test() -> None:
         assert re.search(rf"def {row['test']}\(", sources), row
         assert f'"{row["body"]}"' in sources, row  # the test replays that body
     assert {p.stem for p in BODIES.glob("*.json")} == {row["body"] for row in rows}
+
+
+async def test_reasoning_is_in_the_trace_not_in_the_reply(tmp_path: Path) -> None:
+    """Attack: DeepSeek's streamed reasoning (recorded stream) before a tool call: the trace of the
+    task shows it for that model call, the user's reply never contains it."""
+    from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+
+    store = SQLiteTraceStore(tmp_path / "traces.db")
+    async with FakeOpenAIServer() as fake:
+        fake.script(replay("deepseek_reasoning_stream"), FakeReply.text("It is 3."))
+        agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider="deepseek", tools=[add],
+                      stream=True, tracer=Tracer(store))  # fmt: skip
+        result = await agent.run("What is 1 + 2?", task_id="webhook:r1")
+        await agent.aclose()
+    record = await store.get("webhook:r1")
+    await store.close()
+    assert record is not None and result.reply == "It is 3."
+    assert record["model_calls"][0]["response"]["reasoning"] == "The user wants 1+2; call add."
+    assert "call add" not in result.reply
