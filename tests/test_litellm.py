@@ -1,7 +1,8 @@
-"""Behind a LiteLLM proxy: its recorded error bodies and headers, replayed over HTTP.
+"""Behind a LiteLLM proxy: what the real proxy sent, replayed over HTTP.
 
-The proxy itself (`litellm[proxy]`) is well over 150 MB installed, too heavy for the test extra,
-so what it sends is replayed from recordings (tests/data/provider_bodies/litellm_*.json).
+The proxy (`litellm[proxy]` 1.108.7) installs to about 750 MB, too heavy for the test extra, so
+its answers were recorded from a real proxy process on 127.0.0.1 whose upstream was the fake
+endpoint (tests/data/provider_bodies/litellm_*.json), and are replayed here.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import pytest
 
 from hermes_core.models.base import ModelUnavailable
 from hermes_core.models.openai_compat import OpenAICompatClient
+from hermes_core.models.providers import quirks_of
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from provider_bodies import replay
+from provider_bodies import recorded, replay
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -23,7 +25,9 @@ async def test_litellm_unknown_model_falls_back() -> None:
     async with FakeOpenAIServer() as fake:
         fake.script_for("gone", replay("litellm_invalid_model"))
         fake.script_for("good", FakeReply.text("hello"))
-        model = OpenAICompatClient(ModelSettings(model="gone", base_url=fake.base_url, fallback_models=("good",)))
+        model = OpenAICompatClient(
+            ModelSettings(model="gone", base_url=fake.base_url, fallback_models=("good",))
+        )
         response = await model.complete(USER)
         await model.aclose()
     assert response.content == "hello" and response.answered_by == "good"
@@ -31,10 +35,13 @@ async def test_litellm_unknown_model_falls_back() -> None:
 
 async def test_litellm_wait_hint_is_honoured() -> None:
     """Attack: LiteLLM's 429 carries its wait as `llm_provider-retry-after` (recorded), not
-    `Retry-After`; it was ignored and the retry came at once. The retry must wait that long."""
+    `Retry-After`; it was ignored and the retry came at once. The retry must wait for it (7 s,
+    capped here by `retry_max_delay` to 1 s; without the hint the wait would be 0.01 s)."""
     async with FakeOpenAIServer() as fake:
         fake.script(replay("litellm_rate_limited"), FakeReply.text("ok"))
-        settings = ModelSettings(model="m", base_url=fake.base_url, retry_base_delay=0.01)
+        settings = ModelSettings(
+            model="m", base_url=fake.base_url, retry_base_delay=0.01, retry_max_delay=1.0
+        )
         model = OpenAICompatClient(settings)
         assert (await model.complete(USER)).content == "ok"
         await model.aclose()
@@ -57,3 +64,5 @@ async def test_retry_budget_counts_the_gateways_retries(provider: str | None, ca
         await model.aclose()
     assert len(fake.requests) == calls
     assert settings.effective_retries == calls - 1
+    # the preset's count is what the real proxy did: 3 upstream calls for one request
+    assert 1 + quirks_of("litellm").upstream_retries == recorded("litellm_rate_limited")["upstream_calls"]

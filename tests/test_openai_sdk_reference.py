@@ -25,7 +25,8 @@ async def test_the_sdk_reads_reasoning_deltas_and_repeated_indexes() -> None:
     """Attack: the fake's reasoning and Ollama same-index knobs must be wire-valid: the SDK parses
     every chunk, sees the reasoning_content deltas and two calls both at index 0 with their ids."""
     async with FakeOpenAIServer() as fake:
-        fake.script(FakeReply(content="ok", reasoning="thinking", tool_calls=[("add", {"a": 1}), ("add", {"a": 2})],
+        calls = [("add", {"a": 1}), ("add", {"a": 2})]
+        fake.script(FakeReply(content="ok", reasoning="thinking", tool_calls=calls,
                               same_index=True))  # fmt: skip
         client = sdk(fake)
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
@@ -44,7 +45,9 @@ async def test_the_sdk_raises_on_the_fakes_stream_error() -> None:
     """Attack: the fake's `stream_error` knob (vLLM/LiteLLM's `data: {"error": …}`) must be what the
     SDK treats as an error, not as a chunk."""
     async with FakeOpenAIServer() as fake:
-        fake.script(FakeReply(content="partial", stream_error={"message": "Internal server error", "code": 500}))
+        fake.script(
+            FakeReply(content="partial", stream_error={"message": "Internal server error", "code": 500})
+        )
         client = sdk(fake)
         stream = await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
         with pytest.raises(openai.APIError, match="Internal server error"):

@@ -42,7 +42,8 @@ def client(fake: FakeOpenAIServer, model: str = "m1", **kw: Any) -> OpenAICompat
 
 @pytest.mark.parametrize(
     "body",
-    ["openai_context_length", "openai_orphan_tool_message", "openai_missing_tool_results", "groq_tool_use_failed",
+    ["openai_context_length", "openai_orphan_tool_message", "openai_missing_tool_results",
+     "groq_tool_use_failed",
      "deepseek_missing_reasoning"],
 )  # fmt: skip
 async def test_a_400_that_only_mentions_tools_keeps_native_mode(body: str) -> None:
@@ -67,7 +68,9 @@ async def test_a_refused_schema_names_the_tool() -> None:
     async with FakeOpenAIServer() as fake:
         fake.script(replay("openai_invalid_schema"))
         model = TextToolCalls(client(fake), mode="auto")
-        with pytest.raises(ModelRequestRejected, match="the endpoint refused tool get_room_layout's schema: "):
+        with pytest.raises(
+            ModelRequestRejected, match="the endpoint refused tool get_room_layout's schema: "
+        ):
             await model.complete(USER, TOOLS)
         assert not model.uses_text_mode()
         await model.aclose()
@@ -94,7 +97,9 @@ async def test_a_refused_temperature_is_left_out_and_remembered() -> None:
     """Attack: o-series/gpt-5 refuse `temperature` (recorded 400). Known names get none up front;
     another model that answers the recorded 400 is asked again without it, and never sent it again."""
     async with FakeOpenAIServer() as fake:
-        fake.script(FakeReply.text("a"), replay("openai_o3_temperature"), FakeReply.text("b"), FakeReply.text("c"))
+        fake.script(
+            FakeReply.text("a"), replay("openai_o3_temperature"), FakeReply.text("b"), FakeReply.text("c")
+        )
         reasoner = client(fake, "o3-mini")
         await reasoner.complete(USER)
         await reasoner.aclose()
@@ -121,19 +126,21 @@ async def test_a_refused_stream_options_is_left_out() -> None:
     assert all(b.get("stream") is True for b in bodies)
 
 
-@pytest.mark.parametrize("body", ["deepseek_reasoning_stream", "openrouter_reasoning_stream"])
+@pytest.mark.parametrize(
+    "body", ["deepseek_reasoning_stream", "openrouter_reasoning_stream", "litellm_reasoning_stream"]
+)
 async def test_reasoning_deltas_are_kept_and_never_shown(body: str) -> None:
-    """Attack: reasoning streamed as `reasoning_content` (DeepSeek) or `reasoning` (OpenRouter)
-    deltas (recorded streams) was dropped. It must be kept on the response and never reach the
-    text shown to the user."""
+    """Attack: reasoning streamed as `reasoning_content` (DeepSeek, relayed by a real LiteLLM proxy)
+    or `reasoning` (OpenRouter) deltas (recorded streams) was dropped. It must be kept on the
+    response and never reach the text shown to the user."""
     shown: list[str] = []
     async with FakeOpenAIServer() as fake:
         fake.script(replay(body))
         model = client(fake, stream=True)
         response = await model.complete(USER, TOOLS, on_text=shown.append)
         await model.aclose()
-    assert response.reasoning and response.reasoning.split()[0] in ("The", "Thinking")
-    assert response.reasoning not in "".join(shown) and "Thinking" not in "".join(shown)
+    assert response.reasoning and len(response.reasoning) > 5
+    assert response.reasoning not in "".join(shown) and response.reasoning[:6] not in "".join(shown)
 
 
 async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop() -> None:
@@ -149,13 +156,17 @@ async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop() -> None:
             return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="I should add 1 and 2.")
         return FakeReply.text("1 + 2 = 3.")
 
+    def plain_model(request: RecordedRequest) -> FakeReply:
+        if len(request.messages) > 2:
+            return FakeReply.text("done")
+        return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="hmm")
+
     async with FakeOpenAIServer(handler=deepseek) as fake:
         agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider="deepseek", tools=[add])
         result = await agent.run("What is 1 + 2?")
         await agent.aclose()
         plain = Agent(model="other", base_url=fake.base_url, tools=[add])
-        fake.handler = lambda r: (FakeReply.text("done") if len(r.messages) > 2 else
-                                  FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="hmm"))  # fmt: skip
+        fake.handler = plain_model
         await plain.run("What is 1 + 2?")
         await plain.aclose()
     assert result.reply == "1 + 2 = 3." and "should add" not in result.reply
@@ -165,7 +176,9 @@ async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop() -> None:
     assert all("reasoning_content" not in m for m in fake.requests[-1].messages)
 
 
-@pytest.mark.parametrize("body", ["vllm_midstream_error", "litellm_midstream_error", "openrouter_finish_error"])
+@pytest.mark.parametrize(
+    "body", ["vllm_midstream_error", "litellm_midstream_error", "openrouter_finish_error"]
+)
 async def test_an_error_inside_the_stream_is_an_error(body: str) -> None:
     """Attack: a 200 stream that carries an error after partial text (vLLM and LiteLLM
     `data: {"error": …}` then [DONE]; OpenRouter `finish_reason: "error"`; recorded streams). The
@@ -214,7 +227,9 @@ async def test_mistral_list_content_is_the_reply() -> None:
 
 def quirk_rows() -> list[dict[str, str]]:
     text = (ROOT / "docs" / "providers.md").read_text(encoding="utf-8")
-    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| provider")]
+    lines = [
+        line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| provider")
+    ]
     cells = [[c.strip().strip("`") for c in line.strip("|").split("|")] for line in lines]
     return [dict(zip(("provider", "sends", "we_do", "body", "test"), row, strict=True)) for row in cells]
 

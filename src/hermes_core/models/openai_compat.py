@@ -150,15 +150,17 @@ class OpenAICompatClient(ModelClient):
                 raise
             log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
             self.dropped.setdefault(model, set()).add(refused)
-            return await self._with_retries(model, self._body(model, messages, tools, stream), stream, on_text)
+            body = self._body(model, messages, tools, stream)
+            return await self._with_retries(model, body, stream, on_text)
 
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
         settings, dropped = self.settings, self.dropped.get(model, set())
         body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
-        if settings.temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
-            body["temperature"] = settings.temperature
+        temperature = settings.temperature
+        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
+            body["temperature"] = temperature
         if settings.max_tokens is not None:
             body["max_tokens"] = settings.max_tokens
         if settings.top_p is not None:
@@ -370,11 +372,14 @@ def _refused_parameter(exc: ModelRequestRejected, sent: dict[str, Any]) -> str |
     if exc.status != 400:
         return None
     text = str(exc).lower()
+    refusal = any(word in text for word in _REFUSAL_WORDS)
     for name in ("temperature", "stream_options", "top_p"):
-        if name in sent and name in text and any(w in text for w in ("unsupported", "not supported",
-                                                                      "unrecognized", "extra", "not permitted")):
+        if refusal and name in sent and name in text:
             return name
     return None
+
+
+_REFUSAL_WORDS = ("unsupported", "not supported", "unrecognized", "extra", "not permitted")
 
 
 def _error_message(text: str) -> str:

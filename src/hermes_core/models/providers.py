@@ -161,6 +161,7 @@ def unknown_model(status: int, message: str) -> bool:
 def refuses_temperature(model: str) -> bool:
     return bool(_NO_TEMPERATURE.search(model.strip().lower()))
 
+
 _BY_NAME = {key: p for p in PROVIDERS for key in (p.name, *p.aliases)}
 
 

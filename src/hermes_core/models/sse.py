@@ -45,13 +45,19 @@ def stream_error(chunk: dict[str, Any]) -> StreamError | None:
     status: Any = None
     if isinstance(error, dict):
         message = error.get("message") or error
-        status = error.get("code") if isinstance(error.get("code"), int) else error.get("status_code")
-    if not isinstance(status, int) or isinstance(status, bool):
-        try:
-            status = int(str(status))
-        except ValueError:
-            status = None
+        status = _status_of(error.get("code")) or _status_of(error.get("status_code"))
     return StreamError(f"the server sent an error in the stream: {message}", status)
+
+
+def _status_of(value: Any) -> int | None:
+    """An HTTP status given as a number or as digits (LiteLLM writes `"code": "500"`)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 100 <= value < 600 else None
+    if isinstance(value, str) and value.isdigit():
+        return _status_of(int(value))
+    return None
 
 
 def content_parts(value: Any) -> tuple[str, str]:
@@ -193,7 +199,7 @@ class StreamAssembler:
             index = index if isinstance(index, int) else 0
             parts = self._choices.setdefault(index, _ChoiceParts())
             if choice.get("finish_reason") == "error":  # OpenRouter: the generation failed mid-way
-                raise StreamError("the server ended the stream with finish_reason \"error\"")
+                raise StreamError('the server ended the stream with finish_reason "error"')
             if choice.get("finish_reason"):
                 parts.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")

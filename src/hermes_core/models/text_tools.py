@@ -240,7 +240,9 @@ def _refuses_tools(exc: ModelRequestRejected) -> bool:
     return exc.status in (400, 404, 422, 500, 501) and refuses_tools(str(exc))
 
 
-_SCHEMA = re.compile(r"invalid schema for function '([^']+)'|function '([^']+)'.{0,40}invalid.{0,20}schema", re.I)
+_SCHEMA = re.compile(
+    r"invalid schema for function '([^']+)'|function '([^']+)'.{0,40}invalid.{0,20}schema", re.I
+)
 
 
 def schema_refusal(exc: ModelRequestRejected) -> ModelRequestRejected | None:
