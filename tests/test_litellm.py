@@ -11,7 +11,6 @@ import pytest
 
 from hermes_core.models.base import ModelUnavailable
 from hermes_core.models.openai_compat import OpenAICompatClient
-from hermes_core.models.providers import quirks_of
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from provider_bodies import recorded, replay
@@ -65,4 +64,6 @@ async def test_retry_budget_counts_the_gateways_retries(provider: str | None, ca
     assert len(fake.requests) == calls
     assert settings.effective_retries == calls - 1
     # the preset's count is what the real proxy did: 3 upstream calls for one request
+    from hermes_core.models.providers import quirks_of
+
     assert 1 + quirks_of("litellm").upstream_retries == recorded("litellm_rate_limited")["upstream_calls"]
