@@ -48,15 +48,21 @@ async def test_litellm_wait_hint_is_honoured() -> None:
     assert second.received_at - first.received_at >= 0.9
 
 
-@pytest.mark.parametrize(("provider", "calls"), [(None, 4), ("litellm", 1)])
-async def test_retry_budget_counts_the_gateways_retries(provider: str | None, calls: int) -> None:
+@pytest.mark.parametrize(
+    ("provider", "budget", "calls"),
+    [(None, 4, 4), ("litellm", 4, 1), ("litellm", None, 1), ("litellm", 9, 3)],
+)
+async def test_retry_budget_counts_the_gateways_retries(
+    provider: str | None, budget: int | None, calls: int
+) -> None:
     """Attack: LiteLLM retries each failed upstream call twice itself, so our 3 retries cost up to
     12 upstream calls. With `retry_budget: 4` and the litellm preset we send 1 request (3 upstream
-    calls); directly, the same budget keeps our 3 retries (4 calls)."""
+    calls); directly, the same budget keeps our 3 retries (4 calls). Without a budget the default
+    is what our retries cost directly (4), so behind LiteLLM it is 1 request too; 9 allows 3."""
     async with FakeOpenAIServer() as fake:
         fake.script(*[FakeReply.error(503, "overloaded")] * 4)
         settings = ModelSettings(model="m", base_url=fake.base_url, retry_base_delay=0.01, max_retries=3,
-                                 retry_budget=4, provider=provider)  # fmt: skip
+                                 retry_budget=budget, provider=provider)  # fmt: skip
         model = OpenAICompatClient(settings)
         with pytest.raises(ModelUnavailable):
             await model.complete(USER)

@@ -24,6 +24,8 @@ class ModelSettings:
     upstream calls, where `upstream_retries` is what a gateway retries by itself (LiteLLM: 2).
     `retry_budget` caps that product: our retries become `retry_budget // (1 + upstream_retries) - 1`
     (at least 0), so 3 retries behind LiteLLM (12 upstream calls) become 0 with a budget of 4.
+    Without a budget it is `1 + max_retries`, what the same retries cost directly: the total stays
+    the same behind a gateway as without one.
     """
 
     model: str
@@ -44,7 +46,7 @@ class ModelSettings:
     extra_headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     provider: str | None = None
-    retry_budget: int | None = None  # upstream calls per model and request; None: no cap
+    retry_budget: int | None = None  # upstream calls per model and request; None: 1 + max_retries
     upstream_retries: int | None = None  # None: the preset's (0 without one)
 
     @property
@@ -54,9 +56,8 @@ class ModelSettings:
 
         upstream = self.upstream_retries
         upstream = quirks_of(self.provider).upstream_retries if upstream is None else upstream
-        if self.retry_budget is None:
-            return self.max_retries
-        return max(0, min(self.max_retries, self.retry_budget // (1 + upstream) - 1))
+        budget = 1 + self.max_retries if self.retry_budget is None else self.retry_budget
+        return max(0, min(self.max_retries, budget // (1 + upstream) - 1))
 
     def __post_init__(self) -> None:
         # Fail at construction, not on the first request in production.
