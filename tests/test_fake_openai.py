@@ -18,7 +18,7 @@ import aiohttp
 import jsonschema
 import pytest
 
-from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from hermes_core.testing.fake_openai import NO_TOOLS_MESSAGE, FakeOpenAIServer, FakeReply, RecordedRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "tests" / "data" / "openai_chat_completions_schemas.json"
@@ -203,7 +203,7 @@ async def test_handler_may_be_sync_or_async(fake: FakeOpenAIServer, http: aiohtt
 async def test_reject_tools(http: aiohttp.ClientSession) -> None:
     async with FakeOpenAIServer(reject_tools=True) as fake:
         status, body = await chat(http, fake, tools=[ADD_TOOL])
-        assert status == 400 and body["error"]["message"] == "tools is not supported"
+        assert status == 400 and body["error"]["message"] == NO_TOOLS_MESSAGE
         assert (await chat(http, fake))[0] == 200
 
 

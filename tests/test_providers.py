@@ -110,7 +110,7 @@ def test_every_preset_is_complete() -> None:
     it), local ones are loopback without one; every one cites its documentation; aliases resolve."""
     assert [p.name for p in PROVIDERS] == [
         "openai", "deepseek", "qwen", "moonshot", "zhipu", "siliconflow", "openrouter",
-        "ollama", "vllm", "llamacpp", "lmstudio",
+        "ollama", "vllm", "llamacpp", "lmstudio", "litellm", "mistral",
     ]  # fmt: skip
     for preset in PROVIDERS:
         assert preset.doc.startswith("https://")

@@ -78,6 +78,8 @@ class Agent:
     fallback_models: Sequence[str] = ()
     max_concurrency: int = 64
     requests_per_second: float | None = None
+    provider: str | None = None  # the preset whose endpoint quirks apply (models/providers.py)
+    retry_budget: int | None = None  # upstream calls per model and request (models/settings.py)
     tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
     permissions: Policy = field(
@@ -270,6 +272,8 @@ class Agent:
             fallback_models=tuple(self.fallback_models),
             max_concurrency=self.max_concurrency,
             requests_per_second=self.requests_per_second,
+            provider=self.provider,
+            retry_budget=self.retry_budget,
         )
         return OpenAICompatClient(settings)
 

@@ -73,6 +73,7 @@ class ModelConfig(_Section):
     response_format: dict[str, Any] | None = None
     stream: bool = False
     max_retries: int = Field(3, ge=0, le=10)
+    retry_budget: int | None = Field(None, ge=1)  # upstream calls per model and request (gateways retry too)
     fallback: list[str] = Field(default_factory=list)
     max_concurrency: int = Field(64, ge=1)
     requests_per_second: float | None = Field(None, gt=0)
@@ -369,6 +370,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         fallback_models=m.fallback, max_concurrency=m.max_concurrency,
         requests_per_second=m.requests_per_second, tool_mode=m.tool_mode,
         think_open=m.think_open,
+        provider=endpoint.provider if endpoint else None, retry_budget=m.retry_budget,
         system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, max_turns=a.max_turns,
         max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
         max_result_chars=a.max_result_chars, language=a.language,

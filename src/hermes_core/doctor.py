@@ -256,7 +256,8 @@ async def check_model_tools(settings: Settings) -> Check:
     except ModelRequestRejected as exc:
         if not _refuses_tools(exc):
             return Check("FAIL", name, f"the tool request was refused (HTTP {exc.status}: {exc})")
-        detail = f"the endpoint refuses the `tools` parameter (HTTP {exc.status}: {exc})"
+        detail = (f"tool mode text: the endpoint refuses the `tools` parameter (HTTP {exc.status}: {exc}); "
+                  "decided from the server's own words (docs/providers.md)")  # fmt: skip
         status: Literal["OK", "FAIL"] = "FAIL" if mode == "native" else "OK"
         return Check(status, name, detail, "use model.tool_mode: text (tools described in the prompt)")
     except ModelError as exc:
@@ -299,7 +300,7 @@ def _probe_client(settings: Settings, endpoint: Endpoint, *, max_tokens: int) ->
 
     probe = ModelSettings(
         model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, max_tokens=max_tokens,
-        timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_retries=0,
+        timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_retries=0, provider=endpoint.provider,
     )  # fmt: skip
     return OpenAICompatClient(probe)
 

@@ -89,7 +89,9 @@ class ModelResponse:
     model: str = ""
     finish_reason: str | None = None
     refusal: str | None = None
-    reasoning: str | None = None  # <think> text: kept for the trace, never shown or sent back
+    # The model's reasoning (<think> text, `reasoning_content` / `reasoning` fields): kept for the
+    # trace, never shown; sent back only to an endpoint that requires it (models/providers.py Quirks).
+    reasoning: str | None = None
     # The configured model the request went to (a fallback, if the primary failed); "" when the
     # client does not say. Permissions (`allowed_models`) are checked against it, never against
     # `model`, which is whatever the endpoint wrote.
@@ -111,6 +113,8 @@ class ModelResponse:
         message: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = [call.to_wire() for call in self.tool_calls]
+            if self.reasoning:  # the client strips it for endpoints that do not want it back
+                message["reasoning_content"] = self.reasoning
         elif self.content is None:
             message["content"] = self.text
         return message

@@ -4,8 +4,17 @@ The failure policy, in one place:
 - transient failures (connection errors, timeouts, 408, 429, 5xx, a 200 whose body is not a
   completion) are retried with exponential backoff and jitter, honouring `Retry-After`;
 - any other 4xx is the request's own fault: raised at once as `ModelRequestRejected`;
-- a model that used up its retries, or that the endpoint does not know (404), hands over to the
-  next fallback model; when none is left, `ModelUnavailable` names what failed.
+- a model that used up its retries, or that the endpoint does not know (404, or a gateway's 400
+  "Invalid model name"), hands over to the next fallback model; when none is left,
+  `ModelUnavailable` names what failed;
+- an error written into a 200 stream (`data: {"error": …}`, `finish_reason: "error"`) is an error,
+  never the answer: retried when transient and nothing was shown yet;
+- a refusal of the tools parameter itself (llama.cpp's 500 without --jinja, OpenRouter's 404) is
+  raised at once as `ModelRequestRejected`, for `auto` tool mode to decide on (models/text_tools.py);
+- a parameter the model refuses (`temperature` on o-series/gpt-5, `stream_options` on Azure AI
+  inference) is left out: known ones up front, others after the 400 that names them, remembered.
+
+The retry budget counts a gateway's own retries too (models/settings.py `effective_retries`).
 
 Each model is offered only the tools it may use (models/base.py `offered_to`), and the response
 names the model it came from (`answered_by`): a fallback never gets, nor runs, a tool that is
@@ -38,8 +47,9 @@ from .base import (
     name_unnamed_calls,
     offered_to,
 )
+from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
-from .sse import DONE, StreamAssembler, sse_data
+from .sse import DONE, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
 
 if TYPE_CHECKING:
     import aiohttp
@@ -77,6 +87,8 @@ class OpenAICompatClient(ModelClient):
         self._slots = asyncio.Semaphore(settings.max_concurrency)
         self._timeout: aiohttp.ClientTimeout | None = None
         self._stream_timeout: aiohttp.ClientTimeout | None = None
+        self.quirks = quirks_of(settings.provider)
+        self.dropped: dict[str, set[str]] = {}  # model → parameters it refused, left out from then on
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -96,17 +108,16 @@ class OpenAICompatClient(ModelClient):
         for model in models:
             if failures:
                 log.warning("falling back to model %s after %s", model, failures[-1])
-            body = self._body(model, messages, offered_to(model, tools), stream)
             try:
-                response = await self._with_retries(model, body, stream, on_text)
+                response = await self._call_model(model, messages, offered_to(model, tools), stream, on_text)
             except _Transient as exc:
                 failures.append(f"{model}: {exc}")
             except ModelRequestRejected as exc:
-                if exc.status != 404:
+                if not unknown_model(exc.status, str(exc)):
                     log.error("model %s rejected the request (HTTP %d): %s", model, exc.status, exc)
                     raise
                 not_found.append(exc)
-                failures.append(f"{model}: HTTP 404: {exc}")
+                failures.append(f"{model}: HTTP {exc.status}: {exc}")
             else:
                 return name_unnamed_calls(replace(response, answered_by=model), messages)
         summary = "; ".join(failures)
@@ -121,11 +132,36 @@ class OpenAICompatClient(ModelClient):
         if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
             await session.close()
 
+    async def _call_model(
+        self,
+        model: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        stream: bool,
+        on_text: TextCallback | None,
+    ) -> ModelResponse:
+        """One model with its retries; a 400 naming a parameter we sent is answered by leaving the
+        parameter out (remembered for the model) and asking once more."""
+        body = self._body(model, messages, tools, stream)
+        try:
+            return await self._with_retries(model, body, stream, on_text)
+        except ModelRequestRejected as exc:
+            refused = _refused_parameter(exc, json.loads(body))
+            if refused is None:
+                raise
+            log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
+            self.dropped.setdefault(model, set()).add(refused)
+            body = self._body(model, messages, tools, stream)
+            return await self._with_retries(model, body, stream, on_text)
+
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
-        settings = self.settings
-        body: dict[str, Any] = {"model": model, "messages": messages, "temperature": settings.temperature}
+        settings, dropped = self.settings, self.dropped.get(model, set())
+        body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
+        temperature = settings.temperature
+        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
+            body["temperature"] = temperature
         if settings.max_tokens is not None:
             body["max_tokens"] = settings.max_tokens
         if settings.top_p is not None:
@@ -136,19 +172,26 @@ class OpenAICompatClient(ModelClient):
             body["tools"] = tools
         if stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            if self.quirks.stream_usage and "stream_options" not in dropped:
+                body["stream_options"] = {"include_usage": True}
         body.update(settings.extra_body)
         return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+    def _wire_messages(self, messages: list[Message]) -> list[Message]:
+        """The history as this endpoint takes it: `reasoning_content` only where it is required."""
+        if self.quirks.send_reasoning or not any("reasoning_content" in m for m in messages):
+            return messages
+        return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
     async def _with_retries(
         self, model: str, body: bytes, stream: bool, on_text: TextCallback | None
     ) -> ModelResponse:
-        settings, attempt = self.settings, 0
+        settings, attempt, retries = self.settings, 0, self.settings.effective_retries
         while True:
             try:
                 return await self._attempt(body, stream, on_text)
             except _Transient as exc:
-                if attempt >= settings.max_retries:
+                if attempt >= retries:
                     raise
                 if exc.retry_after is not None:
                     delay = exc.retry_after
@@ -156,7 +199,6 @@ class OpenAICompatClient(ModelClient):
                     delay = settings.retry_base_delay * 2**attempt * random.uniform(0.8, 1.2)
                 delay = min(delay, settings.retry_max_delay)
                 attempt += 1
-                retries = settings.max_retries
                 log.warning("model %s: %s; retry %d/%d in %.2fs", model, exc, attempt, retries, delay)
                 MODEL_RETRIES.inc(model=model)
                 await asyncio.sleep(delay)
@@ -234,6 +276,10 @@ async def _read_stream(reply: aiohttp.ClientResponse, on_text: TextCallback | No
         if assembler.finished:  # some servers end the stream without the [DONE] line
             return assembler.response()
         reason = "stream ended before the reply was finished"
+    except StreamError as exc:
+        if not exc.transient:
+            raise ModelRequestRejected(_clip(str(exc), 500), exc.status or 400) from exc
+        reason = _clip(str(exc), 500)
     except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         reason = f"stream broke: {_describe(exc)}"
     if shown:
@@ -270,9 +316,12 @@ def _parse_completion(raw: bytes) -> ModelResponse:
     message = choice.get("message")
     if not isinstance(message, dict):
         message = {}
-    content, refusal, model = message.get("content"), message.get("refusal"), data.get("model")
+    refusal, model = message.get("refusal"), data.get("model")
+    content, thought = content_parts(message.get("content"))  # a string, or Mistral's typed parts
+    thought = thought or reasoning_text(message)
     return ModelResponse(
-        content=content if isinstance(content, str) else None,
+        content=content if content or isinstance(message.get("content"), str) else None,
+        reasoning=thought or None,
         tool_calls=_tool_calls(message.get("tool_calls")),
         usage=Usage.from_wire(data.get("usage")),
         model=model if isinstance(model, str) else "",
@@ -299,9 +348,40 @@ def _tool_calls(items: Any) -> list[ToolCall]:
 def _status_error(status: int, text: str, headers: Mapping[str, str]) -> Exception:
     """Map an HTTP error status to a retryable `_Transient` or a final `ModelRequestRejected`."""
     message = _error_message(text) or f"HTTP {status}"
+    if status >= 500 and refuses_tools(message):  # llama.cpp without --jinja: no outage, a refusal
+        return ModelRequestRejected(message, status)
     if status in (408, 429) or status >= 500:
-        return _Transient(f"HTTP {status}: {message}", _retry_after(headers.get("Retry-After")))
+        return _Transient(f"HTTP {status}: {message}", _wait_hint(headers))
     return ModelRequestRejected(message, status)
+
+
+def _wait_hint(headers: Mapping[str, str]) -> float | None:
+    """The server's wait hint: `Retry-After`, or LiteLLM's `llm_provider-retry-after` (the upstream
+    provider's own header, passed on), or `retry-after-ms`."""
+    for name in ("Retry-After", "llm_provider-retry-after"):
+        seconds = _retry_after(headers.get(name))
+        if seconds is not None:
+            return seconds
+    try:
+        return max(0.0, float(headers.get("retry-after-ms", "")) / 1000)
+    except ValueError:
+        return None
+
+
+def _refused_parameter(exc: ModelRequestRejected, sent: dict[str, Any]) -> str | None:
+    """The optional parameter a 400 says the model refuses, when we sent it (OpenAI: "Unsupported
+    parameter: 'temperature' …"; Azure AI inference: "… stream_options …")."""
+    if exc.status != 400:
+        return None
+    text = str(exc).lower()
+    refusal = any(word in text for word in _REFUSAL_WORDS)
+    for name in ("temperature", "stream_options", "top_p"):
+        if refusal and name in sent and name in text:
+            return name
+    return None
+
+
+_REFUSAL_WORDS = ("unsupported", "not supported", "unrecognized", "extra", "not permitted")
 
 
 def _error_message(text: str) -> str:
@@ -312,7 +392,10 @@ def _error_message(text: str) -> str:
         return _clip(text.strip(), 500)
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
+        details = error.get("details")  # Azure: which field was refused is only said here
         error = error.get("message") or error.get("detail") or error
+        if details and isinstance(error, str):
+            error = f"{error}: {json.dumps(details, ensure_ascii=False)}"
     return _clip(str(error), 500)
 
 

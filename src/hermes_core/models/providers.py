@@ -16,6 +16,7 @@ Stdlib only: configuration, the command line and doctor import it before any HTT
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -36,6 +37,27 @@ class Provider:
     model: str | None
     doc: str  # where the base URL and model names are documented
     aliases: tuple[str, ...] = field(default=())
+    quirks: Quirks = field(default_factory=lambda: Quirks())
+
+
+@dataclass(frozen=True)
+class Quirks:
+    """What one endpoint needs beyond the OpenAI format (docs/providers.md has the table).
+
+    - `send_reasoning`: assistant messages go back with their `reasoning_content` (DeepSeek's
+      thinking mode answers 400 on the next turn of a tool loop without it);
+    - `stream_usage`: `stream_options: {"include_usage": true}` is accepted (an endpoint that refuses
+      it, like Azure AI inference, is also found out by its 400 and remembered);
+    - `upstream_retries`: how often the endpoint itself retries a failed upstream call (LiteLLM's
+      proxy retries twice), counted against `model.retry_budget`.
+    """
+
+    send_reasoning: bool = False
+    stream_usage: bool = True
+    upstream_retries: int = 0
+
+
+NO_QUIRKS = Quirks()
 
 
 # One table. Base URLs and model names as each provider documents them (the `doc` page).
@@ -46,8 +68,10 @@ PROVIDERS: tuple[Provider, ...] = (
              "https://platform.openai.com/docs/models"),
     # https://api-docs.deepseek.com/ — base_url https://api.deepseek.com; deepseek-chat and
     # deepseek-reasoner are deprecated names of deepseek-v4-flash's two modes.
+    # Thinking mode: reasoning_content must be sent back in a tool loop
+    # (https://api-docs.deepseek.com/guides/thinking_mode#tool-calls).
     Provider("deepseek", "DeepSeek", "https://api.deepseek.com", "DEEPSEEK_API_KEY", "deepseek-v4-flash",
-             "https://api-docs.deepseek.com/"),
+             "https://api-docs.deepseek.com/", quirks=Quirks(send_reasoning=True)),
     # https://help.aliyun.com/zh/model-studio/compatibility-of-openai-with-dashscope — compatible
     # mode (Beijing; Singapore: https://dashscope-intl.aliyuncs.com/compatible-mode/v1).
     Provider("qwen", "Qwen (Alibaba Cloud DashScope, compatible mode)",
@@ -80,7 +104,63 @@ PROVIDERS: tuple[Provider, ...] = (
     # https://lmstudio.ai/docs/api/openai-api — port 1234; the model is the identifier LM Studio shows.
     Provider("lmstudio", "LM Studio (local)", "http://127.0.0.1:1234/v1", None, None,
              "https://lmstudio.ai/docs/api/openai-api", ("lm-studio",)),
+    # https://docs.litellm.ai/docs/proxy/quick_start — the proxy listens on port 4000 and retries a
+    # failed upstream call twice itself (num_retries); the model is a model_name of its config.
+    Provider("litellm", "LiteLLM proxy", "http://127.0.0.1:4000/v1", None, None,
+             "https://docs.litellm.ai/docs/proxy/quick_start", quirks=Quirks(upstream_retries=2)),
+    # https://docs.mistral.ai/api/ — magistral models answer `content` as a list of typed parts.
+    Provider("mistral", "Mistral AI", "https://api.mistral.ai/v1", "MISTRAL_API_KEY", "mistral-small-latest",
+             "https://docs.mistral.ai/api/"),
 )  # fmt: skip
+
+
+def quirks_of(provider: str | None) -> Quirks:
+    """The quirks of a preset by name; none for an endpoint given only by its URL."""
+    found = _BY_NAME.get((provider or "").strip().lower()) if provider else None
+    return found.quirks if found else NO_QUIRKS
+
+
+# What servers answer when the model or server cannot take the `tools` parameter at all, as each
+# one words it (the bodies are recorded in tests/data/provider_bodies/). Only these switch `auto`
+# tool mode to text: any other error that merely mentions a tool is about something else.
+NO_TOOL_SUPPORT: tuple[tuple[str, str], ...] = (
+    ("vllm", '"auto" tool choice requires --enable-auto-tool-choice'),
+    ("vllm", "--tool-call-parser"),
+    ("ollama", "does not support tools"),
+    ("llamacpp", "tools param requires --jinja"),
+    ("openrouter", "no endpoints found that support tool use"),
+    ("lmstudio", "tools are not supported"),
+)
+
+# A model name the endpoint does not know: a 404 from most, a 400 from gateways (LiteLLM).
+UNKNOWN_MODEL: tuple[str, ...] = (
+    "invalid model name",
+    "model_not_found",
+    "is not a valid model id",
+)
+
+# Models that refuse any `temperature` but the default (OpenAI's o-series and gpt-5 reasoning
+# models: "Unsupported value: 'temperature' does not support 0.2 with this model").
+_NO_TEMPERATURE = re.compile(r"(^|/)(o\d([-.\w]*)?|gpt-5(?!-chat)[-.\w]*)$")
+
+
+def refuses_tools(message: str) -> bool:
+    """True when an error text says the endpoint cannot take tools at all."""
+    text = message.lower()
+    return any(phrase.lower() in text for _, phrase in NO_TOOL_SUPPORT)
+
+
+def unknown_model(status: int, message: str) -> bool:
+    """True when an error says the model name is unknown (a fallback may still answer)."""
+    if status == 404:
+        return not refuses_tools(message)
+    text = message.lower()
+    return status == 400 and any(phrase in text for phrase in UNKNOWN_MODEL)
+
+
+def refuses_temperature(model: str) -> bool:
+    return bool(_NO_TEMPERATURE.search(model.strip().lower()))
+
 
 _BY_NAME = {key: p for p in PROVIDERS for key in (p.name, *p.aliases)}
 

@@ -1,7 +1,10 @@
 """Decoding a streamed chat completion: SSE lines in, one `ModelResponse` per choice out.
 
 Pure code with no I/O, so the HTTP client and the conformance tests that replay recorded streams
-run exactly the same decoder.
+run exactly the same decoder. What real servers send beyond OpenAI's own format is decoded here
+too (docs/providers.md has the table): reasoning deltas (`reasoning_content`, `reasoning`), an
+error written into the stream (`data: {"error": …}`, `finish_reason: "error"`), parallel calls
+that all carry `index: 0` (Ollama), and `content` sent as a list of typed parts (Mistral).
 """
 
 from __future__ import annotations
@@ -14,6 +17,76 @@ from typing import Any
 from ..messages import ModelResponse, ToolCall, Usage
 
 DONE = "[DONE]"
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek/Qwen/vLLM/LiteLLM, OpenRouter/Ollama
+
+
+class StreamError(Exception):
+    """The server wrote an error into a stream that had started as a 200 (vLLM, LiteLLM, OpenRouter).
+
+    `status` is the HTTP status the error names, when it names one; `transient` says whether another
+    attempt may succeed (no status, 408, 429, 5xx)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status in (408, 429) or self.status >= 500
+
+
+def stream_error(chunk: dict[str, Any]) -> StreamError | None:
+    """The error an `{"error": …}` chunk carries, or None for an ordinary chunk."""
+    error = chunk.get("error")
+    if error is None or error is False:
+        return None
+    message: Any = error
+    status: Any = None
+    if isinstance(error, dict):
+        message = error.get("message") or error
+        status = _status_of(error.get("code")) or _status_of(error.get("status_code"))
+    return StreamError(f"the server sent an error in the stream: {message}", status)
+
+
+def _status_of(value: Any) -> int | None:
+    """An HTTP status given as a number or as digits (LiteLLM writes `"code": "500"`)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 100 <= value < 600 else None
+    if isinstance(value, str) and value.isdigit():
+        return _status_of(int(value))
+    return None
+
+
+def content_parts(value: Any) -> tuple[str, str]:
+    """(text, reasoning) of a `content` field: a string, or a list of typed parts (Mistral's
+    `[{"type": "thinking", "thinking": [...]}, {"type": "text", "text": "..."}]`)."""
+    if isinstance(value, str):
+        return value, ""
+    if not isinstance(value, list):
+        return "", ""
+    text: list[str] = []
+    thought: list[str] = []
+    for part in value:
+        if isinstance(part, str):
+            text.append(part)
+        elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            text.append(part["text"])
+        elif isinstance(part, dict) and part.get("type") == "thinking":
+            inner = part.get("thinking")
+            thought.append(inner if isinstance(inner, str) else content_parts(inner)[0])
+    return "".join(text), "".join(thought)
+
+
+def reasoning_text(fields: dict[str, Any]) -> str:
+    """The reasoning a message or delta carries under any of its known names."""
+    for name in REASONING_FIELDS:
+        value = fields.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def sse_data(line: str) -> str | None:
@@ -50,7 +123,9 @@ class _ChoiceParts:
 
     content: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    slots: dict[int, int] = field(default_factory=dict)  # wire index → key in `tool_calls`
     finish_reason: str | None = None
 
     def add_tool_call(self, delta: Any, position: int) -> None:
@@ -58,9 +133,18 @@ class _ChoiceParts:
         if not isinstance(delta, dict):
             return
         index = delta.get("index", position)
-        call = self.tool_calls.setdefault(index if isinstance(index, int) else position, _ToolCallParts())
-        if isinstance(delta.get("id"), str) and delta["id"]:
-            call.id = delta["id"]
+        index = index if isinstance(index, int) else position
+        new_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
+        slot = self.slots.get(index, index)
+        held = self.tool_calls.get(slot)
+        if held is not None and new_id and held.id and held.id != new_id:
+            # Another call under an index already in use (Ollama sends every parallel call as
+            # index 0): a new id starts a new call; deltas without an id go to the latest one.
+            slot = max(self.tool_calls) + 1
+        self.slots[index] = slot
+        call = self.tool_calls.setdefault(slot, _ToolCallParts())
+        if new_id:
+            call.id = new_id
         function = delta.get("function")
         if not isinstance(function, dict):
             return
@@ -104,6 +188,9 @@ class StreamAssembler:
             self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = Usage.from_wire(chunk["usage"])
+        error = stream_error(chunk)
+        if error is not None:
+            raise error
         added = ""
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
@@ -111,13 +198,18 @@ class StreamAssembler:
             index = choice.get("index")
             index = index if isinstance(index, int) else 0
             parts = self._choices.setdefault(index, _ChoiceParts())
+            if choice.get("finish_reason") == "error":  # OpenRouter: the generation failed mid-way
+                raise StreamError('the server ended the stream with finish_reason "error"')
             if choice.get("finish_reason"):
                 parts.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 continue
-            text = delta.get("content")
-            if isinstance(text, str) and text:
+            text, thought = content_parts(delta.get("content"))
+            thought = thought or reasoning_text(delta)
+            if thought:
+                parts.reasoning.append(thought)
+            if text:
                 parts.content.append(text)
                 if index == 0:
                     added += text
@@ -142,4 +234,5 @@ class StreamAssembler:
             model=self.model,
             finish_reason=parts.finish_reason,
             refusal="".join(parts.refusal) or None,
+            reasoning="".join(parts.reasoning) or None,
         )

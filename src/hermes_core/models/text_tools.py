@@ -9,14 +9,21 @@ reach the model:
 - `native`: always as the `tools` parameter (text calls in the reply are still read);
 - `text`: rendered into the system prompt in the Hermes convention; tool results go back as
   `<tool_response>` content and earlier calls as `<tool_call>` text;
-- `auto`: native until the endpoint answers 400 to `tools`, or the model answers with a text
-  call; then text, remembered for that model.
+- `auto`: native until the endpoint says it cannot take `tools` at all, or the model answers with
+  a text call; then text, remembered for that model with the reason (`decisions`, logged, shown by
+  doctor). What counts as "cannot take tools" is each server's own wording, recorded from real
+  servers (models/providers.py `NO_TOOL_SUPPORT`, docs/providers.md): vLLM's and Ollama's 400,
+  llama.cpp's 500 without --jinja, OpenRouter's 404. Any other error that merely mentions a tool
+  (context length, an orphan tool message, missing tool results, Groq's `tool_use_failed`,
+  DeepSeek's missing `reasoning_content`) is about something else and never leaves native mode;
+  a refused tool schema is reported as that, naming the tool.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
@@ -68,6 +75,7 @@ class TextToolCalls(ModelClient):
         self.think_open = think_open
         self.name = inner.name
         self.text_mode_models: set[str] = set()  # models `auto` has switched to text mode
+        self.decisions: dict[str, str] = {}  # model → why `auto` chose text mode for it
 
     def uses_text_mode(self) -> bool:
         return self.mode == "text" or (self.mode == "auto" and self.inner.name in self.text_mode_models)
@@ -83,17 +91,22 @@ class TextToolCalls(ModelClient):
         try:
             response, calls_in_text = await self._complete(messages, tools, text_mode, on_text)
         except ModelRequestRejected as exc:
+            schema = schema_refusal(exc) if tools and not text_mode else None
+            if schema is not None:
+                raise schema from exc
             if not (self.mode == "auto" and tools and not text_mode and _refuses_tools(exc)):
                 raise
-            log.warning(
-                "model %s refused the tools parameter (%s); switching to text-tool mode", self.name, exc
-            )
-            self.text_mode_models.add(self.inner.name)
+            self._decide(f"the endpoint refuses the tools parameter (HTTP {exc.status}: {exc})")
             return (await self._complete(messages, tools, True, on_text))[0]
         if self.mode == "auto" and tools and not text_mode and calls_in_text:
-            log.info("model %s writes tool calls as text; switching to text-tool mode", self.name)
-            self.text_mode_models.add(self.inner.name)
+            self._decide("the model writes tool calls as text")
         return response
+
+    def _decide(self, reason: str) -> None:
+        """Switch the model to text mode for good, saying why (log, `decisions`, doctor)."""
+        log.warning("model %s: tool mode text, because %s", self.inner.name, reason)
+        self.text_mode_models.add(self.inner.name)
+        self.decisions[self.inner.name] = reason
 
     async def _complete(
         self,
@@ -224,6 +237,21 @@ def _may_hold_calls(text: str, think_open: bool) -> bool:
 
 
 def _refuses_tools(exc: ModelRequestRejected) -> bool:
-    """A 400 that is about tools (vLLM, Ollama and llama.cpp all name them), not about the prompt."""
-    text = str(exc).lower()
-    return exc.status == 400 and ("tool" in text or "function" in text)
+    """The endpoint cannot take `tools` at all, in its own words (models/providers.py)."""
+    from .providers import refuses_tools
+
+    return exc.status in (400, 404, 422, 500, 501) and refuses_tools(str(exc))
+
+
+_SCHEMA = re.compile(
+    r"invalid schema for function '([^']+)'|function '([^']+)'.{0,40}invalid.{0,20}schema", re.I
+)
+
+
+def schema_refusal(exc: ModelRequestRejected) -> ModelRequestRejected | None:
+    """A 400 about one tool's schema, reworded to name the tool, or None for any other error."""
+    found = _SCHEMA.search(str(exc)) if exc.status == 400 else None
+    if found is None:
+        return None
+    tool = found.group(1) or found.group(2)
+    return ModelRequestRejected(f"the endpoint refused tool {tool}'s schema: {exc}", exc.status)

@@ -48,6 +48,8 @@ ToolArgs = dict[str, Any] | str
 
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
 _BAD_KEY = "Incorrect API key provided."
+NO_TOOLS_MESSAGE = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+
 
 
 @dataclass
@@ -66,6 +68,14 @@ class FakeReply:
     - ``model``: the ``model`` field of the answer; ``None`` echoes the requested model.
     - ``disconnect``: close the connection after ``delay`` without sending any response.
     - ``chunk_delay``: seconds between streamed chunks (``0`` sends the whole stream at once).
+
+    Endpoint quirks (docs/providers.md), each as the real server sends it:
+
+    - ``reasoning``: thinking text, as ``message.<reasoning_field>`` and streamed as deltas of that
+      field before the content (``reasoning_content``: DeepSeek, Qwen, vLLM; ``reasoning``: OpenRouter).
+    - ``stream_error``: streamed after the content as ``data: {"error": …}``, then ``[DONE]``
+      (vLLM, LiteLLM); the reply is cut there.
+    - ``same_index``: every streamed tool call carries ``index: 0``, told apart only by its id (Ollama).
     """
 
     content: str | None = None
@@ -80,6 +90,10 @@ class FakeReply:
     disconnect: bool = False
     chunk_delay: float = 0.0
     call_ids: list[str] | None = None
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"
+    stream_error: dict[str, Any] | None = None
+    same_index: bool = False
 
     @classmethod
     def text(cls, content: str, **kw: Any) -> FakeReply:
@@ -176,7 +190,8 @@ class FakeOpenAIServer:
     - ``default_tool_args``: arguments of the default handler's tool call.
     - ``models``: if set, any other requested model gets 404 ``model_not_found``.
     - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
-    - ``reject_tools``: answer 400 "tools is not supported" when a request has ``tools``.
+    - ``reject_tools``: answer 400 as vLLM does without a tool-call parser (``"auto" tool choice
+      requires --enable-auto-tool-choice …``) when a request has ``tools``.
     - ``text_tool_calls``: the default reply writes its tool call as text, ``<tool_call>{"name": …,
       "arguments": …}</tool_call>`` in the content, as a local model served without a tool-call
       parser does; it also calls the first tool of a ``<tools>`` block in the system prompt (how
@@ -385,7 +400,7 @@ class FakeOpenAIServer:
             message = f"The model `{body['model']}` does not exist or you do not have access to it."
             return _instant_error(404, message, code="model_not_found")
         if self.reject_tools and "tools" in body:
-            return _instant_error(400, "tools is not supported")
+            return _instant_error(400, NO_TOOLS_MESSAGE)
         if body["model"] in self.unavailable:
             return _instant_error(503, f"The model `{body['model']}` is overloaded.")
         return None
@@ -458,9 +473,8 @@ class FakeOpenAIServer:
             return _json_response(reply.status, completion, reply.headers)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        events = [
-            b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in _chunks(completion, include_usage)
-        ]
+        chunks = list(_chunks(completion, include_usage, reply))
+        events = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
         events.append(b"data: [DONE]\n\n")
         return await _send_events(request, events, reply)
 
@@ -472,6 +486,8 @@ class FakeOpenAIServer:
             for call_id, (name, args) in zip(ids, reply.tool_calls, strict=True)
         ]
         message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        if reply.reasoning is not None:
+            message[reply.reasoning_field] = reply.reasoning
         if calls:
             message["tool_calls"] = calls
         finish_reason = reply.finish_reason or ("tool_calls" if calls else "stop")
@@ -503,8 +519,12 @@ def _prompt_tool(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a completion, in the order OpenAI streams them."""
+def _chunks(
+    completion: dict[str, Any], include_usage: bool, reply: FakeReply | None = None
+) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a completion, in the order OpenAI streams them
+    (with the reply's quirks: reasoning deltas first, an error chunk, repeated tool-call indexes)."""
+    reply = reply or FakeReply()
     base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     choice = completion["choices"][0]
 
@@ -515,10 +535,15 @@ def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[st
         }
 
     yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(reply.reasoning or ""):
+        yield chunk({reply.reasoning_field: piece})
     for piece in _pieces(choice["message"]["content"] or ""):
         yield chunk({"content": piece})
-    for index, call in enumerate(choice["message"].get("tool_calls", [])):
-        function = call["function"]
+    if reply.stream_error is not None:
+        yield {"error": reply.stream_error}
+        return
+    for position, call in enumerate(choice["message"].get("tool_calls", [])):
+        function, index = call["function"], 0 if reply.same_index else position
         head = {"index": index, "type": "function"} | ({"id": call["id"]} if "id" in call else {})
         yield chunk({"tool_calls": [{**head, "function": {"name": function["name"], "arguments": ""}}]})
         for piece in _pieces(function["arguments"]):
