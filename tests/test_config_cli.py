@@ -72,7 +72,8 @@ def test_dotenv_fills_the_environment_without_overriding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERMES_MODEL", "already-set")
-    monkeypatch.delenv("HERMES_BASE_URL", raising=False)
+    monkeypatch.setenv("HERMES_BASE_URL", "")  # recorded, so what the .env sets is undone after the test
+    monkeypatch.delenv("HERMES_BASE_URL")
     dotenv = write(
         tmp_path, 'HERMES_MODEL=from-dotenv\nexport HERMES_BASE_URL="http://127.0.0.1:9/v1"\n# x\n', ".env"
     )

@@ -77,6 +77,10 @@ def shout(text: str) -> str:
 # Commands that cannot run in a test, and why. Keep it small: each one is a command a person runs
 # on a server, as root, or inside the image, where other tests check what it relies on.
 NOT_RUN_HERE = {
+    "pip install 'litellm[proxy]'": (
+        "installs the LiteLLM proxy (about 750 MB) to record its answers again; tests/test_litellm.py "
+        "replays the recordings (docs/providers.md)"
+    ),
     'python3 -m venv /opt/hermes-core && /opt/hermes-core/bin/pip install ".[feishu]"': (
         "installs into /opt as root on a server (docs/deploy.md); the install itself is the "
         'dry-run of `pip install ".[feishu]"`'
