@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from gateway_harness import serving, wait_for
@@ -197,28 +198,37 @@ def mutated_webhook(draw: st.DrawFn) -> bytes:
     return serialised(body, draw(st.booleans()))
 
 
-def collect(strategy: st.SearchStrategy[bytes], count: int) -> list[bytes]:
-    """`count` examples of `strategy`, drawn by hypothesis (deterministically, for CI)."""
+def collect(strategy: st.SearchStrategy[bytes], count: int, seed: int | None = None) -> list[bytes]:
+    """Up to `count` examples of `strategy`, drawn by hypothesis: the same ones on every run
+    (for CI), or those of `seed`. Fewer when the strategy has fewer distinct examples."""
     found: list[bytes] = []
 
-    @settings(max_examples=count, database=None, derandomize=True, deadline=None,
+    @settings(max_examples=count, database=None, derandomize=seed is None, deadline=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(strategy)
     def draw(body: bytes) -> None:
         found.append(body)
 
-    draw()
+    (draw if seed is None else hypothesis_seed(seed)(draw))()
     return found
 
 
-def hostile_bodies(feishu: FakeFeishu, count: int) -> list[tuple[str, bytes]]:
-    """About `count` generated (target, body) pairs, a quarter of each kind."""
+def hostile_bodies(feishu: FakeFeishu, count: int, seed: int | None = None) -> list[tuple[str, bytes]]:
+    """`count` generated (target, body) pairs: any JSON and deep nesting to both targets, mutated
+    real events to Feishu, mutated bodies to the webhook; topped up with more mutated events."""
     share = max(1, count // 4)
-    anything = [(t, b) for b in collect(st.builds(serialised, JSON, st.booleans()), share // 2) for t in TARGETS]
-    deep = [(t, b) for b in collect(deep_json(), max(1, share // 4)) for t in TARGETS]
-    events = [("feishu", b) for b in collect(mutated_event(real_events(feishu)), share * 3 // 2)]
-    webhook = [("webhook", b) for b in collect(mutated_webhook(), share)]
-    return anything + deep + events + webhook
+    json_bodies = st.builds(serialised, JSON, st.booleans())
+    anything = [(t, b) for b in collect(json_bodies, share // 2, seed) for t in TARGETS]
+    deep = [(t, b) for b in collect(deep_json(), max(1, share // 4), seed) for t in TARGETS]
+    events = mutated_event(real_events(feishu))
+    bodies = anything + deep + [("feishu", b) for b in collect(events, share * 3 // 2, seed)]
+    bodies += [("webhook", b) for b in collect(mutated_webhook(), share, seed)]
+    round_ = 0
+    while len(bodies) < count:
+        round_ += 1
+        more = collect(events, count - len(bodies), (seed or 0) + round_)
+        bodies += [("feishu", b) for b in more]
+    return bodies[:count]
 
 
 # -- the gateway under attack ----------------------------------------------------------------------
@@ -273,7 +283,9 @@ class Edge:
 
     async def legit_feishu(self, n: int) -> tuple[str, float]:
         """One real message event (encrypted when signed); its message_id and ack seconds."""
-        envelope = self.feishu.user_message(f"legit {n}", chat_id=f"oc_legit{n % 7}", sender=f"ou_legit{n % 7}")
+        envelope = self.feishu.user_message(
+            f"legit {n}", chat_id=f"oc_legit{n % 7}", sender=f"ou_legit{n % 7}"
+        )
         plain = json.dumps(envelope, ensure_ascii=False)
         body = json.dumps({"encrypt": encrypt(plain, ENCRYPT_KEY)}) if self.signed else plain
         started = time.perf_counter()
@@ -314,7 +326,9 @@ async def edge(tmp_path: Path, *, signed: bool) -> AsyncIterator[Edge]:
         gateway.add_channel(webhook)
         async with serving(gateway, channel.routes() + webhook.routes()) as url:
             connector = aiohttp.TCPConnector(limit=16)
-            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+            async with aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=30)
+            ) as session:
                 yield Edge(feishu, gateway, url, signed, answers, tmp_path / "gateway.db", session)
 
 
@@ -429,8 +443,10 @@ def corpus_bodies() -> list[tuple[str, bytes, dict[str, str], str]]:
     return [(case.target, case.body, case.headers, case.expect) for case in corpus()]
 
 
-def generated_bodies(feishu: FakeFeishu, count: int) -> list[tuple[str, bytes, dict[str, str], str]]:
-    return [(target, body, {}, "<500") for target, body in hostile_bodies(feishu, count)]
+def generated_bodies(
+    feishu: FakeFeishu, count: int, seed: int | None = None
+) -> list[tuple[str, bytes, dict[str, str], str]]:
+    return [(target, body, {}, "<500") for target, body in hostile_bodies(feishu, count, seed)]
 
 
 async def settled(edge: Edge, report: FuzzReport) -> None:
@@ -444,8 +460,8 @@ def print_figures(name: str, report: FuzzReport) -> None:
     print(
         f"\n{name}: {report.hostile} hostile requests in {report.seconds:.1f}s, statuses "
         f"{dict(sorted(report.statuses.items()))}; {len(report.legit_feishu)} legit Feishu events, "
-        f"{len(report.legit_webhook)} legit webhook messages; ack p99 quiet {p99(report.quiet) * 1000:.1f} ms, "
-        f"under fuzz {p99(report.loaded) * 1000:.1f} ms"
+        f"{len(report.legit_webhook)} legit webhook messages; ack p99 quiet "
+        f"{p99(report.quiet) * 1000:.1f} ms, under fuzz {p99(report.loaded) * 1000:.1f} ms"
     )
 
 
@@ -520,7 +536,13 @@ def hostile_frame(draw: st.DrawFn) -> bytes:
     kind = draw(st.sampled_from(["bytes", "frame", "event", "pong", "split"]))
     if kind == "bytes":
         return draw(st.binary(max_size=64))
-    headers = [("type", "event"), ("message_id", uuid.uuid4().hex), ("trace_id", "t"), ("sum", "1"), ("seq", "0")]
+    headers = [
+        ("type", "event"),
+        ("message_id", uuid.uuid4().hex),
+        ("trace_id", "t"),
+        ("sum", "1"),
+        ("seq", "0"),
+    ]
     payload = draw(st.one_of(st.builds(serialised, JSON, st.booleans()), deep_json(), st.binary(max_size=32)))
     if kind == "frame":
         extra = draw(st.lists(st.tuples(st.text(max_size=8), st.text(max_size=12)), max_size=4))
@@ -535,7 +557,9 @@ def hostile_frame(draw: st.DrawFn) -> bytes:
     return Frame(1, 1, draw(st.integers(-(2**31), 2**31 - 1)), method, headers, payload=payload).encode()
 
 
-async def test_hostile_frames_on_the_long_connection_never_end_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+async def test_hostile_frames_on_the_long_connection_never_end_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Hostile frames through the fake platform's WebSocket: random bytes, frames without their
     headers, split events with absurd part counts (a 5000-digit `sum`), pongs and events whose
     payload is deep, huge-numbered, surrogate-laden or not JSON. The connection stays up (no

@@ -52,6 +52,9 @@ async def read_body(request: Any, limit: int) -> bytes | None:
     except RequestPayloadError as exc:
         request.content.feed_eof()  # the rest cannot be decoded either: the server must not read on
         error = " ".join(str(exc).split()).removeprefix("400, message: ")[:200]
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"undecodable body: {error}"}),
-                                 content_type="application/json", headers={"Connection": "close"}) from None
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"undecodable body: {error}"}),
+            content_type="application/json",
+            headers={"Connection": "close"},
+        ) from None
     return bytes(body)
