@@ -652,3 +652,37 @@ async def test_serve_answers_503_when_the_database_fails_and_the_platform_retry_
             gc.set_threshold(*threshold)
     failures = [r for r in caplog.records if r.name == "hermes_core.server" and r.levelno >= logging.ERROR]
     assert len(failures) == 2 and all("503" in r.getMessage() for r in failures)
+
+
+async def raw_post(url: str, path: str, headers: bytes, body: bytes) -> int:
+    """POST with header bytes exactly as given (an HTTP client library would refuse to send them)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\nConnection: close\r\n" % (
+            path.encode(),
+            host.encode(),
+            len(body),
+        )
+        writer.write(head + headers + b"\r\n" + body)
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 10)
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
+
+
+async def test_signature_headers_that_are_not_ascii_are_refused_as_unsigned(tmp_path: Path) -> None:
+    """Hostile header bytes: aiohttp decodes undecodable header bytes as lone surrogates, and a
+    non-ASCII signature made `hmac.compare_digest` raise TypeError (webhook) or the signature's
+    `.encode()` raise UnicodeEncodeError (Feishu): a 500 before any check. Now they are a 401."""
+    async with edge(tmp_path, signed=True) as target:
+        body = b'{"message": "hi", "user_id": "u1"}'
+        stamp = str(int(time.time())).encode()
+        for signature_bytes in (b"sha256=\xff\xfe", "sha256=签名".encode()):
+            headers = b"X-Hermes-Timestamp: %s\r\nX-Hermes-Signature: %s\r\n" % (stamp, signature_bytes)
+            assert await raw_post(target.url, "/webhook", headers, body) == 401
+            lark = b"X-Lark-Request-Timestamp: %s\r\nX-Lark-Request-Nonce: \xff\r\nX-Lark-Signature: %s\r\n"
+            event = json.dumps(target.feishu.user_message("hi")).encode()
+            assert await raw_post(target.url, "/feishu/events", lark % (stamp, signature_bytes), event) == 401
+        assert target.inbox() == []
