@@ -14,7 +14,8 @@ request's headers and `gateway.body_timeout` more for its body (gateway/deadline
 No request gets a 500 (`error_middleware`, the outermost layer): a handler's exception becomes
 - 400 with `{"error": …}` and one WARNING line, no traceback, when the request itself caused it
   (`ValueError` — undecodable text and JSON included —, `RecursionError`, `TypeError`, `KeyError`,
-  `IndexError`, `AttributeError`, SQLite refusing a value): sending it again cannot help;
+  `IndexError`, `AttributeError`, SQLite refusing a value) or the client hung up mid-request:
+  sending it again cannot help;
 - 503 with `Retry-After` and one ERROR line with the traceback for anything else — a genuine
   internal failure, e.g. the database unwritable or locked: Feishu and webhook clients retry a 503,
   and the retry may succeed once the fault is fixed, so no event is lost.
@@ -66,6 +67,9 @@ async def error_middleware(
         return await handler(request)
     except (web.HTTPException, asyncio.CancelledError):
         raise
+    except ConnectionResetError as exc:  # the client hung up mid-request: nobody reads the answer
+        log.warning("%s %s: the client went away (%s)", request.method, request.path, _one_line(exc))
+        return web.json_response({"error": "incomplete request"}, status=400)
     except BAD_REQUEST_ERRORS as exc:
         log.warning("%s %s refused (400): %s: %s", request.method, request.path, type(exc).__name__,
                     _one_line(exc))  # fmt: skip
