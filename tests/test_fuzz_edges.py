@@ -394,7 +394,11 @@ async def _flood(edge: Edge, bodies: list[tuple[str, bytes, dict[str, str], str]
     async def worker(session: aiohttp.ClientSession) -> None:
         while queue:
             target, body, headers, expect = queue.pop()
-            status, text = await edge.post(target, body, headers, session)
+            try:
+                status, text = await edge.post(target, body, headers, session)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # the server dropped it
+                report.failures.append(f"no answer ({type(exc).__name__}): {target} {body[:120]!r}…")
+                continue
             report.statuses[status] += 1
             problem = _problem(status, text, expect)
             if problem:
@@ -404,8 +408,11 @@ async def _flood(edge: Edge, bodies: list[tuple[str, bytes, dict[str, str], str]
 
     async def clients() -> None:
         timeout = aiohttp.ClientTimeout(total=30)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            await asyncio.gather(*(worker(session) for _ in range(workers)))
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                await asyncio.gather(*(worker(session) for _ in range(workers)))
+        finally:
+            queue.clear()  # whatever happened, the interleaved legit events stop too
 
     async def interleaved() -> None:
         while queue:
