@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -47,12 +48,26 @@ class Channel(ABC):
 
 
 async def read_body(request: Any, limit: int) -> bytes | None:
-    """An HTTP request's body, or None when it is larger than `limit` bytes (read no further)."""
+    """An HTTP request's body, or None when it is larger than `limit` bytes (read no further; a
+    compressed body counts decompressed, so a gzip bomb stops at `limit`). A body that cannot be
+    decoded (a Content-Encoding it does not have) raises a 400 with a one-line JSON error."""
+    from aiohttp import web
+    from aiohttp.web_protocol import RequestPayloadError
+
     if request.content_length is not None and request.content_length > limit:
         return None
     body = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > limit:
-            return None
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            body += chunk
+            if len(body) > limit:
+                return None
+    except RequestPayloadError as exc:
+        request.content.feed_eof()  # the rest cannot be decoded either: the server must not read on
+        error = " ".join(str(exc).split()).removeprefix("400, message: ")[:200]
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"undecodable body: {error}"}),
+            content_type="application/json",
+            headers={"Connection": "close"},
+        ) from None
     return bytes(body)

@@ -54,6 +54,10 @@ Who may call (docs/security.md):
   naming another user's conversation opens a new one of your own.
 - `callback_url` must be http(s), without `user@`, to a host of `webhook.callback_hosts` (exactly,
   and the port when the entry has one); redirects are not followed.
+
+A body that is not a UTF-8 JSON object of that shape (nested too deeply, a number too long, a
+field of the wrong type, an id with a lone surrogate) is a 400 naming what is wrong; a lone
+surrogate in `message` becomes U+FFFD (gateway/messages.py), so the message is stored and answered.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..gateway.messages import InboundMessage, OutboundMessage
+from ..gateway.messages import InboundMessage, OutboundMessage, has_surrogate
 from .base import Channel, DeliveryError, read_body
 
 if TYPE_CHECKING:
@@ -206,11 +210,13 @@ class WebhookChannel(Channel):
             return verified
         body, signature = verified
         try:
-            data = json.loads(body.decode("utf-8"))
-            user, decision = data["user_id"], data["decision"]
-            if not isinstance(user, str) or not user or decision not in ("approve", "reject"):
+            data = _json_object(body)
+            user, decision = data.get("user_id"), data.get("decision")
+            if not _is_id(user) or decision not in ("approve", "reject"):
                 raise ValueError
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+            if has_surrogate(request.match_info["id"]):
+                return _error(404, "approval_unknown")
+        except ValueError:
             return _error(400, "body must be JSON with 'user_id' and 'decision' ('approve' or 'reject')")
         if not self.gateway.accepting:
             return _error(503, "shutting down, try again")
@@ -304,8 +310,11 @@ class WebhookChannel(Channel):
             fresh = abs(time.time() - float(timestamp)) <= SIGNATURE_WINDOW
         except ValueError:
             return None
+        claimed = headers.get("X-Hermes-Signature", "")
+        if not (timestamp.isascii() and claimed.isascii()):  # undecodable header bytes: surrogates
+            return None
         expected = sign(self.secret, timestamp, body)
-        right = hmac.compare_digest(expected, headers.get("X-Hermes-Signature", ""))
+        right = hmac.compare_digest(expected, claimed)
         return expected if fresh and right else None
 
     async def _first_use(self, signature: str | None) -> bool:
@@ -315,27 +324,22 @@ class WebhookChannel(Channel):
         return await self.gateway.store.claim_nonce(self.name, signature, NONCE_MEMORY)
 
     def _parse(self, body: bytes, *, signed: bool) -> InboundMessage:
-        try:
-            data = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"body must be UTF-8 JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("body must be a JSON object")
+        data = _json_object(body)
         text, user = data.get("message"), data.get("user_id")
         if not isinstance(text, str) or not text.strip():
             raise ValueError("'message' must be a non-empty string")
         if len(text) > MAX_MESSAGE_CHARS:
             raise ValueError(f"'message' is longer than {MAX_MESSAGE_CHARS} characters")
-        if not isinstance(user, str) or not user:
-            raise ValueError("'user_id' must be a non-empty string")
+        if not _is_id(user):
+            raise ValueError("'user_id' must be a non-empty string of valid Unicode")
         callback = data.get("callback_url")
         if callback is not None:
-            if not isinstance(callback, str):
+            if not isinstance(callback, str) or has_surrogate(callback):
                 raise ValueError("'callback_url' must be an http(s) URL")
             callback = str(self.callback_hosts.check(callback))
         message_id, conversation = data.get("message_id"), data.get("conversation_id")
-        if not isinstance(message_id or "", str) or not isinstance(conversation or "", str):
-            raise ValueError("'message_id' and 'conversation_id' must be strings")
+        if not all(value is None or value == "" or _is_id(value) for value in (message_id, conversation)):
+            raise ValueError("'message_id' and 'conversation_id' must be strings of valid Unicode")
         return InboundMessage(
             channel="webhook",
             conversation=conversation_key(user, conversation or None, signed=signed),
@@ -397,6 +401,26 @@ class WebhookChannel(Channel):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; ValueError saying why not (deep nesting and long numbers too)."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("body must be UTF-8 JSON: it is not UTF-8") from None
+    except RecursionError:
+        raise ValueError("body must be UTF-8 JSON: nested too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError, or an integer with too many digits
+        raise ValueError(f"body must be UTF-8 JSON: {str(exc)[:120]}") from None
+    if not isinstance(data, dict):
+        raise ValueError("body must be a JSON object")
+    return data
+
+
+def _is_id(value: Any) -> bool:
+    """A non-empty string that can be stored exactly (no lone surrogate)."""
+    return isinstance(value, str) and bool(value) and not has_surrogate(value)
 
 
 def _from_this_machine(request: web.Request) -> bool:

@@ -2,15 +2,33 @@
 
 A channel turns a platform event into an `InboundMessage` and delivers `OutboundMessage`s; it never
 sees the agent loop. Routing facts live in named fields, not in a free-form metadata dict.
+
+Text sanitation: JSON may carry a lone UTF-16 surrogate (`"\\ud800"` is valid JSON) that no UTF-8
+store can hold, so a message carrying one would fail on every retry. An inbound message's text has
+lone surrogates replaced with U+FFFD (`clean_text`), so it is stored and answered once; channels
+refuse identifiers that carry one (`has_surrogate`), since an id must round-trip exactly.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..sessions.store import TurnAppend
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds a lone surrogate (it cannot be encoded as UTF-8)."""
+    return _SURROGATE.search(text) is not None
+
+
+def clean_text(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, the replacement character."""
+    return _SURROGATE.sub("\ufffd", text) if has_surrogate(text) else text
 
 
 @dataclass
@@ -29,6 +47,10 @@ class InboundMessage:
     received_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
     id: int | None = None  # the inbox row, once persisted
+
+    def __post_init__(self) -> None:
+        if isinstance(self.text, str):
+            self.text = clean_text(self.text)
 
 
 @dataclass

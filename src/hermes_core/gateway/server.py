@@ -17,6 +17,15 @@ with HERMES_METRICS_TOKEN (or the console's token) set, every scrape must carry 
 `Authorization: Bearer …`; without a token it answers only local requests on a loopback bind, and
 on any other address it refuses every scrape. A dedicated token exists so that a scraper's
 configuration never holds the console's token, which can approve tool calls.
+
+No request gets a 500 (`error_middleware`, the outermost layer): a handler's exception becomes
+- 400 with `{"error": …}` and one WARNING line, no traceback, when the request itself caused it
+  (`ValueError` — undecodable text and JSON included —, `RecursionError`, `TypeError`, `KeyError`,
+  `IndexError`, `AttributeError`, SQLite refusing a value) or the client hung up mid-request:
+  sending it again cannot help;
+- 503 with `Retry-After` and one ERROR line with the traceback for anything else — a genuine
+  internal failure, e.g. the database unwritable or locked: Feishu and webhook clients retry a 503,
+  and the retry may succeed once the fault is fixed, so no event is lost.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import hmac
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -51,6 +61,39 @@ from .store import SQLiteGatewayStore
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
 KEEPALIVE_TIMEOUT = 75.0  # seconds an idle kept-alive connection stays open (aiohttp's run_app default)
+RETRY_AFTER = "5"  # seconds, on a 503 for an internal failure
+# Exceptions a request's content causes (RecursionError is a RuntimeError, so it is named first).
+BAD_REQUEST_ERRORS = (
+    ValueError, RecursionError, TypeError, KeyError, IndexError, AttributeError,
+    sqlite3.InterfaceError, sqlite3.DataError,
+)  # fmt: skip
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The safety net (see the module docstring): 400 for what the request caused, else 503."""
+    try:
+        return await handler(request)
+    except (web.HTTPException, asyncio.CancelledError):
+        raise
+    except ConnectionResetError as exc:  # the client hung up mid-request: nobody reads the answer
+        log.warning("%s %s: the client went away (%s)", request.method, request.path, _one_line(exc))
+        return web.json_response({"error": "incomplete request"}, status=400)
+    except BAD_REQUEST_ERRORS as exc:
+        log.warning("%s %s refused (400): %s: %s", request.method, request.path, type(exc).__name__,
+                    _one_line(exc))  # fmt: skip
+        return web.json_response({"error": f"bad request: {type(exc).__name__}"}, status=400)
+    except Exception as exc:
+        log.error("%s %s failed (503, the client retries): %s: %s", request.method, request.path,
+                  type(exc).__name__, _one_line(exc), exc_info=True)  # fmt: skip
+        return web.json_response({"error": "temporarily unavailable, try again"}, status=503,
+                                 headers={"Retry-After": RETRY_AFTER})  # fmt: skip
+
+
+def _one_line(exc: BaseException) -> str:
+    return default_redactor().redact(" ".join(str(exc).split()))[:200]
 
 
 class RedactingRunner:
@@ -203,7 +246,8 @@ async def serve(
         routes.append(metrics_route(gateway, settings, bind, os.environ))
     deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
     # 1 MiB, the channels' limit and nginx's client_max_body_size (docs/webhook.md)
-    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=[deadlines.middleware])
+    middlewares = [error_middleware, deadlines.middleware]  # the safety net outermost
+    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=middlewares)
     app.add_routes(routes)
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 

@@ -4,6 +4,13 @@ Verification follows FEISHU.md §1–§2 and the SDK's order (decrypt → url_ve
 token → signature), but every rejection is a 4xx, never the SDK's 500 that Feishu would retry for
 hours. The same `inbound_from_event` serves the HTTP callback and the long connection (§8), whose
 frames carry the same envelope.
+
+Hostile bodies (docs/security.md): anything that is not a JSON object of the expected shape is a
+400 with one line saying what is wrong — JSON too deeply nested, a number too long, a `header` that
+is not an object, a field of the wrong type in an otherwise valid and verified event
+(`envelope_problem`), an identifier with a lone surrogate. Nothing of such an event is stored, and
+`inbound_from_event` itself never raises on any JSON value, so the long connection (which carries
+no signature) can use it as it is.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...gateway.messages import InboundMessage
+from ...gateway.messages import InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature_matches
 
 MAX_BODY = 1024 * 1024
@@ -24,6 +31,7 @@ MAX_BODY = 1024 * 1024
 # caught either by the window or by dedup. (Whether Feishu re-signs its retries is unconfirmed, so
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
+MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
 
 
 @dataclass
@@ -55,18 +63,20 @@ class FeishuEventVerifier:
         if len(body) > MAX_BODY:
             return _reject(413, "request body too large")
         try:
-            data = json.loads(body.decode("utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
+            data = json_object(body)
             if "encrypt" in data:
                 data = self._decrypt(data["encrypt"])
-        except (UnicodeDecodeError, ValueError) as exc:
+        except ValueError as exc:
             return _reject(400, f"malformed request: {exc}")
         if data.get("type") == "url_verification":  # exempt from signatures (§1), not from the token
             if not self._token_ok(data.get("token")):
                 return _reject(403, "invalid verification_token")
-            return EventCheck(200, {"challenge": data.get("challenge")})
+            if not isinstance(data.get("challenge"), str):
+                return _reject(400, "malformed request: 'challenge' must be a string")
+            return EventCheck(200, {"challenge": data["challenge"]})
         if data.get("schema"):
+            if not isinstance(data.get("header"), (dict, type(None))):
+                return _reject(400, "malformed request: 'header' must be an object")
             token = (data.get("header") or {}).get("token")
         elif data.get("uuid"):
             token = data.get("token")
@@ -78,6 +88,9 @@ class FeishuEventVerifier:
                 return _reject(401, problem)
         if (token is not None or self.encrypt_key is None) and not self._token_ok(token):
             return _reject(403, "invalid verification_token")
+        problem = envelope_problem(data)
+        if problem:
+            return _reject(400, f"malformed event: {problem}")
         return EventCheck(200, {"msg": "success"}, data)
 
     def _decrypt(self, encrypted: Any) -> dict[str, Any]:
@@ -86,12 +99,9 @@ class FeishuEventVerifier:
         if not isinstance(encrypted, str):
             raise ValueError("'encrypt' must be a string")
         try:
-            data = json.loads(decrypt(encrypted, self.encrypt_key))
+            return json_object(decrypt(encrypted, self.encrypt_key).encode("utf-8"))
         except DecryptionError as exc:
             raise ValueError(str(exc)) from None
-        if not isinstance(data, dict):
-            raise ValueError("decrypted event is not an object")
-        return data
 
     def _token_ok(self, token: Any) -> bool:
         if self.verification_token is None:
@@ -105,19 +115,105 @@ class FeishuEventVerifier:
         claimed = headers.get("X-Lark-Signature", "")
         if not (timestamp and nonce and claimed):
             return "missing signature headers"
+        if not (timestamp.isascii() and nonce.isascii() and claimed.isascii()):
+            return "malformed signature headers"  # undecodable header bytes arrive as surrogates
         if not signature_matches(timestamp, nonce, self.encrypt_key, body, claimed):
             return "signature verification failed"
         try:
             age = abs(self.now() - float(timestamp))
         except ValueError:
             return "malformed X-Lark-Request-Timestamp"
-        if age > self.replay_window:
+        if not age <= self.replay_window:  # also NaN
             return "request timestamp outside the replay window"
         return None
 
 
 def _reject(status: int, reason: str) -> EventCheck:
     return EventCheck(status, {"error": reason})
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; ValueError saying why not (never RecursionError or a decode error)."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("the body is not UTF-8") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError, or an integer with too many digits
+        raise ValueError(f"not JSON: {str(exc)[:120]}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+# The fields this module and the channel read, by path, and the type each must have when present
+# (null counts as absent). Strings must also be free of lone surrogates: they are stored.
+_SHAPE: dict[str, type] = {
+    "header": dict, "header.event_id": str, "header.event_type": str, "header.token": str,
+    "uuid": str, "token": str, "event": dict, "event.type": str,
+    "event.sender": dict, "event.sender.sender_type": str, "event.sender.sender_id": dict,
+    "event.sender.sender_id.open_id": str,
+    "event.message": dict, "event.message.message_id": str, "event.message.chat_id": str,
+    "event.message.chat_type": str, "event.message.message_type": str, "event.message.content": str,
+    "event.message.mentions": list,
+    "event.operator": dict, "event.operator.open_id": str, "event.action": dict,
+    "event.action.value": dict, "event.action.value.approval_id": str,
+    "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
+}  # fmt: skip
+_MENTION_SHAPE: dict[str, type] = {"key": str, "name": str, "id": dict, "id.open_id": str}
+_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
+
+
+def envelope_problem(envelope: Any) -> str | None:
+    """What is wrong with the shape of an event envelope (one line), or None when it can be read."""
+    if not isinstance(envelope, dict):
+        return "the event is not a JSON object"
+    problem = _shape_problem(envelope, _SHAPE, "")
+    if problem:
+        return problem
+    mentions = _at(envelope, "event.message.mentions") or []
+    for index, mention in enumerate(mentions[:MAX_MENTIONS]):
+        if not isinstance(mention, dict):
+            return f"'event.message.mentions[{index}]' must be an object"
+        problem = _shape_problem(mention, _MENTION_SHAPE, f"event.message.mentions[{index}].")
+        if problem:
+            return problem
+    return None
+
+
+def _shape_problem(data: dict[str, Any], shape: dict[str, type], prefix: str) -> str | None:
+    for path, kind in shape.items():
+        value = _at(data, path)
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            return f"'{prefix}{path}' must be {_TYPE_NAMES[kind]}"
+        if kind is str and has_surrogate(value):
+            return f"'{prefix}{path}' holds a lone surrogate (not valid Unicode)"
+    return None
+
+
+def _at(data: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path; None when a step is missing or not an object."""
+    value: Any = data
+    for step in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 @dataclass
@@ -133,24 +229,26 @@ def inbound_from_event(envelope: dict[str, Any], bot_open_id: str | None) -> Inb
     One-to-one chats are always handled (session key: the sender's open_id); group messages only
     when the bot is @mentioned (session key: the chat). Mention keys are stripped from the text.
     """
-    header = envelope.get("header") or {}
-    event_type = header.get("event_type") or (envelope.get("event") or {}).get("type")
+    problem = envelope_problem(envelope)
+    if problem is not None:
+        return Ignored(f"malformed event: {problem}")
+    header, event = _dict(envelope.get("header")), _dict(envelope.get("event"))
+    event_type = header.get("event_type") or event.get("type")
     if event_type != "im.message.receive_v1":
         return Ignored(f"event type {event_type!r} is not handled")
-    event = envelope.get("event") or {}
-    message, sender = event.get("message") or {}, event.get("sender") or {}
-    open_id = ((sender.get("sender_id") or {}).get("open_id")) or ""
+    message, sender = _dict(event.get("message")), _dict(event.get("sender"))
+    open_id = _str(_dict(sender.get("sender_id")).get("open_id"))
     message_id, chat_id = message.get("message_id"), message.get("chat_id")
     if not (isinstance(message_id, str) and message_id and isinstance(chat_id, str) and chat_id):
         return Ignored("message event without message_id or chat_id")
     if sender.get("sender_type") not in (None, "user"):
         return Ignored("message not sent by a user")
-    chat_type = message.get("chat_type") or "p2p"
-    mentions = [m for m in message.get("mentions") or [] if isinstance(m, dict)]
+    chat_type = _str(message.get("chat_type")) or "p2p"
+    mentions = [m for m in _list(message.get("mentions"))[:MAX_MENTIONS] if isinstance(m, dict)]
     if chat_type != "p2p":
         if bot_open_id is None:
             return Ignored("group message, but the bot's own open_id is unknown")
-        if not any((m.get("id") or {}).get("open_id") == bot_open_id for m in mentions):
+        if not any(_dict(m.get("id")).get("open_id") == bot_open_id for m in mentions):
             return Ignored("group message that does not mention the bot")
     kind, text = _text_of(message, mentions, bot_open_id)
     return InboundMessage(
@@ -160,7 +258,7 @@ def inbound_from_event(envelope: dict[str, Any], bot_open_id: str | None) -> Inb
         text=text,
         message_id=message_id,
         kind=kind,
-        event_id=header.get("event_id") or envelope.get("uuid"),
+        event_id=_str(header.get("event_id")) or _str(envelope.get("uuid")) or None,
         chat_id=chat_id,
         chat_type=chat_type,
         reply_to=message_id,
@@ -172,12 +270,12 @@ def _text_of(
     message: dict[str, Any], mentions: list[dict[str, Any]], bot_open_id: str | None
 ) -> tuple[str, str]:
     try:
-        content = json.loads(message.get("content") or "{}")
-    except ValueError:
+        content = json.loads(_str(message.get("content")) or "{}")
+    except (ValueError, RecursionError):  # not JSON, nested too deeply, a number too long
         content = {}
     kind = message.get("message_type")
-    if kind == "text" and isinstance(content, dict):
-        return "text", strip_mentions(str(content.get("text") or ""), mentions, bot_open_id)
+    if kind == "text" and isinstance(content, dict) and isinstance(content.get("text", ""), str):
+        return "text", strip_mentions(content.get("text") or "", mentions, bot_open_id)
     if kind == "post" and isinstance(content, dict):
         return "text", strip_mentions(post_text(content), mentions, bot_open_id)
     return "non_text", ""
@@ -190,8 +288,8 @@ def strip_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str |
         key = mention.get("key")
         if not isinstance(key, str) or not key:
             continue
-        is_bot = (mention.get("id") or {}).get("open_id") == bot_open_id
-        name = "" if is_bot else f"@{mention.get('name') or ''}"
+        is_bot = _dict(mention.get("id")).get("open_id") == bot_open_id
+        name = "" if is_bot else f"@{_str(mention.get('name'))}"
         text = re.sub(re.escape(key) + r"(?!\d)", name.replace("\\", "\\\\"), text)
     text = re.sub(r"@_all(?!\w)", "", text)
     return re.sub(r"[ \t]{2,}", " ", text).strip()
@@ -199,16 +297,17 @@ def strip_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str |
 
 def post_text(content: dict[str, Any]) -> str:
     """The readable text of a rich-text (post) message, in any of the shapes Feishu sends."""
-    body = content.get("post", content)
+    body = _dict(content.get("post", content))
     if "content" not in body:  # {"zh_cn": {...}} locale wrapper
         body = next((value for value in body.values() if isinstance(value, dict)), {})
-    lines = [str(body["title"])] if body.get("title") else []
-    for paragraph in body.get("content") or []:
+    title = body.get("title")
+    lines = [title] if isinstance(title, str) and title else []
+    for paragraph in _list(body.get("content")):
         parts = []
-        for node in paragraph if isinstance(paragraph, list) else []:
+        for node in _list(paragraph):
             if isinstance(node, dict) and node.get("tag") in ("text", "a", "code_block", "md"):
-                parts.append(str(node.get("text") or ""))
+                parts.append(_str(node.get("text")))
             elif isinstance(node, dict) and node.get("tag") == "at":
-                parts.append(str(node.get("user_id") or ""))
+                parts.append(_str(node.get("user_id")))
         lines.append("".join(parts))
     return "\n".join(line for line in lines if line)

@@ -11,6 +11,12 @@ The protocol (FEISHU.md §8) in the order this module follows it:
 4. On any disconnect, back off and do the whole handshake again.
 
 Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import.
+
+Hostile frames never end the connection: an undecodable frame, a split event with absurd part
+headers, a pong whose payload is not a config are dropped with one WARNING line; an event whose
+payload is not a JSON object of the expected shape (channels/feishu/events.py `envelope_problem`)
+is dropped and ACKed 200 — a re-push could never succeed. Only a handler failure (the gateway could
+not store the event) ACKs 500, so that Feishu pushes the event again later.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from .events import envelope_problem
 from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
 log = logging.getLogger("hermes_core.feishu")
@@ -37,6 +44,8 @@ TRANSIENT_CODES = frozenset({1, 1000040343})  # "system busy", "internal error":
 _CLIENT_HANDSHAKE_CODES = frozenset({403, 1000040350})  # forbidden, too many connections
 _HANDSHAKE_TIMEOUT = 10.0  # seconds for the endpoint POST
 _CLOSE_TIMEOUT = 1.0  # seconds to wait for the server's close frame before dropping the socket
+MAX_PARTS = 64  # parts of one split event; Feishu splits an event into a handful at most
+MAX_PARTIAL_EVENTS = 256  # split events being reassembled at once; the oldest is dropped beyond
 
 
 class LongConnectionError(RuntimeError):
@@ -231,7 +240,7 @@ class FeishuLongConnection:
         try:
             async for message in ws:
                 if message.type == aiohttp.WSMsgType.BINARY:
-                    self._on_frame(ws, message.data)
+                    self._on_frame_safely(ws, message.data)
                 elif message.type == aiohttp.WSMsgType.ERROR:
                     log.warning("feishu long connection error: %s", ws.exception())
                     break
@@ -264,6 +273,13 @@ class FeishuLongConnection:
                     await asyncio.wait_for(self._config_changed.wait(), left)
                 self._config_changed.clear()
 
+    def _on_frame_safely(self, ws: Any, data: bytes) -> None:
+        """`_on_frame`, with any failure one WARNING line: one bad frame must not drop the socket."""
+        try:
+            self._on_frame(ws, data)
+        except Exception as exc:
+            log.warning("feishu long connection: frame dropped: %s: %s", type(exc).__name__, str(exc)[:200])
+
     def _on_frame(self, ws: Any, data: bytes) -> None:
         """Route one frame without awaiting, so the reader never waits on a handler."""
         try:
@@ -274,7 +290,7 @@ class FeishuLongConnection:
         kind = frame.header("type")
         if frame.method == METHOD_CONTROL:
             if kind == "pong" and frame.payload:
-                with contextlib.suppress(ValueError, AttributeError):
+                with contextlib.suppress(ValueError, AttributeError, RecursionError):
                     self.config.update(json.loads(frame.payload))
                     self._config_changed.set()
         elif frame.method == METHOD_DATA and kind == "event":  # "card" (old card callbacks): no ACK
@@ -292,15 +308,23 @@ class FeishuLongConnection:
         """
         message_id, trace_id = frame.header("message_id"), frame.header("trace_id")
         total, seq = frame.header("sum") or "", frame.header("seq") or ""
-        if not (message_id and trace_id is not None and total.isdecimal() and seq.isdecimal()):
-            log.warning("feishu long connection: event frame without its headers dropped: %s", frame.headers)
+        if not (message_id and trace_id is not None and _small_number(total) and _small_number(seq)):
+            log.warning("feishu long connection: event frame without its headers dropped: %s",
+                        str(frame.headers)[:300])  # fmt: skip
             return None
         if int(total) <= 1:
             return frame.payload or b""
+        if int(total) > MAX_PARTS or int(seq) >= int(total):
+            log.warning("feishu long connection: event part %s of %s dropped", seq, total)
+            return None
         now = time.monotonic()
         for stale in [k for k, p in self._partial.items() if now - p.first_seen > self.part_timeout]:
             log.warning("feishu long connection: incomplete event %s expired", stale)
             del self._partial[stale]
+        if message_id not in self._partial and len(self._partial) >= MAX_PARTIAL_EVENTS:
+            oldest = next(iter(self._partial))
+            log.warning("feishu long connection: too many split events at once; %s dropped", oldest)
+            del self._partial[oldest]
         partial = self._partial.setdefault(message_id, _PartialEvent(int(total), now))
         partial.parts[int(seq)] = frame.payload or b""
         if len(partial.parts) < partial.total:
@@ -317,9 +341,12 @@ class FeishuLongConnection:
             "Feishu re-pushes events not ACKed within 3 s", message_id, self.ack_timeout,
         )  # fmt: skip
         try:
-            event = json.loads(payload)
+            event = _event_of(payload)
             self.events_received += 1
-            await self._on_event(event)
+            if isinstance(event, str):
+                log.warning("feishu event %s dropped (ACKed, never re-pushed): %s", message_id, event)
+            else:
+                await self._on_event(event)
         except Exception:
             log.exception("feishu event %s: handler failed; ACKing 500", message_id)
             code = 500
@@ -331,6 +358,23 @@ class FeishuLongConnection:
             await ws.send_bytes(ack.encode())
         except Exception as exc:
             log.warning("feishu event %s: ACK not sent (%s); Feishu will re-push it", message_id, exc)
+
+
+def _small_number(text: str) -> bool:
+    return text.isdecimal() and len(text) <= 6
+
+
+def _event_of(payload: bytes) -> dict[str, Any] | str:
+    """The event envelope in a DATA frame's payload, or why it cannot be one (one line)."""
+    try:
+        event = json.loads(payload.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "payload is not UTF-8"
+    except RecursionError:
+        return "payload JSON nested too deeply"
+    except ValueError as exc:
+        return f"payload is not JSON: {str(exc)[:120]}"
+    return envelope_problem(event) or event
 
 
 def _handshake_error(exc: Any) -> LongConnectionError:
