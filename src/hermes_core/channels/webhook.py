@@ -72,7 +72,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..gateway.messages import InboundMessage, OutboundMessage, has_surrogate
 from .base import Channel, DeliveryError, read_body
@@ -418,7 +418,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _is_id(value: Any) -> bool:
+def _is_id(value: Any) -> TypeGuard[str]:
     """A non-empty string that can be stored exactly (no lone surrogate)."""
     return isinstance(value, str) and bool(value) and not has_surrogate(value)
 

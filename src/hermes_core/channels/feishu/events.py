@@ -162,7 +162,7 @@ _SHAPE: dict[str, type] = {
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
 }  # fmt: skip
 _MENTION_SHAPE: dict[str, type] = {"key": str, "name": str, "id": dict, "id.open_id": str}
-_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string"}
+_TYPE_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
 
 def envelope_problem(envelope: Any) -> str | None:
@@ -189,7 +189,7 @@ def _shape_problem(data: dict[str, Any], shape: dict[str, type], prefix: str) ->
             continue
         if not isinstance(value, kind):
             return f"'{prefix}{path}' must be {_TYPE_NAMES[kind]}"
-        if kind is str and has_surrogate(value):
+        if isinstance(value, str) and has_surrogate(value):
             return f"'{prefix}{path}' holds a lone surrogate (not valid Unicode)"
     return None
 
