@@ -16,7 +16,7 @@ The record (the X-ray file has the same shape)::
      "started_at", "elapsed", "request_messages_count", "tools", "response": {"content",
      "tool_calls": [{"id", "name", "arguments"}], "usage", "model", "answered_by", "finish_reason",
      "refusal", "reasoning"}, "error"}], "tool_calls": [{"turn", "id", "name", "arguments", "result", "ok",
-     "error", "elapsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
+     "error", "elapsed", "parsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
      "ok", "usage", "timings", "started_at", "finished_at", "error"}
 
 Everything recorded is redacted first (redaction.py). A tracer never fails a task: a store that
@@ -41,6 +41,7 @@ from typing import Any
 from ..loop import PAUSES, RunResult
 from ..messages import Message, ModelResponse, ToolCall
 from ..models.base import ModelClient, ModelError, TextCallback
+from ..records import outcome_record, record_of
 from ..redaction import cut_text, redact_data
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
@@ -324,7 +325,7 @@ class TaskTrace:
         error: BaseException | None,
     ) -> None:
         MODEL_SECONDS.observe(elapsed, outcome="ok" if error is None else "error")
-        raw = response_record(response) if response is not None else None
+        raw = record_of(response) if response is not None else None
         failure = describe_error(error) if error is not None else None
         self.model_calls.append({
             "turn": turn, "started_at": started_at, "elapsed": elapsed,
@@ -447,19 +448,7 @@ class TaskTrace:
                 if asked[index][1] == call.id:
                     turn, position = asked[index][0], index + 1
                     break
-            rows.append(
-                {
-                    "turn": turn,
-                    "id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "result": outcome.content,
-                    "ok": outcome.ok,
-                    "error": outcome.error,
-                    "elapsed": outcome.elapsed,
-                    "started_at": started.get("started_at"),
-                }
-            )
+            rows.append({"turn": turn, **outcome_record(outcome), "started_at": started.get("started_at")})
         return rows
 
     async def _approvals(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
@@ -623,20 +612,6 @@ def tracer_for(settings: Any, *, serving: bool) -> Tracer:
     return Tracer(store, xray_dir=xray_dir or None, spans=spans)
 
 
-def response_record(response: ModelResponse) -> dict[str, Any]:
-    """A model response as the trace keeps it: the raw output, tool calls included."""
-    return {
-        "content": response.content,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
-        "usage": asdict(response.usage),
-        "model": response.model,
-        "answered_by": response.answered_by,  # the configured model (a route's, a fallback) that answered
-        "finish_reason": response.finish_reason,
-        "refusal": response.refusal,
-        "reasoning": response.reasoning,
-    }
-
-
 def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
@@ -669,7 +644,6 @@ __all__ = [
     "TracedTools",
     "Tracer",
     "is_failure",
-    "response_record",
     "tracer_for",
     "write_xray",
     "xray_path",
