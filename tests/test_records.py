@@ -97,7 +97,9 @@ async def test_journal_and_trace_persist_the_same_records(tmp_path: Path) -> Non
     responses = [e.data for e in entries if e.kind == "model_response"]
     assert responses == [m["response"] for m in trace["model_calls"]]
     results = [{k: v for k, v in e.data.items() if k != "turn"} for e in entries if e.kind == "tool_result"]
-    assert results == [{k: v for k, v in c.items() if k not in ("turn", "started_at")} for c in trace["tool_calls"]]
+    assert results == [
+        {k: v for k, v in c.items() if k not in ("turn", "started_at")} for c in trace["tool_calls"]
+    ]
 
 
 def test_records_round_trip() -> None:
@@ -114,5 +116,9 @@ def test_records_round_trip() -> None:
 
 def test_canonical_arguments_are_the_calls_key() -> None:
     """Replay compares arguments as approvals and guards do: one canonical form for text and values."""
-    assert canonical('{"b": 1, "a": 2}') == canonical({"a": 2, "b": 1}) == ToolCall("i", "t", '{"a":2,"b":1}').key[1]
+    assert (
+        canonical('{"b": 1, "a": 2}')
+        == canonical({"a": 2, "b": 1})
+        == ToolCall("i", "t", '{"a":2,"b":1}').key[1]
+    )
     assert canonical("  not json ") == "not json"

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..loop import PAUSES
 from ..messages import ModelResponse, ToolCall
-from ..models.base import ModelClient, TextCallback
+from ..models.base import ModelClient, ModelWrapper, TextCallback
 from ..records import outcome_from, outcome_record, record_of, response_from
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
@@ -168,12 +168,12 @@ def replay_of(entries: list[JournalEntry]) -> Replay:
     return replay
 
 
-class JournaledModel(ModelClient):
+class JournaledModel(ModelWrapper):
     """Returns the journal's responses in order, then calls the model and journals each answer."""
 
     def __init__(self, inner: ModelClient, journal: TaskJournal, task_id: str, recorded: list[ModelResponse]):
-        self.inner, self.journal, self.task_id = inner, journal, task_id
-        self.name = inner.name
+        super().__init__(inner)
+        self.journal, self.task_id = journal, task_id
         self._recorded = list(recorded)
         self.turn = -1  # the index of the latest response, recorded or new: the turn its calls belong to
 
@@ -190,9 +190,6 @@ class JournaledModel(ModelClient):
         response = await self.inner.complete(messages, tools, on_text=on_text)
         await self.journal.append(self.task_id, "model_response", record_of(response))
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class JournaledTools(RegistryWrapper):
