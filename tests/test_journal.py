@@ -10,8 +10,8 @@ import pytest
 
 from hermes_core import Agent, tool
 from hermes_core.messages import ModelResponse, ToolCall
-from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.records import record_of
+from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.journal import UNKNOWN_OUTCOME, resume
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
