@@ -10,8 +10,9 @@ import pytest
 
 from hermes_core import Agent, tool
 from hermes_core.messages import ModelResponse, ToolCall
+from hermes_core.records import record_of
 from hermes_core.tasks import SQLiteTaskJournal
-from hermes_core.tasks.journal import UNKNOWN_OUTCOME, response_data, resume
+from hermes_core.tasks.journal import UNKNOWN_OUTCOME, resume
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
 
@@ -190,7 +191,7 @@ async def test_rows_journaled_before_turns_replay_in_the_order_they_were_written
     turns = reused_id_turns()
     for region, response in zip(("East", "North"), turns, strict=True):
         call = response.tool_calls[0]
-        await journal.append("old", "model_response", response_data(response))
+        await journal.append("old", "model_response", record_of(response))
         await journal.append("old", "tool_started", {"id": call.id, "name": call.name})
         content = json.dumps({"region": region, "orders": 12})
         row = {"id": call.id, "name": call.name, "arguments": call.arguments, "content": content, "ok": True}

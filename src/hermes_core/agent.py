@@ -14,13 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .hooks import hooked
 from .loop import PAUSES, Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
-from .models.text_tools import TOOL_MODES, TextToolCalls, ToolMode
+from .models.text_tools import TOOL_MODES, ToolMode
 from .prompts import DEFAULT_SYSTEM_PROMPT
-from .redaction import RedactingModelClient
 from .replies import Language, detect_language
+from .stack import model_client, task_stack
 from .tools import Tool, ToolRegistry
 from .tools.permissions import Caller, Policy
 
@@ -128,15 +129,9 @@ class Agent:
 
     @property
     def client(self) -> ModelClient:
+        """The model client every task of this agent shares (its layers: stack.py)."""
         if self._client is None:
-            inner = self.model if isinstance(self.model, ModelClient) else self._build_client()
-            client: ModelClient = TextToolCalls(inner, mode=self.tool_mode, think_open=self.think_open)
-            if self.route_tools_above is not None:  # before text mode renders the tools into the prompt
-                from .tools.routing import RoutedTools, ToolRouter
-
-                router = ToolRouter(self.registry.get, above=self.route_tools_above)
-                client = RoutedTools(client, router, self.skills.tools_in_use if self.skills else None)
-            self._client = RedactingModelClient(client)  # no secret in a prompt, none echoed back (O1)
+            self._client = model_client(self)
         return self._client
 
     def is_greeting(self, message: str) -> bool:
@@ -169,10 +164,10 @@ class Agent:
         messages.append({"role": "user", "content": message})
         fast = self.is_greeting(message)
         task_id = task_id or uuid.uuid4().hex
-        model, registry, trace = await self.task_tools(task_id, message, messages, session, caller)
+        stack = await task_stack(self, task_id, message, messages, session, caller)
         result = await run_loop(
-            model,
-            registry,
+            stack.model,
+            stack.registry,
             messages,
             self.limits if not fast else Limits(max_turns=1),
             self.language or detect_language(message),
@@ -181,8 +176,9 @@ class Agent:
             session_id=session.id if session is not None else None,
             on_text=on_text,
             caller=caller,
+            hooks=stack.hooks,
         )
-        if not await self.task_finished(task_id, result, trace):  # paused: run again once answered
+        if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
         if session is not None:
             session.messages.extend(messages[len(history) + 1 :])
@@ -198,21 +194,13 @@ class Agent:
         session: Session | None = None,
         caller: Caller | None = None,
     ) -> tuple[ModelClient, ToolRegistry, Any]:
-        """The model and tools one task runs with (the loop's, or plan mode's), and its trace:
-        MCP tools attached, the journal replaying what it holds, the tracer recording each step."""
-        if self.mcp is not None:  # cheap once connected; a server that is down is retried later
-            await self.mcp.attach(self.registry)
-        model, registry = self.client, self.registry
-        if self.journal is not None:
-            from .tasks.journal import resume
-
-            model, registry = await resume(self.journal, task_id, model, registry)
-        trace = None
-        if self.tracer is not None:  # after the journal: a resumed task's record shows its replayed steps too
-            conversation = session.id if session is not None else None
-            trace = self.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
-            model, registry = trace.wrap(model, registry)
-        return model, registry, trace
+        """The model and tools of a task run without the loop (plan mode), and its trace: the
+        stack of stack.py, with its hooks made into thin wrappers that report each call."""
+        stack = await task_stack(self, task_id, message, messages, session, caller)
+        if stack.trace is None:
+            return stack.model, stack.registry, None
+        model, registry = hooked(stack.model, stack.registry, stack.hooks)
+        return model, registry, stack.trace
 
     async def task_finished(self, task_id: str, result: RunResult, trace: Any) -> bool:
         """End a run begun with `task_tools`: its trace is recorded whatever the outcome (never

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from .guards import TaskGuards, changes_state, cut_off_outcomes
+from .hooks import NO_HOOKS, TaskHooks
 from .messages import Message, ModelResponse, ToolCall, Usage
 from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
@@ -65,8 +66,10 @@ async def run_loop(
     session_id: str | None = None,
     on_text: TextCallback | None = None,
     caller: Caller | None = None,
+    hooks: TaskHooks = NO_HOOKS,
 ) -> RunResult:
-    """Run one task over `messages` (which it extends in place) until the model answers."""
+    """Run one task over `messages` (which it extends in place) until the model answers;
+    `hooks` (observers: the trace, logs, spans) are told of each model call and tool call."""
     run = RunResult(reply="", messages=messages)
     guards = TaskGuards(limits, lambda name: changes_state(registry.get(name)))
     task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name, spent=[])
@@ -75,16 +78,20 @@ async def run_loop(
     for _ in range(limits.max_turns):
         # Offered: what any of the client's models may use; each request narrows it to its model's.
         tools = registry.schemas(guards.withdrawn, caller, model.models) if offer_tools else []
+        await hooks.on_model_start(messages, tools or None)
         call_started = time.perf_counter()
         try:
             with offering(registry.offer(guards.withdrawn, caller)):
                 response = await model.complete(messages, tools or None, on_text=on_text)
-        except ModelUnavailable:
-            return _finish(run, fixed_reply("model_unavailable", language), "model_unavailable", started)
-        except ModelRequestRejected:
-            return _finish(run, fixed_reply("model_rejected", language), "model_rejected", started)
+        except Exception as exc:
+            await hooks.on_model_end(None, exc)
+            if not isinstance(exc, ModelUnavailable | ModelRequestRejected):
+                raise
+            reason = "model_unavailable" if isinstance(exc, ModelUnavailable) else "model_rejected"
+            return _finish(run, fixed_reply(reason, language), reason, started)
         finally:
             model_seconds += time.perf_counter() - call_started
+        await hooks.on_model_end(response, None)
         run.responses.append(response)
         run.usage += response.usage
         run.timings["model"] = model_seconds
@@ -92,7 +99,7 @@ async def run_loop(
         if not response.tool_calls:
             return _finish(run, response.text or fixed_reply("empty_reply", language), "completed", started)
         task_context.model = response.answered_by or model.name  # permissions: the model that asked
-        outcomes = await run_tool_calls(response, registry, guards, limits, task_context)
+        outcomes = await run_tool_calls(response, registry, guards, limits, task_context, hooks)
         run.tool_calls.extend(outcomes)
         while task_context.spent:  # sub-agents' tokens count towards the task's usage
             run.usage += task_context.spent.pop()
@@ -111,6 +118,7 @@ async def run_tool_calls(
     guards: TaskGuards,
     limits: Limits,
     task: ToolContext,
+    hooks: TaskHooks = NO_HOOKS,
 ) -> list[ToolOutcome]:
     """Run the calls of one model turn concurrently; outcomes come back in call order."""
     if response.cut_off:  # the last call's arguments are incomplete: nothing of this turn runs
@@ -119,9 +127,15 @@ async def run_tool_calls(
 
     async def execute(call: ToolCall) -> ToolOutcome:
         context = replace(task, call_id=call.id, tool_name=call.name, scratch={})  # each call its own
-        outcome = await registry.execute(
-            call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
-        )
+        await hooks.on_tool_start(call)
+        try:
+            outcome = await registry.execute(
+                call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
+            )
+        except Exception as exc:  # the registry never raises; a journal that cannot write might
+            await hooks.on_tool_end(call, None, exc)
+            raise
+        await hooks.on_tool_end(call, outcome, None)
         guards.record(outcome)
         return outcome
 

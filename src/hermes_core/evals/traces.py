@@ -5,7 +5,7 @@ TRACE is the JSON dump of one recorded task::
     {"task_id": "…", "conversation": "the conversation's id",
      "input": "the user message", "history": [earlier messages; optional],
      "messages": [every message of the run], "reply": "…", "stop_reason": "max_turns",
-     "tool_calls": [{"name", "arguments", "result", "ok", "error", "elapsed"}],
+     "tool_calls": [{"name", "arguments", "result", "ok", "error", "elapsed"}] (records.py),
      "usage": {…}, "timings": {…}}
 
 The case keeps the conversation: `history` (system messages dropped), then `input`. Without
@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..records import outcome_from
+from ..tools.registry import ToolOutcome
 from .cases import WIRE_KEYS, CaseError, Message, clip, parse_case
 
 FILE_TOOLS = ("read_file", "write_file", "list_directory")
@@ -77,8 +79,8 @@ def add_trace(
 def case_from_trace(trace: Mapping[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
     """The case data proposed for a trace, and comment lines describing the recorded run."""
     history, task = _trace_conversation(trace)
-    calls = [call for call in trace.get("tool_calls") or [] if isinstance(call, Mapping)]
-    succeeded = list(dict.fromkeys(str(call.get("name")) for call in calls if call.get("ok")))
+    calls = [outcome_from(call) for call in trace.get("tool_calls") or [] if isinstance(call, Mapping)]
+    succeeded = list(dict.fromkeys(outcome.call.name for outcome in calls if outcome.ok))
     stop_reason = str(trace.get("stop_reason") or "")
     reply = str(trace.get("reply") or "")
     checks: dict[str, Any] = {}
@@ -98,18 +100,16 @@ def case_from_trace(trace: Mapping[str, Any], name: str) -> tuple[dict[str, Any]
     return data, _notes(calls, stop_reason, reply)
 
 
-def _notes(calls: list[Mapping[str, Any]], stop_reason: str, reply: str) -> list[str]:
+def _notes(calls: list[ToolOutcome], stop_reason: str, reply: str) -> list[str]:
     """What the recorded run did, as comment lines for the case file."""
     notes = [f"Recorded run: stop_reason={stop_reason or '?'}, {len(calls)} tool call(s)"]
-    for call in calls:
-        arguments = call.get("arguments")
+    for outcome in calls:
+        arguments: Any = outcome.call.arguments  # a hand-written trace may hold them decoded
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        status = "ok" if call.get("ok") else f"failed ({call.get('error') or 'error'})"
-        notes.append(
-            f"  {call.get('name')} {clip(shown or '{}')} -> {status}: {clip(str(call.get('result')))}"
-        )
+        status = "ok" if outcome.ok else f"failed ({outcome.error or 'error'})"
+        notes.append(f"  {outcome.call.name} {clip(shown or '{}')} -> {status}: {clip(outcome.content)}")
     notes.append(f"Recorded reply: {clip(reply)}")
-    if any(call.get("name") in FILE_TOOLS for call in calls):
+    if any(outcome.call.name in FILE_TOOLS for outcome in calls):
         notes.append("The run used the workspace: add the files it needs under `files:` (path: content).")
     return notes
 

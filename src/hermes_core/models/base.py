@@ -70,6 +70,28 @@ class ModelClient(ABC):
         return None
 
 
+class ModelWrapper(ModelClient):
+    """A client that adds one thing around another (`inner`): the routing of tools, text-mode
+    calls, the journal, spacing… It answers under the inner client's name and with its models,
+    passes `complete` through unless it overrides it, and closes the inner client."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        return await self.inner.complete(messages, tools, on_text=on_text)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 async def emit_text(on_text: TextCallback, piece: str) -> None:
     """Hand a piece of visible text to a callback that may be sync or async."""
     result = on_text(piece)

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from ..messages import Message, ModelResponse, request_digest
-from .base import ModelClient, ModelRequestRejected, TextCallback, emit_text, offered_to_all
+from .base import ModelClient, ModelRequestRejected, ModelWrapper, TextCallback, emit_text, offered_to_all
 
 ToolMode = Literal["native", "text", "auto"]
 TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
@@ -55,7 +55,7 @@ To call a function, answer with a JSON object with the function name and argumen
 Function results come back to you within <tool_response></tool_response> XML tags."""
 
 
-class TextToolCalls(ModelClient):
+class TextToolCalls(ModelWrapper):
     def __init__(
         self,
         inner: ModelClient,
@@ -69,11 +69,10 @@ class TextToolCalls(ModelClient):
         has shown, so this must be known up front rather than guessed from the reply."""
         if mode not in TOOL_MODES:
             raise ValueError(f"tool mode must be one of {', '.join(TOOL_MODES)}, got {mode!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.mode = mode
         self.formats = formats
         self.think_open = think_open
-        self.name = inner.name
         self.text_mode_models: set[str] = set()  # models `auto` has switched to text mode
         self.decisions: dict[str, str] = {}  # model → why `auto` chose text mode for it
 
@@ -143,9 +142,6 @@ class TextToolCalls(ModelClient):
         if rest:
             await emit_text(on_text, rest)
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def extract_text_calls(

@@ -24,14 +24,14 @@ recorded task id, caller and conversation.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..loop import Limits, RunResult, run_loop
-from ..messages import Message, ModelResponse, ToolCall, Usage
+from ..messages import Message, ModelResponse, ToolCall
 from ..models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+from ..records import canonical, outcome_from, response_from
 from ..replies import detect_language
 from ..tools import Tool, ToolContext, ToolRegistry
 from ..tools.arguments import ArgumentError, parse_arguments
@@ -191,7 +191,7 @@ class ReplayModel(ModelClient):
                     ModelRequestRejected if error.startswith("ModelRequestRejected") else ModelUnavailable
                 )
                 raise failure(error)
-            response = response_from_record(entry["response"])
+            response = response_from(entry["response"])
         self.responses.append(response)
         return response
 
@@ -202,24 +202,6 @@ class ReplayModel(ModelClient):
     async def aclose(self) -> None:
         if self.live is not None:
             await self.live.aclose()
-
-
-def response_from_record(data: dict[str, Any]) -> ModelResponse:
-    usage = data.get("usage") or {}
-    return ModelResponse(
-        content=data.get("content"),
-        tool_calls=[
-            ToolCall(c["id"], c["name"], c.get("arguments", "{}")) for c in data.get("tool_calls") or []
-        ],
-        usage=Usage(
-            usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("total_tokens", 0)
-        ),
-        model=data.get("model") or "",
-        answered_by=data.get("answered_by") or "",
-        finish_reason=data.get("finish_reason"),
-        refusal=data.get("refusal"),
-        reasoning=data.get("reasoning"),
-    )
 
 
 # --- the current tools, with writes held back ------------------------------------------------------
@@ -277,14 +259,8 @@ class ReplayTools(RegistryWrapper):
         recorded = self.recorded.get(self.model.position(call.id))
         if recorded and recorded.get("name") == call.name and same_arguments(recorded.get("arguments"), call):
             self.notes[call.id] = (False, f"not run ({held}); the recorded result is used")
-            return ToolOutcome(
-                call,
-                str(recorded.get("result", "")),
-                bool(recorded.get("ok")),
-                checked,
-                float(recorded.get("elapsed") or 0.0),
-                recorded.get("error"),
-            )
+            stood_in = outcome_from({**recorded, "id": call.id, "name": call.name})
+            return replace(stood_in, call=call, arguments=checked)
         self.notes[call.id] = (False, f"not run ({held}); no recorded result for these arguments")
         message = f"{call.name} was not run during the replay ({held})"
         return ToolOutcome(call, error_result(message), False, checked, error="not_replayed")
@@ -397,16 +373,7 @@ def _call_divergences(
 
 def same_arguments(recorded: Any, call: ToolCall) -> bool:
     """The same arguments, however they were spaced or ordered (dicts are compared as JSON)."""
-    return _canonical(recorded) == _canonical(call.arguments)
-
-
-def _canonical(arguments: Any) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return arguments.strip()
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    return canonical(recorded) == canonical(call.arguments)
 
 
 __all__ = [

@@ -1,13 +1,15 @@
 """Traces: each task's complete record — stored in SQLite, and dumped as an X-ray file when it fails.
 
 A `Tracer` on the agent (`Agent(tracer=Tracer(store))`; `hermes-core serve` sets one) observes every
-run the way the journal does, without the loop knowing: `TaskTrace.wrap` wraps the model client
-and the tool registry. The wrappers time each model call and each tool call, write the log
-events of observe/logs.py (`model_request`, `model_response`, `tool_call`, `tool_result`, `error`)
-and, with `otel` configured, one OpenTelemetry span each. `Agent.run` starts the trace
-(`message_in`) and finishes it (`reply_out`); the finished record goes to the `TraceStore`, and a
-failed task (not completed, and not paused for a person) is also written to `<xray_dir>/<task>.json`
-— the seed's "X-ray": everything the model saw and did, replayable with `hermes-core replay FILE`.
+run: its `TaskTrace` is the run's hooks (hooks.py), which the loop calls before and after each model
+call and each tool call. It times them, writes the log events of observe/logs.py
+(`model_request`, `model_response`, `tool_call`, `tool_result`, `error`, each carrying the task,
+conversation and turn), the latency metrics and, with `otel` configured, one OpenTelemetry span
+each (observe/otel.py). `Agent.run` starts the trace (`message_in`) and finishes it (`reply_out`);
+the finished record goes to the `TraceStore`, and a failed task (not completed, and not paused for
+a person) is also written to `<xray_dir>/<task>.json` — the seed's "X-ray": everything the model saw
+and did, replayable with `hermes-core replay FILE`. Responses and tool outcomes are recorded in the
+one record format of records.py, the journal's.
 
 The record (the X-ray file has the same shape)::
 
@@ -16,7 +18,7 @@ The record (the X-ray file has the same shape)::
      "started_at", "elapsed", "request_messages_count", "tools", "response": {"content",
      "tool_calls": [{"id", "name", "arguments"}], "usage", "model", "answered_by", "finish_reason",
      "refusal", "reasoning"}, "error"}], "tool_calls": [{"turn", "id", "name", "arguments", "result", "ok",
-     "error", "elapsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
+     "error", "elapsed", "parsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
      "ok", "usage", "timings", "started_at", "finished_at", "error"}
 
 Everything recorded is redacted first (redaction.py). A tracer never fails a task: a store that
@@ -38,15 +40,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..hooks import TaskHooks
 from ..loop import PAUSES, RunResult
 from ..messages import Message, ModelResponse, ToolCall
-from ..models.base import ModelClient, ModelError, TextCallback
+from ..models.base import ModelClient, ModelError
+from ..records import outcome_record, record_of
 from ..redaction import cut_text, redact_data
 from ..storage import SQLiteDatabase
-from ..tools import ToolContext, ToolRegistry
+from ..tools import ToolRegistry
 from ..tools.permissions import Caller
-from ..tools.registry import RegistryWrapper, ToolOutcome
-from .logs import log_event, task_context
+from ..tools.registry import ToolOutcome
+from .logs import bind_task, log_event, task_context, unbind_task
 from .metrics import MODEL_SECONDS, TOOL_SECONDS
 
 log = logging.getLogger("hermes_core.traces")
@@ -270,9 +274,9 @@ class Tracer:
             await self.store.close()
 
 
-class TaskTrace:
-    """One run being observed. `wrap` the model and tools; the run ends with `finish` (or, when a
-    wrapped call raises something other than a model error, `crashed`), whichever comes first."""
+class TaskTrace(TaskHooks):
+    """One run being observed: the hooks the loop calls (hooks.py). The run ends with `finish`
+    (or, when a call raises something other than a model error, `crashed`), whichever comes first."""
 
     def __init__(
         self,
@@ -295,6 +299,8 @@ class TaskTrace:
         self.registry: ToolRegistry | None = None
         self.model_name = ""
         self.done = False
+        self._model_call: tuple[Any, ...] = ()  # the model call under way: turn, times, span…
+        self._tool_calls_open: dict[int, tuple[Any, ...]] = {}  # id(call) → turn, start, span, log context
         self.span = self.start_span(
             "hermes.task", {"hermes.task_id": task_id, "hermes.conversation": conversation}
         )
@@ -306,12 +312,84 @@ class TaskTrace:
         """Inside this block, log records carry the task id, the conversation and the current turn."""
         return task_context(self.task_id, self.conversation, self.turn)
 
-    def wrap(self, model: ModelClient, registry: ToolRegistry) -> tuple[ModelClient, ToolRegistry]:
-        """The model client and registry to run with: every call observed."""
+    def attach(self, model: ModelClient, registry: ToolRegistry) -> TaskTrace:
+        """Say which model and tools the run uses (its record names the model, asks the registry
+        about approvals); the loop then calls the four hooks below."""
         self.registry, self.model_name = registry, model.name
-        return TracedModel(model, self), TracedTools(registry, self)
+        return self
 
-    # -- what the wrappers report ---------------------------------------------------------------
+    # -- the hooks: what the loop reports -------------------------------------------------------
+
+    async def on_model_start(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> None:
+        """A model call begins: its turn, span and log context open; `model_request` logged."""
+        self.turn += 1
+        names = [str(schema.get("function", {}).get("name")) for schema in tools or []]
+        span = self.start_span(
+            "model.complete", {"hermes.turn": self.turn, "gen_ai.request.model": self.model_name}, self.span
+        )
+        bound = bind_task(self.task_id, self.conversation, self.turn)
+        log_event(
+            "model_request",
+            logging.DEBUG,
+            model=self.model_name,
+            messages_count=len(messages),
+            tools=names,
+            messages=messages,
+        )
+        self._model_call = (self.turn, time.time(), time.perf_counter(), len(messages), names, span, bound)
+
+    async def on_model_end(self, response: ModelResponse | None, error: BaseException | None) -> None:
+        """The model call is over: recorded, logged, its span ended; an error that is not a model
+        error (the loop turns those into a reply) ends the run, and its record is kept now."""
+        turn, started_at, clock, count, names, span, bound = self._model_call
+        try:
+            self.model_done(turn, started_at, time.perf_counter() - clock, count, names, response, error)
+            if response is None:
+                self.end_span(span, {}, error)
+                if error is not None and not isinstance(error, ModelError):
+                    await self.crashed(error)
+        finally:
+            unbind_task(bound)
+        if response is not None:
+            usage = response.usage
+            self.end_span(
+                span,
+                {
+                    "gen_ai.response.model": response.model,
+                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": usage.completion_tokens,
+                    "hermes.tool_calls": len(response.tool_calls),
+                },
+                None,
+            )
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        """A tool call begins (parallel calls each in their own task): span, log context, `tool_call`."""
+        span = self.start_span(
+            f"tool {call.name}", {"hermes.turn": self.turn, "hermes.tool": call.name}, self.span
+        )
+        bound = bind_task(self.task_id, self.conversation, self.turn)
+        log_event("tool_call", tool=call.name, call_id=call.id, arguments=call.arguments)
+        self._tool_calls_open[id(call)] = (self.turn, time.time(), span, bound)
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        """The tool call is over: recorded, logged, its span ended; an error ends the run."""
+        turn, started_at, span, bound = self._tool_calls_open.pop(id(call))
+        try:
+            if outcome is not None:
+                self.tool_done(turn, started_at, outcome)
+            elif error is not None:
+                log_event("error", logging.ERROR, stage="tool", tool=call.name, error=describe_error(error))
+                self.end_span(span, {}, error)
+                await self.crashed(error)
+        finally:
+            unbind_task(bound)
+        if outcome is not None:
+            self.end_span(span, {"hermes.ok": outcome.ok, "hermes.error": outcome.error or ""}, None)
+
+    # -- what the hooks record ------------------------------------------------------------------
 
     def model_done(
         self,
@@ -324,7 +402,7 @@ class TaskTrace:
         error: BaseException | None,
     ) -> None:
         MODEL_SECONDS.observe(elapsed, outcome="ok" if error is None else "error")
-        raw = response_record(response) if response is not None else None
+        raw = record_of(response) if response is not None else None
         failure = describe_error(error) if error is not None else None
         self.model_calls.append({
             "turn": turn, "started_at": started_at, "elapsed": elapsed,
@@ -384,7 +462,7 @@ class TaskTrace:
         finally:
             self.end_span(self.span, {"hermes.stop_reason": result.stop_reason}, None)
 
-    async def crashed(self, error: Exception) -> None:
+    async def crashed(self, error: BaseException) -> None:
         """A wrapped call raised and the run ends with that exception: record what there is."""
         if self.done:
             return
@@ -447,19 +525,7 @@ class TaskTrace:
                 if asked[index][1] == call.id:
                     turn, position = asked[index][0], index + 1
                     break
-            rows.append(
-                {
-                    "turn": turn,
-                    "id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "result": outcome.content,
-                    "ok": outcome.ok,
-                    "error": outcome.error,
-                    "elapsed": outcome.elapsed,
-                    "started_at": started.get("started_at"),
-                }
-            )
+            rows.append({"turn": turn, **outcome_record(outcome), "started_at": started.get("started_at")})
         return rows
 
     async def _approvals(self, outcomes: list[ToolOutcome]) -> list[dict[str, Any]]:
@@ -501,107 +567,6 @@ class TaskTrace:
             self.tracer.spans.end(span, attributes, error)
 
 
-class TracedModel(ModelClient):
-    """The model client, observed: each call timed, logged, recorded, and spanned."""
-
-    def __init__(self, inner: ModelClient, trace: TaskTrace) -> None:
-        self.inner, self.trace = inner, trace
-        self.name = inner.name
-
-    async def complete(
-        self,
-        messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
-        *,
-        on_text: TextCallback | None = None,
-    ) -> ModelResponse:
-        trace = self.trace
-        trace.turn += 1
-        turn, names = trace.turn, [str(schema.get("function", {}).get("name")) for schema in tools or []]
-        span = trace.start_span(
-            "model.complete", {"hermes.turn": turn, "gen_ai.request.model": self.name}, trace.span
-        )
-        with trace.bound():
-            log_event(
-                "model_request",
-                logging.DEBUG,
-                model=self.name,
-                messages_count=len(messages),
-                tools=names,
-                messages=messages,
-            )
-            started_at, clock = time.time(), time.perf_counter()
-            try:
-                response = await self.inner.complete(messages, tools, on_text=on_text)
-            except Exception as exc:
-                trace.model_done(
-                    turn, started_at, time.perf_counter() - clock, len(messages), names, None, exc
-                )
-                trace.end_span(span, {}, exc)
-                if not isinstance(exc, ModelError):  # the loop turns model errors into a reply; not this
-                    await trace.crashed(exc)
-                raise
-            trace.model_done(
-                turn, started_at, time.perf_counter() - clock, len(messages), names, response, None
-            )
-        usage = response.usage
-        trace.end_span(
-            span,
-            {
-                "gen_ai.response.model": response.model,
-                "gen_ai.usage.input_tokens": usage.prompt_tokens,
-                "gen_ai.usage.output_tokens": usage.completion_tokens,
-                "hermes.tool_calls": len(response.tool_calls),
-            },
-            None,
-        )
-        return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class TracedTools(RegistryWrapper):
-    """The run's tools, observed: each execution timed, logged, recorded, and spanned.
-
-    Like the journal's `JournaledTools`, only `execute` differs; it delegates to the registry it
-    wraps (which may itself be journaled), so the one choke point stays where it is.
-    """
-
-    def __init__(self, registry: ToolRegistry, trace: TaskTrace) -> None:
-        super().__init__(registry)
-        self.trace = trace
-
-    async def execute(
-        self,
-        call: ToolCall,
-        *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
-        context: ToolContext | None = None,
-    ) -> ToolOutcome:
-        trace = self.trace
-        turn = trace.turn
-        span = trace.start_span(
-            f"tool {call.name}", {"hermes.turn": turn, "hermes.tool": call.name}, trace.span
-        )
-        with trace.bound():
-            log_event("tool_call", tool=call.name, call_id=call.id, arguments=call.arguments)
-            started_at = time.time()
-            try:
-                outcome = await self.inner.execute(
-                    call, timeout=timeout, max_chars=max_chars, context=context
-                )
-            except Exception as exc:  # the registry never raises; a journal that cannot write might
-                log_event("error", logging.ERROR, stage="tool", tool=call.name, error=describe_error(exc))
-                trace.end_span(span, {}, exc)
-                await trace.crashed(exc)
-                raise
-            trace.tool_done(turn, started_at, outcome)
-        trace.end_span(span, {"hermes.ok": outcome.ok, "hermes.error": outcome.error or ""}, None)
-        return outcome
-
-
 # --- helpers ---------------------------------------------------------------------------------------
 
 
@@ -621,20 +586,6 @@ def tracer_for(settings: Any, *, serving: bool) -> Tracer:
             raise ValueError(f"observe.otel: {exc}") from None
         spans = OTelSpans()
     return Tracer(store, xray_dir=xray_dir or None, spans=spans)
-
-
-def response_record(response: ModelResponse) -> dict[str, Any]:
-    """A model response as the trace keeps it: the raw output, tool calls included."""
-    return {
-        "content": response.content,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls],
-        "usage": asdict(response.usage),
-        "model": response.model,
-        "answered_by": response.answered_by,  # the configured model (a route's, a fallback) that answered
-        "finish_reason": response.finish_reason,
-        "refusal": response.refusal,
-        "reasoning": response.reasoning,
-    }
 
 
 def describe_error(error: BaseException) -> str:
@@ -665,11 +616,8 @@ __all__ = [
     "SQLiteTraceStore",
     "TaskTrace",
     "TraceStore",
-    "TracedModel",
-    "TracedTools",
     "Tracer",
     "is_failure",
-    "response_record",
     "tracer_for",
     "write_xray",
     "xray_path",

@@ -17,6 +17,8 @@ again under the same task id, the loop replays the journal instead of repeating 
   done: run again, it asks its approval or question anew, and finds the decision or the answer.
 
 The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
+Responses and results are journaled in the one record format of records.py (rows written before
+it still read).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from ..loop import PAUSES
-from ..messages import ModelResponse, ToolCall, Usage
-from ..models.base import ModelClient, TextCallback
+from ..messages import ModelResponse, ToolCall
+from ..models.base import ModelClient, ModelWrapper, TextCallback
+from ..records import outcome_from, outcome_record, record_of, response_from
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
 from ..tools.registry import RegistryWrapper, ToolOutcome
@@ -152,25 +155,25 @@ def replay_of(entries: list[JournalEntry]) -> Replay:
         data = entry.data
         key: CallKey = (data.get("turn"), data["id"]) if "id" in data else (None, "")
         if entry.kind == "model_response":
-            replay.responses.append(response_from_data(data))
+            replay.responses.append(response_from(data))
         elif entry.kind == "tool_started":
             replay.started.add(key)
         elif entry.kind == "tool_paused":
             replay.started.discard(key)
         elif entry.kind == "tool_result":
             replay.started.discard(key)
-            replay.results.setdefault(key, []).append(outcome_from_data(data))
+            replay.results.setdefault(key, []).append(outcome_from(data))
         elif entry.kind == "finished":
             replay.finished = data
     return replay
 
 
-class JournaledModel(ModelClient):
+class JournaledModel(ModelWrapper):
     """Returns the journal's responses in order, then calls the model and journals each answer."""
 
     def __init__(self, inner: ModelClient, journal: TaskJournal, task_id: str, recorded: list[ModelResponse]):
-        self.inner, self.journal, self.task_id = inner, journal, task_id
-        self.name = inner.name
+        super().__init__(inner)
+        self.journal, self.task_id = journal, task_id
         self._recorded = list(recorded)
         self.turn = -1  # the index of the latest response, recorded or new: the turn its calls belong to
 
@@ -185,11 +188,8 @@ class JournaledModel(ModelClient):
         if self._recorded:
             return self._recorded.pop(0)
         response = await self.inner.complete(messages, tools, on_text=on_text)
-        await self.journal.append(self.task_id, "model_response", response_data(response))
+        await self.journal.append(self.task_id, "model_response", record_of(response))
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class JournaledTools(RegistryWrapper):
@@ -230,7 +230,7 @@ class JournaledTools(RegistryWrapper):
         if outcome.error in PAUSES:  # nothing ran: when the task is run again, so is this call
             await self.journal.append(self.task_id, "tool_paused", {**step, "reason": outcome.error})
             return outcome
-        await self.journal.append(self.task_id, "tool_result", {**outcome_data(outcome), "turn": turn})
+        await self.journal.append(self.task_id, "tool_result", {**outcome_record(outcome), "turn": turn})
         return outcome
 
 
@@ -245,48 +245,3 @@ async def resume(
     replay = replay_of(await journal.entries(task_id))
     journaled = JournaledModel(model, journal, task_id, replay.responses)
     return journaled, JournaledTools(registry, journal, task_id, replay, journaled)
-
-
-def response_data(response: ModelResponse) -> dict[str, Any]:
-    return {
-        "content": response.content,
-        "tool_calls": [[c.id, c.name, c.arguments] for c in response.tool_calls],
-        "usage": [
-            response.usage.prompt_tokens,
-            response.usage.completion_tokens,
-            response.usage.total_tokens,
-        ],
-        "model": response.model,
-        "finish_reason": response.finish_reason,
-        "refusal": response.refusal,
-        "reasoning": response.reasoning,
-        "answered_by": response.answered_by,
-    }
-
-
-def response_from_data(data: dict[str, Any]) -> ModelResponse:
-    return ModelResponse(
-        content=data.get("content"),
-        tool_calls=[ToolCall(*call) for call in data.get("tool_calls", [])],
-        usage=Usage(*data.get("usage", [0, 0, 0])),
-        model=data.get("model", ""),
-        finish_reason=data.get("finish_reason"),
-        refusal=data.get("refusal"),
-        reasoning=data.get("reasoning"),
-        answered_by=data.get("answered_by", ""),
-    )
-
-
-def outcome_data(outcome: ToolOutcome) -> dict[str, Any]:
-    call = outcome.call
-    return {
-        "id": call.id, "name": call.name, "arguments": call.arguments, "content": outcome.content,
-        "ok": outcome.ok, "parsed": outcome.arguments, "elapsed": outcome.elapsed, "error": outcome.error,
-    }  # fmt: skip
-
-
-def outcome_from_data(data: dict[str, Any]) -> ToolOutcome:
-    call = ToolCall(data["id"], data["name"], data.get("arguments", "{}"))
-    return ToolOutcome(
-        call, data["content"], data["ok"], data.get("parsed"), data.get("elapsed", 0.0), data.get("error")
-    )

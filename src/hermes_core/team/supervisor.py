@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from pydantic import Field
 
 from ..messages import Message, ModelResponse, Usage
-from ..models.base import ModelClient, TextCallback
+from ..models.base import ModelClient, ModelWrapper, TextCallback
 from ..tools import Tool, ToolContext, tool
 from ..tools.permissions import Caller
 from .subagents import run_summary
@@ -91,7 +91,7 @@ class Delegation:
     session: Session | None = None  # the conversation, for work from a person; None: a fresh context
 
 
-class SpacedModel(ModelClient):
+class SpacedModel(ModelWrapper):
     """Any model client, its calls started at least `1 / requests_per_second` apart.
 
     Each call reserves the next start time before it sleeps: no lock, callers go in arrival order.
@@ -100,8 +100,7 @@ class SpacedModel(ModelClient):
     def __init__(self, inner: ModelClient, requests_per_second: float) -> None:
         if requests_per_second <= 0:
             raise ValueError("requests_per_second must be positive")
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._spacing = 1.0 / requests_per_second
         self._next_start = 0.0
 
@@ -118,9 +117,6 @@ class SpacedModel(ModelClient):
         if start > now:
             await asyncio.sleep(start - now)
         return await self.inner.complete(messages, tools, on_text=on_text)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 class Supervisor:

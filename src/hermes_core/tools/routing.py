@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, ModelResponse
-from ..models.base import ModelClient, TextCallback
+from ..models.base import ModelClient, ModelWrapper, TextCallback
 from .declare import Tool
 
 ALWAYS = "always"  # the group tag of tools offered whatever the message says
@@ -216,7 +216,7 @@ def _name(schema: Schema) -> str:
     return str(schema.get("function", {}).get("name", ""))
 
 
-class RoutedTools(ModelClient):
+class RoutedTools(ModelWrapper):
     """A model client that offers the one it wraps only the tools the task's message needs.
 
     `keep(messages)` may name more tools to keep offered (the skills in use: skills.py).
@@ -228,10 +228,9 @@ class RoutedTools(ModelClient):
         router: ToolRouter,
         keep: Callable[[list[Message]], Iterable[str]] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.router = router
         self.keep = keep
-        self.name = inner.name
 
     async def complete(
         self,
@@ -246,9 +245,6 @@ class RoutedTools(ModelClient):
             kept += self.keep(messages) if self.keep is not None else ()
             tools = self.router.select(tools, message, kept)
         return await self.inner.complete(messages, tools, on_text=on_text)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 __all__ = [

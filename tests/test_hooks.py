@@ -1,0 +1,128 @@
+"""Observers are hooks the loop calls (hooks.py); the journal stays a wrapper; one place
+assembles a task's stack (stack.py), and a call passes only the layers that change it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hermes_core import Agent, ModelUnavailable, tool
+from hermes_core.hooks import TaskHooks
+from hermes_core.loop import Limits, run_loop
+from hermes_core.messages import Message, ModelResponse, ToolCall
+from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+from hermes_core.stack import layers, task_stack
+from hermes_core.tasks import SQLiteTaskJournal
+from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.tools import ToolRegistry
+from hermes_core.tools.registry import ToolOutcome
+
+
+@tool(level=0)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+class Told(TaskHooks):
+    """Writes down what it is told, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+
+    async def on_model_start(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> None:
+        self.seen.append(("model_start", len(messages), len(tools or [])))
+
+    async def on_model_end(self, response: ModelResponse | None, error: BaseException | None) -> None:
+        self.seen.append(("model_end", response.text if response else None, type(error).__name__))
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        self.seen.append(("tool_start", call.id))
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        self.seen.append(("tool_end", call.id, outcome.content if outcome else None))
+
+
+async def test_the_loop_tells_its_hooks_each_model_call_and_tool_call() -> None:
+    """Two parallel calls in one turn, then the reply: each step is told, starts before ends."""
+    model = ScriptedModel([call("add", {"a": 1, "b": 2}, ("add", {"a": 3, "b": 4})), reply("3 and 7")])
+    told = Told()
+    messages: list[Message] = [{"role": "user", "content": "1+2, 3+4"}]
+    result = await run_loop(model, ToolRegistry([add]), messages, Limits(), "en", hooks=told)
+    assert result.reply == "3 and 7"
+    first_id, second_id = (c.id for c in result.responses[0].tool_calls)
+    assert told.seen[:2] == [("model_start", 1, 1), ("model_end", "", "NoneType")]
+    assert sorted(told.seen[2:6]) == sorted(
+        [
+            ("tool_start", first_id),
+            ("tool_start", second_id),
+            ("tool_end", first_id, "3"),
+            ("tool_end", second_id, "7"),
+        ]
+    )
+    assert told.seen[6:] == [("model_start", 4, 1), ("model_end", "3 and 7", "NoneType")]
+
+
+async def test_a_failed_model_call_is_told_with_its_error() -> None:
+    """A model that stays unavailable: the hooks hear the error, the task ends with its fixed reply."""
+
+    class Down(ScriptedModel):
+        async def complete(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            raise ModelUnavailable("503 after every retry")
+
+    told = Told()
+    result = await run_loop(
+        Down([]), ToolRegistry([add]), [{"role": "user", "content": "hi"}], Limits(), "en", hooks=told
+    )
+    assert result.stop_reason == "model_unavailable"
+    assert told.seen == [("model_start", 1, 1), ("model_end", None, "ModelUnavailable")]
+
+
+async def test_a_traced_journaled_call_passes_only_the_layers_that_change_it(tmp_path: Path) -> None:
+    """Journal and tracer on: a model call passes the journal, redaction, text-mode calls and the
+    back-end (the tracer is told, not passed through); a tool call the journal and the registry."""
+    database = tmp_path / "g.db"
+    agent = Agent(
+        model=ScriptedModel([reply("hi")]),
+        tools=[add],
+        journal=SQLiteTaskJournal(database),
+        tracer=Tracer(SQLiteTraceStore(database)),
+    )
+    stack = await task_stack(agent, "t1", "hi", [{"role": "user", "content": "hi"}])
+    assert layers(stack.model) == ["JournaledModel", "RedactingModelClient", "TextToolCalls", "ScriptedModel"]
+    assert layers(stack.registry) == ["JournaledTools", "ToolRegistry"]
+    assert stack.hooks is stack.trace
+    await agent.journal.close()
+    await agent.tracer.close()
+
+
+async def test_a_resumed_task_traces_its_replayed_steps(tmp_path: Path) -> None:
+    """The hooks see what the loop sees: a task run again from its journal is traced step by step,
+    though neither the model nor the tool runs again."""
+    database = tmp_path / "g.db"
+    ran: list[int] = []
+
+    @tool(level=0)
+    def count(n: int) -> int:
+        """Count."""
+        ran.append(n)
+        return n
+
+    journal, tracer = SQLiteTaskJournal(database), Tracer(SQLiteTraceStore(database))
+    agent = Agent(
+        model=ScriptedModel([call("count", {"n": 1}), reply("1")]),
+        tools=[count],
+        journal=journal,
+        tracer=tracer,
+    )
+    await agent.run("count", task_id="t1")
+    again = Agent(model=ScriptedModel([]), tools=[count], journal=journal, tracer=tracer)
+    result = await again.run("count", task_id="t1")
+    record = await tracer.store.get("t1")
+    await journal.close()
+    await tracer.close()
+    assert result.reply == "1" and ran == [1]
+    assert record is not None and len(record["model_calls"]) == 2
+    assert [(c["turn"], c["name"], c["result"]) for c in record["tool_calls"]] == [(1, "count", "1")]
