@@ -133,8 +133,9 @@ class LarkReference(FakeFeishu):
     async def _ws(self, request: web.Request) -> web.StreamResponse:
         device_id = request.query.get("device_id", "")
         if not device_id or self._tickets.get(request.query.get("ticket", "")) != device_id:
-            return web.Response(status=403, headers={"handshake-status": "514", "handshake-msg": "auth failed",
-                                                     "handshake-autherrcode": "514"})  # fmt: skip
+            refused = {"handshake-status": "514", "handshake-msg": "auth failed"}
+            refused["handshake-autherrcode"] = "514"
+            return web.Response(status=403, headers=refused)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         sock = RefSocket(device_id, ws, time.monotonic())
@@ -272,7 +273,7 @@ def sdk_card_handler_accepts(verification_token: str, headers: dict[str, str], b
     """Run the SDK's `CardActionHandler` on the request: the Card it hands its processor, or None
     when it refuses the request (a signature it does not accept)."""
     seen: list[Card] = []
-    handler = CardActionHandler.builder("", verification_token).register(lambda card: seen.append(card)).build()
+    handler = CardActionHandler.builder("", verification_token).register(seen.append).build()
     request = RawRequest()
     request.uri, request.headers, request.body = "/feishu/events", dict(headers), body
     response = handler.do(request)

@@ -50,6 +50,9 @@ def approvals_agent(tmp_path: Path) -> Agent:
                  permissions=Policy.from_lists(admins=["feishu:ou_boss"]))  # fmt: skip
 
 
+Headers = dict[str, str]
+
+
 def card_buttons(content: dict[str, Any]) -> dict[str, dict[str, Any]]:
     actions = [e for e in content["elements"] if e.get("tag") == "action"]
     return {button["value"]["decision"]: button["value"] for e in actions for button in e["actions"]}
@@ -83,8 +86,8 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
     the ACK's `data` (lark_oapi/ws/client.py `_handle_data_frame`); an ACK of a bare `{"code":200}`
     loses the error toast, so the clicker gets no feedback. The ACK is parsed with the SDK's Frame
     and compared with the ACK the SDK itself writes for the same frame and the same answer."""
-    async with reference_gateway(tmp_path, {"ReconnectNonce": 0},
-                                 runner=AgentRunner(approvals_agent(tmp_path))) as (feishu, _, _):  # fmt: skip
+    runner = AgentRunner(approvals_agent(tmp_path))
+    async with reference_gateway(tmp_path, {"ReconnectNonce": 0}, runner=runner) as (feishu, _, _):
         ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
         asked = AckPayload.parse((await feishu.ack_of(await feishu.ws_push(ask))).payload)
         assert (asked.code, asked.answer) == (200, None)  # a message event has no answer to carry
@@ -92,7 +95,8 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         card = feishu.sent[0]
         buttons = card_buttons(card.content)
 
-        refused_frame = await feishu.ws_push(feishu.card_action("ou_mallory", card.message_id, buttons["approve"]))
+        click = feishu.card_action("ou_mallory", card.message_id, buttons["approve"])
+        refused_frame = await feishu.ws_push(click)
         ack = await feishu.ack_of(refused_frame)
         refused = AckPayload.parse(ack.payload)
         toast = refused.toast()
@@ -150,7 +154,7 @@ async def test_reconnect_attempts_follow_the_platforms_nonce_and_interval(tmp_pa
     first = attempts[0] - dropped_at
     assert 0 <= first <= nonce + 0.35, f"first attempt after {first:.2f} s (nonce {nonce} s)"
     gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:], strict=False)]
-    assert all(interval - 0.05 <= gap <= interval + 0.35 for gap in gaps), f"gaps {gaps} (interval {interval})"
+    assert all(interval - 0.05 <= gap <= interval + 0.35 for gap in gaps), f"gaps {gaps}, interval {interval}"
 
 
 async def test_first_reconnect_delays_are_spread_over_the_nonce(tmp_path: Path) -> None:
@@ -158,7 +162,8 @@ async def test_first_reconnect_delays_are_spread_over_the_nonce(tmp_path: Path) 
     endpoint is hammered again. The first attempt's delay is random within `ReconnectNonce`
     (the SDK's `random.random() * ReconnectNonce`), measured over several drops."""
     nonce = 0.6
-    async with reference_gateway(tmp_path, {"ReconnectNonce": nonce, "ReconnectInterval": 5}) as (feishu, _, _):
+    config = {"ReconnectNonce": nonce, "ReconnectInterval": 5}
+    async with reference_gateway(tmp_path, config) as (feishu, _, _):
         delays = []
         for _ in range(5):
             handshakes = len(feishu.endpoint_times)
@@ -189,7 +194,8 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
         agent = approvals_agent(tmp_path)
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
             challenge = {"challenge": "c-123", "token": feishu.verification_token, "type": "url_verification"}
-            status, answer = await post_raw(url, {"Content-Type": "application/json"}, json.dumps(challenge).encode())
+            plain = {"Content-Type": "application/json"}
+            status, answer = await post_raw(url, plain, json.dumps(challenge).encode())
             assert (status, answer) == (200, {"challenge": "c-123"})
 
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
@@ -198,22 +204,25 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             card = feishu.sent[0]
             buttons = card_buttons(card.content)
 
-            def legacy(open_id: str, token: str | None = None, **options: Any) -> tuple[dict[str, str], bytes]:
+            token = feishu.verification_token
+            sdk_accepts = lark_reference.sdk_card_handler_accepts
+
+            def legacy(open_id: str, signed_with: str = token, **options: Any) -> tuple[Headers, bytes]:
                 return lark_reference.legacy_card_request(
-                    token or feishu.verification_token, open_id=open_id, open_message_id=card.message_id,
+                    signed_with, open_id=open_id, open_message_id=card.message_id,
                     value=buttons["approve"], **options,
                 )  # fmt: skip
 
             headers, body = legacy("ou_mallory")
-            sdk_card = lark_reference.sdk_card_handler_accepts(feishu.verification_token, headers, body)
+            sdk_card = sdk_accepts(token, headers, body)
             assert sdk_card is not None and sdk_card.open_id == "ou_mallory"
             assert sdk_card.action.value == buttons["approve"]
             status, answer = await post_raw(url, headers, body)
             assert status == 200, answer
             assert answer["toast"]["type"] == "error" and "管理员" in answer["toast"]["content"]
 
-            forged_headers, forged_body = legacy("ou_alice", token="not-the-token")
-            assert lark_reference.sdk_card_handler_accepts(feishu.verification_token, forged_headers, forged_body) is None
+            forged_headers, forged_body = legacy("ou_alice", signed_with="not-the-token")
+            assert sdk_accepts(token, forged_headers, forged_body) is None
             assert (await post_raw(url, forged_headers, forged_body))[0] == 401
             tampered = dict(headers, **{"X-Lark-Signature": headers["X-Lark-Signature"][::-1]})
             assert (await post_raw(url, tampered, body))[0] == 401
@@ -223,7 +232,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             assert RAN == [] and feishu.patches == []
 
             headers, body = legacy("ou_alice")
-            assert lark_reference.sdk_card_handler_accepts(feishu.verification_token, headers, body) is not None
+            assert sdk_accepts(token, headers, body) is not None
             status, answer = await post_raw(url, headers, body)
             assert status == 200 and answer["toast"]["type"] == "success", answer
             await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
@@ -239,8 +248,25 @@ async def test_legacy_card_callback_without_a_verification_token_is_refused(tmp_
     never accepted unchecked (the SDK skips the check when it has no token)."""
     async with LarkReference(time_scale=0.001, encrypt_key="k", verification_token="") as feishu:
         async with feishu_gateway(tmp_path, feishu) as (_, url):
-            headers, body = lark_reference.legacy_card_request(
-                "guess", open_id="ou_x", open_message_id="om_1", value={"approval_id": "a", "decision": "approve"}
-            )  # fmt: skip
+            value = {"approval_id": "a", "decision": "approve"}
+            request = lark_reference.legacy_card_request
+            headers, body = request("guess", open_id="ou_x", open_message_id="om_1", value=value)
             status, answer = await post_raw(url, headers, body)
     assert status == 403 and "Verification Token" in answer["error"]
+
+
+async def test_fake_feishu_reads_the_toast_out_of_the_ack_as_the_platform_does(tmp_path: Path) -> None:
+    """Attack: the same lost toast, seen from our own FakeFeishu, which used to read only `code`
+    from an ACK and so could never tell a toast was missing. A click on an unknown approval over
+    the long connection: the fake must record the answer decoded from `data`, equal to what the
+    SDK's ws client would have put there."""
+    from hermes_core.testing.fake_feishu import FakeFeishu
+
+    async with FakeFeishu(time_scale=0.001) as feishu:
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(approvals_agent(tmp_path)), mode="longconn"):
+            await wait_for(lambda: feishu.ws_clients == 1)
+            click = feishu.card_action("ou_alice", "om_gone", {"approval_id": "nope", "decision": "approve"})
+            await feishu.ws_deliver(click)
+            await feishu.drain(10)
+    [ack] = feishu.ws_acks
+    assert ack["code"] == 200 and ack["answer"] == {"toast": {"type": "error", "content": "找不到这个审批。"}}

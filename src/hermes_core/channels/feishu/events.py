@@ -39,6 +39,7 @@ MAX_BODY = 1024 * 1024
 # caught either by the window or by dedup. (Whether Feishu re-signs its retries is unconfirmed, so
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
+Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
 
 
@@ -137,7 +138,7 @@ class FeishuEventVerifier:
         return self._timed_signature_problem(headers, body, self.encrypt_key, _event_signature)
 
     def _timed_signature_problem(
-        self, headers: Mapping[str, str], body: bytes, secret: str, sign: Callable[[str, str, str, bytes], str]
+        self, headers: Mapping[str, str], body: bytes, secret: str, sign: Signer
     ) -> str | None:
         """The X-Lark-* signature of `body` with `secret`, and its timestamp in the replay window."""
         timestamp = headers.get("X-Lark-Request-Timestamp", "")

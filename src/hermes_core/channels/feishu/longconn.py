@@ -17,7 +17,8 @@ The protocol (FEISHU.md §8) in the order this module follows it:
    up to `ReconnectNonce` before the first attempt (so a fleet of clients does not come back at
    once), then `ReconnectInterval` between attempts, at most `ReconnectCount` of them.
 
-Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import.
+Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import;
+the tests check it against lark-oapi's own codec, ACKs and reconnect rules (tests/lark_reference.py).
 
 Hostile frames never end the connection: an undecodable frame, a split event with absurd part
 headers, a pong whose payload is not a config are dropped with one WARNING line; an event whose
