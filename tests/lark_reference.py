@@ -44,6 +44,7 @@ from lark_oapi.ws.enum import FrameType, MessageType
 from lark_oapi.ws.model import ClientConfig as SdkClientConfig
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame as SdkFrame
 
+from hermes_core.channels.feishu.crypto import encrypt
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import Answer
 
@@ -252,15 +253,18 @@ def ack_without_timing(frame: SdkFrame) -> tuple[Any, ...]:
 
 def legacy_card_request(
     verification_token: str, *, open_id: str, open_message_id: str, value: dict[str, Any],
-    open_chat_id: str = "oc_p2p", timestamp: str | None = None,
+    open_chat_id: str = "oc_p2p", timestamp: str | None = None, encrypt_key: str | None = None,
 ) -> tuple[dict[str, str], bytes]:  # fmt: skip
     """Headers and body of a card 1.0 callback as older apps' card request URL receives it: the
-    fields of the SDK's `Card` model, signed with SHA-1 over timestamp + nonce + token + body."""
+    fields of the SDK's `Card` model, signed with SHA-1 over timestamp + nonce + token + body
+    (with `encrypt_key`, the body is `{"encrypt": …}` and the signature covers that)."""
     body = json.dumps({
         "open_id": open_id, "user_id": "u_" + open_id.removeprefix("ou_"), "open_message_id": open_message_id,
         "open_chat_id": open_chat_id, "tenant_key": "tenant_fake", "token": "c-" + uuid.uuid4().hex,
         "action": {"value": value, "tag": "button"},
     }, ensure_ascii=False).encode("utf-8")  # fmt: skip
+    if encrypt_key is not None:
+        body = json.dumps({"encrypt": encrypt(body.decode("utf-8"), encrypt_key)}).encode("utf-8")
     timestamp = timestamp or str(int(time.time()))
     nonce = uuid.uuid4().hex[:16]
     signature = hashlib.sha1((timestamp + nonce + verification_token).encode() + body).hexdigest()
@@ -269,11 +273,13 @@ def legacy_card_request(
     return headers, body
 
 
-def sdk_card_handler_accepts(verification_token: str, headers: dict[str, str], body: bytes) -> Card | None:
+def sdk_card_handler_accepts(
+    verification_token: str, headers: dict[str, str], body: bytes, encrypt_key: str | None = None
+) -> Card | None:
     """Run the SDK's `CardActionHandler` on the request: the Card it hands its processor, or None
     when it refuses the request (a signature it does not accept)."""
     seen: list[Card] = []
-    handler = CardActionHandler.builder("", verification_token).register(seen.append).build()
+    handler = CardActionHandler.builder(encrypt_key or "", verification_token).register(seen.append).build()
     request = RawRequest()
     request.uri, request.headers, request.body = "/feishu/events", dict(headers), body
     response = handler.do(request)

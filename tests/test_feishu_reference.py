@@ -179,9 +179,11 @@ async def post_raw(url: str, headers: dict[str, str], body: bytes) -> tuple[int,
         return response.status, json.loads(await response.read() or b"null")
 
 
-@pytest.mark.parametrize("encrypt_key", [None, "card-key"])
+@pytest.mark.parametrize(
+    ("encrypt_key", "encrypted"), [(None, False), ("card-key", False), ("card-key", True)]
+)
 async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
-    tmp_path: Path, encrypt_key: str | None
+    tmp_path: Path, encrypt_key: str | None, encrypted: bool
 ) -> None:
     """Attack (an operator's trap): an older app's card request URL receives card 1.0 callbacks —
     no envelope, signed with SHA-1 over timestamp + nonce + Verification Token + body. The URL
@@ -189,7 +191,8 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
     first run through the SDK's own `CardActionHandler` (lark_oapi/card/action_handler.py), so it
     is one the SDK accepts; the gateway must take the same decision path as the v2 callback: a
     refused click gets an error toast, the starter's click runs the tool once and patches the
-    card. A forged signature, one made with the wrong token, and a stale timestamp are refused."""
+    card. A forged signature, one made with the wrong token, and a stale timestamp are refused.
+    With an Encrypt Key the body may come encrypted; the signature still uses the token."""
     async with LarkReference(time_scale=0.001, encrypt_key=encrypt_key) as feishu:
         agent = approvals_agent(tmp_path)
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
@@ -205,12 +208,14 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             buttons = card_buttons(card.content)
 
             token = feishu.verification_token
-            sdk_accepts = lark_reference.sdk_card_handler_accepts
+
+            def sdk_accepts(token: str, headers: Headers, body: bytes) -> Any:
+                return lark_reference.sdk_card_handler_accepts(token, headers, body, encrypt_key)
 
             def legacy(open_id: str, signed_with: str = token, **options: Any) -> tuple[Headers, bytes]:
                 return lark_reference.legacy_card_request(
                     signed_with, open_id=open_id, open_message_id=card.message_id,
-                    value=buttons["approve"], **options,
+                    value=buttons["approve"], encrypt_key=encrypt_key if encrypted else None, **options,
                 )  # fmt: skip
 
             headers, body = legacy("ou_mallory")
