@@ -39,8 +39,8 @@ MAX_BODY = 1024 * 1024
 # caught either by the window or by dedup. (Whether Feishu re-signs its retries is unconfirmed, so
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
-Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
+Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 
 
 @dataclass
@@ -135,7 +135,7 @@ class FeishuEventVerifier:
 
     def _signature_problem(self, headers: Mapping[str, str], body: bytes) -> str | None:
         assert self.encrypt_key is not None
-        return self._timed_signature_problem(headers, body, self.encrypt_key, _event_signature)
+        return self._timed_signature_problem(headers, body, self.encrypt_key, signature)
 
     def _timed_signature_problem(
         self, headers: Mapping[str, str], body: bytes, secret: str, sign: Signer
@@ -157,10 +157,6 @@ class FeishuEventVerifier:
         if not age <= self.replay_window:  # also NaN
             return "request timestamp outside the replay window"
         return None
-
-
-def _event_signature(timestamp: str, nonce: str, encrypt_key: str, body: bytes) -> str:
-    return signature(timestamp, nonce, encrypt_key, body)
 
 
 def legacy_signature(timestamp: str, nonce: str, verification_token: str, body: bytes) -> str:
