@@ -117,9 +117,9 @@ async def connect(feishu: MiniFeishu) -> AsyncIterator[Connect]:
             if handler is not None:
                 await handler(event)
 
-        options = {"reconnect_base_delay": 0.01, **options}
         client = FeishuLongConnection("cli_test", SECRET, on_event, domain=feishu.domain, **options)
         client.config.reconnect_nonce = 0  # Feishu's default jitter (up to 30 s) before any handshake
+        client.config.reconnect_interval = 0.01  # and its 120 s between retries, until one succeeds
         clients.append(client)
         await client.start()
         return client, received
@@ -296,7 +296,7 @@ async def test_disconnect_reconnects_with_a_new_handshake(feishu: MiniFeishu, co
 async def test_reconnect_gives_up_after_reconnect_count(
     feishu: MiniFeishu, connect: Connect, caplog: pytest.LogCaptureFixture
 ) -> None:
-    feishu.config["ReconnectCount"] = 2
+    feishu.config.update(ReconnectCount=2, ReconnectInterval=0.05)
     client, _ = await connect()
     feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 5
     await feishu.sockets[0].close()
@@ -304,16 +304,16 @@ async def test_reconnect_gives_up_after_reconnect_count(
     assert len(feishu.endpoint_requests) == 1 + 2 and not client.connected
 
 
-def test_backoff_doubles_up_to_the_ceiling_plus_jitter() -> None:
+def test_retry_delays_are_the_platforms_nonce_then_interval() -> None:
     async def on_event(event: dict) -> None: ...
 
-    client = FeishuLongConnection("a", "b", on_event, reconnect_base_delay=1, reconnect_max_delay=60)
-    client.config.reconnect_nonce = 0
-    assert [client._backoff(n) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
-    client.config.reconnect_interval = 5  # the server's interval can lower the ceiling
-    assert client._backoff(10) == 5
-    client.config.reconnect_nonce = 3
-    assert all(5 <= client._backoff(10) <= 8 for _ in range(50))
+    client = FeishuLongConnection("a", "b", on_event)
+    assert (client.config.reconnect_nonce, client.config.reconnect_interval) == (30, 120)
+    firsts = [client._retry_delay(0) for _ in range(50)]
+    assert all(0 <= delay <= 30 for delay in firsts) and len(set(firsts)) > 1  # jittered
+    assert [client._retry_delay(n) for n in range(1, 5)] == [120] * 4  # no faster backoff of our own
+    client.config.update({"ReconnectNonce": 0, "ReconnectInterval": 5})
+    assert [client._retry_delay(n) for n in range(3)] == [0, 5, 5]
 
 
 def test_client_config_ignores_values_that_would_spin_or_break() -> None:
@@ -339,9 +339,11 @@ async def test_stop_is_clean_and_idempotent(feishu: MiniFeishu, connect: Connect
 
 
 async def test_stop_during_reconnect_backoff_is_prompt(feishu: MiniFeishu, connect: Connect) -> None:
-    client, _ = await connect(reconnect_base_delay=30)
+    feishu.config["ReconnectInterval"] = 30
+    client, _ = await connect()
+    feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 3
     await feishu.sockets[0].close()
-    await until(lambda: not client.connected)
+    await until(lambda: not client.connected and len(feishu.endpoint_requests) == 2)  # now waiting 30 s
     started = time.monotonic()
     await client.stop()
     assert time.monotonic() - started < 0.5
@@ -377,8 +379,7 @@ async def fake_client(
         if handler is not None:
             await handler(event)
 
-    client = FeishuLongConnection(fake.app_id, fake.app_secret, on_event, domain=fake.base_url,
-                                  reconnect_base_delay=0.01)  # fmt: skip
+    client = FeishuLongConnection(fake.app_id, fake.app_secret, on_event, domain=fake.base_url)
     await client.start()
     return client, received
 

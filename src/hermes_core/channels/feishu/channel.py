@@ -5,9 +5,11 @@ and only then acknowledge, so an acknowledged event is never lost, and the ackno
 waits for the model.
 
 Approvals (tasks/pending.py) go out as a card with Approve / Reject buttons. A click arrives as a
-`card.action.trigger` event, verified like every other event; the gateway takes the decision
-(only the task's starter or an admin), the task runs on, and the card is patched to show who
-decided what. A refused click (someone else, too late) changes nothing and gets an error toast.
+`card.action.trigger` event (HTTP callback or long connection), verified like every other event,
+or as a legacy card 1.0 callback (events.py turns it into the same event); the gateway takes the
+decision (only the task's starter or an admin), the task runs on, and the card is patched to show
+who decided what. A refused click (someone else, too late) changes nothing and gets an error
+toast: `on_event` returns it, as the HTTP response or inside the long connection's ACK.
 
 Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
 systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the

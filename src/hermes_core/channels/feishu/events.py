@@ -5,6 +5,13 @@ token → signature), but every rejection is a 4xx, never the SDK's 500 that Fei
 hours. The same `inbound_from_event` serves the HTTP callback and the long connection (§8), whose
 frames carry the same envelope.
 
+Card clicks come in two shapes. The current one (`card.action.trigger`, "callback configuration")
+is a v2 event like any other. The legacy one (card 1.0, the "card request URL" of older apps)
+has no envelope — `open_id`, `open_message_id`, `action.value`, a card `token` at the top — and is
+signed with SHA-1 over timestamp + nonce + Verification Token + body, as the SDK's
+`CardActionHandler` checks it. It is verified that way and turned into the same
+`card.action.trigger` envelope, so both reach the one approval decision path.
+
 Hostile bodies (docs/security.md): anything that is not a JSON object of the expected shape is a
 400 with one line saying what is wrong — JSON too deeply nested, a number too long, a `header` that
 is not an object, a field of the wrong type in an otherwise valid and verified event
@@ -15,6 +22,7 @@ no signature) can use it as it is.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import re
@@ -24,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...gateway.messages import InboundMessage, has_surrogate
-from .crypto import DecryptionError, decrypt, signature_matches
+from .crypto import DecryptionError, decrypt, signature
 
 MAX_BODY = 1024 * 1024
 # Dedup keys are kept 48 h; a signed request older than this is refused outright, so a replay is
@@ -32,6 +40,7 @@ MAX_BODY = 1024 * 1024
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
+Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 
 
 @dataclass
@@ -80,6 +89,8 @@ class FeishuEventVerifier:
             token = (data.get("header") or {}).get("token")
         elif data.get("uuid"):
             token = data.get("token")
+        elif is_legacy_card(data):
+            return self._check_legacy_card(headers, body, data)
         else:
             return _reject(400, "malformed request: neither a v2 (schema) nor a v1 (uuid) event")
         if self.encrypt_key is not None:
@@ -92,6 +103,20 @@ class FeishuEventVerifier:
         if problem:
             return _reject(400, f"malformed event: {problem}")
         return EventCheck(200, {"msg": "success"}, data)
+
+    def _check_legacy_card(self, headers: Mapping[str, str], body: bytes, data: dict[str, Any]) -> EventCheck:
+        """A card 1.0 callback: SHA-1 signature with the Verification Token, then the same shape
+        checks as a `card.action.trigger` event, whose envelope it becomes."""
+        if self.verification_token is None:
+            return _reject(403, "legacy card callbacks are signed with the Verification Token, "
+                                "and none is configured (FEISHU_VERIFICATION_TOKEN)")  # fmt: skip
+        problem = self._timed_signature_problem(headers, body, self.verification_token, legacy_signature)
+        if problem:
+            return _reject(401, problem)
+        problem = _shape_problem(data, _LEGACY_CARD_SHAPE, "")
+        if problem:
+            return _reject(400, f"malformed card callback: {problem}")
+        return EventCheck(200, {"msg": "success"}, card_action_envelope(data))
 
     def _decrypt(self, encrypted: Any) -> dict[str, Any]:
         if self.encrypt_key is None:
@@ -110,6 +135,12 @@ class FeishuEventVerifier:
 
     def _signature_problem(self, headers: Mapping[str, str], body: bytes) -> str | None:
         assert self.encrypt_key is not None
+        return self._timed_signature_problem(headers, body, self.encrypt_key, signature)
+
+    def _timed_signature_problem(
+        self, headers: Mapping[str, str], body: bytes, secret: str, sign: Signer
+    ) -> str | None:
+        """The X-Lark-* signature of `body` with `secret`, and its timestamp in the replay window."""
         timestamp = headers.get("X-Lark-Request-Timestamp", "")
         nonce = headers.get("X-Lark-Request-Nonce", "")
         claimed = headers.get("X-Lark-Signature", "")
@@ -117,7 +148,7 @@ class FeishuEventVerifier:
             return "missing signature headers"
         if not (timestamp.isascii() and nonce.isascii() and claimed.isascii()):
             return "malformed signature headers"  # undecodable header bytes arrive as surrogates
-        if not signature_matches(timestamp, nonce, self.encrypt_key, body, claimed):
+        if not hmac.compare_digest(sign(timestamp, nonce, secret, body), claimed):
             return "signature verification failed"
         try:
             age = abs(self.now() - float(timestamp))
@@ -126,6 +157,37 @@ class FeishuEventVerifier:
         if not age <= self.replay_window:  # also NaN
             return "request timestamp outside the replay window"
         return None
+
+
+def legacy_signature(timestamp: str, nonce: str, verification_token: str, body: bytes) -> str:
+    """A card 1.0 callback's `X-Lark-Signature`: hex SHA-1 of timestamp + nonce + token + body."""
+    return hashlib.sha1((timestamp + nonce + verification_token).encode("utf-8") + body).hexdigest()
+
+
+def is_legacy_card(data: dict[str, Any]) -> bool:
+    """Is this body a card 1.0 callback (no envelope; the clicker and the action at the top)?"""
+    return "action" in data and ("open_id" in data or "open_message_id" in data)
+
+
+_LEGACY_CARD_SHAPE: dict[str, type] = {
+    "open_id": str, "user_id": str, "open_message_id": str, "open_chat_id": str, "tenant_key": str,
+    "token": str, "action": dict, "action.tag": str, "action.value": dict,
+    "action.value.approval_id": str, "action.value.decision": str,
+}  # fmt: skip
+
+
+def card_action_envelope(card: dict[str, Any]) -> dict[str, Any]:
+    """A verified card 1.0 callback as the `card.action.trigger` envelope the channel handles."""
+    action = _dict(card.get("action"))
+    event = {
+        "operator": {"open_id": card.get("open_id"), "user_id": card.get("user_id"),
+                     "tenant_key": card.get("tenant_key")},
+        "token": card.get("token"),
+        "action": {"value": action.get("value"), "tag": action.get("tag")},
+        "context": {"open_message_id": card.get("open_message_id"), "open_chat_id": card.get("open_chat_id")},
+    }  # fmt: skip
+    header = {"event_type": "card.action.trigger", "tenant_key": card.get("tenant_key")}
+    return {"schema": "2.0", "header": header, "event": event}
 
 
 def _reject(status: int, reason: str) -> EventCheck:

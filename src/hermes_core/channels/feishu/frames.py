@@ -8,6 +8,7 @@
 
 Two message types do not justify a protobuf runtime: this is the whole wire format (varints and
 length-delimited fields), about the size of a .proto file plus its generated stub.
+tests/test_feishu_reference.py checks it against the SDK's generated `pbbp2_pb2.Frame`.
 """
 
 from __future__ import annotations

@@ -5,12 +5,20 @@ The protocol (FEISHU.md §8) in the order this module follows it:
 1. `POST {domain}/callback/ws/endpoint` with the app credentials returns a `wss://` URL (carrying
    `device_id` and `service_id`) and a `ClientConfig` (ping and reconnect settings, in seconds).
 2. Connect, ping at once and then every `PingInterval`; a pong may carry a new `ClientConfig`.
+   A connection that stays silent (no pong, no frame) for 1.5 `PingInterval`s is dead even if
+   its TCP socket is still open (a NAT or proxy that dropped it): it is closed and reconnected,
+   so a dead link is noticed within two ping intervals, not never.
 3. DATA frames carry one event, possibly split into parts; the client joins the parts, runs the
    handler and ACKs by echoing the frame with `biz_rt` and `{"code":200}` (500 if the handler raised).
+   When the handler answers (a card click's toast), the answer goes back as the SDK sends it:
+   `{"code":200,"data":"<base64 of the answer's JSON>"}`, which Feishu shows to the clicker.
    Without an ACK within 3 s Feishu re-pushes the event later (15 s, 5 min, 1 h, 6 h).
-4. On any disconnect, back off and do the whole handshake again.
+4. On any disconnect, reconnect with the platform's numbers, as the SDK does: a random delay of
+   up to `ReconnectNonce` before the first attempt (so a fleet of clients does not come back at
+   once), then `ReconnectInterval` between attempts, at most `ReconnectCount` of them.
 
-Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import.
+Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import;
+the tests check it against lark-oapi's own codec, ACKs and reconnect rules (tests/lark_reference.py).
 
 Hostile frames never end the connection: an undecodable frame, a split event with absurd part
 headers, a pong whose payload is not a config are dropped with one WARNING line; an event whose
@@ -22,6 +30,7 @@ not store the event) ACKs 500, so that Feishu pushes the event again later.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -38,7 +47,7 @@ from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
 log = logging.getLogger("hermes_core.feishu")
 
-EventHandler = Callable[[dict], Awaitable[Any]]  # its result (a card toast) is not used here
+EventHandler = Callable[[dict], Awaitable[Any]]  # a non-None result (a card toast) goes back in the ACK
 
 TRANSIENT_CODES = frozenset({1, 1000040343})  # "system busy", "internal error": worth retrying
 _CLIENT_HANDSHAKE_CODES = frozenset({403, 1000040350})  # forbidden, too many connections
@@ -46,6 +55,8 @@ _HANDSHAKE_TIMEOUT = 10.0  # seconds for the endpoint POST
 _CLOSE_TIMEOUT = 1.0  # seconds to wait for the server's close frame before dropping the socket
 MAX_PARTS = 64  # parts of one split event; Feishu splits an event into a handful at most
 MAX_PARTIAL_EVENTS = 256  # split events being reassembled at once; the oldest is dropped beyond
+SILENT_PINGS = 1.5  # ping intervals without a pong (or any frame) after which the connection is dead
+_DEAD_CLOSE_TIMEOUT = 0.1  # a dead peer never answers the close frame: do not wait for it
 
 
 class LongConnectionError(RuntimeError):
@@ -62,8 +73,8 @@ class ClientConfig:
     """Server-tuned settings, in seconds; the defaults are what Feishu sends today."""
 
     ping_interval: float = 120.0
-    reconnect_interval: float = 120.0  # caps our backoff: the server never asks us to wait longer
-    reconnect_nonce: float = 30.0  # random jitter, so a fleet of clients does not reconnect at once
+    reconnect_interval: float = 120.0  # between two reconnect attempts
+    reconnect_nonce: float = 30.0  # the first attempt waits a random part of it: clients spread out
     reconnect_count: int = -1  # consecutive failed attempts before giving up; -1 means never
 
     def update(self, raw: dict[str, Any]) -> None:
@@ -106,14 +117,12 @@ class FeishuLongConnection:
     """
 
     def __init__(self, app_id: str, app_secret: str, on_event: EventHandler, *,
-                 domain: str = "https://open.feishu.cn", reconnect_base_delay: float = 1.0,
-                 reconnect_max_delay: float = 60.0, ack_timeout: float = 2.5,
-                 part_timeout: float = 5.0) -> None:  # fmt: skip
+                 domain: str = "https://open.feishu.cn", ack_timeout: float = 2.5,
+                 part_timeout: float = 5.0, config: ClientConfig | None = None) -> None:  # fmt: skip
         self.app_id, self._app_secret, self._on_event = app_id, app_secret, on_event
         self.domain = domain.rstrip("/")
-        self.reconnect_base_delay, self.reconnect_max_delay = reconnect_base_delay, reconnect_max_delay
         self.ack_timeout, self.part_timeout = ack_timeout, part_timeout
-        self.config = ClientConfig()
+        self.config = config or ClientConfig()  # until the first handshake brings the platform's
         self.connected = False
         self.reconnects = 0
         self.events_received = 0
@@ -124,6 +133,8 @@ class FeishuLongConnection:
         self._handlers: set[asyncio.Task[None]] = set()
         self._partial: dict[str, _PartialEvent] = {}
         self._config_changed = asyncio.Event()
+        self._heard_at = 0.0  # monotonic time of the last frame from the server
+        self.dead_connections = 0  # connections given up for silence
 
     async def start(self) -> None:
         """Connect, then keep the connection alive in the background. Bad credentials raise here."""
@@ -170,16 +181,16 @@ class FeishuLongConnection:
             self.reconnects += 1
 
     async def _connect_with_backoff(self, *, retry_all: bool) -> None:
-        """Try to connect until it works, sleeping between attempts.
+        """Try to connect until it works, sleeping between attempts as the platform says.
 
-        At start (`retry_all=False`) only Feishu's transient codes are retried, so a wrong secret
-        fails loudly; after a disconnect everything is retried, since the network is what usually
-        broke. A reconnect waits before its first attempt too, so clients spread out after an outage.
+        At start (`retry_all=False`) the first attempt is immediate and only Feishu's transient
+        codes are retried, so a wrong secret fails loudly; after a disconnect everything is
+        retried, since the network is what usually broke. Each retry waits `_retry_delay`.
         """
         failures = 0
         while True:
             if retry_all or failures:
-                await asyncio.sleep(self._backoff(failures))
+                await asyncio.sleep(self._retry_delay(failures if retry_all else failures - 1))
             try:
                 await self._connect()
                 return
@@ -192,10 +203,16 @@ class FeishuLongConnection:
                     raise ConnectionError(f"no connection after {failures} attempts: {exc}") from exc
                 log.warning("feishu: connect attempt %d for %s failed: %s", failures, self.app_id, exc)
 
-    def _backoff(self, failures: int) -> float:
-        ceiling = min(self.reconnect_max_delay, self.config.reconnect_interval)
-        delay = min(self.reconnect_base_delay * 2 ** min(failures, 30), ceiling)
-        return delay + random.uniform(0, self.config.reconnect_nonce)
+    def _retry_delay(self, retry: int) -> float:
+        """Seconds before retry number `retry` (0 first): the SDK's and the platform's spacing.
+
+        The first waits a random part of `ReconnectNonce` (jitter: after an outage a fleet of
+        clients comes back spread out, not all in the same second); each further one waits
+        `ReconnectInterval` (120 s from the real platform), never a faster self-invented backoff.
+        """
+        if retry == 0:
+            return random.uniform(0, self.config.reconnect_nonce)
+        return self.config.reconnect_interval
 
     async def _connect(self) -> None:
         url = await self._fetch_endpoint()
@@ -233,45 +250,68 @@ class FeishuLongConnection:
         return str(data.get("URL", ""))
 
     async def _serve(self, ws: Any) -> None:
-        """Read frames until the socket closes; pings run beside the reader in their own task."""
-        import aiohttp
-
+        """Read frames until the socket closes or the ping loop finds it dead; then close it."""
+        self._heard_at = time.monotonic()
+        reader = asyncio.create_task(self._read(ws), name="feishu-longconn-read")
         pinger = asyncio.create_task(self._ping_loop(ws), name="feishu-longconn-ping")
         try:
-            async for message in ws:
-                if message.type == aiohttp.WSMsgType.BINARY:
-                    self._on_frame_safely(ws, message.data)
-                elif message.type == aiohttp.WSMsgType.ERROR:
-                    log.warning("feishu long connection error: %s", ws.exception())
-                    break
-            log.warning("feishu long connection for %s closed (code %s)", self.app_id, ws.close_code)
+            await asyncio.wait({reader, pinger}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.connected = False
-            pinger.cancel()
-            await asyncio.gather(pinger, return_exceptions=True)
-            await self._close_socket()
+            for task in (reader, pinger):
+                task.cancel()
+            alive = await asyncio.gather(reader, pinger, return_exceptions=True)
+            await self._close_socket(_CLOSE_TIMEOUT if alive[1] is not False else _DEAD_CLOSE_TIMEOUT)
+            for result in alive:
+                if isinstance(result, Exception):
+                    raise result
 
-    async def _close_socket(self) -> None:
+    async def _read(self, ws: Any) -> None:
+        import aiohttp
+
+        async for message in ws:
+            self._heard_at = time.monotonic()
+            if message.type == aiohttp.WSMsgType.BINARY:
+                self._on_frame_safely(ws, message.data)
+            elif message.type == aiohttp.WSMsgType.ERROR:
+                log.warning("feishu long connection error: %s", ws.exception())
+                break
+        log.warning("feishu long connection for %s closed (code %s)", self.app_id, ws.close_code)
+
+    async def _close_socket(self, timeout: float = _CLOSE_TIMEOUT) -> None:
         ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), _CLOSE_TIMEOUT)  # stop() must not hang on a dead peer
+                await asyncio.wait_for(ws.close(), timeout)  # stop() must not hang on a dead peer
 
-    async def _ping_loop(self, ws: Any) -> None:
-        """Ping now and every PingInterval; a pong that changes the interval wakes us early."""
+    async def _ping_loop(self, ws: Any) -> bool:
+        """Ping now and every PingInterval; False once the server has been silent too long.
+
+        Silence is measured from the last frame of any kind (a pong, an event): more than
+        `SILENT_PINGS` intervals of it means the link is gone even though the socket looks open.
+        A pong that changes the interval wakes the loop early. True: a ping could not be sent
+        (the reader sees the broken socket too).
+        """
         ping = Frame(service=self._service_id, method=METHOD_CONTROL, headers=[("type", "ping")]).encode()
+        sent_at = -float("inf")
         while True:
             self._config_changed.clear()
-            try:
-                await ws.send_bytes(ping)
-            except Exception as exc:  # the reader sees the broken socket too and reconnects
-                log.warning("feishu long connection ping failed: %s", exc)
-                return
-            sent_at = time.monotonic()
-            while (left := sent_at + self.config.ping_interval - time.monotonic()) > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._config_changed.wait(), left)
-                self._config_changed.clear()
+            interval, now = self.config.ping_interval, time.monotonic()
+            if now - self._heard_at >= interval * SILENT_PINGS:
+                self.dead_connections += 1
+                log.warning("feishu long connection for %s silent for %.1fs (no pong): reconnecting",
+                            self.app_id, now - self._heard_at)  # fmt: skip
+                return False
+            if now >= sent_at + interval:
+                try:
+                    await ws.send_bytes(ping)
+                except Exception as exc:
+                    log.warning("feishu long connection ping failed: %s", exc)
+                    return True
+                sent_at = now
+            wake = min(sent_at + interval, self._heard_at + interval * SILENT_PINGS)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._config_changed.wait(), max(0.0, wake - time.monotonic()))
 
     def _on_frame_safely(self, ws: Any, data: bytes) -> None:
         """`_on_frame`, with any failure one WARNING line: one bad frame must not drop the socket."""
@@ -334,7 +374,7 @@ class FeishuLongConnection:
 
     async def _handle_event(self, ws: Any, frame: Frame, payload: bytes) -> None:
         """Run the handler, then ACK on the socket the frame came from (a lost ACK means a re-push)."""
-        started, code = time.monotonic(), 200
+        started, code, answer = time.monotonic(), 200, None
         message_id = frame.header("message_id")
         slow = asyncio.get_running_loop().call_later(
             self.ack_timeout, log.warning, "feishu event %s: handler still running after %.1fs; "
@@ -346,18 +386,28 @@ class FeishuLongConnection:
             if isinstance(event, str):
                 log.warning("feishu event %s dropped (ACKed, never re-pushed): %s", message_id, event)
             else:
-                await self._on_event(event)
+                answer = await self._on_event(event)
         except Exception:
             log.exception("feishu event %s: handler failed; ACKing 500", message_id)
             code = 500
         finally:
             slow.cancel()
         elapsed_ms = int((time.monotonic() - started) * 1000)
-        ack = dataclasses.replace(frame.with_header("biz_rt", str(elapsed_ms)), payload=b'{"code":%d}' % code)
+        payload = _ack_payload(code, answer if code == 200 else None)
+        ack = dataclasses.replace(frame.with_header("biz_rt", str(elapsed_ms)), payload=payload)
         try:
             await ws.send_bytes(ack.encode())
         except Exception as exc:
             log.warning("feishu event %s: ACK not sent (%s); Feishu will re-push it", message_id, exc)
+
+
+def _ack_payload(code: int, answer: Any) -> bytes:
+    """The ACK's payload as the SDK writes it: `{"code":…}`, plus the handler's answer (a card
+    toast) as base64 of its JSON in `data` — the platform reads the toast from there."""
+    if answer is None:
+        return b'{"code":%d}' % code
+    data = base64.b64encode(json.dumps(answer, ensure_ascii=False).encode("utf-8")).decode("ascii")
+    return json.dumps({"code": code, "data": data}, separators=(",", ":")).encode("ascii")
 
 
 def _small_number(text: str) -> bool:

@@ -16,7 +16,9 @@ Modelled:
   ``trace_id``; with ``parts > 1`` the UTF-8 payload is cut into byte ranges (a cut may split a
   character: clients must join the bytes before decoding). Each event goes to ONE connected client
   chosen at random (cluster mode). The client must echo the frame with a ``biz_rt`` header and
-  payload ``{"code": 200}`` within ``ack_timeout`` (3 s); a missing ACK, ``{"code": 500}`` or a
+  payload ``{"code": 200}`` within ``ack_timeout`` (3 s); a handler's answer (a card click's toast)
+  rides along as ``"data"``, base64 of its JSON, as lark-oapi's client sends it, and is recorded
+  decoded as ``answer`` in ``ws_acks``. A missing ACK, ``{"code": 500}`` or a
   connection lost before the ACK fails the attempt, which is retried on the §3 schedule ×
   ``time_scale`` with the same ``message_id`` header. No client connected: the attempt waits up to
   ``ack_timeout`` for one, then fails.
@@ -25,6 +27,7 @@ Modelled:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -172,10 +175,10 @@ class LongConnectionPusher(EventPusher):
                     await conn.ws.send_bytes(pong.encode())
             return True
         delivery_id = frame.header("message_id") or ""
-        code = _ack_code(frame.payload)
+        code, answer = _ack_code(frame.payload), _ack_answer(frame.payload)
         self.ws_acks.append(
             {"message_id": delivery_id, "code": code, "biz_rt": frame.header("biz_rt"),
-             "trace_id": frame.header("trace_id"), "device_id": conn.device_id}
+             "trace_id": frame.header("trace_id"), "device_id": conn.device_id, "answer": answer}
         )  # fmt: skip
         self._resolve_ack(delivery_id, code)
         return True
@@ -255,6 +258,15 @@ def _ack_code(payload: bytes | None) -> int | None:
     except (ValueError, AttributeError):
         return None
     return code if isinstance(code, int) else None
+
+
+def _ack_answer(payload: bytes | None) -> Any:
+    """The handler's answer in an ACK (``data``: base64 of JSON), or None when there is none."""
+    try:
+        data = json.loads(payload or b"").get("data")
+        return None if data is None else json.loads(base64.b64decode(data, validate=True))
+    except (ValueError, AttributeError, TypeError):
+        return None
 
 
 def _refuse(status: str, message: str, auth_code: str) -> web.Response:
