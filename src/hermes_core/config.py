@@ -36,6 +36,7 @@ from .models.settings import ModelRoute, ModelSettings
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 # headers of `model.extra_headers` that carry a credential: from the environment only, like api_key
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
+ENDPOINT_KEYS = ("model", "base_url", "api_key", "provider")  # of ModelSettings: from the preset or env
 ENV_KEYS = {
     "HERMES_BASE_URL": ("model", "base_url"),
     "HERMES_MODEL": ("model", "name"),
@@ -341,7 +342,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
             if model_required:
                 raise
     # where the model is, from the endpoint (the preset, the environment); all None without one
-    found = {key: getattr(endpoint, key, None) for key in ("model", "base_url", "api_key", "provider")}
+    found: dict[str, Any] = {key: getattr(endpoint, key, None) for key in ENDPOINT_KEYS}
     options: dict[str, Any] = dict(
         model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits,
         system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,

@@ -94,7 +94,7 @@ class OpenAICompatClient(ModelClient):
 
     @property
     def models(self) -> tuple[str, ...]:
-        return (self.settings.model, *self.settings.fallback_models)
+        return (self.name, *self.settings.fallback_models)
 
     async def complete(
         self,

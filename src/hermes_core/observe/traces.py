@@ -45,7 +45,8 @@ from ..redaction import cut_text, redact_data
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
 from ..tools.permissions import Caller
-from ..tools.registry import RegistryWrapper, ToolOutcome
+from ..tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from ..tools.results import DEFAULT_MAX_CHARS
 from .logs import log_event, task_context
 from .metrics import MODEL_SECONDS, TOOL_SECONDS
 
@@ -576,8 +577,8 @@ class TracedTools(RegistryWrapper):
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
         trace = self.trace
