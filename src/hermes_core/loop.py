@@ -31,8 +31,8 @@ PAUSES = ("awaiting_approval", "awaiting_answer")
 
 @dataclass
 class Limits:
-    """A task's limits, declared once: `Agent(limits=…)`, its keywords and the YAML `agent:` section
-    (config.py `AgentConfig`) are this type. The bounds apply where a configuration file is read."""
+    """A task's limits, declared once (`Agent(limits=…)`, its keywords, the YAML `agent:` section);
+    the bounds hold where a configuration file is read."""
 
     max_turns: Annotated[int, Field(ge=1, le=100)] = 8  # model calls per task
     max_tool_calls: Annotated[int, Field(ge=0, le=1000)] = 8  # executed tool calls per task

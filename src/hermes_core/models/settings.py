@@ -1,10 +1,8 @@
 """Every option of the model, declared once: the YAML `model:` section, `Agent(settings=…)` and
-what the client reads are this one type.
+what the client reads are this one type; adding an option is one field here, with its comment.
 
-A pydantic dataclass, so that a configuration file validates straight into it (a bad value names
-its key and what is allowed) and code that builds one is held to the same bounds. Adding an option
-is one field here, with its comment; the YAML key, the `Agent` keyword and the client all follow.
-It imports no HTTP library, so configuration loaders and tests can build it without aiohttp.
+A pydantic dataclass: a configuration file validates straight into it (a bad value names its key
+and what is allowed), and code that builds one is held to the same bounds. No HTTP library.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from pydantic import AliasChoices, ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
 from .text_tools import ToolMode
-
-DEFAULT_MODEL_TIMEOUT = 30.0  # seconds one model request may take
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -61,7 +57,7 @@ class ModelSettings:
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
     max_tokens: Annotated[int | None, Field(gt=0)] = None
     top_p: Annotated[float | None, Field(gt=0, le=1)] = None
-    timeout: Annotated[float, Field(gt=0)] = DEFAULT_MODEL_TIMEOUT
+    timeout: Annotated[float, Field(gt=0)] = 30.0  # seconds one request may take
     response_format: dict[str, Any] | None = None
     stream: bool = False
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
