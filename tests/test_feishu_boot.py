@@ -155,7 +155,7 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
     from hermes_core.channels.feishu.channel import FeishuChannel
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "feishu.md").read_text("utf-8")
-    checklist = text[text.index("## Developer console checklist"):text.index("## What the bot guarantees")]
+    checklist = text[text.index("## Developer console checklist") : text.index("## What the bot guarantees")]
     english, chinese = checklist.split("**中文**")
     handled = ["im.message.receive_v1", "card.action.trigger"]  # events.py, channel.py
     scopes = ["im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly", "im:message:send_as_bot"]

@@ -11,14 +11,14 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from .hooks import hooked
 from .loop import PAUSES, Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
-from .models.text_tools import TOOL_MODES, ToolMode
+from .models.settings import ModelSettings
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
 from .stack import model_client, task_stack
@@ -54,35 +54,23 @@ class Session:
     notes: str = ""
 
 
-@dataclass
+@dataclass(init=False)
 class Agent:
-    """Everything that defines an agent. `await agent.run("…")` runs one task."""
+    """Everything that defines an agent. `await agent.run("…")` runs one task.
+
+    The model's options are one `ModelSettings` (`settings`, models/settings.py) and a task's limits
+    one `Limits` (`limits`, loop.py): the same types as the YAML `model:` and `agent:` sections.
+    For convenience each of their options is also a keyword and an attribute of the agent:
+    `Agent(model="m", temperature=0, max_turns=4)` sets them in copies of `settings` and `limits`
+    (a keyword wins over the same option in `settings=`), `agent.max_turns` reads `limits.max_turns`
+    and `agent.tool_mode = "text"` replaces `settings` with a copy that says so.
+    """
 
     model: str | ModelClient | None = None  # a model name, a ModelClient, or None for HERMES_MODEL
-    base_url: str | None = None  # None: HERMES_BASE_URL; neither set: the offline demo model
-    api_key: str | None = field(default=None, repr=False)  # None: HERMES_API_KEY
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]] = ()
-    max_turns: int = 8
-    max_tool_calls: int = 8
-    max_tool_failures: int = 3
-    tool_timeout: float = 30.0
-    max_result_chars: int = 3000
-    temperature: float = 0.2
-    max_tokens: int | None = None
-    top_p: float | None = None
-    timeout: float = 30.0
-    response_format: dict[str, Any] | None = None
-    stream: bool = False
-    max_retries: int = 3
-    retry_base_delay: float = 1.0
-    fallback_models: Sequence[str] = ()
-    max_concurrency: int = 64
-    requests_per_second: float | None = None
-    provider: str | None = None  # the preset whose endpoint quirks apply (models/providers.py)
-    retry_budget: int | None = None  # upstream calls per model and request (models/settings.py)
-    tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
-    think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
+    settings: ModelSettings = field(default_factory=ModelSettings)  # endpoint, sampling, retries, tool mode
+    limits: Limits = field(default_factory=Limits)  # turns, tool calls, tool timeout, result size
     permissions: Policy = field(
         default_factory=Policy
     )  # roles, levels, allowed models (tools/permissions.py)
@@ -96,16 +84,35 @@ class Agent:
     mcp: MCPToolset | None = None  # tools of MCP servers, connected on the first run (tools/mcp.py)
     mode: TaskMode | None = None  # how serve, run and chat run a task (modes.py); None: the loop
 
-    def __post_init__(self) -> None:
+    def __init__(self, model: str | ModelClient | None = None, **options: Any) -> None:
+        """The fields above by keyword; any other keyword is an option of `settings` or `limits`."""
+        options["settings"] = _apply(options.get("settings") or ModelSettings(), "settings", options)
+        options["limits"] = _apply(options.get("limits") or Limits(), "limits", options)
+        options["model"] = model
+        for declared in fields(self):
+            setattr(self, declared.name, options.pop(declared.name, _default(declared)))
+        if options:
+            raise TypeError(f"Agent() got an unexpected keyword argument {next(iter(options))!r}")
         self.registry = ToolRegistry(policy=self.permissions, interactions=self.interactions)
         for item in self.tools:
             self.registry.add(item)
         if self.skills is not None:  # the model reads a listed skill's steps on demand (P5)
             self.registry.add(self.skills.load_skill)
         self._greeting = _compile_greetings(self.greeting_patterns)
-        if self.tool_mode not in TOOL_MODES:
-            raise ValueError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, got {self.tool_mode!r}")
         self._client: ModelClient | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        """`agent.temperature`, `agent.max_turns`: an option of `settings` or `limits` (see the class doc)."""
+        part = _OPTION_OF.get(name)
+        if part is None or part not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.__dict__[part], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        part = _OPTION_OF.get(name)
+        if part is not None:  # a copy: `settings` may be shared with the configuration or another agent
+            name, value = part, replace(getattr(self, part), **{name: value})
+        object.__setattr__(self, name, value)
 
     def use_interactions(self, interactions: Interactions | None) -> None:
         """Set where approvals and questions wait (the gateway's store, a terminal prompt…)."""
@@ -116,16 +123,6 @@ class Agent:
     ) -> Tool:
         """Add a tool after construction: a `@tool`, a documented function, or a dict entry."""
         return self.registry.add(item, name=name)
-
-    @property
-    def limits(self) -> Limits:
-        return Limits(
-            self.max_turns,
-            self.max_tool_calls,
-            self.max_tool_failures,
-            self.tool_timeout,
-            self.max_result_chars,
-        )
 
     @property
     def client(self) -> ModelClient:
@@ -234,36 +231,37 @@ class Agent:
             await self._client.aclose()
 
     def _build_client(self) -> ModelClient:
-        base_url = self.base_url or os.environ.get("HERMES_BASE_URL")
+        settings = self.settings
+        base_url = settings.base_url or os.environ.get("HERMES_BASE_URL")
         if not base_url:
             from .models.offline import OfflineModel
 
             return OfflineModel()
         from .models.openai_compat import OpenAICompatClient
-        from .models.settings import ModelSettings
 
-        model_name = self.model if isinstance(self.model, str) else os.environ.get("HERMES_MODEL", "")
+        named = self.model if isinstance(self.model, str) else settings.model
+        model_name = named or os.environ.get("HERMES_MODEL", "")
         if not model_name:
             raise ValueError("a base URL is set but no model name: pass model=… or set HERMES_MODEL")
-        settings = ModelSettings(
-            model=model_name,
-            base_url=base_url,
-            api_key=self.api_key or os.environ.get("HERMES_API_KEY") or None,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            top_p=self.top_p,
-            timeout=self.timeout,
-            response_format=self.response_format,
-            stream=self.stream,
-            max_retries=self.max_retries,
-            retry_base_delay=self.retry_base_delay,
-            fallback_models=tuple(self.fallback_models),
-            max_concurrency=self.max_concurrency,
-            requests_per_second=self.requests_per_second,
-            provider=self.provider,
-            retry_budget=self.retry_budget,
-        )
-        return OpenAICompatClient(settings)
+        api_key = settings.api_key or os.environ.get("HERMES_API_KEY") or None
+        return OpenAICompatClient(replace(settings, model=model_name, base_url=base_url, api_key=api_key))
+
+
+def _default(declared: Field[Any]) -> Any:
+    factory = declared.default_factory
+    return declared.default if factory is MISSING else factory()
+
+
+def _apply(base: Any, part: str, options: dict[str, Any]) -> Any:
+    """`base` (the agent's `settings` or `limits`) with the options of `options` it holds, taken out."""
+    own = {name: options.pop(name) for name in list(options) if _OPTION_OF.get(name) == part}
+    return replace(base, **own) if own else base
+
+
+_OPTION_OF = {  # each option of the two by name, and which holds it ("model" is the agent's own field)
+    **{declared.name: "settings" for declared in fields(ModelSettings) if declared.name != "model"},
+    **{declared.name: "limits" for declared in fields(Limits)},
+}
 
 
 def _compile_greetings(patterns: Sequence[str]) -> re.Pattern[str] | None:

@@ -348,9 +348,7 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bo
     on_text = display.on_text if display.streams else None  # asking for text makes the client stream
     try:
         display.start()
-        result = await terminal.turn(
-            run_task(agent, message, caller=terminal_caller(agent), on_text=on_text)
-        )
+        result = await terminal.turn(run_task(agent, message, caller=terminal_caller(agent), on_text=on_text))
     except TurnCancelled:
         display.prompting()  # the status line cleared, a streamed line ended
         print("hermes-core: cancelled", file=sys.stderr)

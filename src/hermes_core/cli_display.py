@@ -32,7 +32,8 @@ from typing import Any, TextIO, TypeVar
 from .messages import ToolCall
 from .redaction import Redactor, cut_text, default_redactor
 from .tools import ToolContext
-from .tools.registry import RegistryWrapper, ToolOutcome, ToolRegistry
+from .tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome, ToolRegistry
+from .tools.results import DEFAULT_MAX_CHARS
 
 T = TypeVar("T")
 
@@ -180,8 +181,8 @@ class ShownTools(RegistryWrapper):
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
         self.display.tool_started(call)

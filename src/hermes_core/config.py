@@ -9,6 +9,8 @@
       mode: loop            # loop | plan | team: how serve, run and chat run a task (docs/modes.md)
     tools: [mypkg.tools]
 
+The `model:` section is `ModelSettings` (models/settings.py) and the limits of `agent:` are `Limits`
+(loop.py): each option is declared once, there, with its default and its bounds.
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
 A model is a provider preset, or a name and a base URL; a half-configured one is a ConfigError
 (nothing configured at all: the offline demo model).
@@ -21,12 +23,20 @@ import importlib
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
+
+from .loop import Limits
+from .models.settings import ModelRoute, ModelSettings
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
+# headers of `model.extra_headers` that carry a credential: from the environment only, like api_key
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
+ENDPOINT_KEYS = ("model", "base_url", "api_key", "provider")  # of ModelSettings: from the preset or env
 ENV_KEYS = {
     "HERMES_BASE_URL": ("model", "base_url"),
     "HERMES_MODEL": ("model", "name"),
@@ -49,57 +59,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class RouteConfig(_Section):
-    """One of `model.routes` (models/routing.py): a question that `when` matches, at most `max_chars`
-    characters long, goes to `model` (a model of the same endpoint) instead of the main model.
-    `short`: any question that short; `small_talk`: a greeting of `agent.greeting_patterns`. Only a
-    task's first model call is routed; a routed model that answers with tool calls escalates (its
-    answer is dropped and the main model answers instead, then runs the task's tools). It is offered
-    only the tools it may use (`allowed_models`)."""
+@dataclass(config=ConfigDict(extra="forbid"))
+class AgentConfig(Limits):
+    """The `agent:` section: a task's `Limits` (loop.py, declared there), and how the agent is built."""
 
-    when: Literal["short", "small_talk"]
-    model: str = Field(min_length=1)
-    max_chars: int = Field(40, ge=1, le=10_000)
-
-
-class ModelConfig(_Section):
-    provider: str | None = None  # a preset of models/providers.py: openai, deepseek, qwen, ollama…
-    name: str | None = None
-    base_url: str | None = None
-    temperature: float = Field(0.2, ge=0, le=2)
-    max_tokens: int | None = Field(None, gt=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    timeout: float = Field(30.0, gt=0)
-    response_format: dict[str, Any] | None = None
-    stream: bool = False
-    max_retries: int = Field(3, ge=0, le=10)
-    retry_budget: int | None = Field(None, ge=1)  # upstream calls per model and request (gateways retry too)
-    fallback: list[str] = Field(default_factory=list)
-    max_concurrency: int = Field(64, ge=1)
-    requests_per_second: float | None = Field(None, gt=0)
-    tool_mode: Literal["native", "text", "auto"] = "auto"
-    think_open: bool = False
-    routes: list[RouteConfig] = Field(default_factory=list)  # cheaper models for simple questions
-
-
-class AgentConfig(_Section):
     system_prompt: str | None = None
-    max_turns: int = Field(8, ge=1, le=100)
-    max_tool_calls: int = Field(8, ge=0, le=1000)
-    max_tool_failures: int = Field(3, ge=1)
-    tool_timeout: float = Field(30.0, gt=0)
-    max_result_chars: int = Field(3000, ge=100)
     greeting_patterns: list[str] | None = None
     language: Literal["zh", "en"] | None = None
     workspace: str | None = None  # mounts read_file / write_file / list_directory confined to this folder
-    shell_allow: list[str] = Field(
-        default_factory=list
-    )  # programs run_command may run (level 2: also allow it)
+    shell_allow: list[str] = field(default_factory=list)  # programs run_command may run (level 2: allow it)
     shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
-    workspace_quota_mb: float | None = Field(100.0, gt=0)  # write_file refused past it; null: no quota
-    route_tools_above: int | None = Field(None, ge=0)  # more tools: offer the message's groups (T8)
+    workspace_quota_mb: Annotated[float | None, Field(gt=0)] = 100.0  # write_file refused past it; null: none
+    route_tools_above: Annotated[int | None, Field(ge=0)] = None  # more tools: the message's groups only (T8)
     mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
-    max_replans: int = Field(2, ge=0, le=10)  # plan mode: revised plans after a failed or invalid one
+    max_replans: Annotated[int, Field(ge=0, le=10)] = 2  # plan mode: revised plans after a failed/invalid one
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(**{declared.name: getattr(self, declared.name) for declared in fields(Limits)})
 
 
 class ExpertConfig(_Section):
@@ -296,8 +273,8 @@ class ObserveConfig(_Section):
 
 
 class Settings(_Section):
-    model: ModelConfig = ModelConfig()
-    agent: AgentConfig = AgentConfig()
+    model: ModelSettings = Field(default_factory=ModelSettings)  # models/settings.py: every model option
+    agent: AgentConfig = Field(default_factory=AgentConfig)
     gateway: GatewayConfig = GatewayConfig()
     feishu: FeishuConfig = FeishuConfig()
     webhook: WebhookConfig = WebhookConfig()
@@ -349,6 +326,8 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     """An `Agent` from settings, its model from `model_endpoint` (a half configuration is a
     ConfigError, unless `model_required` is False: commands that never ask the model) unless
     `model=` passes a client."""
+    import dataclasses
+
     from .agent import DEFAULT_GREETINGS, Agent
     from .prompts import DEFAULT_SYSTEM_PROMPT
     from .tools.clarify import clarify
@@ -362,18 +341,11 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         except ConfigError:
             if model_required:
                 raise
+    # where the model is, from the endpoint (the preset, the environment); all None without one
+    found: dict[str, Any] = {key: getattr(endpoint, key, None) for key in ENDPOINT_KEYS}
     options: dict[str, Any] = dict(
-        model=endpoint.model if endpoint else None, base_url=endpoint.base_url if endpoint else None,
-        api_key=endpoint.api_key if endpoint else None, temperature=m.temperature,
-        max_tokens=m.max_tokens, top_p=m.top_p,
-        timeout=m.timeout, response_format=m.response_format, stream=m.stream, max_retries=m.max_retries,
-        fallback_models=m.fallback, max_concurrency=m.max_concurrency,
-        requests_per_second=m.requests_per_second, tool_mode=m.tool_mode,
-        think_open=m.think_open,
-        provider=endpoint.provider if endpoint else None, retry_budget=m.retry_budget,
-        system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, max_turns=a.max_turns,
-        max_tool_calls=a.max_tool_calls, max_tool_failures=a.max_tool_failures, tool_timeout=a.tool_timeout,
-        max_result_chars=a.max_result_chars, language=a.language,
+        model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits,
+        system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=with_confirmation(
             load_tools(settings.tools) + workspace_tools(settings) + [clarify],
@@ -393,7 +365,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     return agent
 
 
-def routed_model(agent: Any, routes: list[RouteConfig]) -> Any:
+def routed_model(agent: Any, routes: list[ModelRoute]) -> Any:
     """The agent's model client with `model.routes` (models/routing.py): one client per route, on
     the main model's endpoint and settings."""
     import dataclasses
@@ -405,7 +377,7 @@ def routed_model(agent: Any, routes: list[RouteConfig]) -> Any:
         raise ConfigError("model.routes: needs a model endpoint (the offline demo model has no other models)")
     clients = []
     for route in routes:
-        own = dataclasses.replace(main.settings, model=route.model, fallback_models=())
+        own = dataclasses.replace(main.settings, model=route.model, fallback_models=(), routes=[])
         clients.append((Route(route.when, route.model, route.max_chars), type(main)(own)))
     return RoutedModel(main, clients, agent.is_greeting)
 
@@ -599,7 +571,9 @@ def _refuse_secrets(data: Any, where: str = "") -> None:
     if isinstance(data, dict):
         for key, value in data.items():
             here = f"{where}.{key}" if where else str(key)
-            if str(key).lower() in SECRET_KEYS and value not in (None, ""):
+            refused = CREDENTIAL_HEADERS if where == "model.extra_headers" else SECRET_KEYS
+            secret = str(key).lower() in refused
+            if secret and value not in (None, ""):
                 raise ConfigError(
                     f"{here}: secrets are read only from the environment (e.g. HERMES_API_KEY or a .env "
                     "file), never from the configuration file; remove it from the file"
@@ -612,7 +586,7 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
     lines = []
     for error in exc.errors(include_url=False):
         key = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
+        if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model, a dataclass
             lines.append(f"{key}: unknown key")
         elif error["type"] == "value_error":  # a validator's own sentence, which names its keys
             message = error["msg"].removeprefix("Value error, ")

@@ -25,7 +25,8 @@ from typing import Any
 from .messages import Message, ModelResponse, ToolCall
 from .models.base import ModelWrapper, TextCallback
 from .tools import ToolContext, ToolRegistry
-from .tools.registry import RegistryWrapper, ToolOutcome
+from .tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from .tools.results import DEFAULT_MAX_CHARS
 
 
 class TaskHooks:
@@ -85,8 +86,8 @@ class HookedTools(RegistryWrapper):
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
         await self.hooks.on_tool_start(call)

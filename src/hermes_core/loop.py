@@ -11,6 +11,9 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field, replace
+from typing import Annotated
+
+from pydantic import Field
 
 from .guards import TaskGuards, changes_state, cut_off_outcomes
 from .hooks import NO_HOOKS, TaskHooks
@@ -19,7 +22,8 @@ from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, Te
 from .replies import Language, fixed_reply
 from .tools import ToolContext, ToolRegistry
 from .tools.permissions import Caller
-from .tools.registry import ToolOutcome
+from .tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
+from .tools.results import DEFAULT_MAX_CHARS
 
 # Tool outcomes that pause the task instead of failing a call: a person must answer first (T5, T6).
 # The task stops with this stop_reason and is run again under the same task id once they have.
@@ -28,11 +32,14 @@ PAUSES = ("awaiting_approval", "awaiting_answer")
 
 @dataclass
 class Limits:
-    max_turns: int = 8  # model calls per task
-    max_tool_calls: int = 8  # executed tool calls per task
-    max_tool_failures: int = 3  # consecutive failures before a tool is withdrawn
-    tool_timeout: float = 30.0
-    max_result_chars: int = 3000
+    """A task's limits, declared once (`Agent(limits=…)`, its keywords, the YAML `agent:` section);
+    the bounds hold where a configuration file is read."""
+
+    max_turns: Annotated[int, Field(ge=1, le=100)] = 8  # model calls per task
+    max_tool_calls: Annotated[int, Field(ge=0, le=1000)] = 8  # executed tool calls per task
+    max_tool_failures: Annotated[int, Field(ge=1)] = 3  # consecutive failures before a tool is withdrawn
+    tool_timeout: Annotated[float, Field(gt=0)] = DEFAULT_TOOL_TIMEOUT  # seconds; a tool may set its own
+    max_result_chars: Annotated[int, Field(ge=100)] = DEFAULT_MAX_CHARS  # of one tool result the model reads
 
 
 @dataclass

@@ -73,6 +73,8 @@ class OpenAICompatClient(ModelClient):
     """
 
     def __init__(self, settings: ModelSettings) -> None:
+        if not settings.model or not settings.base_url:  # both optional in the settings: resolved before
+            raise ValueError("the model client needs a model name and a base URL (model, base_url)")
         self.settings = settings
         self.name = settings.model
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
@@ -92,7 +94,7 @@ class OpenAICompatClient(ModelClient):
 
     @property
     def models(self) -> tuple[str, ...]:
-        return (self.settings.model, *self.settings.fallback_models)
+        return (self.name, *self.settings.fallback_models)
 
     async def complete(
         self,

@@ -1,23 +1,45 @@
-"""How to reach one OpenAI-compatible endpoint, and how hard to try before giving up.
+"""Every option of the model, declared once: the YAML `model:` section, `Agent(settings=…)` and
+what the client reads are this one type; adding an option is one field here, with its comment.
 
-A plain frozen dataclass (no pydantic, no HTTP library) so that configuration loaders can build it
-and tests can construct it without importing aiohttp.
+A pydantic dataclass: a configuration file validates straight into it (a bad value names its key
+and what is allowed), and code that builds one is held to the same bounds. No HTTP library.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, ConfigDict, Field
+from pydantic.dataclasses import dataclass
+
+from .text_tools import ToolMode
 
 
-@dataclass(frozen=True)
+@dataclass(config=ConfigDict(extra="forbid"))
+class ModelRoute:
+    """One of `model.routes` (models/routing.py): a question that `when` matches, at most `max_chars`
+    characters long, goes to `model` (a model of the same endpoint) instead of the main model.
+    `short`: any question that short; `small_talk`: a greeting of `agent.greeting_patterns`. Only a
+    task's first model call is routed; a routed model that answers with tool calls escalates (its
+    answer is dropped and the main model answers instead, then runs the task's tools). It is offered
+    only the tools it may use (`allowed_models`)."""
+
+    when: Literal["short", "small_talk"]
+    model: Annotated[str, Field(min_length=1)]
+    max_chars: Annotated[int, Field(ge=1, le=10_000)] = 40
+
+
+@dataclass(config=ConfigDict(extra="forbid"))
 class ModelSettings:
-    """Settings for `OpenAICompatClient`. Times are in seconds.
+    """Settings for the model: its endpoint, how it is asked, how hard to try. Times are in seconds.
 
-    `api_key` is kept out of `repr()` so that settings can be logged or printed safely.
-    `fallback_models` are other model names on the same endpoint, tried in order once the
-    primary model has used up its retries. `extra_body` is merged into every request body last, so
-    it can add or override any field (`seed`, `tool_choice`, provider-specific options).
+    `model` (YAML: `name`) and `base_url` may be left out: a provider preset or the environment
+    fills them in (config.py `model_endpoint`, agent.py). `api_key` comes only from the environment
+    (a file that holds one is refused) and is kept out of `repr()`, so settings can be logged safely.
+    `fallback_models` (YAML: `fallback`) are other model names on the same endpoint, tried in order
+    once the primary model has used up its retries. `extra_body` is merged into every request body
+    last, so it can add or override any field (`seed`, `tool_choice`, provider-specific options).
 
     `provider` names the preset whose quirks apply (models/providers.py `Quirks`). The retry
     arithmetic, end to end: one request to a model costs `(1 + retries) × (1 + upstream_retries)`
@@ -28,26 +50,45 @@ class ModelSettings:
     the same behind a gateway as without one.
     """
 
-    model: str
-    base_url: str
-    api_key: str | None = field(default=None, repr=False)
-    temperature: float = 0.2
-    max_tokens: int | None = None
-    top_p: float | None = None
-    timeout: float = 30.0
+    model: Annotated[str | None, Field(validation_alias=AliasChoices("name", "model"))] = None
+    base_url: str | None = None  # None: HERMES_BASE_URL, or the preset's; neither: the offline demo model
+    api_key: str | None = field(default=None, repr=False)  # None: HERMES_API_KEY (or the preset's variable)
+    provider: str | None = None  # a preset of models/providers.py: openai, deepseek, qwen, ollama…
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.2
+    max_tokens: Annotated[int | None, Field(gt=0)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    timeout: Annotated[float, Field(gt=0)] = 30.0  # seconds one request may take
     response_format: dict[str, Any] | None = None
     stream: bool = False
-    max_retries: int = 3
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     retry_base_delay: float = 1.0
     retry_max_delay: float = 60.0
-    fallback_models: tuple[str, ...] = ()
-    max_concurrency: int = 64
-    requests_per_second: float | None = None
-    extra_headers: dict[str, str] = field(default_factory=dict)
+    fallback_models: Annotated[
+        tuple[str, ...], Field(validation_alias=AliasChoices("fallback", "fallback_models"))
+    ] = ()
+    max_concurrency: Annotated[int, Field(ge=1)] = 64  # requests in flight at once
+    requests_per_second: Annotated[float | None, Field(gt=0)] = None  # None: no limit
+    extra_headers: dict[str, str] = field(default_factory=dict)  # never a credential (config.py refuses one)
     extra_body: dict[str, Any] = field(default_factory=dict)
-    provider: str | None = None
-    retry_budget: int | None = None  # upstream calls per model and request; None: 1 + max_retries
-    upstream_retries: int | None = None  # None: the preset's (0 without one)
+    retry_budget: Annotated[int | None, Field(ge=1)] = None  # upstream calls per model and request
+    upstream_retries: Annotated[int | None, Field(ge=0)] = None  # None: the preset's (0 without one)
+    tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
+    think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
+    routes: list[ModelRoute] = field(default_factory=list)  # cheaper models for simple questions
+
+    @property
+    def name(self) -> str | None:
+        """The model's name, as the YAML section calls it (`model.name`)."""
+        return self.model
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self.model = value
+
+    @property
+    def fallback(self) -> list[str]:
+        """`fallback_models`, as the YAML section calls it (`model.fallback`)."""
+        return list(self.fallback_models)
 
     @property
     def effective_retries(self) -> int:
@@ -58,18 +99,3 @@ class ModelSettings:
         upstream = quirks_of(self.provider).upstream_retries if upstream is None else upstream
         budget = 1 + self.max_retries if self.retry_budget is None else self.retry_budget
         return max(0, min(self.max_retries, budget // (1 + upstream) - 1))
-
-    def __post_init__(self) -> None:
-        # Fail at construction, not on the first request in production.
-        if self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        if self.max_retries < 0:
-            raise ValueError("max_retries must not be negative")
-        if self.timeout <= 0:
-            raise ValueError("timeout must be positive")
-        if self.retry_budget is not None and self.retry_budget < 1:
-            raise ValueError("retry_budget must be at least 1 (one upstream call)")
-        if self.requests_per_second is not None and self.requests_per_second <= 0:
-            raise ValueError("requests_per_second must be positive (or None for no limit)")
-        # A YAML loader hands over a list; keep the declared immutable tuple.
-        object.__setattr__(self, "fallback_models", tuple(self.fallback_models))

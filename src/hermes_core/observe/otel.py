@@ -1,9 +1,10 @@
 """OpenTelemetry spans for traced tasks (`pip install "hermes-core[otel]"`; `observe.otel: true`).
 
 One span per task (`hermes.task`), with a child span per model call (`model.complete`) and per tool
-call (`tool <name>`), started and ended by the trace's hooks (observe/traces.py, hooks.py), each carrying the task id, the turn, token usage or the tool's outcome. The
-spans go to the global tracer provider unless one is passed: configure the SDK and its exporter
-(OTLP, console…) the usual OpenTelemetry way. This module is imported only when spans are asked
+call (`tool <name>`), started and ended by the trace's hooks (observe/traces.py, hooks.py), each
+carrying the task id, the turn, token usage or the tool's outcome. The spans go to the global
+tracer provider unless one is passed: configure the SDK and its exporter (OTLP, console…) the usual
+OpenTelemetry way. This module is imported only when spans are asked
 for; without the package, `OTelSpans()` raises ImportError naming the extra.
 """
 

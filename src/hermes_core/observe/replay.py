@@ -36,8 +36,8 @@ from ..replies import detect_language
 from ..tools import Tool, ToolContext, ToolRegistry
 from ..tools.arguments import ArgumentError, parse_arguments
 from ..tools.permissions import Caller
-from ..tools.registry import RegistryWrapper, ToolOutcome
-from ..tools.results import error_result
+from ..tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from ..tools.results import DEFAULT_MAX_CHARS, error_result
 
 Position = tuple[int, int]  # (turn, place of the call in that turn's response), both from 1
 
@@ -242,8 +242,8 @@ class ReplayTools(RegistryWrapper):
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
         declared = self.get(call.name)

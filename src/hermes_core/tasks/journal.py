@@ -36,8 +36,8 @@ from ..models.base import ModelClient, ModelWrapper, TextCallback
 from ..records import outcome_from, outcome_record, record_of, response_from
 from ..storage import SQLiteDatabase
 from ..tools import ToolContext, ToolRegistry
-from ..tools.registry import RegistryWrapper, ToolOutcome
-from ..tools.results import error_result
+from ..tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from ..tools.results import DEFAULT_MAX_CHARS, error_result
 
 MIGRATIONS = {
     1: """
@@ -211,8 +211,8 @@ class JournaledTools(RegistryWrapper):
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
-        max_chars: int = 3000,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:
         turn = self.model.turn if self.model is not None else -1

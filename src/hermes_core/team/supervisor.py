@@ -317,8 +317,8 @@ def team_copy(agent: Agent, requests_per_second: float | None, extra_tools: Sequ
     elif isinstance(agent.model, ModelClient):
         copy = replace(agent, model=SpacedModel(agent.model, requests_per_second))
     else:
-        own = agent.requests_per_second or requests_per_second
-        copy = replace(agent, requests_per_second=min(own, requests_per_second))
+        own = min(agent.settings.requests_per_second or requests_per_second, requests_per_second)
+        copy = replace(agent, settings=replace(agent.settings, requests_per_second=own))
     for item in (*agent.registry, *extra_tools):  # those registered after the agent was built, too
         if copy.registry.get(item.name) is None:
             copy.register_tool(item)

@@ -51,7 +51,6 @@ _BAD_KEY = "Incorrect API key provided."
 NO_TOOLS_MESSAGE = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
 
-
 @dataclass
 class FakeReply:
     """One answer of the fake server. The defaults describe a plain, successful reply.

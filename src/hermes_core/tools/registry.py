@@ -53,6 +53,7 @@ MAX_TOOL_THREADS = 32  # sync tool calls running at once (abandoned ones not cou
 MAX_STUCK_PER_TOOL = 4  # abandoned threads of one tool before its sync calls are refused
 MAX_STUCK = 64  # abandoned threads in all before every sync call is refused
 IDLE_WORKER_SECONDS = 60.0  # an idle worker thread ends after this long
+DEFAULT_TOOL_TIMEOUT = 30.0  # seconds a tool call may take, unless its tool or the limits say otherwise
 
 
 @dataclass
@@ -152,7 +153,7 @@ class ToolRegistry:
         self,
         call: ToolCall,
         *,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
         max_chars: int = DEFAULT_MAX_CHARS,
         context: ToolContext | None = None,
     ) -> ToolOutcome:

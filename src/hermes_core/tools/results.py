@@ -16,7 +16,7 @@ from typing import Any
 
 from ..redaction import cut_text
 
-DEFAULT_MAX_CHARS = 3000
+DEFAULT_MAX_CHARS = 3000  # characters of one tool result the model reads (the rest is cut, with a note)
 
 
 def to_jsonable(value: Any) -> Any:
