@@ -34,12 +34,12 @@ from typing import Any
 from aiohttp import web
 
 from ..config import Settings
-from ..gateway.dispatcher import task_id_of
+from ..channels.seam import resume_message, task_id_of
 from ..redaction import Redactor, default_redactor
 from ..tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import WebChannel
-from .pages import Pages, trace_url
+from .pages import Pages, dead_letter_summary, trace_url
 
 log = logging.getLogger("hermes_core.console")
 
@@ -146,8 +146,6 @@ class Console:
         return _json(self.redactor.redact_data({"dead_letters": rows}))
 
     async def _dead_letter_rows(self) -> list[dict[str, Any]] | None:
-        from ..gateway.store import dead_letter_summary
-
         try:
             rows = await self.gateway.store.dead_letters(limit=200)
         except (NotImplementedError, AttributeError):
@@ -175,8 +173,7 @@ class Console:
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
         """An admin's decision; with `stream` and a task of the web channel, its reply is streamed."""
-        from ..gateway.runner import resume_message
-        from ..tasks.pending import DecisionRefused
+        from ..approvals import DecisionRefused
 
         data = await _json_body(request)
         if data.get("decision") not in ("approve", "reject"):

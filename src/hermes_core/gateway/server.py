@@ -139,7 +139,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     options = settings.gateway
     gateway = Gateway(
-        store, runner, max_turns_in_flight=options.max_turns_in_flight,
+        store, runner, desk=runner, max_turns_in_flight=options.max_turns_in_flight,
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)

@@ -40,7 +40,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...gateway.messages import OutboundMessage
+from ..seam import OutboundMessage
 from ..base import DeliveryError
 from .formatting import Part, approval_card, format_reply
 from .ratelimit import SendLimiter
