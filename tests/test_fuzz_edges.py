@@ -320,7 +320,9 @@ async def edge(tmp_path: Path, *, signed: bool) -> AsyncIterator[Edge]:
     async with FakeFeishu(encrypt_key=ENCRYPT_KEY if signed else None, time_scale=0.001) as feishu:
         store = SQLiteGatewayStore(tmp_path / "gateway.db")
         answers = Answers(tmp_path / "gateway.db")
-        gateway = Gateway(store, answers, desk=answers, send_backoff=0.01, max_send_backoff=0.05, send_attempts=2)
+        gateway = Gateway(
+            store, answers, desk=answers, send_backoff=0.01, max_send_backoff=0.05, send_attempts=2
+        )
         api = FeishuAPI(feishu.app_id, feishu.app_secret, base_url=feishu.base_url,
                         limiter=SendLimiter(rate_per_s=1000.0), retry_base_delay=0.01)  # fmt: skip
         channel = FeishuChannel(

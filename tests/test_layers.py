@@ -71,7 +71,12 @@ def package_edges() -> dict[str, dict[str, list[str]]]:
         if len(parts) < 3 or parts[1] not in names:
             continue
         for target, line in imported(path):
-            if target[0] == "hermes_core" and len(target) > 1 and target[1] in names and target[1] != parts[1]:
+            if (
+                target[0] == "hermes_core"
+                and len(target) > 1
+                and target[1] in names
+                and target[1] != parts[1]
+            ):
                 where = f"{path.relative_to(ROOT)}:{line}"
                 edges.setdefault(parts[1], {}).setdefault(target[1], []).append(where)
     return edges
@@ -94,7 +99,9 @@ def cycles(edges: dict[str, dict[str, list[str]]]) -> list[list[str]]:
 
 def describe(cycle: list[str], edges: dict[str, dict[str, list[str]]]) -> str:
     steps = zip(cycle, [*cycle[1:], cycle[0]], strict=True)
-    return " -> ".join(cycle + cycle[:1]) + ": " + "; ".join(f"{a}->{b} at {edges[a][b][0]}" for a, b in steps)
+    return (
+        " -> ".join(cycle + cycle[:1]) + ": " + "; ".join(f"{a}->{b} at {edges[a][b][0]}" for a, b in steps)
+    )
 
 
 def test_no_import_cycle_between_packages() -> None:
@@ -122,9 +129,14 @@ def test_channels_import_no_gateway() -> None:
 
 
 def test_the_scan_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
-    """The parser itself: a function-level relative import and an absolute one are both found."""
-    source = "from . import a\n\ndef f():\n    from ..gateway.dispatcher import Gateway\n    import hermes_core.tools\n"
+    """The parser itself: relative imports (at module level, under TYPE_CHECKING, in a function) and
+    an absolute one are all found."""
+    source = (
+        "from . import a\nif TYPE_CHECKING:\n    from ..sessions import store\n\n"
+        "def f():\n    from ..gateway.dispatcher import Gateway\n    import hermes_core.tools\n"
+    )
     (tmp_path / "m.py").write_text(source)
     found = {".".join(t) for t, _ in imported(tmp_path / "m.py", ["hermes_core", "channels", "m"])}
-    assert {"hermes_core.channels.a", "hermes_core.gateway.dispatcher", "hermes_core.tools"} <= found
-
+    wanted = {"hermes_core.channels.a", "hermes_core.sessions", "hermes_core.gateway.dispatcher"}
+    wanted.add("hermes_core.tools")
+    assert wanted <= found

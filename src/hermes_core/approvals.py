@@ -150,5 +150,3 @@ def may_decide(pending: Pending, decider: Caller) -> bool:
     if decider.role == ADMIN:
         return True
     return bool(decider.identity) and decider.identity == pending.requester
-
-

@@ -161,7 +161,9 @@ class Inbox(Protocol):
         """Persist `message` and queue its turn; its inbox row id, or None for a duplicate."""
         ...
 
-    async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> tuple[Pending, int | None]:
+    async def decide(
+        self, pending_id: str, user_id: str, channel: str, approve: bool
+    ) -> tuple[Pending, int | None]:
         """A person's decision on an approval, and the inbox id of the message that resumes its
         task. Raises `approvals.DecisionRefused` when it is not taken."""
         ...

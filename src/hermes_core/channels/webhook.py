@@ -74,8 +74,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
 from .base import Channel, DeliveryError, read_body
+from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web

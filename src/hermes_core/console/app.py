@@ -33,8 +33,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..config import Settings
 from ..channels.seam import resume_message, task_id_of
+from ..config import Settings
 from ..redaction import Redactor, default_redactor
 from ..tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token

@@ -30,18 +30,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from ..approvals import ApprovalDesk, Pending
 from ..channels.base import Channel, DeliveryError
+from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..redaction import redact_text
 from ..replies import detect_language, fixed_reply
-from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
 from .messages import Turn
 from .store import GatewayStore
 

@@ -22,17 +22,16 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
 
 from ..agent import Agent
 from ..approvals import DecisionRefused, Pending, PendingStore
+from ..channels.seam import inbound_of, resume_message, task_id_of
 from ..loop import PAUSES
 from ..models.base import TextCallback
 from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from ..tools.permissions import Caller
-from ..channels.seam import inbound_of, resume_message, task_id_of
 from .messages import InboundMessage, Reply, Turn
 
 __all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py

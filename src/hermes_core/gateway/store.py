@@ -38,10 +38,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..channels.seam import Earlier, InboundMessage, OutboundMessage
+from ..console.pages import dead_letter_summary as dead_letter_summary  # re-exported: the CLI lists them
 from ..redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
-from ..channels.seam import Earlier, InboundMessage, OutboundMessage
-from ..console.pages import dead_letter_summary  # re-exported: the CLI lists dead letters too
 
 if TYPE_CHECKING:
     from ..sessions.store import TurnAppend

@@ -47,6 +47,7 @@ from ..approvals import (
     may_decide,
 )
 from ..storage import SQLiteDatabase
+from ..tools.permissions import Caller
 
 __all__ = [
     "APPROVAL_TTL", "DecisionRefused", "InlineInteractions", "Interactions", "Pending", "PendingStore",

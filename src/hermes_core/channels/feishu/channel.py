@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..seam import OutboundMessage
 from ...replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
+from ..seam import OutboundMessage
 from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
 from .formatting import approval_card
 
