@@ -45,13 +45,14 @@ from typing import Any
 
 from aiohttp import web
 
+from ..approvals import Pending
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
-from ..tasks.pending import Pending, SQLiteInteractions
+from ..tasks.pending import SQLiteInteractions
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .messages import InboundMessage, Reply, Turn
