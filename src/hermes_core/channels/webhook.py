@@ -57,7 +57,7 @@ Who may call (docs/security.md):
 
 A body that is not a UTF-8 JSON object of that shape (nested too deeply, a number too long, a
 field of the wrong type, an id with a lone surrogate) is a 400 naming what is wrong; a lone
-surrogate in `message` becomes U+FFFD (gateway/messages.py), so the message is stored and answered.
+surrogate in `message` becomes U+FFFD (channels/seam.py), so the message is stored and answered.
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ DEDUP_RETENTION = 48 * 3600.0  # ≥ 24 h: Feishu retries for about 7 h, redeliv
 class Runner(Protocol):
     """Turns one inbound message into replies (the agent, with the conversation's session).
 
-    A runner may also implement `decide(pending_id, user_id, channel, approve) -> Pending` and
-    `expire_due() -> list[Pending]` (gateway/runner.py): then the gateway takes decisions on
-    approvals and runs decided tasks again (tasks/pending.py).
+    Decisions on approvals go to the `desk` the gateway is given (approvals.ApprovalDesk:
+    `decide(pending_id, user_id, channel, approve)`, `expire_due()`; gateway/runner.py's runner is
+    one): then the gateway runs decided tasks again. Without a desk it takes no decisions.
 
     A runner whose turn leaves session history returns a `Turn`: the gateway stores the history in
     the transaction that marks the message done and queues its replies (`GatewayStore.complete`)."""
