@@ -15,6 +15,7 @@ from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.ratelimit import SendLimiter
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.messages import InboundMessage
+from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
 
@@ -59,7 +60,8 @@ async def feishu_gateway(
     send_rate: float = 1000.0,
 ) -> AsyncIterator[tuple[Gateway, str]]:
     store = SQLiteGatewayStore(tmp_path / "gateway.db")
-    gateway = Gateway(store, runner)
+    desk = runner if isinstance(runner, AgentRunner) else None  # an agent's runner takes decisions
+    gateway = Gateway(store, runner, desk=desk)
     api = FeishuAPI(
         feishu.app_id, feishu.app_secret, base_url=feishu.base_url,
         limiter=SendLimiter(rate_per_s=send_rate), retry_base_delay=0.05,

@@ -246,6 +246,9 @@ class Answers:
     async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
         return await self.interactions.decide(pending_id, Policy().caller(user_id, channel), approve)
 
+    async def expire_due(self) -> list[Pending]:  # approvals.ApprovalDesk: this runner expires none
+        return []
+
     async def __call__(self, message: InboundMessage) -> list[str]:
         self.calls[message.message_id] += 1
         self.texts[message.message_id] = message.text
@@ -317,7 +320,9 @@ async def edge(tmp_path: Path, *, signed: bool) -> AsyncIterator[Edge]:
     async with FakeFeishu(encrypt_key=ENCRYPT_KEY if signed else None, time_scale=0.001) as feishu:
         store = SQLiteGatewayStore(tmp_path / "gateway.db")
         answers = Answers(tmp_path / "gateway.db")
-        gateway = Gateway(store, answers, send_backoff=0.01, max_send_backoff=0.05, send_attempts=2)
+        gateway = Gateway(
+            store, answers, desk=answers, send_backoff=0.01, max_send_backoff=0.05, send_attempts=2
+        )
         api = FeishuAPI(feishu.app_id, feishu.app_secret, base_url=feishu.base_url,
                         limiter=SendLimiter(rate_per_s=1000.0), retry_base_delay=0.01)  # fmt: skip
         channel = FeishuChannel(

@@ -1,12 +1,19 @@
-"""The one extension point for channels: deliver an outbound message, start and stop."""
+"""The one extension point for channels: deliver an outbound message, start and stop; and the HTTP
+helpers the HTTP channels share (a bounded body read, who is on this machine). A channel imports
+this module and channels/seam.py (the messages and the gateway's `Inbox`), nothing of gateway/."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from ..gateway.messages import OutboundMessage
+from .seam import OutboundMessage
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 class DeliveryError(Exception):
@@ -71,3 +78,22 @@ async def read_body(request: Any, limit: int) -> bytes | None:
             headers={"Connection": "close"},
         ) from None
     return bytes(body)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and `localhost`; False for 0.0.0.0, ::, names and other addresses."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_local(request: web.Request) -> bool:
+    """From this machine, to this machine by a loopback name, and not forwarded by a proxy."""
+    if any(name in request.headers for name in ("Forwarded", "X-Forwarded-For", "X-Real-IP")):
+        return False
+    host = urlsplit(f"//{request.host}").hostname or ""
+    return is_loopback(request.remote or "") and is_loopback(host)

@@ -57,7 +57,7 @@ Who may call (docs/security.md):
 
 A body that is not a UTF-8 JSON object of that shape (nested too deeply, a number too long, a
 field of the wrong type, an id with a lone surrogate) is a 400 naming what is wrong; a lone
-surrogate in `message` becomes U+FFFD (gateway/messages.py), so the message is stored and answered.
+surrogate in `message` becomes U+FFFD (channels/seam.py), so the message is stored and answered.
 """
 
 from __future__ import annotations
@@ -74,14 +74,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from ..gateway.messages import InboundMessage, OutboundMessage, has_surrogate
 from .base import Channel, DeliveryError, read_body
+from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web
     from yarl import URL
-
-    from ..gateway.dispatcher import Gateway
 
 log = logging.getLogger("hermes_core.webhook")
 
@@ -99,7 +97,7 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 def exposure_problem(host: str, secret: str | None, allow_unsigned: bool) -> str | None:
     """Why serving the webhook on `host` would let anyone act as any user; None when it would not."""
-    from ..console.access import is_loopback
+    from .base import is_loopback
 
     if secret or allow_unsigned or is_loopback(host):
         return None
@@ -160,7 +158,7 @@ class WebhookChannel(Channel):
 
     def __init__(
         self,
-        gateway: Gateway,
+        gateway: Inbox,
         *,
         secret: str | None = None,
         reply_timeout: float = 120.0,
@@ -203,7 +201,7 @@ class WebhookChannel(Channel):
     async def handle_decision(self, request: web.Request) -> web.Response:
         """POST /webhook/approvals/{id}: approve or reject a pending call; answers with the reply of
         the task once it has run on (or 202 when the original request gave a callback_url)."""
-        from ..tasks.pending import DecisionRefused
+        from ..approvals import DecisionRefused
 
         verified = await self._verified_body(request)
         if not isinstance(verified, tuple):
@@ -426,7 +424,7 @@ def _is_id(value: Any) -> TypeGuard[str]:
 def _from_this_machine(request: web.Request) -> bool:
     """Sent from this machine to a loopback name, not through a proxy, and not by a browser: a page
     on any site can make a browser POST to 127.0.0.1, but the browser then says so in `Origin`."""
-    from ..console.access import is_local
+    from .base import is_local
 
     return is_local(request) and not any(name in request.headers for name in ("Origin", "Sec-Fetch-Site"))
 

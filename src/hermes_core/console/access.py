@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from ..channels.base import is_local, is_loopback  # declared with the channels: the webhook asks too
 from ..config import ConfigError, ConsoleConfig
 
 log = logging.getLogger("hermes_core.console")
@@ -51,17 +51,6 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 FAILED_LOGIN_DELAY = 0.2  # seconds: guessing tokens over HTTP stays slow
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and `localhost`; False for 0.0.0.0, ::, names and other addresses."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def console_token(config: ConsoleConfig, host: str, environ: Mapping[str, str]) -> tuple[bool, str | None]:
@@ -145,14 +134,6 @@ class Access:
 async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
     """`on_response_prepare`: the headers above, on every answer, streamed ones included."""
     response.headers.update(HEADERS)
-
-
-def is_local(request: web.Request) -> bool:
-    """From this machine, to this machine by a loopback name, and not forwarded by a proxy."""
-    if any(name in request.headers for name in ("Forwarded", "X-Forwarded-For", "X-Real-IP")):
-        return False
-    host = urlsplit(f"//{request.host}").hostname or ""
-    return is_loopback(request.remote or "") and is_loopback(host)
 
 
 def same_origin(request: web.Request, *, allow_form: bool = False) -> bool:

@@ -33,13 +33,14 @@ from typing import Any
 
 from aiohttp import web
 
+from ..approvals import DecisionRefused, PendingStore
+from ..channels.seam import resume_message, task_id_of
 from ..config import Settings
-from ..gateway.dispatcher import task_id_of
 from ..redaction import Redactor, default_redactor
 from ..tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import WebChannel
-from .pages import Pages, trace_url
+from .pages import Pages, dead_letter_summary, trace_url
 
 log = logging.getLogger("hermes_core.console")
 
@@ -123,7 +124,7 @@ class Console:
 
     async def approvals(self, request: web.Request) -> web.Response:
         interactions = self.agent.interactions
-        if interactions is None or not hasattr(interactions, "list"):
+        if not isinstance(interactions, PendingStore):
             return _html(self.pages.approvals([], [], has_store=False))
         waiting = [p.summary() for p in await interactions.list("pending") if p.kind == "approval"]
         recent = [
@@ -146,8 +147,6 @@ class Console:
         return _json(self.redactor.redact_data({"dead_letters": rows}))
 
     async def _dead_letter_rows(self) -> list[dict[str, Any]] | None:
-        from ..gateway.store import dead_letter_summary
-
         try:
             rows = await self.gateway.store.dead_letters(limit=200)
         except (NotImplementedError, AttributeError):
@@ -175,17 +174,17 @@ class Console:
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
         """An admin's decision; with `stream` and a task of the web channel, its reply is streamed."""
-        from ..gateway.runner import resume_message
-        from ..tasks.pending import DecisionRefused
-
         data = await _json_body(request)
         if data.get("decision") not in ("approve", "reject"):
             return _json({"error": "'decision' must be 'approve' or 'reject'"}, 400)
-        if self.agent.interactions is None or not self.gateway.accepting:
+        interactions = self.agent.interactions
+        if interactions is None or not self.gateway.accepting:
             return _json({"error": "approvals are not available"}, 503)
+        if not isinstance(interactions, PendingStore):  # asked in place (a terminal): nothing waits
+            return _json({"error": "approval_unknown"}, 404)
         admin = Caller("console", ADMIN, self.channel.name)
         try:
-            pending = await self.agent.interactions.decide(
+            pending = await interactions.decide(
                 request.match_info["id"], admin, data["decision"] == "approve"
             )
         except DecisionRefused as refused:
@@ -255,11 +254,7 @@ class Console:
         store = gateway.store
         counts = await store.counts() if hasattr(store, "counts") else {}
         interactions = self.agent.interactions
-        waiting = (
-            await interactions.list("pending")
-            if interactions is not None and hasattr(interactions, "list")
-            else []
-        )
+        waiting = await interactions.list("pending") if isinstance(interactions, PendingStore) else []
         return {
             "gateway": {"ok": gateway.accepting, **gateway.status(), **counts},
             "lanes": gateway.lanes() if hasattr(gateway, "lanes") else {"turns": {}, "replies": {}},

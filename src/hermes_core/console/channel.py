@@ -24,16 +24,13 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from ..channels.base import Channel
-from ..gateway.messages import InboundMessage, OutboundMessage
+from ..channels.seam import InboundMessage, Inbox, OutboundMessage
 from ..redaction import Redactor
-
-if TYPE_CHECKING:
-    from ..gateway.dispatcher import Gateway
 
 log = logging.getLogger("hermes_core.console")
 
@@ -87,7 +84,7 @@ class TextStreams:
 class WebChannel(Channel):
     name = "web"
 
-    def __init__(self, gateway: Gateway, redactor: Redactor, *, reply_timeout: float = 300.0) -> None:
+    def __init__(self, gateway: Inbox, redactor: Redactor, *, reply_timeout: float = 300.0) -> None:
         self.gateway = gateway
         self.redactor = redactor
         self.reply_timeout = reply_timeout

@@ -496,3 +496,22 @@ def _message_text(message: Any) -> str:
 def _scrollable(body: str) -> str:
     """Every table in its own horizontal scroll container, so no table widens the page."""
     return re.sub(r"(<table\b.*?</table>)", r'<div class="scroll">\1</div>', body, flags=re.DOTALL)
+
+
+def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
+    try:
+        payload = json.loads(row["payload"])
+        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
+    except ValueError:
+        text = ""
+    return {
+        "id": row["outbox_id"],
+        "channel": row["channel"],
+        "conversation": row["conversation"],
+        "attempts": row["attempts"],
+        "error": row["error"],
+        "dead_at": row["dead_at"],
+        "resend_requested_at": row["resend_requested_at"],
+        "text": " ".join(text.split())[:200],
+    }

@@ -30,17 +30,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
+from ..approvals import ApprovalDesk, Pending
 from ..channels.base import Channel, DeliveryError
+from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..redaction import redact_text
 from ..replies import detect_language, fixed_reply
-from .messages import InboundMessage, OutboundMessage, Reply, Turn
+from .messages import Turn
 from .store import GatewayStore
 
 log = logging.getLogger("hermes_core.gateway")
@@ -52,9 +53,9 @@ DEDUP_RETENTION = 48 * 3600.0  # ≥ 24 h: Feishu retries for about 7 h, redeliv
 class Runner(Protocol):
     """Turns one inbound message into replies (the agent, with the conversation's session).
 
-    A runner may also implement `decide(pending_id, user_id, channel, approve) -> Pending` and
-    `expire_due() -> list[Pending]` (gateway/runner.py): then the gateway takes decisions on
-    approvals and runs decided tasks again (tasks/pending.py).
+    Decisions on approvals go to the `desk` the gateway is given (approvals.ApprovalDesk:
+    `decide(pending_id, user_id, channel, approve)`, `expire_due()`; gateway/runner.py's runner is
+    one): then the gateway runs decided tasks again. Without a desk it takes no decisions.
 
     A runner whose turn leaves session history returns a `Turn`: the gateway stores the history in
     the transaction that marks the message done and queues its replies (`GatewayStore.complete`)."""
@@ -206,9 +207,11 @@ class Gateway:
         send_backoff: float = 1.0,
         max_send_backoff: float = 300.0,
         poison_attempts: int = 2,
+        desk: ApprovalDesk | None = None,
     ) -> None:
         self.store = store
         self.runner = runner
+        self.desk = desk  # who takes approval decisions (approvals.py); None: this gateway takes none
         self.channels: dict[str, Channel] = {}
         self.send_attempts = send_attempts
         self.send_backoff = send_backoff
@@ -249,7 +252,7 @@ class Gateway:
             log.info("resuming %d unfinished message(s)", len(pending))
         self._pruner = asyncio.create_task(self._prune_periodically())
         self._resender = asyncio.create_task(self._resend_periodically())
-        if hasattr(self.runner, "expire_due"):
+        if self.desk is not None:
             self._expirer = asyncio.create_task(self._expire_periodically())
         self.accepting = True
 
@@ -305,28 +308,23 @@ class Gateway:
 
     async def decide(
         self, pending_id: str, user_id: str, channel: str, approve: bool
-    ) -> tuple[Any, int | None]:
+    ) -> tuple[Pending, int | None]:
         """A person's decision on an approval, and the task run again with it.
 
         Returns the decided record and the inbox id of the message that resumes its task (None if
         the task cannot be resumed). Raises `DecisionRefused` when this person may not decide, the
         approval expired or was decided already: then nothing runs.
         """
-        from .runner import resume_message
-
-        decide = getattr(self.runner, "decide", None)
-        if decide is None:
+        if self.desk is None:
             raise RuntimeError("this gateway's runner takes no decisions")
-        pending = await decide(pending_id, user_id, channel, approve)
+        pending = await self.desk.decide(pending_id, user_id, channel, approve)
         log.info("approval %s %s by %s", pending.id, pending.status, user_id)
         message = resume_message(pending)
         return pending, (await self.accept(message) if message is not None else None)
 
-    async def expire_approvals(self) -> list[Any]:
+    async def expire_approvals(self) -> list[Pending]:
         """Expire undecided approvals past their time; their tasks resume, the model reads 'expired'."""
-        from .runner import resume_message
-
-        expired = await self.runner.expire_due()  # type: ignore[attr-defined]
+        expired = await self.desk.expire_due() if self.desk is not None else []
         for pending in expired:
             log.info("approval %s expired undecided", pending.id)
             message = resume_message(pending)
@@ -479,22 +477,6 @@ class Gateway:
 def _one_line(text: str, limit: int = 2000) -> str:
     """An error as logged and stored: redacted, on one line, cut."""
     return " ".join(redact_text(text).split())[:limit]
-
-
-def task_id_of(message: InboundMessage) -> str:
-    """The id of the task `message` starts: its journal, trace and approvals are keyed by it.
-
-    Assigned once, when the message is accepted, and stored with it (`extra["task_id"]`), so the
-    same message run again after a crash resumes its own journal. It is never derived from the
-    message id alone: a webhook client chooses that id, and once its dedup key is pruned another
-    user could send the same one and be handed the first task's recorded replies. A random part
-    (or, for a row stored without one, its inbox row id) makes every accepted message's task its own.
-    """
-    task_id = message.extra.get("task_id")
-    if not task_id:
-        unique = f"r{message.id}" if message.id is not None else secrets.token_hex(6)
-        task_id = message.extra["task_id"] = f"{message.channel}:{message.message_id[:64]}~{unique}"
-    return str(task_id)
 
 
 def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> OutboundMessage:

@@ -22,18 +22,19 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
 
 from ..agent import Agent
+from ..approvals import DecisionRefused, Pending, PendingStore
+from ..channels.seam import inbound_of, resume_message, task_id_of
 from ..loop import PAUSES
 from ..models.base import TextCallback
 from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
-from ..tasks.pending import Pending
 from ..tools.permissions import Caller
-from .dispatcher import task_id_of
 from .messages import InboundMessage, Reply, Turn
+
+__all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
 
 
 class AgentRunner:
@@ -53,13 +54,13 @@ class AgentRunner:
         # the same id when the message is run again after a crash: the task resumes from its journal
         task_id = task_id_of(message)
         original = message
-        interactions = self.agent.interactions
+        interactions = self._store()
         if message.kind == "text" and interactions is not None:  # only the asker's own answer counts
             answered = await interactions.answer(
                 message.conversation, message.sender, message.text, channel=message.channel
             )
             if answered is not None and answered.resume:  # this message answers a question: resume it
-                original = _inbound(answered.resume)
+                original = inbound_of(answered.resume)
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
@@ -115,8 +116,13 @@ class AgentRunner:
         history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
         return result.reply, history, None if result.ok else result.stop_reason
 
-    async def _paused(self, text: str, task_id: str | None, message: InboundMessage | None) -> str | Reply:
+    def _store(self) -> PendingStore | None:
+        """Where the agent's pauses wait, if they wait anywhere (a terminal asks in place)."""
         interactions = self.agent.interactions
+        return interactions if isinstance(interactions, PendingStore) else None
+
+    async def _paused(self, text: str, task_id: str | None, message: InboundMessage | None) -> str | Reply:
+        interactions = self._store()
         if interactions is None or task_id is None:
             return text
         if message is not None:
@@ -127,38 +133,17 @@ class AgentRunner:
 
     async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
         """A person's decision on an approval; raises DecisionRefused (who, expiry, already decided)."""
-        from ..tasks.pending import DecisionRefused
-
-        if self.agent.interactions is None:
+        interactions = self._store()
+        if interactions is None:
             raise DecisionRefused("approval_unknown")
         decider = self.agent.permissions.caller(user_id, channel)
-        return await self.agent.interactions.decide(pending_id, decider, approve)
+        return await interactions.decide(pending_id, decider, approve)
 
     async def expire_due(self) -> list[Pending]:
-        interactions = self.agent.interactions
+        interactions = self._store()
         return await interactions.expire_due() if interactions is not None else []
 
     async def aclose(self) -> None:
         if self.agent.mode is not None:  # a team's queues and its members' clients
             await self.agent.mode.aclose()
         await self.memory.close()
-
-
-def resume_message(pending: Pending) -> InboundMessage | None:
-    """The message that runs a decided task again: the original one, under the same task id."""
-    if not pending.resume:
-        return None
-    original = _inbound(pending.resume)
-    return dataclasses.replace(
-        original,
-        kind="resume",
-        message_id=f"{original.message_id}#{pending.id}:{pending.status}",
-        event_id=None,
-        extra={"task_id": pending.task_id, "pending": pending.id},
-        id=None,
-    )
-
-
-def _inbound(data: dict[str, Any]) -> InboundMessage:
-    known = {f.name for f in dataclasses.fields(InboundMessage)}
-    return InboundMessage(**{k: v for k, v in data.items() if k in known})

@@ -45,13 +45,14 @@ from typing import Any
 
 from aiohttp import web
 
+from ..approvals import Pending
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
-from ..tasks.pending import Pending, SQLiteInteractions
+from ..tasks.pending import SQLiteInteractions
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .messages import InboundMessage, Reply, Turn
@@ -139,7 +140,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     options = settings.gateway
     gateway = Gateway(
-        store, runner, max_turns_in_flight=options.max_turns_in_flight,
+        store, runner, desk=runner, max_turns_in_flight=options.max_turns_in_flight,
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)

@@ -38,9 +38,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..channels.seam import Earlier, InboundMessage, OutboundMessage
+from ..console.pages import dead_letter_summary as dead_letter_summary  # re-exported: the CLI lists them
 from ..redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
-from .messages import InboundMessage, OutboundMessage
 
 if TYPE_CHECKING:
     from ..sessions.store import TurnAppend
@@ -115,15 +116,6 @@ MIGRATIONS: dict[int, str] = {
 }
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
                     "resend_requested_at")  # fmt: skip
-
-
-@dataclasses.dataclass
-class Earlier:
-    """A message accepted before, as a retry of it finds it: done or not, and its replies."""
-
-    message: InboundMessage
-    done: bool
-    replies: list[OutboundMessage]
 
 
 class GatewayStore(ABC):
@@ -466,25 +458,6 @@ def _queue(db: sqlite3.Connection, inbound_id: int, replies: list[OutboundMessag
         )
         reply.id = cursor.lastrowid
     return replies
-
-
-def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
-    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
-    try:
-        payload = json.loads(row["payload"])
-        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
-    except ValueError:
-        text = ""
-    return {
-        "id": row["outbox_id"],
-        "channel": row["channel"],
-        "conversation": row["conversation"],
-        "attempts": row["attempts"],
-        "error": row["error"],
-        "dead_at": row["dead_at"],
-        "resend_requested_at": row["resend_requested_at"],
-        "text": " ".join(text.split())[:200],
-    }
 
 
 def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessage]:

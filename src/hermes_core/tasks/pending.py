@@ -22,8 +22,9 @@ same id on the same channel), or an admin, can decide, and only the asker's own 
 webhook caller who sends a Feishu user's open_id is someone else (tools/permissions.py). An
 approval left undecided expires (10 minutes by default).
 
-`SQLiteInteractions` persists all of this (the gateway's database); `InlineInteractions` asks at
-once, in the terminal, and never pauses.
+The record and the protocols are declared once in approvals.py; this module holds the SQLite
+implementation. `SQLiteInteractions` persists all of this (the gateway's database);
+`InlineInteractions` asks at once, in the terminal, and never pauses.
 """
 
 from __future__ import annotations
@@ -33,17 +34,25 @@ import json
 import sqlite3
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..messages import ToolCall
+from ..approvals import (
+    APPROVAL_TTL,
+    DecisionRefused,
+    Interactions,
+    Pending,
+    PendingStore,
+    may_decide,
+)
 from ..storage import SQLiteDatabase
-from ..tools.permissions import ADMIN, Caller, qualified
+from ..tools.permissions import Caller
 
-APPROVAL_TTL = 600.0  # seconds an approval waits for a decision
+__all__ = [
+    "APPROVAL_TTL", "DecisionRefused", "InlineInteractions", "Interactions", "Pending", "PendingStore",
+    "SQLiteInteractions", "may_decide",
+]  # fmt: skip
 
 MIGRATIONS = {
     1: """
@@ -77,104 +86,7 @@ _COLUMNS = (
 )
 
 
-@dataclass
-class Pending:
-    """One approval or question, as stored."""
-
-    id: str
-    kind: str  # "approval" | "question"
-    task_id: str
-    call_id: str
-    tool: str
-    arguments: str  # JSON text of the call's arguments; for a question, the question
-    requested_by: str
-    channel: str = ""
-    conversation: str | None = None
-    created_at: float = field(default_factory=time.time)
-    expires_at: float | None = None
-    status: str = "pending"
-    decided_by: str | None = None
-    decided_at: float | None = None
-    answer: str | None = None
-    resume: dict[str, Any] | None = None
-
-    @property
-    def open(self) -> bool:
-        return self.status == "pending"
-
-    def covers(self, call: ToolCall) -> bool:
-        """Whether this approval is the one of `call`: the same tool with the same arguments (in
-        any spelling). A decision covers exactly one call of its task, never a look-alike that
-        reuses its id."""
-        return self.kind == "approval" and ToolCall(self.call_id, self.tool, self.arguments).key == call.key
-
-    @property
-    def requester(self) -> str:
-        """Who asked, qualified by channel (`feishu:ou_abc`, as `Caller.identity`); "" for nobody."""
-        return qualified(self.channel, self.requested_by) if self.requested_by else ""
-
-    def summary(self) -> dict[str, Any]:
-        """What a channel shows: never the resume data (it holds the whole original message)."""
-        data = asdict(self)
-        data.pop("resume")
-        return data
-
-
-class DecisionRefused(Exception):
-    """A decision that is not taken: `reason` is a key of replies.py (approval_*)."""
-
-    def __init__(self, reason: str, pending: Pending | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.pending = pending
-
-
-class Interactions(ABC):
-    """Where approvals and questions wait. Keyed by (task id, call id), so a re-run finds its own."""
-
-    @abstractmethod
-    async def approval(self, task_id: str, call_id: str, tool: str, arguments: str, caller: Caller | None,
-                       conversation: str | None) -> Pending:  # fmt: skip
-        """The approval of this call: decided, or pending (created now if it did not exist)."""
-
-    @abstractmethod
-    async def question(self, task_id: str, call_id: str, question: str, caller: Caller | None,
-                       conversation: str | None) -> Pending:  # fmt: skip
-        """The question of this call: answered, or pending (created now if it did not exist)."""
-
-    async def decide(self, pending_id: str, decider: Caller, approve: bool) -> Pending:
-        raise DecisionRefused("approval_unknown")
-
-    async def answer(self, conversation: str, sender: str, text: str, *, channel: str) -> Pending | None:
-        """Record `text` as the answer to the open question that `sender` on `channel` was asked in
-        `conversation`, if there is one."""
-        return None
-
-    async def expire_due(self, now: float | None = None) -> list[Pending]:
-        return []
-
-    async def get(self, pending_id: str) -> Pending | None:
-        return None
-
-    async def open_for_task(self, task_id: str) -> list[Pending]:
-        return []
-
-    async def set_resume(self, task_id: str, resume: dict[str, Any]) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-
-def may_decide(pending: Pending, decider: Caller) -> bool:
-    """Only the person who started the task — the same id on the same channel — or an admin (whose
-    role, too, comes from a channel-qualified identity: tools/permissions.py)."""
-    if decider.role == ADMIN:
-        return True
-    return bool(decider.identity) and decider.identity == pending.requester
-
-
-class SQLiteInteractions(Interactions):
+class SQLiteInteractions(PendingStore):
     def __init__(self, path: str | Path, *, approval_ttl: float = APPROVAL_TTL,
                  now: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.db = SQLiteDatabase.shared(path)
@@ -334,6 +246,13 @@ class InlineInteractions(Interactions):
         pending = Pending(_new_id(), "question", task_id, call_id, "clarify", question, who.user_id)
         pending.answer, pending.status = await self.ask(question), "answered"
         return pending
+
+    # It keeps nothing: a trace that reads back a task's pauses finds none.
+    async def get(self, pending_id: str) -> Pending | None:
+        return None
+
+    async def open_for_task(self, task_id: str) -> list[Pending]:
+        return []
 
 
 def _new_id() -> str:

@@ -40,8 +40,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...gateway.messages import OutboundMessage
 from ..base import DeliveryError
+from ..seam import OutboundMessage
 from .formatting import Part, approval_card, format_reply
 from .ratelimit import SendLimiter
 

@@ -31,17 +31,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...gateway.messages import OutboundMessage
 from ...replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
+from ..seam import OutboundMessage
 from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
 from .formatting import approval_card
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from ...gateway.dispatcher import Gateway
-    from ...tasks.pending import Pending
+    from ...approvals import Pending
+    from ..seam import Inbox as Gateway  # what a channel may ask of the gateway
     from .api import FeishuAPI
     from .longconn import FeishuLongConnection
 
@@ -236,7 +236,7 @@ class FeishuChannel(Channel):
 
     async def on_card_action(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""
-        from ...tasks.pending import DecisionRefused
+        from ...approvals import DecisionRefused
 
         event = envelope.get("event") or {}
         operator = (event.get("operator") or {}).get("open_id")

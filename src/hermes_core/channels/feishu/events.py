@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...gateway.messages import InboundMessage, has_surrogate
+from ..seam import InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature
 
 MAX_BODY = 1024 * 1024

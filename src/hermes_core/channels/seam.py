@@ -1,0 +1,169 @@
+"""The channel seam: the typed messages between channels and the gateway, and what a channel may
+ask of the gateway (`Inbox`). A channel author reads this module and channels/base.py, never the
+dispatcher: channels import no module of gateway/, and the `Gateway` implements `Inbox`.
+
+A channel turns a platform event into an `InboundMessage` and delivers `OutboundMessage`s; it never
+sees the agent loop. Routing facts live in named fields, not in a free-form metadata dict.
+
+Text sanitation: JSON may carry a lone UTF-16 surrogate (`"\\ud800"` is valid JSON) that no UTF-8
+store can hold, so a message carrying one would fail on every retry. An inbound message's text has
+lone surrogates replaced with U+FFFD (`clean_text`), so it is stored and answered once; channels
+refuse identifiers that carry one (`has_surrogate`), since an id must round-trip exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..approvals import Pending
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """True when `text` holds a lone surrogate (it cannot be encoded as UTF-8)."""
+    return _SURROGATE.search(text) is not None
+
+
+def clean_text(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, the replacement character."""
+    return _SURROGATE.sub("\ufffd", text) if has_surrogate(text) else text
+
+
+@dataclass
+class InboundMessage:
+    channel: str  # "webhook", "feishu", "cli", …
+    conversation: str  # session key: the chat for groups, the sender for one-to-one chats
+    sender: str  # platform user id (Feishu open_id, webhook user_id)
+    text: str
+    message_id: str  # platform message id: the dedup key
+    kind: str = "text"  # "text"; "non_text" (images, files…: answered politely); "resume" (see below)
+    event_id: str | None = None  # platform delivery id: a second dedup key
+    chat_id: str | None = None  # where replies go (Feishu chat_id)
+    chat_type: str = "p2p"  # "p2p" | "group"
+    reply_to: str | None = None  # platform message to thread the reply under
+    callback_url: str | None = None  # webhook async variant: where to POST the reply
+    received_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
+    id: int | None = None  # the inbox row, once persisted
+
+    def __post_init__(self) -> None:
+        if isinstance(self.text, str):
+            self.text = clean_text(self.text)
+
+
+@dataclass
+class Reply:
+    """A reply with more than text: an approval request a channel renders natively (a card, a
+    y/n prompt, a JSON field). Runners return plain strings for plain replies."""
+
+    text: str
+    approval: dict[str, Any] | None = None  # tasks/pending.Pending.summary()
+    error: str | None = None  # the task failed ("model_unavailable", …): `text` is the apology
+
+
+@dataclass
+class OutboundMessage:
+    channel: str
+    conversation: str
+    text: str
+    uuid: str  # idempotency key derived from (message_id, reply index): a resend cannot duplicate
+    chat_id: str | None = None
+    reply_to: str | None = None
+    callback_url: str | None = None
+    inbound_id: int | None = None
+    index: int = 0
+    approval: dict[str, Any] | None = None  # an approval request to render with the text
+    message_id: str | None = None  # of the inbound message this answers
+    error: str | None = None  # the task failed: `text` is the apology (Reply.error)
+    id: int | None = None  # the outbox row
+    attempts: int = 0
+
+
+@dataclass
+class Earlier:
+    """A message accepted before, as a retry of it finds it: done or not, and its replies."""
+
+    message: InboundMessage
+    done: bool
+    replies: list[OutboundMessage]
+
+
+def task_id_of(message: InboundMessage) -> str:
+    """The id of the task `message` starts: its journal, trace and approvals are keyed by it.
+
+    Assigned once, when the message is accepted, and stored with it (`extra["task_id"]`), so the
+    same message run again after a crash resumes its own journal. It is never derived from the
+    message id alone: a webhook client chooses that id, and once its dedup key is pruned another
+    user could send the same one and be handed the first task's recorded replies. A random part
+    (or, for a row stored without one, its inbox row id) makes every accepted message's task its own.
+    """
+    task_id = message.extra.get("task_id")
+    if not task_id:
+        unique = f"r{message.id}" if message.id is not None else secrets.token_hex(6)
+        task_id = message.extra["task_id"] = f"{message.channel}:{message.message_id[:64]}~{unique}"
+    return str(task_id)
+
+
+def resume_message(pending: Pending) -> InboundMessage | None:
+    """The message that runs a decided task again: the original one, under the same task id."""
+    if not pending.resume:
+        return None
+    original = inbound_of(pending.resume)
+    return dataclasses.replace(
+        original,
+        kind="resume",
+        message_id=f"{original.message_id}#{pending.id}:{pending.status}",
+        event_id=None,
+        extra={"task_id": pending.task_id, "pending": pending.id},
+        id=None,
+    )
+
+
+def inbound_of(data: dict[str, Any]) -> InboundMessage:
+    """An inbound message from its stored fields (unknown keys ignored)."""
+    known = {f.name for f in dataclasses.fields(InboundMessage)}
+    return InboundMessage(**{k: v for k, v in data.items() if k in known})
+
+
+class Records(Protocol):
+    """What an HTTP channel reads back from the gateway's store: retries and replayed signatures."""
+
+    async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
+        """The message accepted earlier under this id, and its replies once it is done."""
+        ...
+
+    async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
+        """True the first time `nonce` is claimed on `channel` within `keep_seconds`."""
+        ...
+
+
+class Inbox(Protocol):
+    """What a channel may ask of the gateway. `accept` is a durable write: once it returns, the
+    message is answered even across a crash (None: a duplicate, already accepted)."""
+
+    @property
+    def accepting(self) -> bool:
+        """False while the gateway starts or shuts down: `accept` would raise."""
+        ...
+
+    @property
+    def store(self) -> Records:
+        """Read access to earlier messages and nonces."""
+        ...
+
+    async def accept(self, message: InboundMessage) -> int | None:
+        """Persist `message` and queue its turn; its inbox row id, or None for a duplicate."""
+        ...
+
+    async def decide(
+        self, pending_id: str, user_id: str, channel: str, approve: bool
+    ) -> tuple[Pending, int | None]:
+        """A person's decision on an approval, and the inbox id of the message that resumes its
+        task. Raises `approvals.DecisionRefused` when it is not taken."""
+        ...
