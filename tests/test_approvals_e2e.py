@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -29,6 +28,7 @@ from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
 from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
+from serve_process import clean_environ
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +169,7 @@ def run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str) -> subprocess.C
         "permissions:\n  confirm: [write_file]\n",
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     return subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", str(config), "chat"],
         input=stdin, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 LONG = (
     "Here is a reply long enough to arrive in many pieces: the model writes it a few words at a time, "
     "and the terminal shows each piece as it comes, not all of it at the end."

@@ -32,6 +32,7 @@ import pytest
 
 from hermes_core.channels.webhook import sign
 from hermes_core.config import build_agent, load_settings
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -40,7 +41,6 @@ SITE = DEPLOY / "nginx" / "hermes-core.conf"
 DOCKERFILE = ROOT / "Dockerfile"
 ENVIRONMENTS = ("dev", "staging", "prod")
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 WEBHOOK_SECRET = "deploy-webhook-secret"  # through a proxy, the webhook answers signed requests only
 
 

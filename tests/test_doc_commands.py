@@ -40,13 +40,13 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROGRAMS = ("hermes-core", "python", "python3", "pip", "curl")
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console", "text")
 BIN = Path(sys.executable).parent
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 CONSOLE_TOKEN = "doc-commands-console-token-0123456789"
 
 # Task ids, files and messages the documentation writes as placeholders or examples, and what they

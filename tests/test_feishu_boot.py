@@ -11,7 +11,6 @@ platform in the background, and answers them once it is back.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -26,9 +25,9 @@ from typing import Any
 
 import pytest
 
+import serve_process
 from hermes_core.testing.fake_feishu import FakeFeishu
-
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+from serve_process import CLEAN_ENV
 
 
 def closed_port() -> int:
@@ -155,7 +154,7 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
     from hermes_core.channels.feishu.channel import FeishuChannel
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "feishu.md").read_text("utf-8")
-    checklist = text[text.index("## Developer console checklist"):text.index("## What the bot guarantees")]
+    checklist = text[text.index("## Developer console checklist") : text.index("## What the bot guarantees")]
     english, chinese = checklist.split("**中文**")
     handled = ["im.message.receive_v1", "card.action.trigger"]  # events.py, channel.py
     scopes = ["im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly", "im:message:send_as_bot"]
@@ -170,16 +169,8 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
 
 def plain_serve(cwd: Path, config: str) -> tuple[subprocess.Popen[str], str, str]:
     (cwd / "hermes.yaml").write_text(config, encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0"],
-        cwd=cwd, env=CLEAN_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \((.*)\)", line)
-        if found:
-            return process, found.group(1), found.group(2)
-    raise AssertionError(f"serve did not start: exit {process.wait()}")
+    process, found = serve_process.start_serve("--config", "hermes.yaml", "serve", "--port", "0", cwd=cwd)
+    return process, found.group(1), found.group(2)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

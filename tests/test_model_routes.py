@@ -25,6 +25,7 @@ from gateway_harness import serving
 from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import clean_environ
 
 ROUTES = [
     {"when": "small_talk", "model": "cheap-model"},
@@ -148,7 +149,7 @@ def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
             "cheap-model", FakeReply.text("4", usage={"prompt_tokens": 7, "completion_tokens": 1})
         )
         config = write_config(tmp_path, fake)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        env = clean_environ()
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
         done = subprocess.run(
             [sys.executable, "-m", "hermes_core", "--config", str(config), "run", "--json", "2+2?"],

@@ -21,6 +21,7 @@ from gateway_harness import serving
 from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import clean_environ
 
 
 def write_config(tmp_path: Path, fake: FakeOpenAIServer, **sections: Any) -> Path:
@@ -262,7 +263,7 @@ def test_every_command_of_the_modes_doc_runs(tmp_path: Path) -> None:
         (tmp_path / name).write_text(body, encoding="utf-8")
         load_settings(tmp_path / name, env={}, dotenv=None)
     with FakeOpenAIServer(handler=doc_model) as fake:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        env = clean_environ()
         env.update(HERMES_BASE_URL=fake.base_url, HERMES_MODEL="main-model", HERMES_API_KEY="sk-doc")
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         for command in commands:

@@ -8,7 +8,6 @@ documented test seam fixed so that "today" has one answer."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -19,8 +18,8 @@ import pytest
 from hermes_core.config import build_agent, load_settings
 from hermes_core.tools import clock
 from hermes_core.tools.calculator import CalculatorError, evaluate
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 DEMO = ("I am the built-in offline demo model", "我是内置的离线演示模型")
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import serve_process
 from hermes_core.models.providers import PROVIDERS, find_provider
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
@@ -144,22 +144,14 @@ def test_run_logs_the_model_in_use_without_the_key(tmp_path: Path) -> None:
 
 
 def start_serve(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "serve", "--port", "0"], cwd=cwd, env={**CLEAN_ENV, **env},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
-        if found:
-            return process, found.group(1)
-    raise AssertionError(f"serve did not start: {process.communicate()[1]}")
+    process, found = serve_process.start_serve(
+        "serve", "--port", "0", cwd=cwd, env={**CLEAN_ENV, **env}, stderr=subprocess.PIPE
+    )
+    return process, found.group(1)
 
 
 def stop(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=30)
-    return stderr
+    return serve_process.stop_serve(process)
 
 
 def test_serve_logs_the_model_and_endpoint_never_the_key(tmp_path: Path) -> None:

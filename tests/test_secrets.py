@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from hermes_core.redaction import (
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 
 API_KEY = "sk-test-Hq7Lm2Nx9Pw4Rz6Tb8Vc1Yd3"
 APP_SECRET = "fsAppSecret+/=Zx81kQ3vW7"  # `+`, `/`, `=`: its URL-encoded form differs
@@ -377,7 +377,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         app_secret=APP_SECRET, verification_token=VERIFICATION_TOKEN, encrypt_key=ENCRYPT_KEY,
         time_scale=0.001,
     ).start_in_thread()  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(SECRETS)
     env.update(
         HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG",

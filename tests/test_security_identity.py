@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -38,11 +37,11 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
+from serve_process import CLEAN_ENV
 
 ADMIN = "feishu:ou_admin"  # the Feishu admin, as the configuration lists them
 TOKEN = "console-token-7c1e90ab"
 DEMO_SERVER = Path(__file__).with_name("mcp_demo_server.py")
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 @tool(level=1, required_role="admin")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -44,6 +43,7 @@ import pytest
 from hermes_core.channels.webhook import sign
 from hermes_core.redaction import Redactor
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 
 _random = random.Random(13)
 
@@ -246,7 +246,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         "model:\n  max_retries: 1\n"
     )
     model = FakeOpenAIServer(handler=scripted_model, api_key=API_KEY).start_in_thread()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(
         HERMES_API_KEY=API_KEY, HERMES_WEBHOOK_SECRET=WEBHOOK_SECRET, HERMES_BASE_URL=model.base_url,
         HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG", SERVICE_TOKEN=LONG_TOKEN,

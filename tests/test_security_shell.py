@@ -32,9 +32,9 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.builtin import builtin_tools
 from hermes_core.tools.permissions import Policy
+from serve_process import CLEAN_ENV
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and /proc checks are Linux's")
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 def bwrap_problem() -> str:

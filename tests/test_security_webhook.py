@@ -38,8 +38,8 @@ from hermes_core.gateway.server import serve
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 SECRET = "webhook-secret-8c1f2e77a9"
 PAYMENTS: list[int] = []
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
 import signal
@@ -26,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from hermes_core.channels import webhook
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "webhook.md"
 SECRET = "docs-webhook-secret"
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 def example(name: str, language: str) -> str:
