@@ -73,6 +73,18 @@ def stop_serve(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
     return errors or ""
 
 
+def quietly(function: Callable[..., object], *args: object) -> Callable[[], None]:
+    """`function(*args)` as a thread target that ignores connection errors (a request cut off by a kill)."""
+
+    def run() -> None:
+        try:
+            function(*args)
+        except OSError:
+            pass
+
+    return run
+
+
 def follow_the_words(request: RecordedRequest) -> FakeReply:
     messages = request.messages
     last = messages[-1]

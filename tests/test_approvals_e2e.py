@@ -12,10 +12,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from gateway_harness import feishu_gateway, serving, wait_for
+from gateway_harness import feishu_gateway, post, serving, wait_for
 from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.runner import AgentRunner
@@ -51,11 +50,6 @@ async def webhook_server(tmp_path: Path, model: ScriptedModel, ttl: float = 600)
     async with serving(gateway, routes) as url:
         yield url
     await gateway.runner.aclose()  # type: ignore[attr-defined]
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
-        return response.status, await response.json()
 
 
 async def test_webhook_approval_named_by_id_and_decided_by_a_follow_up_request(tmp_path: Path) -> None:

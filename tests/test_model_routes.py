@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,8 @@ import pytest
 import yaml
 
 import route_tools
-from gateway_harness import serving
+from gateway_harness import gateway_for
 from hermes_core.config import ConfigError, build_agent, load_settings
-from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from serve_process import clean_environ
 
@@ -48,19 +45,6 @@ def write_config(tmp_path: Path, fake: FakeOpenAIServer, routes: list[dict[str, 
     path = tmp_path / "hermes.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
-
-
-@asynccontextmanager
-async def gateway_for(config: Path) -> AsyncIterator[str]:
-    settings = load_settings(config, env={}, dotenv=None)
-    agent = build_agent(settings)
-    gateway, routes = build_gateway(settings, agent)
-    try:
-        async with serving(gateway, routes) as url:
-            yield url
-    finally:
-        await gateway.runner.aclose()  # type: ignore[attr-defined]
-        await agent.aclose()
 
 
 async def ask(url: str, message: str) -> dict[str, Any]:

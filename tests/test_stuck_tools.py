@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, follow_the_words, wait
+from serve_process import Folder, follow_the_words, quietly, wait
 
 STUCK_TOOLS = '''
 import time
@@ -104,7 +104,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     folder = Folder(tmp_path, tools, "gateway: {shutdown_grace: 1}\n", model.base_url)
     server = folder.serve()
     try:
-        sender = threading.Thread(target=_quietly(server.webhook, "call stuck_0 x"), daemon=True)
+        sender = threading.Thread(target=quietly(server.webhook, "call stuck_0 x"), daemon=True)
         sender.start()
         wait(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
         time.sleep(0.3)  # inside the tool
@@ -123,7 +123,7 @@ def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  #
     server = Folder(tmp_path, STUCK_TOOLS, "", model.base_url).serve()
     try:
         senders = [
-            threading.Thread(target=_quietly(server.webhook, f"parallel stuck_{i} 4", f"user{i}"))
+            threading.Thread(target=quietly(server.webhook, f"parallel stuck_{i} 4", f"user{i}"))
             for i in range(8)
         ]
         for sender in senders:
@@ -144,16 +144,6 @@ def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  #
     assert "tool stuck_3 is not run: 4 earlier calls of it timed out and are still running" in refused
     assert refusal_took < 1.0  # refused, not started and timed out
     assert "abandoned after" in server.output()
-
-
-def _quietly(function, *args):  # type: ignore[no-untyped-def]
-    def run() -> None:
-        try:
-            function(*args)
-        except OSError:
-            pass
-
-    return run
 
 
 def test_a_refused_tool_is_available_again_once_its_threads_return(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
