@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from re import Match
 
@@ -29,9 +29,7 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import start_serve, stop_serve
-
-Serve = Callable[..., tuple[subprocess.Popen[str], Match[str]]]
+from serve_process import Serve, start_serve, stop_serve
 
 
 @pytest.fixture

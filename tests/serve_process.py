@@ -36,6 +36,7 @@ def clean_environ(**extra: str) -> dict[str, str]:
 
 
 CLEAN_ENV = clean_environ()
+Serve = Callable[..., "tuple[subprocess.Popen[str], re.Match[str]]"]  # the conftest `serve` fixture
 SERVING = re.compile(r"serving on (http://\S+) \((.*)\)")
 
 

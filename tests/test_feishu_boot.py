@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 
-import serve_process
 from hermes_core.testing.fake_feishu import FakeFeishu
-from serve_process import CLEAN_ENV
+from serve_process import CLEAN_ENV, Serve
 
 
 def closed_port() -> int:
@@ -167,10 +166,11 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
         assert menu in chinese, menu
 
 
-def plain_serve(cwd: Path, config: str) -> tuple[subprocess.Popen[str], str, str]:
+def plain_serve(serve: Serve, cwd: Path, config: str) -> tuple[str, str]:
+    """`serve` (the conftest fixture: stopped with SIGTERM after the test) with `config`: URL, routes."""
     (cwd / "hermes.yaml").write_text(config, encoding="utf-8")
-    process, found = serve_process.start_serve("--config", "hermes.yaml", "serve", "--port", "0", cwd=cwd)
-    return process, found.group(1), found.group(2)
+    _, found = serve("--config", "hermes.yaml", "serve", "--port", "0", cwd=cwd)
+    return found.group(1), found.group(2)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -178,33 +178,25 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path) -> None:
+def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path, serve: Serve) -> None:
     """Attack (a first-contact trap): `GET /` was a 404 and the start-up line listed /feishu/events
     with Feishu off. Now, console off: `/` is a short plain-text page of what is served where, and
     neither it nor the line names a route that is not served; console on: `/` redirects to it."""
-    process, address, routes = plain_serve(tmp_path, "console:\n  enabled: false\n")
-    try:
-        assert "/feishu/events" not in routes and "/console" not in routes
-        assert "POST /webhook, /webhook/approvals/{id}" in routes and "/healthz" in routes
-        with urllib.request.urlopen(f"{address}/", timeout=15) as response:
-            page = response.read().decode()
-            assert response.status == 200 and response.headers["Content-Type"].startswith("text/plain")
-        assert "POST /webhook" in page and "/healthz" in page and "/feishu/events" not in page
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+    address, routes = plain_serve(serve, tmp_path, "console:\n  enabled: false\n")
+    assert "/feishu/events" not in routes and "/console" not in routes
+    assert "POST /webhook, /webhook/approvals/{id}" in routes and "/healthz" in routes
+    with urllib.request.urlopen(f"{address}/", timeout=15) as response:
+        page = response.read().decode()
+        assert response.status == 200 and response.headers["Content-Type"].startswith("text/plain")
+    assert "POST /webhook" in page and "/healthz" in page and "/feishu/events" not in page
     console_on = tmp_path / "console-on"
     console_on.mkdir()
-    process, address, routes = plain_serve(console_on, "gateway:\n  shutdown_grace: 1\n")
-    try:
-        assert "/console/" in routes and "/feishu/events" not in routes
-        opener = urllib.request.build_opener(NoRedirect)
-        with pytest.raises(urllib.error.HTTPError) as redirected:
-            opener.open(f"{address}/", timeout=15)
-        assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+    address, routes = plain_serve(serve, console_on, "gateway:\n  shutdown_grace: 1\n")
+    assert "/console/" in routes and "/feishu/events" not in routes
+    opener = urllib.request.build_opener(NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        opener.open(f"{address}/", timeout=15)
+    assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
 
 
 def test_an_event_held_during_the_outage_survives_a_restart(tmp_path: Path) -> None:
