@@ -3,7 +3,8 @@
 - `fake`: the fake OpenAI-compatible server (hermes_core.testing), on a free local port.
 - `feishu`: the fake Feishu platform, default credentials.
 - `http`: an aiohttp client session without a connection limit.
-- `clean_env`: this test's os.environ without the machine's HERMES_*/FEISHU_* variables.
+- `clean_env`: this test's os.environ without the machine's HERMES_*/FEISHU_* variables; and
+  for every test, HERMES_*/FEISHU_* are put back as they were afterwards.
 - `serve`: starts `python -m hermes_core … serve` processes (tests/serve_process.py) and stops
   each with SIGTERM after the test.
 
@@ -48,6 +49,19 @@ async def feishu() -> AsyncIterator[FakeFeishu]:
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         yield session
+
+
+@pytest.fixture(autouse=True)
+def _hermes_environment_restored() -> Iterator[None]:
+    """Put HERMES_*/FEISHU_* back as they were after each test: code under test may set them
+    (a `.env` read by load_settings sets os.environ directly, out of monkeypatch's reach), and
+    one test's leftover HERMES_BASE_URL would change what every later test in the run builds."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(("HERMES_", "FEISHU_"))}
+    yield
+    for name in [k for k in os.environ if k.startswith(("HERMES_", "FEISHU_"))]:
+        if name not in saved:
+            del os.environ[name]
+    os.environ.update(saved)
 
 
 @pytest.fixture
