@@ -13,6 +13,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway_harness import feishu_gateway, wait_for
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
@@ -55,6 +57,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
             assert feishu.sent[0].text == "echo: hello"
 
 
+@pytest.mark.slow
 async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Path) -> None:
     """Attack: queue 150 turns whose work is CPU on the event loop (JSON, redaction, pydantic: here
     10 ms slices, three per turn), then push events while they run. With every turn started at

@@ -170,6 +170,7 @@ def run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str) -> subprocess.C
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "written"), [("y", True), ("n", False)])
 def test_cli_asks_yes_or_no_before_a_confirm_tool_runs(tmp_path: Path, answer: str, written: bool) -> None:
     with FakeOpenAIServer() as fake:  # served from its own thread
@@ -208,6 +209,7 @@ async def test_the_gateway_forgets_journals_and_traces_past_their_retention(tmp_
     await gateway.runner.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_cli_asks_a_clarify_question_in_place(tmp_path: Path) -> None:
     with FakeOpenAIServer() as fake:
         fake.script(

@@ -24,6 +24,8 @@ import pytest
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from serve_process import CLEAN_ENV
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 LONG = (
     "Here is a reply long enough to arrive in many pieces: the model writes it a few words at a time, "
     "and the terminal shows each piece as it comes, not all of it at the end."

@@ -516,6 +516,7 @@ async def test_a_browser_that_leaves_mid_turn_loses_nothing(tmp_path: Path) -> N
     assert "finished anyway" in page  # its trace, with the reply nobody was waiting for
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Path) -> None:
     import subprocess
     import sys

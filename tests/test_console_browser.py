@@ -39,10 +39,13 @@ CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
 WAIT = 20  # seconds any one condition may take
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs the Debian packages chromium and chromium-driver (not installed here)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="needs the Debian packages chromium and chromium-driver (not installed here)",
+    ),
+]
 
 
 class Stack:

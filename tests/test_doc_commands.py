@@ -403,6 +403,7 @@ def ci_runs(command: str) -> bool:
     ).read_text("utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", COMMANDS, ids=[c.text[:60] for c in COMMANDS])
 def test_each_documented_command_works(doc: DocCommand, workdir: Path, endpoint: str) -> None:
     """Attack: follow the documentation literally, from a fresh clone (the README's

@@ -200,6 +200,7 @@ def test_bad_configuration_skips_the_rest(tmp_path: Path, capsys: pytest.Capture
     assert MODEL_KEY not in output
 
 
+@pytest.mark.slow
 def test_secrets_never_printed_even_when_an_endpoint_echoes_them(tmp_path: Path, feishu: FakeFeishu) -> None:
     """A real `hermes-core doctor` process; the model endpoint echoes the Authorization header back."""
 

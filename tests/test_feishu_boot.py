@@ -102,6 +102,7 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
     down_platform: tuple[FakeFeishu, subprocess.Popen[str], str, str, Path],
 ) -> None:
@@ -199,6 +200,7 @@ def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path,
     assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
 
 
+@pytest.mark.slow
 def test_an_event_held_during_the_outage_survives_a_restart(tmp_path: Path) -> None:
     """Attack: the process is stopped (deploy, crash loop, reboot) while a group @-mention is held
     waiting for the bot's open_id. The acknowledged event was written to the data folder before the

@@ -16,9 +16,13 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 RUNS = 20
 MESSAGES_PER_RUN = 3

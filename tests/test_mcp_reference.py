@@ -33,6 +33,8 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
 from hermes_core.tools.mcp import MCPConnection, MCPToolset, connection_from_config
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 NODE_PACKAGES = {  # exact pins: what these tests were written against
     "@modelcontextprotocol/server-everything": "2026.8.31",
     "@modelcontextprotocol/server-filesystem": "2026.8.31",

@@ -15,10 +15,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from serve_process import CLEAN_ENV, start_serve
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 
 def start_server(cwd: Path, config: dict[str, Any], env: dict[str, str], *args: str) -> tuple[Any, str]:

@@ -22,6 +22,8 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from serve_process import Folder, Server, follow_the_words, quietly, wait
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 RAISING_TOOLS = '''
 import argparse, asyncio
 from hermes_core import tool

@@ -411,6 +411,7 @@ def leaks(produced: dict[str, bytes], secrets: list[str]) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert run.statuses == {"reveal": 200, "tool": 200, "outage": 200, "forged": 401, "feishu forged": 401}
     replies = {
@@ -427,6 +428,7 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert run.tenant_tokens
 
 
+@pytest.mark.slow
 def test_the_excluded_fields_are_credentials_sent_to_the_platforms(run: Run) -> None:
     """What was left out of the search, and why: each of these carries a credential by design."""
     sent = run.credentials_sent
@@ -436,6 +438,7 @@ def test_the_excluded_fields_are_credentials_sent_to_the_platforms(run: Run) -> 
     assert {token.encode() for token in run.tenant_tokens} <= tokens
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_process_output_replies_or_feishu_traffic(run: Run) -> None:
     where = [name for name in run.produced if "model request" not in name and "data dir" not in name]
     found = leaks({name: run.produced[name] for name in where}, [*SECRETS.values(), *run.tenant_tokens])
@@ -447,12 +450,14 @@ def test_no_secret_in_the_process_output_replies_or_feishu_traffic(run: Run) -> 
 # arrive. `RedactingModelClient` does that; it is installed in `Agent.client` (agent.py).
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_data_directory(run: Run) -> None:
     data = {name: value for name, value in run.produced.items() if name.startswith("data dir")}
     assert data
     assert leaks(data, [*SECRETS.values(), *run.tenant_tokens]) == []
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_prompts_sent_to_the_model(run: Run) -> None:
     prompts = {name: value for name, value in run.produced.items() if "model request" in name}
     assert len(prompts) >= 5

@@ -161,6 +161,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
     assert RAN == ["invoice ACME 120"] and feishu.sent[1].text == "Invoice sent."
 
 
+@pytest.mark.slow
 def test_an_unqualified_identity_in_the_configuration_stops_the_start(tmp_path: Path) -> None:
     """Attack (by mistake): `admins: [ou_admin]` would make anyone who claims `ou_admin` on any
     channel an admin. `hermes-core serve` refuses to start and names the entry and the fix."""
@@ -366,6 +367,7 @@ async def test_an_mcp_level_written_as_shown_applies(tmp_path: Path, monkeypatch
     assert calls_seen(log) == []
 
 
+@pytest.mark.slow
 def test_an_mcp_name_that_matches_no_tool_stops_the_start(tmp_path: Path) -> None:
     """Attack (on the operator): `confirm: [nope]` names no tool of the server, so nothing would
     wait for approval. `hermes-core tools` and `hermes-core serve` stop with one line naming it

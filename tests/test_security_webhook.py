@@ -118,6 +118,7 @@ def stop(process: subprocess.Popen[str]) -> str:
     return errors
 
 
+@pytest.mark.slow
 def test_serve_refuses_an_unsigned_webhook_on_a_public_address_in_one_line(tmp_path: Path) -> None:
     """Attack 1: with no HERMES_WEBHOOK_SECRET, `serve --host 0.0.0.0` put a webhook on every
     interface that believes any `user_id` it is sent, an admin's included. Now it exits 2 with one

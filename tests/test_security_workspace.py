@@ -90,6 +90,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "run"])
 @pytest.mark.parametrize("case", CASES)
 def test_start_up_refuses_a_workspace_that_overlaps_what_the_service_trusts(

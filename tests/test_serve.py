@@ -8,7 +8,11 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from serve_process import start_serve
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 
 def start_server(cwd: Path) -> tuple[subprocess.Popen[str], str]:

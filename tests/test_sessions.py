@@ -277,6 +277,7 @@ def test_memory_settings_are_validated(tmp_path: Path) -> None:
         load_settings(path, env={}, dotenv=None)
 
 
+@pytest.mark.slow
 def test_chat_repl_answers_memory_commands_without_the_model() -> None:
     env = clean_environ()
     done = subprocess.run(

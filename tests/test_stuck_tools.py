@@ -74,6 +74,7 @@ def test_run_sync_exits_with_its_reply_not_when_the_tool_returns(tmp_path: Path)
     assert elapsed < 8, f"the process lingered: {elapsed:.1f} s"
 
 
+@pytest.mark.slow
 def test_hermes_core_run_exits_promptly_after_its_reply(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): `hermes-core run` whose model calls a hanging sync tool. Before:
     the reply was printed after the tool's timeout, then the process lingered until the tool
@@ -96,6 +97,7 @@ def test_hermes_core_run_exits_promptly_after_its_reply(tmp_path: Path, model) -
     assert lingered < 2, f"exited {lingered:.1f} s after its reply"
 
 
+@pytest.mark.slow
 def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): SIGTERM to `serve` while a sync tool hangs (a long timeout, so the
     call is still running). Before: 29 s to stop — the grace, then the wait for the thread at
@@ -114,6 +116,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     assert server.process.returncode == 0
 
 
+@pytest.mark.slow
 def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): 32 calls of sync tools that hang (8 tools × 4 parallel calls, each
     timing out after 1 s) fill what used to be the shared 32-thread pool. Before: every later
@@ -146,6 +149,7 @@ def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  #
     assert "abandoned after" in server.output()
 
 
+@pytest.mark.slow
 def test_a_refused_tool_is_available_again_once_its_threads_return(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack: a tool that hangs for a while (3 s, its timeout 0.5 s) is called until 4 of its
     threads are stuck, then again. The refusal must not be forever: once the stuck threads

@@ -27,6 +27,8 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 TOOLS_MODULE = '''
 import os, time
 from hermes_core import tool

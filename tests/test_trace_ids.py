@@ -21,6 +21,8 @@ from hermes_core.observe.traces import SQLiteTraceStore, Tracer
 from hermes_core.testing import ScriptedModel, reply
 from serve_process import CLEAN_ENV
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 MESSAGE = "feishu:om_dc13264520392913993dd051dba21dcf"  # a real-looking Feishu message id
 IDS = (f"{MESSAGE}~3f9a0c2b71de", f"{MESSAGE}~3f9a77aa0b12", "webhook:m1~0c2b71de3f9a")
 

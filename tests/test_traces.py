@@ -323,6 +323,7 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) -> None:
     (tmp_path / "hermes.yaml").write_text("observe:\n  log_dir: logs\n  log_format: json\n", encoding="utf-8")
     fake = FakeOpenAIServer(api_key=SECRET).start_in_thread()

@@ -39,6 +39,8 @@ from hermes_core.replies import fixed_reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 SECRET = "retry-secret"
 
 
