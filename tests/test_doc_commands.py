@@ -377,6 +377,19 @@ def check_benchmark(command: str) -> None:
         assert flag in shown.stdout, f"{command}: {script.name} has no {flag}"
 
 
+def check_test_selection(argv: list[str]) -> None:
+    """`python -m pytest <selection>` (the README's daily loop): this suite collected with that
+    selection, its markers registered, some tests left out. Collected, not run: running the suite
+    from inside itself would run this test again."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", *argv[3:], "--collect-only", "--strict-markers",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+    assert "deselected" in collected.stdout, collected.stdout[-500:]
+
+
 def exercise(command: str, cwd: Path) -> None:
     """Run or check one command (one part of a `&&` chain); fail if nothing here exercises it."""
     argv = shlex.split(command)
@@ -390,6 +403,8 @@ def exercise(command: str, cwd: Path) -> None:
     elif program in ("python", "python3") and argv[1:2] == ["-c"]:
         result = bash(command, cwd, environment(cwd))
         assert result.returncode == 0, result.stderr
+    elif program in ("python", "python3") and argv[1:3] == ["-m", "pytest"]:
+        check_test_selection(argv)
     elif program in ("python", "python3") and argv[1].startswith("benchmarks/"):
         check_benchmark(command)
     else:
