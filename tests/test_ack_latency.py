@@ -29,6 +29,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
     queue: the push is acked while most of the turn writes queued before it have not run yet.
     Before, the writer was first come first served and the ack waited the whole 3 s."""
     ran: list[int] = []
+    began: list[int] = []
 
     async def echo(message: InboundMessage) -> list[str]:
         return [f"echo: {message.text}"]
@@ -39,13 +40,14 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
 
             def slow_write(index: int):  # noqa: ANN202 - a job for the writer thread
                 def write(connection: sqlite3.Connection) -> None:
+                    began.append(index)
                     time.sleep(SLOW_WRITE)
                     ran.append(index)
 
                 return write
 
             queued = [asyncio.ensure_future(db.transaction(slow_write(i))) for i in range(QUEUED_WRITES)]
-            await asyncio.sleep(0.1)  # the writer is busy with the first of them
+            await wait_for(lambda: began == [0])  # the writer is busy with the first of them
             result = await feishu.push(feishu.user_message("hello", chat_id="oc_1", sender="ou_1"), url)
             done_at_ack = len(ran)
             assert result.ok, result

@@ -378,18 +378,23 @@ async def until_closed(reader: asyncio.StreamReader, limit: float = 15) -> bytes
     return bytes(said)
 
 
-async def trickle(port: int, data: bytes, every: float = 1.0) -> tuple[float, bytes]:
-    """Send `data` one byte every `every` seconds; how long until the server closed, what it said."""
+async def trickle(
+    port: int, data: bytes, every: float = 1.0, dripping_ones: list[int] | None = None
+) -> tuple[float, bytes]:
+    """Send `data` one byte every `every` seconds; how long until the server closed, what it said.
+    Once its first byte is out, it adds itself to `dripping_ones` (a test waits for them all)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     started = time.monotonic()
 
     async def drip() -> None:
-        for byte in data:
+        for index, byte in enumerate(data):
             writer.write(bytes([byte]))
             try:
                 await writer.drain()
             except ConnectionError:
                 return
+            if index == 0 and dripping_ones is not None:
+                dripping_ones.append(port)
             await asyncio.sleep(every)
 
     dripping = asyncio.create_task(drip())
@@ -417,8 +422,9 @@ async def test_thirty_trickling_connections_are_closed_and_do_not_slow_a_real_re
     async with served(tmp_path, Agent(model=model), header_timeout=1, body_timeout=1) as url:
         port = int(url.rsplit(":", 1)[1])
         baseline = min([await timed_request(url) for _ in range(3)])
-        slow = [asyncio.create_task(trickle(port, REQUEST)) for _ in range(30)]
-        await asyncio.sleep(0.5)  # every connection is open and dripping
+        dripping: list[int] = []
+        slow = [asyncio.create_task(trickle(port, REQUEST, dripping_ones=dripping)) for _ in range(30)]
+        await wait_for(lambda: len(dripping) == 30)  # every connection is open and dripping
         during = min([await timed_request(url) for _ in range(3)])
         results = await asyncio.gather(*slow)
     assert during < baseline + 0.5, (baseline, during)
