@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -34,11 +35,29 @@ class VirtualClock:
         heapq.heappush(self._sleepers, (self.now + seconds, next(self._order), future))
         await future
 
-    async def run(self, *coroutines: Awaitable[T]) -> list[T]:
+    @property
+    def sleeping(self) -> int:
+        """How many tasks are parked in `sleep` now."""
+        return sum(not future.done() for _, _, future in self._sleepers)
+
+    async def run(
+        self, *coroutines: Awaitable[T], settled: Callable[[], bool] | None = None, grace: float = 2.0
+    ) -> list[T]:
+        """Run `coroutines` to the end, advancing the clock whenever they all wait on it.
+
+        Work that arrives over a socket is not "runnable" yet when the loop is idle: `settled`
+        says when everything expected has reached its sleep (say, one sleeper per busy
+        conversation). The clock then waits up to `grace` real seconds for it, and moves on
+        regardless, so code that fails to get there shows up as virtual time lost, not a hang."""
         tasks = [asyncio.ensure_future(c) for c in coroutines]
         while not all(task.done() for task in tasks):
             for _ in range(20):  # let every runnable task reach its next sleep
                 await asyncio.sleep(0)
+            deadline = time.monotonic() + grace
+            while settled is not None and not settled() and time.monotonic() < deadline:
+                if all(task.done() for task in tasks):
+                    break
+                await asyncio.sleep(0.005)
             if self._sleepers:
                 wake, _, future = heapq.heappop(self._sleepers)
                 self.now = max(self.now, wake)
