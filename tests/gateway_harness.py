@@ -7,15 +7,19 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from hermes_core.channels.feishu.api import FeishuAPI
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.ratelimit import SendLimiter
+from hermes_core.config import build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
+from hermes_core.gateway.server import build_gateway
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
 
@@ -36,6 +40,27 @@ async def serving(gateway: Gateway, routes: list[web.RouteDef]) -> AsyncIterator
     finally:
         await gateway.stop(grace=2)
         await site_runner.cleanup()
+
+
+@asynccontextmanager
+async def gateway_for(config: Path) -> AsyncIterator[str]:
+    """The gateway `hermes-core serve` would build from the file `config` (no environment, no
+    .env), served on a free local port: its base URL; its runner and agent closed afterwards."""
+    settings = load_settings(config, env={}, dotenv=None)
+    agent = build_agent(settings)
+    gateway, routes = build_gateway(settings, agent)
+    try:
+        async with serving(gateway, routes) as url:
+            yield url
+    finally:
+        await gateway.runner.aclose()  # type: ignore[attr-defined]
+        await agent.aclose()
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST `body` as JSON; the status and the parsed JSON answer."""
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+        return response.status, await response.json()
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -1,5 +1,7 @@
-"""Shared by the poison and stuck-tool tests: `hermes-core serve` (or `run`) as a real process in a
-folder with a tools module and a configuration, its output in a file, and a scripted model.
+"""Shared by every test that runs `hermes-core serve` (or `run`) as a real process: an environment
+without the machine's HERMES_*/FEISHU_* variables, "start serve and read its output up to the
+`serving on` line", "stop it with SIGTERM", and, for the poison and stuck-tool tests, a folder with
+a tools module and a configuration, its output in a file, and a scripted model.
 
 The model (the fake OpenAI-compatible server) follows the user's words: "call <tool> <arg>" asks
 for that tool with {"arg": <arg>}; "parallel <tool> <n>" asks for n calls of it at once; once a
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,10 +22,68 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without HERMES_*/FEISHU_* (the machine's own), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env.update(extra)
+    return env
+
+
+CLEAN_ENV = clean_environ()
+Serve = Callable[..., "tuple[subprocess.Popen[str], re.Match[str]]"]  # the conftest `serve` fixture
+SERVING = re.compile(r"serving on (http://\S+) \((.*)\)")
+
+
+def start_serve(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, stderr: int | None = subprocess.STDOUT
+) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    """`python -m hermes_core <args>` in `cwd`, read up to its `serving on <url> (<routes>)` line.
+
+    Returns the process and that line's match (group 1 the base URL, group 2 the routes). With
+    `stderr=subprocess.PIPE` the log stays apart from stdout (read it after `stop_serve`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hermes_core", *args], cwd=cwd, env=dict(CLEAN_ENV if env is None else env),
+        stdout=subprocess.PIPE, stderr=stderr, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    seen: list[str] = []
+    for line in process.stdout:
+        seen.append(line)
+        found = SERVING.search(line)
+        if found:
+            return process, found
+    errors = process.stderr.read() if process.stderr is not None else ""
+    raise AssertionError(f"serve did not start: exit {process.wait()}\n{''.join(seen)}{errors}")
+
+
+def stop_serve(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """SIGTERM, wait for the exit (kill it if it does not come); what is left on its stderr."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        _, errors = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, errors = process.communicate()
+    return errors or ""
+
+
+def quietly(function: Callable[..., object], *args: object) -> Callable[[], None]:
+    """`function(*args)` as a thread target that ignores connection errors (a request cut off by a kill)."""
+
+    def run() -> None:
+        try:
+            function(*args)
+        except OSError:
+            pass
+
+    return run
 
 
 def follow_the_words(request: RecordedRequest) -> FakeReply:
@@ -66,8 +127,7 @@ class Folder:
         (path / "hermes.yaml").write_text(
             "tools: [test_tools_mod]\n" + textwrap.dedent(config), encoding="utf-8"
         )
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
-        self.env.update(PYTHONPATH=str(path), HERMES_BASE_URL=model_url, HERMES_MODEL="m", **env)
+        self.env = clean_environ(PYTHONPATH=str(path), HERMES_BASE_URL=model_url, HERMES_MODEL="m", **env)
         self.port = free_port()
         self.runs = 0
 

@@ -13,6 +13,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from gateway_harness import feishu_gateway, wait_for
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
@@ -27,6 +29,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
     queue: the push is acked while most of the turn writes queued before it have not run yet.
     Before, the writer was first come first served and the ack waited the whole 3 s."""
     ran: list[int] = []
+    began: list[int] = []
 
     async def echo(message: InboundMessage) -> list[str]:
         return [f"echo: {message.text}"]
@@ -37,13 +40,14 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
 
             def slow_write(index: int):  # noqa: ANN202 - a job for the writer thread
                 def write(connection: sqlite3.Connection) -> None:
+                    began.append(index)
                     time.sleep(SLOW_WRITE)
                     ran.append(index)
 
                 return write
 
             queued = [asyncio.ensure_future(db.transaction(slow_write(i))) for i in range(QUEUED_WRITES)]
-            await asyncio.sleep(0.1)  # the writer is busy with the first of them
+            await wait_for(lambda: began == [0])  # the writer is busy with the first of them
             result = await feishu.push(feishu.user_message("hello", chat_id="oc_1", sender="ou_1"), url)
             done_at_ack = len(ran)
             assert result.ok, result
@@ -55,6 +59,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
             assert feishu.sent[0].text == "echo: hello"
 
 
+@pytest.mark.slow
 async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Path) -> None:
     """Attack: queue 150 turns whose work is CPU on the event loop (JSON, redaction, pydantic: here
     10 ms slices, three per turn), then push events while they run. With every turn started at

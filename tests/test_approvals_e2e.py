@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -13,10 +12,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from gateway_harness import feishu_gateway, serving, wait_for
+from gateway_harness import feishu_gateway, post, serving, wait_for
 from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.runner import AgentRunner
@@ -29,6 +27,7 @@ from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
 from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
+from serve_process import clean_environ
 
 
 @pytest.fixture(autouse=True)
@@ -51,11 +50,6 @@ async def webhook_server(tmp_path: Path, model: ScriptedModel, ttl: float = 600)
     async with serving(gateway, routes) as url:
         yield url
     await gateway.runner.aclose()  # type: ignore[attr-defined]
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
-        return response.status, await response.json()
 
 
 async def test_webhook_approval_named_by_id_and_decided_by_a_follow_up_request(tmp_path: Path) -> None:
@@ -169,13 +163,14 @@ def run_chat(tmp_path: Path, fake: FakeOpenAIServer, stdin: str) -> subprocess.C
         "permissions:\n  confirm: [write_file]\n",
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     return subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", str(config), "chat"],
         input=stdin, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path,
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("answer", "written"), [("y", True), ("n", False)])
 def test_cli_asks_yes_or_no_before_a_confirm_tool_runs(tmp_path: Path, answer: str, written: bool) -> None:
     with FakeOpenAIServer() as fake:  # served from its own thread
@@ -214,6 +209,7 @@ async def test_the_gateway_forgets_journals_and_traces_past_their_retention(tmp_
     await gateway.runner.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_cli_asks_a_clarify_question_in_place(tmp_path: Path) -> None:
     with FakeOpenAIServer() as fake:
         fake.script(

@@ -135,6 +135,7 @@ def test_the_flaky_model_succeeds_exactly_as_often_as_the_fake_let_it(
     assert (tmp_path / "bench-results" / "bench.svg").is_file()
 
 
+@pytest.mark.slow
 def test_bench_as_a_subprocess(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.yaml"
     prices = "prices:\n  good: {prompt: 1.0, completion: 1.0}\n"  # in the tasks file this time

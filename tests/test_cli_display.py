@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import CLEAN_ENV, wait
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 LONG = (
     "Here is a reply long enough to arrive in many pieces: the model writes it a few words at a time, "
     "and the terminal shows each piece as it comes, not all of it at the end."
@@ -159,7 +161,7 @@ def test_ctrl_c_cancels_the_turn_then_the_next_message_works_and_ctrl_c_leaves(
     screen.expect(r"> $")
     screen.type("a slow question\n")
     screen.expect("thinking…")
-    time.sleep(0.3)
+    wait(lambda: fake.requests, what="the question at the model")
     screen.type("\x03")  # Ctrl-C
     screen.expect(r"cancelled")
     screen.expect(r"> $")
@@ -269,7 +271,7 @@ def test_run_streams_on_a_terminal_and_ctrl_c_exits_130_with_one_line(
     slow = Screen(["run", "a slow question"], environment(fake), tmp_path)
     screens.append(slow)
     slow.expect("thinking…")
-    time.sleep(0.3)
+    wait(lambda: len(fake.requests) == 2, what="the slow question at the model")
     slow.type("\x03")
     assert slow.wait() == 130
     said = [line for line in slow.plain.splitlines() if line.strip() and "thinking" not in line]

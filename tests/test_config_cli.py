@@ -113,6 +113,7 @@ def cli(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("message", ["计算 (12+34)*2", "what is (12+34)*2"])
 def test_run_answers_arithmetic_through_the_calculator(message: str) -> None:
     done = cli("run", "--json", message)
@@ -125,6 +126,7 @@ def test_run_answers_arithmetic_through_the_calculator(message: str) -> None:
     assert "92" in result["reply"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("message", "marker"), [("现在几点", "【离线演示模型】"), ("what time is it", "[offline demo model]")]
 )
@@ -135,28 +137,33 @@ def test_run_answers_time_questions_through_the_time_tool(message: str, marker: 
     assert re.search(r"\d\d:\d\d:\d\d", done.stdout)  # the time, as a sentence (was the raw result)
 
 
+@pytest.mark.slow
 def test_run_without_a_model_explains_how_to_configure_one() -> None:
     done = cli("run", "tell me a joke")
     assert "HERMES_BASE_URL" in done.stdout and "offline demo model" in done.stdout
 
 
+@pytest.mark.slow
 def test_chat_repl_keeps_going_until_exit() -> None:
     done = cli("chat", stdin="计算 2^10\nwhat is 7*6\nquit\nnever read\n")
     assert done.returncode == 0, done.stderr
     assert "1024" in done.stdout and "42" in done.stdout
 
 
+@pytest.mark.slow
 def test_chat_ends_on_eof_and_tools_lists_schemas() -> None:
     assert cli("chat", stdin="").returncode == 0
     listed = cli("tools")
     assert listed.returncode == 0 and '"expression"' in listed.stdout and "current_time" in listed.stdout
 
 
+@pytest.mark.slow
 def test_bad_config_is_a_clear_error(tmp_path: Path) -> None:
     done = cli("--config", str(write(tmp_path, "model:\n  timeout: -1\n")), "run", "hi")
     assert done.returncode == 2 and "model.timeout" in done.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_model_fails_politely_with_nonzero_exit() -> None:
     done = cli(
         "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "run", "计算 1+1",

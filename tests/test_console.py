@@ -27,6 +27,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
+from serve_process import clean_environ
 
 TOKEN = "console-token-4f9a1c77"
 SECRET = "s3cr3t-Value-9QxZ41kP"  # the value of a secret variable: redacted wherever it shows up
@@ -515,13 +516,13 @@ async def test_a_browser_that_leaves_mid_turn_loses_nothing(tmp_path: Path) -> N
     assert "finished anyway" in page  # its trace, with the reply nobody was waiting for
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Path) -> None:
-    import os
     import subprocess
     import sys
 
     (tmp_path / "hermes.yaml").write_text("console:\n  enabled: true\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env["HERMES_WEBHOOK_SECRET"] = "webhook-secret"  # else the unsigned webhook is refused first
     done = subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--host", "0.0.0.0",

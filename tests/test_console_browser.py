@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import clean_environ, start_serve
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed")
 from selenium.common.exceptions import WebDriverException  # noqa: E402
@@ -40,10 +39,13 @@ CHROMEDRIVER = shutil.which("chromedriver")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "console"
 WAIT = 20  # seconds any one condition may take
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and CHROMEDRIVER),
-    reason="needs the Debian packages chromium and chromium-driver (not installed here)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER),
+        reason="needs the Debian packages chromium and chromium-driver (not installed here)",
+    ),
+]
 
 
 class Stack:
@@ -77,22 +79,10 @@ def start_server(
         "permissions:\n  confirm: [write_file]\n",
         encoding="utf-8",
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(FEISHU_APP_SECRET=feishu.app_secret, FEISHU_VERIFICATION_TOKEN=feishu.verification_token)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
-        if found:
-            return process, found.group(1)
-    raise AssertionError(f"the server did not start: exit {process.wait()}")
+    process, found = start_serve("--config", str(config), "serve", "--port", "0", cwd=tmp_path, env=env)
+    return process, found.group(1)
 
 
 def chromium() -> Any:

@@ -21,6 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from bench_crash_soak import soak  # noqa: E402

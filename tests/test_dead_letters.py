@@ -94,6 +94,7 @@ def group_message(feishu: FakeFeishu, text: str, chat: str) -> dict[str, Any]:
     return feishu.user_message(text, chat_id=chat, chat_type="group", mention_bot=True)
 
 
+@pytest.mark.slow
 async def test_a_reply_to_a_chat_the_bot_was_removed_from_is_dead_lettered_listed_and_resent_by_the_cli(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -186,6 +187,7 @@ async def test_a_dissolved_chats_dead_letter_is_shown_in_the_console_and_resent_
     assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_dissolved", "echo: hello?")]
 
 
+@pytest.mark.slow
 async def test_a_resend_asked_for_while_no_gateway_runs_is_sent_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

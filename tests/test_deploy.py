@@ -32,6 +32,7 @@ import pytest
 
 from hermes_core.channels.webhook import sign
 from hermes_core.config import build_agent, load_settings
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -40,7 +41,6 @@ SITE = DEPLOY / "nginx" / "hermes-core.conf"
 DOCKERFILE = ROOT / "Dockerfile"
 ENVIRONMENTS = ("dev", "staging", "prod")
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 WEBHOOK_SECRET = "deploy-webhook-secret"  # through a proxy, the webhook answers signed requests only
 
 
@@ -259,6 +259,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+@pytest.mark.slow
 def test_nginx_serves_the_gateway_over_https(tmp_path: Path, gateway: str) -> None:
     """The example site in a real nginx, in front of a real gateway (only ports and paths changed)."""
     http_port, https_port = free_port(), free_port()
@@ -368,6 +369,7 @@ def route_request(method: str, path: str) -> tuple[str, bytes | None, dict[str, 
     return re.sub(r"\{[^}]+\}", "ap_unknown", path), body, signed
 
 
+@pytest.mark.slow
 def test_nginx_decides_every_route_the_gateway_serves(
     tmp_path: Path, every_route_gateway: tuple[str, str]
 ) -> None:
@@ -411,6 +413,7 @@ def test_nginx_decides_every_route_the_gateway_serves(
         nginx.wait(30)
 
 
+@pytest.mark.slow
 def test_nginx_refuses_a_body_over_the_gateway_limit(tmp_path: Path, gateway: str) -> None:
     """Attack: a body over 1 MiB (the webhook's and Feishu's limit, docs/webhook.md). nginx's
     client_max_body_size agrees with the gateway: 413 at the edge, a body at the limit goes on."""
@@ -476,6 +479,7 @@ def healthcheck_command(port: int) -> list[str]:
     return [sys.executable, *(part.replace(":8080/", f":{port}/") for part in command[1:])]
 
 
+@pytest.mark.slow
 def test_docker_healthcheck_command_against_a_running_gateway(gateway: str) -> None:
     port = int(gateway.rsplit(":", 1)[1])
     healthy = subprocess.run(healthcheck_command(port), capture_output=True, text=True, timeout=30)

@@ -40,13 +40,13 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROGRAMS = ("hermes-core", "python", "python3", "pip", "curl")
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console", "text")
 BIN = Path(sys.executable).parent
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 CONSOLE_TOKEN = "doc-commands-console-token-0123456789"
 
 # Task ids, files and messages the documentation writes as placeholders or examples, and what they
@@ -381,6 +381,19 @@ def check_benchmark(command: str) -> None:
         assert flag in shown.stdout, f"{command}: {script.name} has no {flag}"
 
 
+def check_test_selection(argv: list[str]) -> None:
+    """`python -m pytest <selection>` (the README's daily loop): this suite collected with that
+    selection, its markers registered, some tests left out. Collected, not run: running the suite
+    from inside itself would run this test again."""
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", *argv[3:], "--collect-only", "--strict-markers",
+         "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
+    assert "deselected" in collected.stdout, collected.stdout[-500:]
+
+
 def exercise(command: str, cwd: Path) -> None:
     """Run or check one command (one part of a `&&` chain); fail if nothing here exercises it."""
     argv = shlex.split(command)
@@ -394,6 +407,8 @@ def exercise(command: str, cwd: Path) -> None:
     elif program in ("python", "python3") and argv[1:2] == ["-c"]:
         result = bash(command, cwd, environment(cwd))
         assert result.returncode == 0, result.stderr
+    elif program in ("python", "python3") and argv[1:3] == ["-m", "pytest"]:
+        check_test_selection(argv)
     elif program in ("python", "python3") and argv[1].startswith("benchmarks/"):
         check_benchmark(command)
     else:
@@ -407,6 +422,7 @@ def ci_runs(command: str) -> bool:
     ).read_text("utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", COMMANDS, ids=[c.text[:60] for c in COMMANDS])
 def test_each_documented_command_works(doc: DocCommand, workdir: Path, endpoint: str) -> None:
     """Attack: follow the documentation literally, from a fresh clone (the README's

@@ -14,6 +14,7 @@ import pytest
 from hermes_core.cli import main
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 
 MODEL_KEY = "sk-doctor-model-key-0123456789abcdef"
 APP_SECRET = "feishu-app-secret-0123456789"
@@ -199,6 +200,7 @@ def test_bad_configuration_skips_the_rest(tmp_path: Path, capsys: pytest.Capture
     assert MODEL_KEY not in output
 
 
+@pytest.mark.slow
 def test_secrets_never_printed_even_when_an_endpoint_echoes_them(tmp_path: Path, feishu: FakeFeishu) -> None:
     """A real `hermes-core doctor` process; the model endpoint echoes the Authorization header back."""
 
@@ -208,7 +210,7 @@ def test_secrets_never_printed_even_when_an_endpoint_echoes_them(tmp_path: Path,
     wrong_secret = "wrong-app-secret-0123456789"
     with FakeOpenAIServer(handler=echo_credentials) as model:
         config = write_config(tmp_path, base_url=model.base_url, feishu=feishu)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        env = clean_environ()
         env.update(
             HERMES_API_KEY=MODEL_KEY,
             FEISHU_APP_SECRET=wrong_secret,

@@ -13,6 +13,8 @@ import pytest
 from hermes_core.models.providers import PROVIDERS
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 KEY_VARIABLES = tuple(p.key_env for p in PROVIDERS if p.key_env)
 CLEAN_ENV = {
     k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_")) and k not in KEY_VARIABLES

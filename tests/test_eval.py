@@ -315,6 +315,7 @@ def test_eval_add_turns_a_trace_into_a_case_that_runs(
     assert table_rows(out)["trace-4f2a9c0d1e7b"][0] == "PASS" and "1 case(s): 1 passed" in out
 
 
+@pytest.mark.slow
 def test_eval_as_a_subprocess_exits_non_zero_on_a_regression(tmp_path: Path) -> None:
     cases = write_cases(
         tmp_path / "cases", {"calc.yaml": CASES["calc.yaml"], "greeting.yaml": CASES["greeting.yaml"]}

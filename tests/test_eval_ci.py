@@ -9,16 +9,21 @@ with one deliberately broken case must exit 1 — the exit code a CI step turns 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "evals"
-OFFLINE_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+OFFLINE_ENV = clean_environ()
 
 
 def hermes_core(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,18 +30,6 @@ class Reply:
     status: int
     body: dict[str, Any]
     headers: dict[str, str]
-
-
-@pytest.fixture
-async def feishu() -> AsyncIterator[FakeFeishu]:
-    async with FakeFeishu() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        yield session
 
 
 async def call(

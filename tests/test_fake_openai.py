@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "tests" / "data" / "openai_chat_completions_schemas.json"
 USER_HI = [{"role": "user", "content": "hi"}]
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        yield session
 
 
 async def chat(

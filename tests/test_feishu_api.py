@@ -4,15 +4,13 @@ spoken to over real HTTP against the fake Feishu platform."""
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import json
 import logging
 import re
 import subprocess
 import sys
 import uuid as uuidlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import pytest
@@ -33,36 +31,9 @@ from hermes_core.channels.feishu.formatting import (
 from hermes_core.channels.feishu.ratelimit import SendLimiter, TokenBucket
 from hermes_core.gateway.messages import OutboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
+from virtual_clock import VirtualClock
 
 T = TypeVar("T")
-
-
-class VirtualClock:
-    """Virtual time for the limiter: `sleep` parks a task until `run` advances the clock to it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self.now + seconds, next(self._order), future))
-        await future
-
-    async def run(self, *coroutines: Awaitable[T]) -> list[T]:
-        tasks = [asyncio.ensure_future(c) for c in coroutines]
-        while not all(task.done() for task in tasks):
-            for _ in range(20):  # let every runnable task reach its next sleep
-                await asyncio.sleep(0)
-            if self._sleepers:
-                wake, _, future = heapq.heappop(self._sleepers)
-                self.now = max(self.now, wake)
-                future.set_result(None)
-        return [task.result() for task in tasks]
 
 
 def virtual_limiter(clock: VirtualClock, **limits: Any) -> SendLimiter:
@@ -347,9 +318,10 @@ async def test_a_rejected_token_is_fetched_again_once_and_the_call_retried(feish
 
 async def test_the_token_is_renewed_before_it_expires() -> None:
     async with FakeFeishu(app_id="cli_test_app", app_secret=SECRET, token_ttl=2) as feishu:
-        async with fast_api(feishu) as api:
+        clock = VirtualClock()  # the client's clock: 1.1 s pass without waiting for them
+        async with fast_api(feishu, clock=clock) as api:
             await api.send(outbound("one"))  # a 2 s token: renewed half-way, after 1 s
-            await asyncio.sleep(1.1)
+            clock.now += 1.1
             await api.send(outbound("two"))
     assert len(feishu.tokens_issued) == 2
     assert all(call.code != 99991663 for call in feishu.requests)

@@ -11,7 +11,6 @@ platform in the background, and answers them once it is back.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -27,8 +26,7 @@ from typing import Any
 import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
-
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+from serve_process import CLEAN_ENV, Serve
 
 
 def closed_port() -> int:
@@ -104,6 +102,7 @@ def wait_for(predicate: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
     down_platform: tuple[FakeFeishu, subprocess.Popen[str], str, str, Path],
 ) -> None:
@@ -168,18 +167,11 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
         assert menu in chinese, menu
 
 
-def plain_serve(cwd: Path, config: str) -> tuple[subprocess.Popen[str], str, str]:
+def plain_serve(serve: Serve, cwd: Path, config: str) -> tuple[str, str]:
+    """`serve` (the conftest fixture: stopped with SIGTERM after the test) with `config`: URL, routes."""
     (cwd / "hermes.yaml").write_text(config, encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0"],
-        cwd=cwd, env=CLEAN_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \((.*)\)", line)
-        if found:
-            return process, found.group(1), found.group(2)
-    raise AssertionError(f"serve did not start: exit {process.wait()}")
+    _, found = serve("--config", "hermes.yaml", "serve", "--port", "0", cwd=cwd)
+    return found.group(1), found.group(2)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -187,35 +179,28 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path) -> None:
+def test_root_page_and_start_up_line_name_only_the_routes_served(tmp_path: Path, serve: Serve) -> None:
     """Attack (a first-contact trap): `GET /` was a 404 and the start-up line listed /feishu/events
     with Feishu off. Now, console off: `/` is a short plain-text page of what is served where, and
     neither it nor the line names a route that is not served; console on: `/` redirects to it."""
-    process, address, routes = plain_serve(tmp_path, "console:\n  enabled: false\n")
-    try:
-        assert "/feishu/events" not in routes and "/console" not in routes
-        assert "POST /webhook, /webhook/approvals/{id}" in routes and "/healthz" in routes
-        with urllib.request.urlopen(f"{address}/", timeout=15) as response:
-            page = response.read().decode()
-            assert response.status == 200 and response.headers["Content-Type"].startswith("text/plain")
-        assert "POST /webhook" in page and "/healthz" in page and "/feishu/events" not in page
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+    address, routes = plain_serve(serve, tmp_path, "console:\n  enabled: false\n")
+    assert "/feishu/events" not in routes and "/console" not in routes
+    assert "POST /webhook, /webhook/approvals/{id}" in routes and "/healthz" in routes
+    with urllib.request.urlopen(f"{address}/", timeout=15) as response:
+        page = response.read().decode()
+        assert response.status == 200 and response.headers["Content-Type"].startswith("text/plain")
+    assert "POST /webhook" in page and "/healthz" in page and "/feishu/events" not in page
     console_on = tmp_path / "console-on"
     console_on.mkdir()
-    process, address, routes = plain_serve(console_on, "gateway:\n  shutdown_grace: 1\n")
-    try:
-        assert "/console/" in routes and "/feishu/events" not in routes
-        opener = urllib.request.build_opener(NoRedirect)
-        with pytest.raises(urllib.error.HTTPError) as redirected:
-            opener.open(f"{address}/", timeout=15)
-        assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
+    address, routes = plain_serve(serve, console_on, "gateway:\n  shutdown_grace: 1\n")
+    assert "/console/" in routes and "/feishu/events" not in routes
+    opener = urllib.request.build_opener(NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        opener.open(f"{address}/", timeout=15)
+    assert redirected.value.code == 302 and redirected.value.headers["Location"] == "/console/"
 
 
+@pytest.mark.slow
 def test_an_event_held_during_the_outage_survives_a_restart(tmp_path: Path) -> None:
     """Attack: the process is stopped (deploy, crash loop, reboot) while a group @-mention is held
     waiting for the bot's open_id. The acknowledged event was written to the data folder before the

@@ -6,7 +6,6 @@ schedule); at the end every message must have been answered exactly once, as the
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
@@ -17,8 +16,13 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 RUNS = 20
 MESSAGES_PER_RUN = 3
@@ -72,7 +76,7 @@ def test_sigkill_at_random_points_loses_nothing_and_answers_nothing_twice(tmp_pa
     port = free_port()
     model = FakeOpenAIServer(handler=echo, latency=0.05).start_in_thread()
     feishu = FakeFeishu(time_scale=0.002, seed=7).start_in_thread()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(
         HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", FEISHU_APP_ID=feishu.app_id,
         FEISHU_APP_SECRET=feishu.app_secret, FEISHU_VERIFICATION_TOKEN=feishu.verification_token,

@@ -45,6 +45,7 @@ async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path
     assert by_chat["oc_p2p"].reply_to == direct["event"]["message"]["message_id"]
 
 
+@pytest.mark.slow
 async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_in_order(
     tmp_path: Path,
 ) -> None:
@@ -113,6 +114,7 @@ async def test_forged_replayed_malformed_and_oversized_requests_are_refused(tmp_
     assert counts["inbox_pending"] == 0 and pending == [] and feishu.sent == []
 
 
+@pytest.mark.slow
 async def test_throttling_storms_deliver_every_reply_in_order(tmp_path: Path) -> None:
     async with FakeFeishu(time_scale=0.001) as feishu:
         feishu.set_limits(chat_qps=5)

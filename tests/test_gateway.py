@@ -19,6 +19,7 @@ from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway, reply_for
 from hermes_core.gateway.messages import InboundMessage, OutboundMessage
 from hermes_core.gateway.store import SQLiteGatewayStore
+from virtual_clock import VirtualClock
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
 
@@ -123,21 +124,31 @@ async def test_resent_message_id_is_answered_once(tmp_path: Path) -> None:
 
 
 async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(tmp_path: Path) -> None:
+    """Each turn takes 0.1 s on a virtual clock (tests/virtual_clock.py): the window below is then
+    the turns' own time, whatever the machine's load; the clock moves once every conversation
+    with a message still to answer has its turn waiting on it."""
     running: dict[str, int] = {}
     overlap: list[str] = []
     order: list[tuple[str, str]] = []
+    clock = VirtualClock()
+
+    def every_busy_conversation_is_waiting() -> bool:
+        busy = sum(
+            1 for user in ("alice", "bob", "carol") if [c for c, _ in order].count(f"webhook:{user}") < 3
+        )
+        return clock.sleeping == busy
 
     async def runner(message: InboundMessage) -> list[str]:
         running[message.conversation] = running.get(message.conversation, 0) + 1
         if running[message.conversation] > 1:
             overlap.append(message.conversation)
-        await asyncio.sleep(0.1)
+        await clock.sleep(0.1)
         order.append((message.conversation, message.text))
         running[message.conversation] -= 1
         return [message.text]
 
     async with running_gateway(tmp_path, runner) as (_, url):
-        started = time.perf_counter()
+        started = clock()
         requests = [
             post(f"{url}/webhook", {"message": f"{user}-{i}", "user_id": user})
             for i in range(3)
@@ -147,8 +158,8 @@ async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(t
         for request in requests:  # sent in this order, each accepted before the next is sent
             results.append(asyncio.ensure_future(request))
             await asyncio.sleep(0.01)
-        answers = await asyncio.gather(*results)
-        elapsed = time.perf_counter() - started
+        [answers] = await clock.run(asyncio.gather(*results), settled=every_busy_conversation_is_waiting)
+        elapsed = clock() - started
     assert overlap == []
     for user in ("alice", "bob", "carol"):
         assert [text for conv, text in order if conv == f"webhook:{user}"] == [

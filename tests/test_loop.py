@@ -14,6 +14,7 @@ from hermes_core import Agent, ModelUnavailable, Session, ToolContext, ToolError
 from hermes_core.models import ModelRequestRejected
 from hermes_core.replies import fixed_reply
 from hermes_core.testing import ScriptedModel, call, reply
+from virtual_clock import VirtualClock
 
 
 @tool
@@ -40,12 +41,15 @@ async def test_tool_result_goes_back_with_matching_id() -> None:
 
 
 async def test_parallel_calls_run_concurrently_and_merge_in_call_order() -> None:
+    """The two calls' waits overlap: on a virtual clock (tests/virtual_clock.py), so that the
+    0.45 s window is measured in the tools' own seconds, not in a loaded machine's."""
     finished: list[str] = []
+    clock = VirtualClock()
 
     @tool
     async def slow(label: str, seconds: float) -> str:
         """Wait, then echo the label."""
-        await asyncio.sleep(seconds)
+        await clock.sleep(seconds)
         finished.append(label)
         return label
 
@@ -55,9 +59,9 @@ async def test_parallel_calls_run_concurrently_and_merge_in_call_order() -> None
             reply("ok"),
         ]
     )
-    started = time.perf_counter()
-    result = await Agent(model=model, tools=[slow]).run("go")
-    elapsed = time.perf_counter() - started
+    started = clock()
+    [result] = await clock.run(Agent(model=model, tools=[slow]).run("go"))
+    elapsed = clock() - started
     assert elapsed < 0.45, elapsed  # sequential would take 0.5 s
     assert finished == ["second", "first"]  # really ran at the same time
     assert [m["content"] for m in tool_messages(result.messages)] == ["first", "second"]

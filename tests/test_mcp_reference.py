@@ -33,6 +33,8 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
 from hermes_core.tools.mcp import MCPConnection, MCPToolset, connection_from_config
 
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 NODE_PACKAGES = {  # exact pins: what these tests were written against
     "@modelcontextprotocol/server-everything": "2026.8.31",
     "@modelcontextprotocol/server-filesystem": "2026.8.31",
@@ -82,6 +84,22 @@ def with_pid(pidfile: Path, command: str, *args: str) -> tuple[str, list[str]]:
 
 def kill(pidfile: Path) -> None:
     os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def dead(pidfile: Path) -> bool:
+    """The process is gone or a zombie (killed, not yet reaped by the client that started it)."""
+    try:
+        status = Path(f"/proc/{int(pidfile.read_text())}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status
+
+
+async def until_dead(pidfile: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not dead(pidfile):
+        assert time.monotonic() < deadline, "the killed server did not die"
+        await asyncio.sleep(0.02)
 
 
 def free_port() -> int:
@@ -157,7 +175,7 @@ async def test_memory_server_killed_while_idle_is_reopened_for_the_next_call(
         agent = Agent(model=model, mcp=toolset)
         assert (await agent.run("remember Ada")).tool_calls[0].ok
         kill(pidfile)
-        await asyncio.sleep(0.5)
+        await until_dead(pidfile)
         second = await agent.run("what do you know?")
     assert second.tool_calls[0].ok, second.tool_calls[0].content
     assert "Ada" in second.tool_calls[0].content  # the graph was kept in its file
@@ -171,7 +189,7 @@ async def test_time_server_killed_while_idle_is_reopened(tmp_path: Path) -> None
         tool = next(t for t in clock.tools if t.name == "get_current_time")
         assert "UTC" in await tool.handler(timezone="UTC")
         kill(pidfile)
-        await asyncio.sleep(0.5)
+        await until_dead(pidfile)
         assert "UTC" in await tool.handler(timezone="UTC")
 
 

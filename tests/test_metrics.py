@@ -8,36 +8,29 @@ parses it with prometheus_client's parser (a reference implementation, test-only
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import CLEAN_ENV, start_serve
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 
 def start_server(cwd: Path, config: dict[str, Any], env: dict[str, str], *args: str) -> tuple[Any, str]:
     (cwd / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0", *args],
-        cwd=cwd, env={**CLEAN_ENV, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    process, found = start_serve(
+        "--config", "hermes.yaml", "serve", "--port", "0", *args, cwd=cwd, env={**CLEAN_ENV, **env}
     )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on http://\S+:(\d+) \(", line)
-        if found:
-            return process, f"http://127.0.0.1:{found.group(1)}"
-    raise AssertionError(f"server did not start: exit {process.wait()}")
+    port = found.group(1).rsplit(":", 1)[1]
+    return process, f"http://127.0.0.1:{port}"
 
 
 def stop(process: Any) -> None:

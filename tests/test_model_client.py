@@ -45,12 +45,6 @@ MakeClient = Callable[..., OpenAICompatClient]
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
 async def make_client(fake: FakeOpenAIServer) -> AsyncIterator[MakeClient]:
     """Clients pointed at the fake, with fast retries unless a test asks otherwise."""
     clients: list[OpenAICompatClient] = []

@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +19,10 @@ import pytest
 import yaml
 
 import route_tools
-from gateway_harness import serving
+from gateway_harness import gateway_for
 from hermes_core.config import ConfigError, build_agent, load_settings
-from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import clean_environ
 
 ROUTES = [
     {"when": "small_talk", "model": "cheap-model"},
@@ -47,19 +45,6 @@ def write_config(tmp_path: Path, fake: FakeOpenAIServer, routes: list[dict[str, 
     path = tmp_path / "hermes.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
-
-
-@asynccontextmanager
-async def gateway_for(config: Path) -> AsyncIterator[str]:
-    settings = load_settings(config, env={}, dotenv=None)
-    agent = build_agent(settings)
-    gateway, routes = build_gateway(settings, agent)
-    try:
-        async with serving(gateway, routes) as url:
-            yield url
-    finally:
-        await gateway.runner.aclose()  # type: ignore[attr-defined]
-        await agent.aclose()
 
 
 async def ask(url: str, message: str) -> dict[str, Any]:
@@ -140,6 +125,7 @@ async def test_a_routed_question_that_needs_a_tool_escalates_to_the_main_model(t
     assert await answering_models(tmp_path) == {"Ops salaries?": ["main-model", "main-model"]}
 
 
+@pytest.mark.slow
 def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
     """Attack: the saving must be visible in the task's usage: `hermes-core run --json` reports the
     tokens per answering model, and the routed question's tokens are the cheap model's."""
@@ -148,7 +134,7 @@ def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
             "cheap-model", FakeReply.text("4", usage={"prompt_tokens": 7, "completion_tokens": 1})
         )
         config = write_config(tmp_path, fake)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        env = clean_environ()
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
         done = subprocess.run(
             [sys.executable, "-m", "hermes_core", "--config", str(config), "run", "--json", "2+2?"],

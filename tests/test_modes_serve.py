@@ -8,19 +8,16 @@ server per model; the assertions read the fake's recorded requests and the tools
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 
-from gateway_harness import serving
+from gateway_harness import gateway_for, post
 from hermes_core.config import ConfigError, build_agent, load_settings
-from hermes_core.gateway.server import build_gateway
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from serve_process import clean_environ
 
 
 def write_config(tmp_path: Path, fake: FakeOpenAIServer, **sections: Any) -> Path:
@@ -36,24 +33,6 @@ def write_config(tmp_path: Path, fake: FakeOpenAIServer, **sections: Any) -> Pat
     path = tmp_path / "hermes.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
-
-
-@asynccontextmanager
-async def gateway_for(config: Path) -> AsyncIterator[str]:
-    settings = load_settings(config, env={}, dotenv=None)
-    agent = build_agent(settings)
-    gateway, routes = build_gateway(settings, agent)
-    try:
-        async with serving(gateway, routes) as url:
-            yield url
-    finally:
-        await gateway.runner.aclose()  # type: ignore[attr-defined]
-        await agent.aclose()
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
-        return response.status, await response.json()
 
 
 def plan(*steps: dict[str, Any]) -> FakeReply:
@@ -262,7 +241,7 @@ def test_every_command_of_the_modes_doc_runs(tmp_path: Path) -> None:
         (tmp_path / name).write_text(body, encoding="utf-8")
         load_settings(tmp_path / name, env={}, dotenv=None)
     with FakeOpenAIServer(handler=doc_model) as fake:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        env = clean_environ()
         env.update(HERMES_BASE_URL=fake.base_url, HERMES_MODEL="main-model", HERMES_API_KEY="sk-doc")
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         for command in commands:

@@ -8,7 +8,6 @@ documented test seam fixed so that "today" has one answer."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -19,8 +18,8 @@ import pytest
 from hermes_core.config import build_agent, load_settings
 from hermes_core.tools import clock
 from hermes_core.tools.calculator import CalculatorError, evaluate
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 DEMO = ("I am the built-in offline demo model", "我是内置的离线演示模型")
 
 
@@ -40,6 +39,7 @@ def today_utc() -> set[str]:
     return {now.date().isoformat(), (now + timedelta(seconds=30)).date().isoformat()}
 
 
+@pytest.mark.slow
 def test_weekday_of_a_date_is_not_an_octal_error(tmp_path: Path) -> None:
     """Reported: "What day of the week is 2025-01-01?" answered with Python's octal-literal error
     (2025-01-01 sent to the calculator). Now the date is read as a date: date_diff, Wednesday."""
@@ -50,6 +50,7 @@ def test_weekday_of_a_date_is_not_an_octal_error(tmp_path: Path) -> None:
     assert "octal" not in result["reply"] and "leading zeros" not in result["reply"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("message", ["What's today's date?", "今天是几号？"])
 def test_todays_date_in_english_and_chinese(message: str, tmp_path: Path) -> None:
     """Reported: answered "I am the offline demo". Now current_time, and the reply holds today's date."""
@@ -59,6 +60,7 @@ def test_todays_date_in_english_and_chinese(message: str, tmp_path: Path) -> Non
     assert not any(text in result["reply"] for text in DEMO)
 
 
+@pytest.mark.slow
 def test_arithmetic_in_words(tmp_path: Path) -> None:
     """Reported: "What is 3 plus 4?" answered "I am the offline demo". Now the calculator: 7."""
     result = run("What is 3 plus 4?", tmp_path)
@@ -72,6 +74,7 @@ def test_arithmetic_in_words(tmp_path: Path) -> None:
     assert result["reply"] == "[offline demo model] The calculator tool returned: 7"
 
 
+@pytest.mark.slow
 def test_a_leading_zero_number_gets_a_clear_message(tmp_path: Path) -> None:
     """Attack: a number with a leading zero reaches the calculator: a clear message instead of
     Python's "use an 0o prefix for octal integers"."""

@@ -20,7 +20,9 @@ import pytest
 from hermes_core.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, Server, follow_the_words, wait
+from serve_process import Folder, Server, follow_the_words, quietly, wait
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 RAISING_TOOLS = '''
 import argparse, asyncio
@@ -128,7 +130,7 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
         server = folder.serve()
         try:
             if run == 0:  # the second start resumes the same message
-                threading.Thread(target=_ignore_errors(server.webhook, "call slow hang"), daemon=True).start()
+                threading.Thread(target=quietly(server.webhook, "call slow hang"), daemon=True).start()
             wait(functools.partial(busy, server), what="the turn to start")
             time.sleep(0.3)  # inside the tool
         finally:
@@ -154,16 +156,6 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
 
 def busy(server: Server) -> bool:
     return server.get("/healthz")[1].get("conversations_busy") == 1
-
-
-def _ignore_errors(function, *args):  # type: ignore[no-untyped-def]
-    def run() -> None:
-        try:
-            function(*args)
-        except OSError:
-            pass
-
-    return run
 
 
 KILLING_TOOLS = '''

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import serve_process
 from hermes_core.models.providers import PROVIDERS, find_provider
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
@@ -35,6 +35,7 @@ def cli(
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
@@ -63,6 +64,7 @@ def test_half_configured_model_is_one_clear_line_and_exit_2(
     assert SECRET not in done.stderr and "pw-secret-123" not in done.stderr
 
 
+@pytest.mark.slow
 def test_doctor_does_not_call_a_half_configured_model_ready(tmp_path: Path) -> None:
     """Attack: HERMES_MODEL and HERMES_API_KEY without a base URL; doctor used to say "Everything
     checked is ready" (the offline demo answering). Now the configuration line fails and says why."""
@@ -74,6 +76,7 @@ def test_doctor_does_not_call_a_half_configured_model_ready(tmp_path: Path) -> N
     assert SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("provider", "key_env", "model"),
     [("deepseek", "DEEPSEEK_API_KEY", "deepseek-v4-flash"), ("qwen", "DASHSCOPE_API_KEY", "qwen-plus"),
@@ -94,6 +97,7 @@ def test_a_preset_sends_its_default_model_and_its_own_key_variable(
         assert fake.requests[0].headers.get("Authorization") == f"Bearer {SECRET}"
 
 
+@pytest.mark.slow
 def test_a_local_preset_needs_no_key_and_names_its_model(tmp_path: Path) -> None:
     """Local servers (Ollama, vLLM, llama.cpp, LM Studio) take no key: none is sent, none is asked for."""
     with FakeOpenAIServer(models=["my-local-model"]) as fake:
@@ -122,6 +126,7 @@ def test_every_preset_is_complete() -> None:
     assert find_provider("Kimi").name == "moonshot" and find_provider("llama.cpp").name == "llamacpp"
 
 
+@pytest.mark.slow
 def test_run_says_the_offline_demo_is_answering_on_stderr(tmp_path: Path) -> None:
     """Nothing configured: the offline demo answers, and says so in one line on stderr (stdout keeps
     only the reply, so scripts can still read it)."""
@@ -132,6 +137,7 @@ def test_run_says_the_offline_demo_is_answering_on_stderr(tmp_path: Path) -> Non
     assert "offline demo model" in cli("chat", cwd=tmp_path).stderr
 
 
+@pytest.mark.slow
 def test_run_logs_the_model_in_use_without_the_key(tmp_path: Path) -> None:
     """With --log-level INFO, run says which model and endpoint answer, never the key."""
     with FakeOpenAIServer() as fake:
@@ -144,24 +150,17 @@ def test_run_logs_the_model_in_use_without_the_key(tmp_path: Path) -> None:
 
 
 def start_serve(env: dict[str, str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "serve", "--port", "0"], cwd=cwd, env={**CLEAN_ENV, **env},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
-        if found:
-            return process, found.group(1)
-    raise AssertionError(f"serve did not start: {process.communicate()[1]}")
+    process, found = serve_process.start_serve(
+        "serve", "--port", "0", cwd=cwd, env={**CLEAN_ENV, **env}, stderr=subprocess.PIPE
+    )
+    return process, found.group(1)
 
 
 def stop(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=30)
-    return stderr
+    return serve_process.stop_serve(process)
 
 
+@pytest.mark.slow
 def test_serve_logs_the_model_and_endpoint_never_the_key(tmp_path: Path) -> None:
     """serve's start-up log names the model, the endpoint and where the key came from; not the key."""
     with FakeOpenAIServer() as fake:
@@ -173,6 +172,7 @@ def test_serve_logs_the_model_and_endpoint_never_the_key(tmp_path: Path) -> None
     assert SECRET not in stderr
 
 
+@pytest.mark.slow
 def test_serve_warns_when_the_offline_demo_answers(tmp_path: Path) -> None:
     """Nothing configured: serve still starts (the demo), with a WARNING saying so and what to set."""
     process, _ = start_serve({}, tmp_path)
@@ -194,6 +194,7 @@ def parse_tools_output(text: str) -> dict[str, dict]:
     return tools
 
 
+@pytest.mark.slow
 def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None:
     """Attack: compare `hermes-core tools` (and doctor's count) with the tools a real `serve` sends
     the model for a webhook message, captured by the fake server. They used to list 3 while serve
@@ -221,6 +222,7 @@ def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None
     assert f"{len(offered)} tools" in doctor.stdout
 
 
+@pytest.mark.slow
 def test_commands_that_never_ask_the_model_still_run_half_configured(tmp_path: Path) -> None:
     """`traces` only reads the database: a half-configured model does not stop it (regression guard
     for the strict check above), while `tools`, which lists what serve would offer, refuses."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from hermes_core.redaction import (
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 
 API_KEY = "sk-test-Hq7Lm2Nx9Pw4Rz6Tb8Vc1Yd3"
 APP_SECRET = "fsAppSecret+/=Zx81kQ3vW7"  # `+`, `/`, `=`: its URL-encoded form differs
@@ -377,7 +377,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         app_secret=APP_SECRET, verification_token=VERIFICATION_TOKEN, encrypt_key=ENCRYPT_KEY,
         time_scale=0.001,
     ).start_in_thread()  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(SECRETS)
     env.update(
         HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG",
@@ -411,6 +411,7 @@ def leaks(produced: dict[str, bytes], secrets: list[str]) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert run.statuses == {"reveal": 200, "tool": 200, "outage": 200, "forged": 401, "feishu forged": 401}
     replies = {
@@ -427,6 +428,7 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert run.tenant_tokens
 
 
+@pytest.mark.slow
 def test_the_excluded_fields_are_credentials_sent_to_the_platforms(run: Run) -> None:
     """What was left out of the search, and why: each of these carries a credential by design."""
     sent = run.credentials_sent
@@ -436,6 +438,7 @@ def test_the_excluded_fields_are_credentials_sent_to_the_platforms(run: Run) -> 
     assert {token.encode() for token in run.tenant_tokens} <= tokens
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_process_output_replies_or_feishu_traffic(run: Run) -> None:
     where = [name for name in run.produced if "model request" not in name and "data dir" not in name]
     found = leaks({name: run.produced[name] for name in where}, [*SECRETS.values(), *run.tenant_tokens])
@@ -447,12 +450,14 @@ def test_no_secret_in_the_process_output_replies_or_feishu_traffic(run: Run) -> 
 # arrive. `RedactingModelClient` does that; it is installed in `Agent.client` (agent.py).
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_data_directory(run: Run) -> None:
     data = {name: value for name, value in run.produced.items() if name.startswith("data dir")}
     assert data
     assert leaks(data, [*SECRETS.values(), *run.tenant_tokens]) == []
 
 
+@pytest.mark.slow
 def test_no_secret_in_the_prompts_sent_to_the_model(run: Run) -> None:
     prompts = {name: value for name, value in run.produced.items() if "model request" in name}
     assert len(prompts) >= 5

@@ -13,10 +13,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
-from gateway_harness import serving
+from gateway_harness import post, serving
 from hermes_core import Agent, tool
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.server import build_gateway
@@ -99,11 +98,6 @@ async def gateway_for(tmp_path: Path, fake: FakeOpenAIServer, **agent: Any) -> A
     async with serving(gateway, routes) as url:
         yield url
     await gateway.runner.aclose()  # type: ignore[attr-defined]
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
-        return response.status, await response.json()
 
 
 async def ask(url: str, message: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -38,11 +37,11 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
+from serve_process import CLEAN_ENV
 
 ADMIN = "feishu:ou_admin"  # the Feishu admin, as the configuration lists them
 TOKEN = "console-token-7c1e90ab"
 DEMO_SERVER = Path(__file__).with_name("mcp_demo_server.py")
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 @tool(level=1, required_role="admin")
@@ -162,6 +161,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
     assert RAN == ["invoice ACME 120"] and feishu.sent[1].text == "Invoice sent."
 
 
+@pytest.mark.slow
 def test_an_unqualified_identity_in_the_configuration_stops_the_start(tmp_path: Path) -> None:
     """Attack (by mistake): `admins: [ou_admin]` would make anyone who claims `ou_admin` on any
     channel an admin. `hermes-core serve` refuses to start and names the entry and the fix."""
@@ -367,6 +367,7 @@ async def test_an_mcp_level_written_as_shown_applies(tmp_path: Path, monkeypatch
     assert calls_seen(log) == []
 
 
+@pytest.mark.slow
 def test_an_mcp_name_that_matches_no_tool_stops_the_start(tmp_path: Path) -> None:
     """Attack (on the operator): `confirm: [nope]` names no tool of the server, so nothing would
     wait for approval. `hermes-core tools` and `hermes-core serve` stop with one line naming it

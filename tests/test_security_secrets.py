@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -44,6 +43,7 @@ import pytest
 from hermes_core.channels.webhook import sign
 from hermes_core.redaction import Redactor
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 
 _random = random.Random(13)
 
@@ -246,7 +246,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         "model:\n  max_retries: 1\n"
     )
     model = FakeOpenAIServer(handler=scripted_model, api_key=API_KEY).start_in_thread()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(
         HERMES_API_KEY=API_KEY, HERMES_WEBHOOK_SECRET=WEBHOOK_SECRET, HERMES_BASE_URL=model.base_url,
         HERMES_MODEL="m", HERMES_LOG_LEVEL="DEBUG", SERVICE_TOKEN=LONG_TOKEN,
@@ -276,6 +276,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 # --- the checks ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_scenario_ran_as_intended(run: Run) -> None:
     """The reads happened and were cut where intended; every message got its reply."""
     reply = run.replies["read"]["reply"]
@@ -292,6 +293,7 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert "here it is: [REDACTED] and" in stream[-1]["text"]
 
 
+@pytest.mark.slow
 def test_no_start_of_a_straddling_secret_leaves_the_process(run: Run) -> None:
     """Attack 1: the secret straddles the 3,000-character result cap, read_file's max_chars cut and the
     log summary's cut at every offset; nothing of it longer than 4 characters may leave the process.
@@ -301,6 +303,7 @@ def test_no_start_of_a_straddling_secret_leaves_the_process(run: Run) -> None:
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_a_pasted_credential_is_not_stored_logged_traced_or_sent(run: Run) -> None:
     """Attack 2: keys pasted into a webhook message. No piece of any of them (8 characters of its
     random part) is in the database file, the logs, the traces, the console, the reply or a prompt."""
@@ -316,6 +319,7 @@ def test_a_pasted_credential_is_not_stored_logged_traced_or_sent(run: Run) -> No
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_the_model_sees_what_kind_of_credential_was_pasted_and_the_reply_flows(run: Run) -> None:
     """Attack 2, continued: the turn still runs and answers; the model reads `[REDACTED:<kind>]`."""
     assert run.replies["pasted"]["reply"] == "ok, noted"
@@ -326,6 +330,7 @@ def test_the_model_sees_what_kind_of_credential_was_pasted_and_the_reply_flows(r
     assert "Authorization: Bearer [REDACTED:" in user and "password=[REDACTED:credential]" in user
 
 
+@pytest.mark.slow
 def test_ordinary_identifiers_and_prose_reach_the_model_untouched(run: Run) -> None:
     """False positives: UUIDs, commit hashes, Feishu ids, Chinese and English prose are not redacted."""
     prompt = next(r for r in run.prompts if "Please look at these" in json.dumps(r.messages))

@@ -32,9 +32,9 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.builtin import builtin_tools
 from hermes_core.tools.permissions import Policy
+from serve_process import CLEAN_ENV
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and /proc checks are Linux's")
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 def bwrap_problem() -> str:
@@ -206,6 +206,7 @@ def survivors(token: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @needs_bwrap
 @needs_perl
 async def test_a_process_that_starts_its_own_session_dies_with_the_call(places: dict[str, Path]) -> None:
@@ -300,6 +301,7 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_an_allowed_program_cannot_read_the_services_secrets_from_proc(tmp_path: Path) -> None:
     """The attack: `cat` is allowed; the model (the fake endpoint) asks run_command for
@@ -328,6 +330,7 @@ def test_an_allowed_program_cannot_read_the_services_secrets_from_proc(tmp_path:
     assert "No such file" in told[0]["content"]
 
 
+@pytest.mark.slow
 def test_serve_without_a_sandbox_says_so_at_start_up(tmp_path: Path) -> None:
     """Running without isolation must not be silent: `serve` with `agent.shell_sandbox: none`
     logs a WARNING that names what is missing."""
@@ -339,6 +342,7 @@ def test_serve_without_a_sandbox_says_so_at_start_up(tmp_path: Path) -> None:
     assert warning and "no filesystem or /proc isolation" in warning[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["bash", "env", "xargs"])
 def test_serve_refuses_an_allow_list_holding_a_launcher(tmp_path: Path, program: str) -> None:
     """The attack surface made by configuration: allowing `bash`, `env` or `xargs` lets the model
@@ -394,6 +398,7 @@ def fake_bwrap(tmp_path: Path) -> dict[str, str]:
     return {**CLEAN_ENV, "PATH": f"{folder}{os.pathsep}{CLEAN_ENV.get('PATH', os.defpath)}"}
 
 
+@pytest.mark.slow
 def test_a_bubblewrap_that_cannot_run_here_is_detected_at_start_up(tmp_path: Path) -> None:
     """Where bubblewrap is installed but cannot create namespaces, the trial run at start-up finds
     out: `auto` falls back with a WARNING that says why; `bwrap` refuses to start (exit 2)."""
@@ -413,6 +418,7 @@ def test_a_bubblewrap_that_cannot_run_here_is_detected_at_start_up(tmp_path: Pat
     assert "shell_sandbox is bwrap, but bubblewrap does not work here" in strict.stderr
 
 
+@pytest.mark.slow
 def test_doctor_has_a_shell_sandbox_line(tmp_path: Path) -> None:
     """The doctor says plainly whether run_command's programs are confined."""
     ws = tmp_path / "ws"

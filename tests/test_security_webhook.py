@@ -38,8 +38,8 @@ from hermes_core.gateway.server import serve
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 SECRET = "webhook-secret-8c1f2e77a9"
 PAYMENTS: list[int] = []
 
@@ -118,6 +118,7 @@ def stop(process: subprocess.Popen[str]) -> str:
     return errors
 
 
+@pytest.mark.slow
 def test_serve_refuses_an_unsigned_webhook_on_a_public_address_in_one_line(tmp_path: Path) -> None:
     """Attack 1: with no HERMES_WEBHOOK_SECRET, `serve --host 0.0.0.0` put a webhook on every
     interface that believes any `user_id` it is sent, an admin's included. Now it exits 2 with one
@@ -377,18 +378,23 @@ async def until_closed(reader: asyncio.StreamReader, limit: float = 15) -> bytes
     return bytes(said)
 
 
-async def trickle(port: int, data: bytes, every: float = 1.0) -> tuple[float, bytes]:
-    """Send `data` one byte every `every` seconds; how long until the server closed, what it said."""
+async def trickle(
+    port: int, data: bytes, every: float = 1.0, dripping_ones: list[int] | None = None
+) -> tuple[float, bytes]:
+    """Send `data` one byte every `every` seconds; how long until the server closed, what it said.
+    Once its first byte is out, it adds itself to `dripping_ones` (a test waits for them all)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     started = time.monotonic()
 
     async def drip() -> None:
-        for byte in data:
+        for index, byte in enumerate(data):
             writer.write(bytes([byte]))
             try:
                 await writer.drain()
             except ConnectionError:
                 return
+            if index == 0 and dripping_ones is not None:
+                dripping_ones.append(port)
             await asyncio.sleep(every)
 
     dripping = asyncio.create_task(drip())
@@ -416,8 +422,9 @@ async def test_thirty_trickling_connections_are_closed_and_do_not_slow_a_real_re
     async with served(tmp_path, Agent(model=model), header_timeout=1, body_timeout=1) as url:
         port = int(url.rsplit(":", 1)[1])
         baseline = min([await timed_request(url) for _ in range(3)])
-        slow = [asyncio.create_task(trickle(port, REQUEST)) for _ in range(30)]
-        await asyncio.sleep(0.5)  # every connection is open and dripping
+        dripping: list[int] = []
+        slow = [asyncio.create_task(trickle(port, REQUEST, dripping_ones=dripping)) for _ in range(30)]
+        await wait_for(lambda: len(dripping) == 30)  # every connection is open and dripping
         during = min([await timed_request(url) for _ in range(3)])
         results = await asyncio.gather(*slow)
     assert during < baseline + 0.5, (baseline, during)

@@ -23,9 +23,9 @@ from gateway_harness import serving
 from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing import ScriptedModel, call, reply
+from serve_process import CLEAN_ENV
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the workspace needs POSIX openat")
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 SECRET = "sk-live-0123456789abcdef"
 
 
@@ -90,6 +90,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "run"])
 @pytest.mark.parametrize("case", CASES)
 def test_start_up_refuses_a_workspace_that_overlaps_what_the_service_trusts(

@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+import pytest
+
+from serve_process import start_serve
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 
 def start_server(cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", "serve", "--port", "0"],
-        cwd=cwd, env=CLEAN_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    for line in process.stdout:
-        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
-        if found:
-            return process, found.group(1)
-    raise AssertionError(f"server did not start: exit {process.wait()}")
+    process, found = start_serve("serve", "--port", "0", cwd=cwd)
+    return process, found.group(1)
 
 
 def http(url: str, body: dict | None = None) -> tuple[int, dict]:

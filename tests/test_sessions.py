@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from hermes_core.sessions import (
 )
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
 from test_gateway import post, running_gateway
 from wire_schema import assert_valid_requests
 
@@ -277,8 +277,9 @@ def test_memory_settings_are_validated(tmp_path: Path) -> None:
         load_settings(path, env={}, dotenv=None)
 
 
+@pytest.mark.slow
 def test_chat_repl_answers_memory_commands_without_the_model() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     done = subprocess.run(
         [sys.executable, "-m", "hermes_core", "chat"],
         input="/memory\n/记忆\nquit\n",

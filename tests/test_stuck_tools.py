@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, follow_the_words, wait
+from serve_process import Folder, follow_the_words, quietly, wait
 
 STUCK_TOOLS = '''
 import time
@@ -74,6 +74,7 @@ def test_run_sync_exits_with_its_reply_not_when_the_tool_returns(tmp_path: Path)
     assert elapsed < 8, f"the process lingered: {elapsed:.1f} s"
 
 
+@pytest.mark.slow
 def test_hermes_core_run_exits_promptly_after_its_reply(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): `hermes-core run` whose model calls a hanging sync tool. Before:
     the reply was printed after the tool's timeout, then the process lingered until the tool
@@ -96,6 +97,7 @@ def test_hermes_core_run_exits_promptly_after_its_reply(tmp_path: Path, model) -
     assert lingered < 2, f"exited {lingered:.1f} s after its reply"
 
 
+@pytest.mark.slow
 def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): SIGTERM to `serve` while a sync tool hangs (a long timeout, so the
     call is still running). Before: 29 s to stop — the grace, then the wait for the thread at
@@ -104,7 +106,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     folder = Folder(tmp_path, tools, "gateway: {shutdown_grace: 1}\n", model.base_url)
     server = folder.serve()
     try:
-        sender = threading.Thread(target=_quietly(server.webhook, "call stuck_0 x"), daemon=True)
+        sender = threading.Thread(target=quietly(server.webhook, "call stuck_0 x"), daemon=True)
         sender.start()
         wait(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
         time.sleep(0.3)  # inside the tool
@@ -114,6 +116,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     assert server.process.returncode == 0
 
 
+@pytest.mark.slow
 def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack (from the report): 32 calls of sync tools that hang (8 tools × 4 parallel calls, each
     timing out after 1 s) fill what used to be the shared 32-thread pool. Before: every later
@@ -123,7 +126,7 @@ def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  #
     server = Folder(tmp_path, STUCK_TOOLS, "", model.base_url).serve()
     try:
         senders = [
-            threading.Thread(target=_quietly(server.webhook, f"parallel stuck_{i} 4", f"user{i}"))
+            threading.Thread(target=quietly(server.webhook, f"parallel stuck_{i} 4", f"user{i}"))
             for i in range(8)
         ]
         for sender in senders:
@@ -146,16 +149,7 @@ def test_stuck_tools_cannot_starve_the_others(tmp_path: Path, model) -> None:  #
     assert "abandoned after" in server.output()
 
 
-def _quietly(function, *args):  # type: ignore[no-untyped-def]
-    def run() -> None:
-        try:
-            function(*args)
-        except OSError:
-            pass
-
-    return run
-
-
+@pytest.mark.slow
 def test_a_refused_tool_is_available_again_once_its_threads_return(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
     """Attack: a tool that hangs for a while (3 s, its timeout 0.5 s) is called until 4 of its
     threads are stuck, then again. The refusal must not be forever: once the stuck threads

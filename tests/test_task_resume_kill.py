@@ -25,6 +25,9 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 TOOLS_MODULE = '''
 import os, time
@@ -128,7 +131,7 @@ def test_kill_at_each_step_then_resume(tmp_path: Path, platform, kill_point: str
     marks, effects = tmp_path / "marks.txt", tmp_path / "effects.txt"
     marks.touch()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env = clean_environ()
     env.update(
         PYTHONPATH=str(tmp_path), RESUME_MARKS=str(marks), RESUME_EFFECTS=str(effects),
         HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", FEISHU_APP_ID=feishu.app_id,

@@ -55,6 +55,7 @@ def outbox_rows(tmp_path: Path) -> list[tuple[str, int]]:
         return db.execute("SELECT status, attempts FROM outbox ORDER BY id").fetchall()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("legacy_status_400", "token_too"),
     [(False, False), (True, False), (False, True)],
@@ -169,6 +170,7 @@ async def test_replies_to_20_chats_go_out_faster_than_5_per_second_and_each_chat
     assert most_in_window(times, 1.0) <= 50
 
 
+@pytest.mark.slow
 async def test_the_app_wide_limits_hold_when_scaled_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,6 @@ database written by a real traced agent.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,10 @@ import pytest
 from hermes_core import Agent
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
 from hermes_core.testing import ScriptedModel, reply
+from serve_process import CLEAN_ENV
 
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
+
 MESSAGE = "feishu:om_dc13264520392913993dd051dba21dcf"  # a real-looking Feishu message id
 IDS = (f"{MESSAGE}~3f9a0c2b71de", f"{MESSAGE}~3f9a77aa0b12", "webhook:m1~0c2b71de3f9a")
 

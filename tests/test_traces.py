@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import sqlite3
@@ -26,6 +25,7 @@ from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.permissions import Caller, Policy
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "docs" / "log-schema.json").read_text("utf-8"))
@@ -315,7 +315,6 @@ async def test_otel_spans_one_per_task_model_call_and_tool_call() -> None:
 # --- the whole service ---------------------------------------------------------------------------
 
 SECRET = "sk-trace-Zq81Wm3Xn5Lp7Kv9Hb2Jc4"
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -324,6 +323,7 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) -> None:
     (tmp_path / "hermes.yaml").write_text("observe:\n  log_dir: logs\n  log_format: json\n", encoding="utf-8")
     fake = FakeOpenAIServer(api_key=SECRET).start_in_thread()

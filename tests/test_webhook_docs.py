@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
 import signal
@@ -26,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from hermes_core.channels import webhook
+from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "webhook.md"
 SECRET = "docs-webhook-secret"
-CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
 
 
 def example(name: str, language: str) -> str:
@@ -73,6 +72,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
         process.wait(30)
 
 
+@pytest.mark.slow
 def test_curl_example_gets_the_reply(served: dict[str, str]) -> None:
     """The page's curl block (openssl HMAC over `timestamp.body`) is accepted and answered."""
     if shutil.which("curl") is None or shutil.which("openssl") is None:
@@ -84,6 +84,7 @@ def test_curl_example_gets_the_reply(served: dict[str, str]) -> None:
     assert "92" in answer["reply"] and answer["message_id"] == "curl-1"
 
 
+@pytest.mark.slow
 def test_python_example_gets_the_reply_then_the_same_reply_again(served: dict[str, str]) -> None:
     """The Python block: a signed request, then a fresh signature with the same message_id, which the
     gateway must answer as a duplicate with the same reply (not a replay 409, not a second run)."""
@@ -97,6 +98,7 @@ def test_python_example_gets_the_reply_then_the_same_reply_again(served: dict[st
     assert answer["reply"] == first  # the stored reply, not a second run
 
 
+@pytest.mark.slow
 def test_callback_example_verifies_the_signed_callback(served: dict[str, str]) -> None:
     """The callback block: 202 at once, then the reply POSTed to the receiver, whose check of the
     documented signature passes (a receiver that rejected it would answer 401 and never print)."""
@@ -108,6 +110,7 @@ def test_callback_example_verifies_the_signed_callback(served: dict[str, str]) -
     assert "42" in reply
 
 
+@pytest.mark.slow
 def test_a_replayed_request_and_an_oversized_body_are_refused_as_documented(served: dict[str, str]) -> None:
     """Attack: the same signed request twice (409), and a body one byte over the documented 1 MiB (413)."""
     body = json.dumps({"message": "hi", "user_id": "u3"}).encode()

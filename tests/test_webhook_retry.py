@@ -37,6 +37,9 @@ import pytest
 from hermes_core.channels.webhook import sign
 from hermes_core.replies import fixed_reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
 SECRET = "retry-secret"
 
@@ -62,7 +65,7 @@ class Serve:
         self.workdir, self.port = workdir, free_port()
         config = "model:\n  max_retries: 0\nwebhook:\n  callback_hosts: ['127.0.0.1']\n"
         (workdir / "hermes.yaml").write_text(config, encoding="utf-8")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        self.env = clean_environ()
         self.env.update(HERMES_BASE_URL=model.base_url, HERMES_MODEL="m")
         if secret:
             self.env["HERMES_WEBHOOK_SECRET"] = secret

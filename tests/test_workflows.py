@@ -331,6 +331,7 @@ def wait_for(condition: Any, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_point", KILL_POINTS)
 def test_a_killed_workflow_resumes_without_rerunning_finished_steps(tmp_path: Path, kill_point: str) -> None:
     database, counts = tmp_path / "journal.db", tmp_path / "counts.txt"

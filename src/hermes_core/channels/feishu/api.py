@@ -35,7 +35,7 @@ import json
 import logging
 import time
 import uuid as uuidlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -140,8 +140,10 @@ class FeishuAPI:
         max_retries: int = 3,
         retry_base_delay: float = 1.0,
         limiter: SendLimiter | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app_id = app_id
+        self._clock = clock  # when the token is due for renewal; tests pass a virtual one
         self._secret = app_secret
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -359,7 +361,7 @@ class FeishuAPI:
         return token
 
     def _valid_token(self) -> str | None:
-        return self._token if time.monotonic() < self._token_refresh_at else None
+        return self._token if self._clock() < self._token_refresh_at else None
 
     def _forget_token(self, token: str) -> None:
         if self._token == token:  # a token already replaced by a concurrent call stays replaced
@@ -387,7 +389,7 @@ class FeishuAPI:
         lifetime = max(0.0, float(expire)) if isinstance(expire, (int, float)) else 7200.0
         self._token = token
         # Renew 10 minutes early; a token issued with little time left is renewed half-way instead.
-        self._token_refresh_at = time.monotonic() + lifetime - min(TOKEN_REFRESH_MARGIN, lifetime / 2)
+        self._token_refresh_at = self._clock() + lifetime - min(TOKEN_REFRESH_MARGIN, lifetime / 2)
         log.info("feishu: new tenant_access_token for app %s, valid %.0fs", self.app_id, lifetime)
         return token
 

@@ -1,0 +1,90 @@
+"""Fixtures shared by the test files, so that each stands up the fakes and processes the same way.
+
+- `fake`: the fake OpenAI-compatible server (hermes_core.testing), on a free local port.
+- `feishu`: the fake Feishu platform, default credentials.
+- `http`: an aiohttp client session without a connection limit.
+- `clean_env`: this test's os.environ without the machine's HERMES_*/FEISHU_* variables; and
+  for every test, HERMES_*/FEISHU_* are put back as they were afterwards.
+- `serve`: starts `python -m hermes_core … serve` processes (tests/serve_process.py) and stops
+  each with SIGTERM after the test.
+
+A test file that needs another set-up (other credentials, a thread-run server) defines its own
+fixture of the same name, which takes precedence over these. The helpers behind them stay
+importable modules: tests/serve_process.py (processes, clean environments) and
+tests/gateway_harness.py (an in-process gateway on 127.0.0.1, `wait_for`).
+
+Tests marked `slow` (real `hermes-core` processes, kill loops, a browser, the MCP reference
+servers) are left out of the daily loop `python -m pytest -m "not slow"`; CI runs them all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from re import Match
+
+import aiohttp
+import pytest
+
+from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_openai import FakeOpenAIServer
+from serve_process import Serve, start_serve, stop_serve
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def feishu() -> AsyncIterator[FakeFeishu]:
+    async with FakeFeishu() as platform:
+        yield platform
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        yield session
+
+
+@pytest.fixture(autouse=True)
+def _hermes_environment_restored() -> Iterator[None]:
+    """Put HERMES_*/FEISHU_* back as they were after each test: code under test may set them
+    (a `.env` read by load_settings sets os.environ directly, out of monkeypatch's reach), and
+    one test's leftover HERMES_BASE_URL would change what every later test in the run builds."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(("HERMES_", "FEISHU_"))}
+    yield
+    for name in [k for k in os.environ if k.startswith(("HERMES_", "FEISHU_"))]:
+        if name not in saved:
+            del os.environ[name]
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Remove HERMES_*/FEISHU_* from os.environ for this test; the environment that is left."""
+    for name in list(os.environ):
+        if name.startswith(("HERMES_", "FEISHU_")):
+            monkeypatch.delenv(name)
+    return dict(os.environ)
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """`serve(*args, cwd=…, env=…, stderr=…)` → (process, `serving on` match); stopped after the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(
+        *args: str, cwd: Path, env: Mapping[str, str] | None = None, stderr: int | None = subprocess.STDOUT
+    ) -> tuple[subprocess.Popen[str], Match[str]]:
+        process, found = start_serve(*args, cwd=cwd, env=env, stderr=stderr)
+        started.append(process)
+        return process, found
+
+    yield start
+    for process in started:
+        stop_serve(process)
