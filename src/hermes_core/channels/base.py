@@ -97,3 +97,19 @@ def is_local(request: web.Request) -> bool:
         return False
     host = urlsplit(f"//{request.host}").hostname or ""
     return is_loopback(request.remote or "") and is_loopback(host)
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; ValueError saying why not (never RecursionError or a decode error):
+    the one reader of request bodies for every channel (hostile input: tests/test_fuzz_edges.py)."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("the body is not UTF-8") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as exc:  # json.JSONDecodeError, or an integer with too many digits
+        raise ValueError(f"not JSON: {str(exc)[:120]}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data

@@ -74,7 +74,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from .base import Channel, DeliveryError, read_body
+from .base import Channel, DeliveryError, json_object, read_body
 from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
 
 if TYPE_CHECKING:
@@ -402,18 +402,11 @@ class WebhookChannel(Channel):
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; ValueError saying why not (deep nesting and long numbers too)."""
+    """The body as a JSON object (channels/base.py `json_object`), its refusal said the webhook's way."""
     try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("body must be UTF-8 JSON: it is not UTF-8") from None
-    except RecursionError:
-        raise ValueError("body must be UTF-8 JSON: nested too deeply") from None
-    except ValueError as exc:  # json.JSONDecodeError, or an integer with too many digits
-        raise ValueError(f"body must be UTF-8 JSON: {str(exc)[:120]}") from None
-    if not isinstance(data, dict):
-        raise ValueError("body must be a JSON object")
-    return data
+        return json_object(body)
+    except ValueError as exc:
+        raise ValueError(f"body must be UTF-8 JSON: {exc}") from None
 
 
 def _is_id(value: Any) -> TypeGuard[str]:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base import json_object
 from ..seam import InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature
 
@@ -192,21 +193,6 @@ def card_action_envelope(card: dict[str, Any]) -> dict[str, Any]:
 
 def _reject(status: int, reason: str) -> EventCheck:
     return EventCheck(status, {"error": reason})
-
-
-def json_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; ValueError saying why not (never RecursionError or a decode error)."""
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("the body is not UTF-8") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    except ValueError as exc:  # json.JSONDecodeError, or an integer with too many digits
-        raise ValueError(f"not JSON: {str(exc)[:120]}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    return data
 
 
 # The fields this module and the channel read, by path, and the type each must have when present
