@@ -23,7 +23,7 @@ from _common import format_table
 
 from hermes_core import Agent, Session, tool
 from hermes_core.gateway.runner import AgentRunner
-from hermes_core.messages import Message
+from hermes_core.kernel.messages import Message
 from hermes_core.sessions import (
     SUMMARY_INSTRUCTIONS,
     ConversationMemory,

@@ -1,4 +1,4 @@
-"""Cost of checking one call's arguments: a typed tool (pydantic) vs a schema tool (tools/schema.py).
+"""Cost of checking one call's arguments: a typed tool (pydantic) vs a schema tool (kernel/tools/schema.py).
 
 The same booking tool is declared twice: as a typed `@tool` function and as a dict entry with the
 equivalent JSON Schema. Each is given the same two argument sets — already well typed, and
@@ -6,7 +6,7 @@ stringified ("5", "true", numbers in an array as strings) — through `bind_argu
 validation path `ToolRegistry.execute` takes. Figures are µs per call (median of rounds), with
 the schema/typed ratio. If `fastjsonschema` is installed, its validation alone (no coercion) of
 the well-typed arguments is timed too, beside jsonschema's alone: the figures behind the choice of
-validator told in tools/schema.py. Then the tool corpus (tests/data/tool_corpus/) rates.
+validator told in kernel/tools/schema.py. Then the tool corpus (tests/data/tool_corpus/) rates.
 
     python benchmarks/bench_schema_validation.py [--rounds N]
 """
@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from _common import format_table, row
 
+from hermes_core.kernel.tools.arguments import bind_arguments
+from hermes_core.kernel.tools.declare import tool_from_entry
 from hermes_core.tools import tool
-from hermes_core.tools.arguments import bind_arguments
-from hermes_core.tools.declare import tool_from_entry
 
 TARGET_US = 200.0  # a schema tool's check, per call: small beside a model's turn
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, Session, tool
-from hermes_core.messages import ModelResponse, ToolCall
+from hermes_core.kernel.messages import ModelResponse, ToolCall
+from hermes_core.kernel.tools.permissions import Caller, Policy
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import DecisionRefused, SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
-from hermes_core.tools.permissions import Caller, Policy
 from invoicing import RAN, send_invoice
 
 

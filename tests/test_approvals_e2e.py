@@ -19,13 +19,13 @@ from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
-from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
 from serve_process import clean_environ
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_core.messages import ToolCall
+from hermes_core.kernel.messages import ToolCall
 from hermes_core.tools import Tool, ToolError, ToolRegistry
 from hermes_core.tools.builtin import builtin_tools
 from hermes_core.tools.files import Workspace, file_tools

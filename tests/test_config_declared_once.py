@@ -18,11 +18,11 @@ import yaml
 
 from hermes_core import Agent, tool
 from hermes_core.config import ConfigError, Settings, build_agent, load_settings
-from hermes_core.loop import Limits
+from hermes_core.kernel.loop import Limits
+from hermes_core.kernel.tools.registry import ToolRegistry
+from hermes_core.kernel.tools.results import DEFAULT_MAX_CHARS
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from hermes_core.tools.registry import ToolRegistry
-from hermes_core.tools.results import DEFAULT_MAX_CHARS
 
 ENDPOINT_OWN = {"model", "base_url", "api_key"}  # where the model is: the agent, a preset or the environment
 
@@ -64,7 +64,7 @@ def test_every_limit_is_a_yaml_key_an_agent_keyword_and_an_attribute(tmp_path: P
 def test_the_defaults_are_named_once() -> None:
     """Attack: a default written twice drifts (3000 characters here, 30 s there): the limits, the
     configuration and every tool registry must read the same named constants."""
-    from hermes_core.tools.registry import DEFAULT_TOOL_TIMEOUT
+    from hermes_core.kernel.tools.registry import DEFAULT_TOOL_TIMEOUT
 
     assert Limits().max_result_chars == Settings().agent.max_result_chars == DEFAULT_MAX_CHARS
     assert Limits().tool_timeout == Settings().agent.tool_timeout == DEFAULT_TOOL_TIMEOUT

@@ -1,4 +1,4 @@
-"""A tool call cut off by the output token limit is never run (guards.py `cut_off_outcomes`).
+"""A tool call cut off by the output token limit is never run (kernel/guards.py `cut_off_outcomes`).
 
 Whole tasks over real HTTP: Agent → OpenAICompatClient → the fake OpenAI-compatible server, which
 sends `finish_reason: "length"` with cut argument text, streamed and not, as OpenAI, Ollama and

@@ -21,10 +21,10 @@ import pytest
 from eval_fakes import GIVE_UP, fake_models, requests_for, write_config
 from hermes_core import cli
 from hermes_core.evals.cases import Case, CaseError, Checks, evaluate, load_case, load_cases, parse_case
-from hermes_core.loop import RunResult
-from hermes_core.messages import ModelResponse, ToolCall
-from hermes_core.replies import fixed_reply
-from hermes_core.tools.registry import ToolOutcome
+from hermes_core.kernel.loop import RunResult
+from hermes_core.kernel.messages import ModelResponse, ToolCall
+from hermes_core.kernel.replies import fixed_reply
+from hermes_core.kernel.tools.registry import ToolOutcome
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "evals"
 

@@ -1,4 +1,4 @@
-"""Argument repair never changes meaning (tools/arguments.py `parse_arguments`, tools/faithful.py).
+"""Argument repair never changes meaning (kernel/tools/arguments.py, kernel/tools/faithful.py).
 
 For random objects written in the broken ways models write them (single quotes, trailing commas,
 code fences, prose around, Python literals, cut off), `parse_arguments` returns either exactly the
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hermes_core import Agent, tool
+from hermes_core.kernel.tools.arguments import ArgumentError, parse_arguments
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.arguments import ArgumentError, parse_arguments
 
 # Characters that make quoting hard: both quotes, backslash, JSON punctuation, spaces, CJK.
 TEXT = st.text(alphabet=st.sampled_from(list("ab xyz\"'\\,:{}[]\n\t") + ["北", "京", "é"]), max_size=10)

@@ -26,10 +26,10 @@ from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.longconn import FeishuLongConnection
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.runner import AgentRunner
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
 
 lark_reference = pytest.importorskip("lark_reference", reason="needs lark-oapi (the test extra)")

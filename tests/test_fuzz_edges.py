@@ -54,9 +54,9 @@ from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.store import SQLiteGatewayStore
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks.pending import Pending, SQLiteInteractions
 from hermes_core.testing.fake_feishu import FakeFeishu
-from hermes_core.tools.permissions import Policy
 
 DATA = Path(__file__).parent / "data"
 CORPUS = DATA / "hostile_bodies.jsonl"

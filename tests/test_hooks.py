@@ -1,4 +1,4 @@
-"""Observers are hooks the loop calls (hooks.py); the journal stays a wrapper; one place
+"""Observers are hooks the loop calls (kernel/hooks.py); the journal stays a wrapper; one place
 assembles a task's stack (stack.py), and a call passes only the layers that change it."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core import Agent, ModelUnavailable, tool
-from hermes_core.hooks import TaskHooks
-from hermes_core.loop import Limits, run_loop
-from hermes_core.messages import Message, ModelResponse, ToolCall
+from hermes_core.kernel.hooks import TaskHooks
+from hermes_core.kernel.loop import Limits, run_loop
+from hermes_core.kernel.messages import Message, ModelResponse, ToolCall
+from hermes_core.kernel.tools.registry import ToolOutcome
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
 from hermes_core.stack import layers, task_stack
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
-from hermes_core.tools.registry import ToolOutcome
 
 
 @tool(level=0)

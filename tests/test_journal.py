@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hermes_core import Agent, tool
-from hermes_core.messages import ModelResponse, ToolCall
-from hermes_core.records import record_of
+from hermes_core.kernel.messages import ModelResponse, ToolCall
+from hermes_core.kernel.records import record_of
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.journal import UNKNOWN_OUTCOME, resume
 from hermes_core.testing import ScriptedModel, call, reply

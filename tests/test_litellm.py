@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_core.models.base import ModelUnavailable
+from hermes_core.kernel.model import ModelUnavailable
 from hermes_core.models.openai_compat import OpenAICompatClient
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply

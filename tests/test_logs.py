@@ -14,11 +14,11 @@ import jsonschema
 import pytest
 
 from hermes_core import Agent, ModelUnavailable, tool
+from hermes_core.kernel.redaction import default_redactor, uninstall_log_redaction
+from hermes_core.kernel.tools.permissions import Caller, Policy
 from hermes_core.observe.logs import EVENTS, LOG_FILE, setup_logging
 from hermes_core.observe.traces import Tracer
-from hermes_core.redaction import default_redactor, uninstall_log_redaction
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.permissions import Caller, Policy
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "log-schema.json").read_text("utf-8"))
 SECRET = "sk-logtest-7Hq2Lm9Nx4Pw6Rz8Tb1Vc3"

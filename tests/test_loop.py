@@ -11,8 +11,8 @@ import time
 import pytest
 
 from hermes_core import Agent, ModelUnavailable, Session, ToolContext, ToolError, tool
+from hermes_core.kernel.replies import fixed_reply
 from hermes_core.models import ModelRequestRejected
-from hermes_core.replies import fixed_reply
 from hermes_core.testing import ScriptedModel, call, reply
 from virtual_clock import VirtualClock
 
@@ -318,7 +318,7 @@ async def test_dict_style_entry_and_register_tool() -> None:
 
 
 async def test_empty_model_answer_gets_a_fixed_reply() -> None:
-    from hermes_core.messages import ModelResponse
+    from hermes_core.kernel.messages import ModelResponse
 
     result = await Agent(model=ScriptedModel([ModelResponse(content="")])).run("hi there friend")
     assert result.reply == fixed_reply("empty_reply", "en")

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_core import Agent, tool
-from hermes_core.messages import ModelResponse, ToolCall, Usage
+from hermes_core.kernel.messages import ModelResponse, ToolCall, Usage
 from hermes_core.testing import ScriptedModel
 
 

@@ -23,8 +23,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from hermes_core.messages import Usage
-from hermes_core.models.base import ModelRequestRejected, ModelUnavailable
+from hermes_core.kernel.messages import Usage
+from hermes_core.kernel.model import ModelRequestRejected, ModelUnavailable
 from hermes_core.models.openai_compat import OpenAICompatClient
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
@@ -138,7 +138,7 @@ async def test_calls_sent_without_ids_are_named_for_their_conversation(
 async def test_each_model_is_offered_its_own_tools_and_the_response_names_it(
     fake: FakeOpenAIServer, make_client: MakeClient
 ) -> None:
-    from hermes_core.models.base import offering
+    from hermes_core.kernel.model import offering
 
     fake.unavailable = {"primary"}
     echo = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hermes_core.messages import ModelResponse
-from hermes_core.models.base import ModelClient
+from hermes_core.kernel.messages import ModelResponse
+from hermes_core.kernel.model import ModelClient
 from hermes_core.models.offline import EN_PREFIX, ZH_PREFIX, OfflineModel, extract_expression
 from hermes_core.tools.calculator import evaluate
 

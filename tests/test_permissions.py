@@ -11,9 +11,9 @@ import pytest
 from hermes_core import Agent, tool
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
+from hermes_core.kernel.tools.permissions import Caller, Policy
 from hermes_core.tasks.pending import InlineInteractions, Pending
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.permissions import Caller, Policy
 
 RAN: list[str] = []
 
@@ -151,7 +151,7 @@ def test_permissions_from_configuration(tmp_path: Path) -> None:
     assert policy.caller("ou_other", "feishu").role == "member" and policy.allow_irreversible == frozenset(
         {"x"}
     )
-    # the same ids on another channel, or with none, are someone else (tools/permissions.py)
+    # the same ids on another channel, or with none, are someone else (kernel/tools/permissions.py)
     assert policy.caller("ou_boss", "webhook").role == "member" and policy.caller("ou_hr").role == "member"
 
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, ToolError, tool
-from hermes_core.loop import pause_reply
+from hermes_core.kernel.loop import pause_reply
+from hermes_core.kernel.replies import fixed_reply
+from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.models import ModelUnavailable
 from hermes_core.plans import run_plan
-from hermes_core.replies import fixed_reply
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call
-from hermes_core.tools.permissions import Caller
 
 
 class Office:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_core.replies import REPLIES
+from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from serve_process import Folder, Server, follow_the_words, quietly, wait

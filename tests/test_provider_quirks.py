@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, tool
-from hermes_core.models.base import ModelRequestRejected, ModelUnavailable
+from hermes_core.kernel.model import ModelRequestRejected, ModelUnavailable
 from hermes_core.models.openai_compat import OpenAICompatClient
 from hermes_core.models.settings import ModelSettings
-from hermes_core.models.text_tools import TextToolCalls
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from hermes_core.textcalls.wrapper import TextToolCalls
 from provider_bodies import BODIES, recorded, replay
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""One record format for model responses and tool outcomes (records.py), read by the journal, the
+"""One record format for model responses and tool outcomes (kernel/records.py), read by the journal, the
 trace, replay and evals; and the rows an installation of the previous version has on disk.
 
 tests/data/records/ holds a journal and a trace record written by this project's previous version
@@ -13,13 +13,13 @@ from typing import Any
 
 from hermes_core import Agent, tool
 from hermes_core.evals.traces import case_from_trace
-from hermes_core.messages import ModelResponse, ToolCall, Usage
+from hermes_core.kernel.messages import ModelResponse, ToolCall, Usage
+from hermes_core.kernel.records import canonical, outcome_from, outcome_record, record_of, response_from
+from hermes_core.kernel.tools.registry import ToolOutcome
 from hermes_core.observe.replay import replay
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
-from hermes_core.records import canonical, outcome_from, outcome_record, record_of, response_from
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.registry import ToolOutcome
 
 DATA = Path(__file__).parent / "data" / "records"
 OLD_TASK = "webhook:m1~abc123"

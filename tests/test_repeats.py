@@ -1,4 +1,4 @@
-"""Which repeated calls are loops (guards.py `TaskGuards`): judged across turns, by what could have
+"""Which repeated calls are loops (kernel/guards.py `TaskGuards`): judged across turns, by what could have
 changed since. Scripted models drive a real agent over real tools: the workspace file tools, and
 the demo MCP server (tests/mcp_demo_server.py) as a stdio subprocess."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core import Agent, tool
-from hermes_core.messages import ModelResponse, ToolCall
+from hermes_core.kernel.messages import ModelResponse, ToolCall
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.files import Workspace, file_tools
 from hermes_core.tools.mcp import MCPConnection

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from hermes_core import Agent, Tool, tool
+from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.skills import SkillSet
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.permissions import Caller
 from hermes_core.tools.routing import ToolRouter, terms
 
 # 10 groups x 5 tools = 50 tools: English descriptions, Chinese keywords.
@@ -177,7 +177,7 @@ def test_router_selects_on_its_own() -> None:
 def test_groups_on_tools() -> None:
     assert tool(groups="weather")(CATALOG[0].handler).groups == ("weather",)
     assert CATALOG[0].groups == ("weather",)
-    from hermes_core.tools.declare import tool_from_entry
+    from hermes_core.kernel.tools.declare import tool_from_entry
 
     entry = {"description": "d", "parameters": {"type": "object"}, "handler": lambda: 1, "groups": ["a", "b"]}
     assert tool_from_entry("x", entry).groups == ("a", "b")

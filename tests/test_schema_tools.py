@@ -17,10 +17,10 @@ import pytest
 from pydantic import TypeAdapter
 
 from hermes_core import Agent
+from hermes_core.kernel.tools.declare import ToolDefinitionError
+from hermes_core.kernel.tools.schema import NON_STANDARD_TYPES, normalise, wire_name, wire_names
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry, tool
-from hermes_core.tools.declare import ToolDefinitionError
-from hermes_core.tools.schema import NON_STANDARD_TYPES, normalise, wire_name, wire_names
 
 DATA = Path(__file__).parent / "data"
 DEMO_SERVER = Path(__file__).with_name("mcp_demo_server.py")

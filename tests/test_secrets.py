@@ -1,4 +1,4 @@
-"""Secrets never appear in logs, traces, prompts, replies or stored data (O1, redaction.py).
+"""Secrets never appear in logs, traces, prompts, replies or stored data (O1, kernel/redaction.py).
 
 First the `Redactor` and the logging filter, piece by piece. Then the whole `hermes-core serve`
 process, with known secrets in its environment and DEBUG logging, against a prompt-injected model
@@ -27,8 +27,8 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from hermes_core.channels.webhook import sign
-from hermes_core.messages import ModelResponse, ToolCall
-from hermes_core.redaction import (
+from hermes_core.kernel.messages import ModelResponse, ToolCall
+from hermes_core.kernel.redaction import (
     REDACTED,
     RedactingFilter,
     RedactingFormatter,

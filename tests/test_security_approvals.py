@@ -19,8 +19,8 @@ from gateway_harness import post, serving
 from hermes_core import Agent, tool
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.server import build_gateway
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from hermes_core.tools.permissions import Policy
 
 RAN: list[str] = []  # every real run of a tool below, in order
 

@@ -33,9 +33,9 @@ from hermes_core.config import (
     build_agent,
 )
 from hermes_core.gateway.server import build_gateway, serve
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
-from hermes_core.tools.permissions import Policy
 from invoicing import RAN, send_invoice
 from serve_process import CLEAN_ENV
 

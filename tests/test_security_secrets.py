@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from hermes_core.channels.webhook import sign
-from hermes_core.redaction import Redactor
+from hermes_core.kernel.redaction import Redactor
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
 

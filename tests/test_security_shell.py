@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks.pending import InlineInteractions, Pending
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.builtin import builtin_tools
-from hermes_core.tools.permissions import Policy
 from serve_process import CLEAN_ENV
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and /proc checks are Linux's")

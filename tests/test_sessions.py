@@ -13,7 +13,7 @@ import pytest
 
 from hermes_core import Agent, tool
 from hermes_core.gateway.runner import AgentRunner
-from hermes_core.messages import Message
+from hermes_core.kernel.messages import Message
 from hermes_core.sessions import (
     REMEMBER,
     SUMMARY_INSTRUCTIONS,

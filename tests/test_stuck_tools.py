@@ -1,6 +1,6 @@
 """Stuck sync tools: a sync tool that never returns must not hold the process, nor starve others.
 
-Python cannot kill a thread; tools/registry.py runs sync tools on daemon threads of its own,
+Python cannot kill a thread; kernel/tools/registry.py runs sync tools on daemon threads of its own,
 abandons (and replaces) a worker whose call timed out, and refuses further calls of a tool with
 too many stuck threads. Each test performs a case of the report on the issue "Nothing lost,
 nothing twice, nothing stuck" against real processes: a script using `Agent.run_sync`,

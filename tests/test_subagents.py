@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from hermes_core import Agent, tool
-from hermes_core.messages import Message, ModelResponse
+from hermes_core.kernel.messages import Message, ModelResponse
+from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.team import agent_launch
 from hermes_core.testing import ScriptedModel, call, reply
-from hermes_core.tools.permissions import Caller
 
 
 @tool(level=0)

@@ -9,13 +9,13 @@ from itertools import pairwise
 from typing import Any
 
 from hermes_core import Agent
-from hermes_core.messages import Message, ModelResponse
+from hermes_core.kernel.messages import Message, ModelResponse
+from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.models.openai_compat import OpenAICompatClient
 from hermes_core.models.settings import ModelSettings
 from hermes_core.team import BATCH, Delegation, Expert, Supervisor
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from hermes_core.tools.permissions import Caller
 
 BATCH_CALLER = Caller("nightly-report", interactive=False)
 PERSON = Caller("u1")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, tool
-from hermes_core.models.text_tools import render_text_mode
-from hermes_core.replies import fixed_reply
+from hermes_core.kernel.replies import fixed_reply
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from hermes_core.textcalls.wrapper import render_text_mode
 from wire_schema import assert_valid_requests
 
 # One call of add(a=2, b=3), as each format writes it (from the formats' published descriptions).

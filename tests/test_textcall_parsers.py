@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_core.messages import ToolCall
+from hermes_core.kernel.messages import ToolCall
 from hermes_core.textcalls import PARSERS, ParsedText, Tag, TagParser, parse_text_calls, register_parser
 from hermes_core.textcalls.parsers import FoundCall, literal_tag, parse_selected, select_parsers
 

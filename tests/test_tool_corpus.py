@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hermes_core.messages import ToolCall
+from hermes_core.kernel.messages import ToolCall
+from hermes_core.kernel.tools.schema import wire_name
 from hermes_core.tools import ToolRegistry
-from hermes_core.tools.schema import wire_name
 
 CORPUS = Path(__file__).parent / "data" / "tool_corpus"
 FILES = ("bfcl_calls.jsonl", "mcp_reference_tools.jsonl")

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from hermes_core import ToolCall, tool
+from hermes_core.kernel.tools.arguments import ArgumentError, parse_arguments, validate_arguments
+from hermes_core.kernel.tools.declare import ToolDefinitionError
 from hermes_core.tools import ToolRegistry
-from hermes_core.tools.arguments import ArgumentError, parse_arguments, validate_arguments
-from hermes_core.tools.declare import ToolDefinitionError
 
 CONFORMANCE = Path(__file__).resolve().parent / "data"
 

@@ -18,13 +18,13 @@ import pytest
 
 from hermes_core import Agent, ModelUnavailable, Session, tool
 from hermes_core.evals.traces import case_from_trace
+from hermes_core.kernel.tools.permissions import Caller, Policy
 from hermes_core.observe.commands import summary_table, timeline
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer, TraceStore, xray_path
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from hermes_core.tools.permissions import Caller, Policy
 from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from hermes_core.channels.webhook import sign
-from hermes_core.replies import fixed_reply
+from hermes_core.kernel.replies import fixed_reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
 

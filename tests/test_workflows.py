@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from hermes_core import Agent, ToolError, tool
+from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.plans import Workflow, WorkflowError, WorkflowStep, run_workflow
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.journal import UNKNOWN_OUTCOME
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel
-from hermes_core.tools.permissions import Caller
 
 CHILD = Path(__file__).with_name("workflow_child.py")
 

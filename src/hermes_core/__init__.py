@@ -15,8 +15,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Agent": "agent",
     "Session": "agent",
-    "RunResult": "loop",
-    "Limits": "loop",
+    "RunResult": "kernel.loop",
+    "Limits": "kernel.loop",
     "tool": "tools",
     "Tool": "tools",
     "ToolContext": "tools",
@@ -26,9 +26,9 @@ _EXPORTS = {
     "ModelError": "models",
     "ModelUnavailable": "models",
     "ModelRequestRejected": "models",
-    "ModelResponse": "messages",
-    "ToolCall": "messages",
-    "Usage": "messages",
+    "ModelResponse": "kernel.messages",
+    "ToolCall": "kernel.messages",
+    "Usage": "kernel.messages",
     "agent_launch": "team",
     "Expert": "team",
     "Supervisor": "team",
@@ -40,13 +40,13 @@ _EXPORTS = {
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
-    from .loop import Limits, RunResult
-    from .messages import ModelResponse, ToolCall, Usage
+    from .kernel.loop import Limits, RunResult
+    from .kernel.messages import ModelResponse, ToolCall, Usage
+    from .kernel.tools import Tool, ToolContext, ToolError, ToolRegistry, tool
     from .models import ModelClient, ModelError, ModelRequestRejected, ModelUnavailable
     from .plans import Workflow, run_plan, run_workflow
     from .skills import SkillSet
     from .team import Expert, Supervisor, agent_launch
-    from .tools import Tool, ToolContext, ToolError, ToolRegistry, tool
 
 
 def __getattr__(name: str) -> Any:

@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .hooks import hooked
-from .loop import PAUSES, Limits, RunResult, run_loop
-from .messages import Message
-from .models.base import ModelClient, TextCallback
+from .kernel.hooks import hooked
+from .kernel.loop import PAUSES, Limits, RunResult, run_loop
+from .kernel.messages import Message
+from .kernel.model import ModelClient, TextCallback
+from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
+from .kernel.replies import Language, detect_language
+from .kernel.tools import Tool, ToolRegistry
+from .kernel.tools.permissions import Caller, Policy
 from .models.settings import ModelSettings
-from .prompts import DEFAULT_SYSTEM_PROMPT
-from .replies import Language, detect_language
 from .stack import model_client, task_stack
-from .tools import Tool, ToolRegistry
-from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
     from .modes import TaskMode
@@ -44,7 +44,7 @@ _TRAILING = r"[\s!！.。~～?？,，]*"
 class Session:
     """One conversation as a run sees it: the history to send, and notes for the system message.
 
-    `notes` (a state snapshot, a summary, a pinned goal: see `sessions/memory.py`) is appended to
+    `notes` (a state snapshot, a summary, a pinned goal: see `memory/conversation.py`) is appended to
     the system prompt of every model call of the run, so it is never part of the history and no
     cut can drop it. The run appends its new messages to `messages`.
     """
@@ -59,7 +59,7 @@ class Agent:
     """Everything that defines an agent. `await agent.run("…")` runs one task.
 
     The model's options are one `ModelSettings` (`settings`, models/settings.py) and a task's limits
-    one `Limits` (`limits`, loop.py): the same types as the YAML `model:` and `agent:` sections.
+    one `Limits` (`limits`, kernel/loop.py): the same types as the YAML `model:` and `agent:` sections.
     For convenience each of their options is also a keyword and an attribute of the agent:
     `Agent(model="m", temperature=0, max_turns=4)` sets them in copies of `settings` and `limits`
     (a keyword wins over the same option in `settings=`), `agent.max_turns` reads `limits.max_turns`
@@ -73,7 +73,7 @@ class Agent:
     limits: Limits = field(default_factory=Limits)  # turns, tool calls, tool timeout, result size
     permissions: Policy = field(
         default_factory=Policy
-    )  # roles, levels, allowed models (tools/permissions.py)
+    )  # roles, levels, allowed models (kernel/tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
     tracer: Tracer | None = None  # log events, each task's record, X-rays of failures (observe/)
     interactions: Interactions | None = None  # who approves calls and answers questions (tasks/pending.py)

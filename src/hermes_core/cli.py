@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_doctor(args)
     from .config import ConfigError, build_agent, load_settings
-    from .redaction import redact_text
+    from .kernel.redaction import redact_text
 
     try:
         settings = load_settings(args.config)  # loads .env first: the secrets to redact are all known now
@@ -244,7 +244,7 @@ async def deadletters_command(settings: Any, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .gateway.store import SQLiteGatewayStore, dead_letter_summary
-    from .redaction import redact_data, redact_text
+    from .kernel.redaction import redact_data, redact_text
 
     database = Path(settings.gateway.data_dir) / "gateway.db"
     if not database.exists():
@@ -302,7 +302,7 @@ def configure_logging(level: str | None, command: str, observe: Any = None) -> N
     With the configuration's `observe` section: its format, and daily JSON files (observe/logs.py)."""
     import logging
 
-    from .redaction import install_log_redaction
+    from .kernel.redaction import install_log_redaction
 
     level = level or getattr(observe, "level", None) or ("INFO" if command == "serve" else None)
     if level is not None:
@@ -325,7 +325,7 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
         print(f"hermes-core serving on {address} ({routes})", flush=True)
 
     from .config import ConfigError
-    from .redaction import redact_text
+    from .kernel.redaction import redact_text
 
     try:
         asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner, agent=agent))
@@ -338,9 +338,9 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
 async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bool = False) -> int:
     """One message; Ctrl-C cancels it: one line on stderr, exit 130."""
     from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
+    from .kernel.redaction import redact_data
     from .models.routing import usage_by_model
     from .modes import run_task
-    from .redaction import redact_data
 
     display = TurnDisplay.for_terminal(quiet=quiet, stream=not as_json and sys.stdout.isatty())
     show_tool_calls(agent, display)
@@ -432,7 +432,7 @@ def terminal_caller(agent: Any) -> Any:
 def terminal_interactions(terminal: Any, display: Any) -> Any:
     """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on.
     Their lines come from the session's `Terminal`, so Ctrl-C at such a prompt cancels the turn."""
-    from .redaction import redact_text
+    from .kernel.redaction import redact_text
     from .tasks.pending import InlineInteractions, Pending
 
     async def confirm(pending: Pending) -> bool:

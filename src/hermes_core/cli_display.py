@@ -29,11 +29,11 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import Any, TextIO, TypeVar
 
-from .messages import ToolCall
-from .redaction import Redactor, cut_text, default_redactor
-from .tools import ToolContext
-from .tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome, ToolRegistry
-from .tools.results import DEFAULT_MAX_CHARS
+from .kernel.messages import ToolCall
+from .kernel.redaction import Redactor, cut_text, default_redactor
+from .kernel.tools import ToolContext
+from .kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome, ToolRegistry
+from .kernel.tools.results import DEFAULT_MAX_CHARS
 
 T = TypeVar("T")
 

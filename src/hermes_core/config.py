@@ -10,7 +10,7 @@
     tools: [mypkg.tools]
 
 The `model:` section is `ModelSettings` (models/settings.py) and the limits of `agent:` are `Limits`
-(loop.py): each option is declared once, there, with its default and its bounds.
+(kernel/loop.py): each option is declared once, there, with its default and its bounds.
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
 A model is a provider preset, or a name and a base URL; a half-configured one is a ConfigError
 (nothing configured at all: the offline demo model).
@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
-from .loop import Limits
+from .kernel.loop import Limits
 from .models.settings import ModelRoute, ModelSettings
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
@@ -61,7 +61,7 @@ class _Section(BaseModel):
 
 @dataclass(config=ConfigDict(extra="forbid"))
 class AgentConfig(Limits):
-    """The `agent:` section: a task's `Limits` (loop.py, declared there), and how the agent is built."""
+    """The `agent:` section: its `Limits` (kernel/loop.py) and how the agent is built."""
 
     system_prompt: str | None = None
     greeting_patterns: list[str] | None = None
@@ -176,7 +176,7 @@ _HOST_ENTRY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?
 
 
 class MemoryConfig(_Section):
-    """What each model call gets of a conversation (sessions/memory.py): the last `window_turns` turns
+    """What each model call gets of a conversation (memory/conversation.py): the last `window_turns` turns
     within `budget_tokens` of history + state, older turns folded into a summary (`fold`), and up to
     `examples` past outcomes from long-term memory (`long_term`)."""
 
@@ -190,7 +190,7 @@ class MemoryConfig(_Section):
 class PermissionsConfig(_Section):
     """Roles by identity, qualified by channel: `feishu:<open_id>`, `webhook:<user_id>`,
     `terminal:<login name>`, `web:console`; everyone else is a member. An entry without a channel is
-    an error (tools/permissions.py): `ou_abc` alone would also match a webhook caller claiming it."""
+    an error (kernel/tools/permissions.py): `ou_abc` alone would also match a webhook caller claiming it."""
 
     admins: list[str] = Field(default_factory=list)  # e.g. ["feishu:ou_abc"]
     roles: dict[str, str] = Field(default_factory=dict)  # e.g. {"feishu:ou_hr": "hr"}
@@ -329,7 +329,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     import dataclasses
 
     from .agent import DEFAULT_GREETINGS, Agent
-    from .prompts import DEFAULT_SYSTEM_PROMPT
+    from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
     from .tools.clarify import clarify
 
     m, a = settings.model, settings.agent
@@ -430,7 +430,7 @@ IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels who
 
 def policy(config: PermissionsConfig) -> Any:
     """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
-    from .tools.permissions import Policy, unqualified
+    from .kernel.tools.permissions import Policy, unqualified
 
     for key, entries in (("admins", config.admins), ("roles", list(config.roles))):
         known = ", ".join(IDENTITY_CHANNELS)
@@ -451,8 +451,8 @@ def skill_set(config: SkillsConfig, tools: list[Any]) -> Any:
     """The skills of `skills.dirs`, checked against these tools (skills.py); None without a folder."""
     if not config.dirs:
         return None
+    from .kernel.tools import ToolRegistry
     from .skills import SkillError, SkillSet
-    from .tools import ToolRegistry
 
     try:
         return SkillSet.load(config.dirs, ToolRegistry(tools).names, strict=config.strict)
@@ -521,7 +521,7 @@ def trusted_paths(settings: Settings) -> list[Path]:
 
 def load_tools(modules: list[str]) -> list[Any]:
     """Every `Tool` defined at the top level of each named module (or listed in its `TOOLS`)."""
-    from .tools import Tool
+    from .kernel.tools import Tool
 
     found: list[Any] = []
     for name in modules:

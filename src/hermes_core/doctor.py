@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .config import ConfigError, Settings, build_agent, load_settings, model_endpoint
+from .kernel.redaction import Redactor
 from .models.providers import Endpoint, without_credentials
-from .redaction import Redactor
 
 PROBE_TIMEOUT = 10.0  # seconds: a doctor should answer quickly even when a host does not
 MODEL_UNAVAILABLE_PREFIX = "every model failed after retries: "
@@ -159,7 +159,7 @@ def check_configuration(
 
 async def check_model(settings: Settings) -> Check:
     """One chat completion of at most one token, without retries or fallback models."""
-    from .models.base import ModelRequestRejected, ModelUnavailable
+    from .kernel.model import ModelRequestRejected, ModelUnavailable
 
     name, endpoint = "model endpoint", model_endpoint(settings)  # the configuration check resolved it
     if endpoint is None:
@@ -238,9 +238,9 @@ async def list_models(endpoint: Endpoint) -> list[str]:
 
 async def check_model_tools(settings: Settings) -> Check:
     """Offer one tool and see how the model calls it; say which `model.tool_mode` fits."""
-    from .models.base import ModelError, ModelRequestRejected
-    from .models.text_tools import TextToolCalls, _refuses_tools
+    from .kernel.model import ModelError, ModelRequestRejected
     from .textcalls import parse_text_calls
+    from .textcalls.wrapper import TextToolCalls, _refuses_tools
     from .tools.examples import calculator_tool
 
     name, endpoint, mode = "model tools", model_endpoint(settings), settings.model.tool_mode

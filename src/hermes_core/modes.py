@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
-    from .loop import RunResult
-    from .models.base import TextCallback
+    from .kernel.loop import RunResult
+    from .kernel.model import TextCallback
+    from .kernel.tools.permissions import Caller
     from .team import Expert, Supervisor
-    from .tools.permissions import Caller
 
 ModeName = Literal["loop", "plan", "team"]
 MODES: tuple[str, ...] = ("loop", "plan", "team")

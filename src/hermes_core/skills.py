@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from .messages import Message
+from .kernel.messages import Message
 
 if TYPE_CHECKING:
-    from .tools import Tool
+    from .kernel.tools import Tool
 
 log = logging.getLogger("hermes_core.skills")
 
@@ -201,7 +201,7 @@ class SkillSet:
 
     def instructions(self, name: str) -> str:
         """What `load_skill(name)` returns. Raises `ToolError` (shown to the model) when it cannot."""
-        from .tools import ToolError
+        from .kernel.tools import ToolError
 
         skill = self.skills.get(name.strip())
         if skill is None:
@@ -225,7 +225,7 @@ class SkillSet:
     @cached_property
     def load_skill(self) -> Tool:
         """The `load_skill` tool over these skills (read-only; offered whatever routing decides)."""
-        from .tools import tool
+        from .kernel.tools import tool
         from .tools.routing import ALWAYS
 
         skills = self

@@ -5,10 +5,10 @@ A model call passes these layers, outermost first:
 
 1. `JournaledModel` (tasks/journal.py), with a journal, per task: it returns the recorded
    responses of a task run again, so nothing below it is called for those;
-2. `RedactingModelClient` (redaction.py): no secret in a prompt, none echoed back (O1);
+2. `RedactingModelClient` (kernel/redaction.py): no secret in a prompt, none echoed back (O1);
 3. `RoutedTools` (tools/routing.py), with `route_tools_above`: the message's tool groups only,
    chosen before text mode renders the tools into the prompt;
-4. `TextToolCalls` (models/text_tools.py): native, text or auto tool calls;
+4. `TextToolCalls` (textcalls/wrapper.py): native, text or auto tool calls;
 5. the back-end: `OpenAICompatClient`, `OfflineModel`, or the `ModelClient` the agent was given.
 
 Layers 2–5 are built once per agent (`model_client`, `Agent.client`). A tool call passes
@@ -16,7 +16,7 @@ Layers 2–5 are built once per agent (`model_client`, `Agent.client`). A tool c
 agent's `ToolRegistry`, the one place that executes a call.
 
 Observers are not layers: the tracer's `TaskTrace` (the trace record, log events, metrics,
-OpenTelemetry spans) is the task's `hooks` (hooks.py), which the loop calls before and after each
+OpenTelemetry spans) is the task's `hooks` (kernel/hooks.py), which the loop calls before and after each
 model call and tool call. It is started after the journal's `resume`, so a resumed task's record
 shows its replayed steps too.
 """
@@ -26,13 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .hooks import NO_HOOKS, TaskHooks
-from .messages import Message
-from .models.base import ModelClient
-from .models.text_tools import TextToolCalls
-from .redaction import RedactingModelClient
-from .tools import ToolRegistry
-from .tools.permissions import Caller
+from .kernel.hooks import NO_HOOKS, TaskHooks
+from .kernel.messages import Message
+from .kernel.model import ModelClient
+from .kernel.redaction import RedactingModelClient
+from .kernel.tools import ToolRegistry
+from .kernel.tools.permissions import Caller
+from .textcalls.wrapper import TextToolCalls
 
 if TYPE_CHECKING:
     from .agent import Agent, Session

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..approvals import Pending
+    from ..kernel.approvals import Pending
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

@@ -201,7 +201,7 @@ class WebhookChannel(Channel):
     async def handle_decision(self, request: web.Request) -> web.Response:
         """POST /webhook/approvals/{id}: approve or reject a pending call; answers with the reply of
         the task once it has run on (or 202 when the original request gave a callback_url)."""
-        from ..approvals import DecisionRefused
+        from ..kernel.approvals import DecisionRefused
 
         verified = await self._verified_body(request)
         if not isinstance(verified, tuple):

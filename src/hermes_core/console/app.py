@@ -33,11 +33,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..approvals import DecisionRefused, PendingStore
 from ..channels.seam import resume_message, task_id_of
 from ..config import Settings
-from ..redaction import Redactor, default_redactor
-from ..tools.permissions import ADMIN, Caller
+from ..kernel.approvals import DecisionRefused, PendingStore
+from ..kernel.redaction import Redactor, default_redactor
+from ..kernel.tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import WebChannel
 from .pages import Pages, dead_letter_summary, trace_url

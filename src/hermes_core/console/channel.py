@@ -30,7 +30,7 @@ from aiohttp import web
 
 from ..channels.base import Channel
 from ..channels.seam import InboundMessage, Inbox, OutboundMessage
-from ..redaction import Redactor
+from ..kernel.redaction import Redactor
 
 log = logging.getLogger("hermes_core.console")
 

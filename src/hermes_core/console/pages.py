@@ -15,7 +15,7 @@ import time
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..redaction import Redactor, cut_text
+from ..kernel.redaction import Redactor, cut_text
 
 NAV = (
     ("chat", "/console/", "Chat"),

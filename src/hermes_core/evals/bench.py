@@ -505,7 +505,7 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _usage_error(message: str) -> int:
-    from ..redaction import redact_text
+    from ..kernel.redaction import redact_text
 
     print(f"hermes-core: {redact_text(message)}", file=sys.stderr)
     return 2

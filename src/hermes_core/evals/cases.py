@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if TYPE_CHECKING:
-    from ..loop import RunResult
-    from ..tools.registry import ToolOutcome
+    from ..kernel.loop import RunResult
+    from ..kernel.tools.registry import ToolOutcome
 
 Message = dict[str, Any]
 ROLES = ("user", "assistant", "tool")

@@ -27,7 +27,7 @@ from .traces import add_trace
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..models.base import ModelClient
+    from ..kernel.model import ModelClient
 
 DEFAULT_CASES = "evals"
 
@@ -116,7 +116,7 @@ async def run_cases(cases: Sequence[Case], settings: Settings, *, concurrency: i
 def model_client(settings: Settings) -> ModelClient:
     """The model client an agent built from `settings` would make for itself, to share between runs."""
     from ..config import build_agent
-    from ..models.base import ModelClient
+    from ..kernel.model import ModelClient
 
     agent = build_agent(settings)
     client: ModelClient = agent.model if isinstance(agent.model, ModelClient) else agent._build_client()
@@ -205,7 +205,7 @@ def pass_table(results: Sequence[CaseResult]) -> str:
 
 def eval_command(settings: Settings, args: argparse.Namespace) -> int:
     """`hermes-core eval [--cases DIR]` and `hermes-core eval add TRACE`."""
-    from ..redaction import redact_text
+    from ..kernel.redaction import redact_text
 
     cases_dir = args.cases or DEFAULT_CASES
     try:
@@ -241,7 +241,7 @@ def eval_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def results_json(results: Sequence[CaseResult]) -> dict[str, Any]:
-    from ..redaction import redact_data
+    from ..kernel.redaction import redact_data
 
     cases = [asdict(result) for result in results]
     passed = sum(result.passed for result in results)

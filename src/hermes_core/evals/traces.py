@@ -5,7 +5,7 @@ TRACE is the JSON dump of one recorded task::
     {"task_id": "…", "conversation": "the conversation's id",
      "input": "the user message", "history": [earlier messages; optional],
      "messages": [every message of the run], "reply": "…", "stop_reason": "max_turns",
-     "tool_calls": [{"name", "arguments", "result", "ok", "error", "elapsed"}] (records.py),
+     "tool_calls": [{"name", "arguments", "result", "ok", "error", "elapsed"}] (kernel/records.py),
      "usage": {…}, "timings": {…}}
 
 The case keeps the conversation: `history` (system messages dropped), then `input`. Without
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..records import outcome_from
-from ..tools.registry import ToolOutcome
+from ..kernel.records import outcome_from
+from ..kernel.tools.registry import ToolOutcome
 from .cases import WIRE_KEYS, CaseError, Message, clip, parse_case
 
 FILE_TOOLS = ("read_file", "write_file", "list_directory")
@@ -45,7 +45,7 @@ def add_trace(
     then being its task id)."""
     import yaml
 
-    from ..redaction import redact_text
+    from ..kernel.redaction import redact_text
 
     source = Path(trace_path)
     try:

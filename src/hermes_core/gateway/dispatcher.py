@@ -35,12 +35,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
-from ..approvals import ApprovalDesk, Pending
 from ..channels.base import Channel, DeliveryError
 from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
+from ..kernel.approvals import ApprovalDesk, Pending
+from ..kernel.redaction import redact_text
+from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
-from ..redaction import redact_text
-from ..replies import detect_language, fixed_reply
 from .messages import Turn
 from .store import GatewayStore
 
@@ -211,7 +211,7 @@ class Gateway:
     ) -> None:
         self.store = store
         self.runner = runner
-        self.desk = desk  # who takes approval decisions (approvals.py); None: this gateway takes none
+        self.desk = desk  # who takes approval decisions (kernel/approvals.py); None: this gateway takes none
         self.channels: dict[str, Channel] = {}
         self.send_attempts = send_attempts
         self.send_backoff = send_backoff

@@ -24,14 +24,14 @@ import json
 from collections.abc import Callable
 
 from ..agent import Agent
-from ..approvals import DecisionRefused, Pending, PendingStore
 from ..channels.seam import inbound_of, resume_message, task_id_of
-from ..loop import PAUSES
-from ..models.base import TextCallback
+from ..kernel.approvals import DecisionRefused, Pending, PendingStore
+from ..kernel.loop import PAUSES
+from ..kernel.model import TextCallback
+from ..kernel.replies import REPLIES, detect_language, fixed_reply
+from ..kernel.tools.permissions import Caller
 from ..modes import run_task
-from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
-from ..tools.permissions import Caller
 from .messages import InboundMessage, Reply, Turn
 
 __all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py

@@ -45,11 +45,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..approvals import Pending
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
-from ..redaction import Redactor, default_redactor
+from ..kernel.approvals import Pending
+from ..kernel.redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
 from ..tasks.pending import SQLiteInteractions
@@ -98,7 +98,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 class RedactingRunner:
-    """The agent's runner, with every reply redacted (redaction.py) before the gateway stores or
+    """The agent's runner, with every reply redacted (kernel/redaction.py) before the gateway stores or
     sends it: a prompt-injected model may try to echo a secret to the user."""
 
     def __init__(self, inner: AgentRunner, redactor: Redactor) -> None:
@@ -296,7 +296,7 @@ async def serve(
 def log_model(settings: Settings, agent: Any) -> None:
     """Which model answers, never its key: a WARNING when it is the offline demo model."""
     from ..config import model_endpoint
-    from ..models.base import ModelClient
+    from ..kernel.model import ModelClient
 
     if isinstance(agent.model, ModelClient):  # a client handed over by the caller (tests, embedding code)
         log.info("model: %s (a %s client)", agent.model.name, type(agent.model).__name__)

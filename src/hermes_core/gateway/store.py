@@ -23,7 +23,7 @@ with two counted runs took the process down twice: at the next start it is `set_
 with why, and a polite reply queued in the same transaction — instead of running a third time.
 `set_aside_messages` lists them for the operator; `counts` has their number.
 
-Nothing is stored unredacted (redaction.py): `accept` redacts the message's text and details in
+Nothing is stored unredacted (kernel/redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
 session history, traces, logs) — and replies and delivery errors are redacted as they are stored.
 """
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..channels.seam import Earlier, InboundMessage, OutboundMessage
 from ..console.pages import dead_letter_summary as dead_letter_summary  # re-exported: the CLI lists them
-from ..redaction import cut_text, redact_data, redact_text
+from ..kernel.redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Model back-ends. Importing this package does not import any HTTP library."""
 
-from .base import ModelClient, ModelError, ModelRequestRejected, ModelUnavailable
+from ..kernel.model import ModelClient, ModelError, ModelRequestRejected, ModelUnavailable
 
 __all__ = ["ModelClient", "ModelError", "ModelRequestRejected", "ModelUnavailable"]

@@ -37,9 +37,9 @@ from collections.abc import Iterator
 from datetime import date
 from typing import Any
 
-from ..messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.model import ModelClient, TextCallback
 from ..tools.clock import WEEKDAYS
-from .base import ModelClient, TextCallback
 
 CALL_THRESHOLD = 2
 NAME_WORD_SCORE = 2

@@ -10,13 +10,13 @@ The failure policy, in one place:
 - an error written into a 200 stream (`data: {"error": …}`, `finish_reason: "error"`) is an error,
   never the answer: retried when transient and nothing was shown yet;
 - a refusal of the tools parameter itself (llama.cpp's 500 without --jinja, OpenRouter's 404) is
-  raised at once as `ModelRequestRejected`, for `auto` tool mode to decide on (models/text_tools.py);
+  raised at once as `ModelRequestRejected`, for `auto` tool mode to decide on (textcalls/wrapper.py);
 - a parameter the model refuses (`temperature` on o-series/gpt-5, `stream_options` on Azure AI
   inference) is left out: known ones up front, others after the 400 that names them, remembered.
 
 The retry budget counts a gateway's own retries too (models/settings.py `effective_retries`).
 
-Each model is offered only the tools it may use (models/base.py `offered_to`), and the response
+Each model is offered only the tools it may use (kernel/model.py `offered_to`), and the response
 names the model it came from (`answered_by`): a fallback never gets, nor runs, a tool that is
 allowed only for the primary.
 
@@ -36,9 +36,8 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Message, ModelResponse, ToolCall, Usage
-from ..observe.metrics import MODEL_RETRIES
-from .base import (
+from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.model import (
     ModelClient,
     ModelRequestRejected,
     ModelUnavailable,
@@ -47,6 +46,7 @@ from .base import (
     name_unnamed_calls,
     offered_to,
 )
+from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
 from .sse import DONE, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
@@ -403,7 +403,7 @@ def _error_message(text: str) -> str:
 
 def _clip(text: str, limit: int) -> str:
     """An error text for logs and messages: redacted before it is cut, so no start of a secret stays."""
-    from ..redaction import cut_text
+    from ..kernel.redaction import cut_text
 
     return cut_text(text, limit)[0]
 

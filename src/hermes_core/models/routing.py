@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..messages import Message, ModelResponse, Usage
-from .base import ModelClient, TextCallback
+from ..kernel.messages import Message, ModelResponse, Usage
+from ..kernel.model import ModelClient, TextCallback
 
 if TYPE_CHECKING:
-    from ..loop import RunResult
+    from ..kernel.loop import RunResult
 
 log = logging.getLogger("hermes_core.model")
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from .text_tools import ToolMode
+from ..kernel.model import ToolMode
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -72,7 +72,7 @@ class ModelSettings:
     extra_body: dict[str, Any] = field(default_factory=dict)
     retry_budget: Annotated[int | None, Field(ge=1)] = None  # upstream calls per model and request
     upstream_retries: Annotated[int | None, Field(ge=0)] = None  # None: the preset's (0 without one)
-    tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (models/text_tools.py)
+    tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (textcalls/wrapper.py)
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
     routes: list[ModelRoute] = field(default_factory=list)  # cheaper models for simple questions
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import ModelResponse, ToolCall, Usage
+from ..kernel.messages import ModelResponse, ToolCall, Usage
 
 DONE = "[DONE]"
 
@@ -158,7 +158,7 @@ class _ChoiceParts:
 
     def finished_tool_calls(self) -> list[ToolCall]:
         # A call without a name cannot be run. A missing id stays "": the client names it for the
-        # whole conversation (models/base.py `name_unnamed_calls`); an index alone would repeat
+        # whole conversation (kernel/model.py `name_unnamed_calls`); an index alone would repeat
         # in every turn.
         return [
             ToolCall(parts.id, parts.name, "".join(parts.arguments) or "{}")

@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..loop import PAUSES
-from ..redaction import redact_data, redact_text
+from ..kernel.loop import PAUSES
+from ..kernel.redaction import redact_data, redact_text
 from .traces import SQLiteTraceStore, clip
 
 AMBIGUOUS_SHOWN = 5  # candidates named when a pasted prefix starts more than one task id

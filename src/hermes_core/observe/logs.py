@@ -10,7 +10,7 @@ sync tool's own log lines (they run in a copy of the caller's context) included.
 `setup_logging` installs the handlers: standard error in the `console` or `json` format, and,
 with a `log_dir`, a JSON-lines file rotated at midnight keeping `retention_days` old files.
 The field of each event type is documented by `docs/log-schema.json`, which the tests validate
-every line against. Both formatters redact what they write (redaction.py), and a shortened value in
+every line against. Both formatters redact what they write (kernel/redaction.py), and a shortened value in
 a readable message is redacted before it is cut, so no secret leaves its first characters behind.
 """
 
@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..redaction import cut_text, install_log_redaction, redact_data, redact_text
+from ..kernel.redaction import cut_text, install_log_redaction, redact_data, redact_text
 
 EVENTS = ("message_in", "model_request", "model_response", "tool_call", "tool_result", "reply_out", "error")
 EVENT_LOGGER = "hermes_core.events"

@@ -1,7 +1,7 @@
 """OpenTelemetry spans for traced tasks (`pip install "hermes-core[otel]"`; `observe.otel: true`).
 
 One span per task (`hermes.task`), with a child span per model call (`model.complete`) and per tool
-call (`tool <name>`), started and ended by the trace's hooks (observe/traces.py, hooks.py), each
+call (`tool <name>`), started and ended by the trace's hooks (observe/traces.py, kernel/hooks.py), each
 carrying the task id, the turn, token usage or the tool's outcome. The spans go to the global
 tracer provider unless one is passed: configure the SDK and its exporter (OTLP, console…) the usual
 OpenTelemetry way. This module is imported only when spans are asked
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..redaction import redact_text
+from ..kernel.redaction import redact_text
 
 try:
     from opentelemetry import trace

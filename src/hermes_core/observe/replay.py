@@ -28,16 +28,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ..loop import Limits, RunResult, run_loop
-from ..messages import Message, ModelResponse, ToolCall
-from ..models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
-from ..records import canonical, outcome_from, response_from
-from ..replies import detect_language
-from ..tools import Tool, ToolContext, ToolRegistry
-from ..tools.arguments import ArgumentError, parse_arguments
-from ..tools.permissions import Caller
-from ..tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
-from ..tools.results import DEFAULT_MAX_CHARS, error_result
+from ..kernel.loop import Limits, RunResult, run_loop
+from ..kernel.messages import Message, ModelResponse, ToolCall
+from ..kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+from ..kernel.records import canonical, outcome_from, response_from
+from ..kernel.replies import detect_language
+from ..kernel.tools import Tool, ToolContext, ToolRegistry
+from ..kernel.tools.arguments import ArgumentError, parse_arguments
+from ..kernel.tools.permissions import Caller
+from ..kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from ..kernel.tools.results import DEFAULT_MAX_CHARS, error_result
 
 Position = tuple[int, int]  # (turn, place of the call in that turn's response), both from 1
 

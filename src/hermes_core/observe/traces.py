@@ -1,7 +1,7 @@
 """Traces: each task's complete record — stored in SQLite, and dumped as an X-ray file when it fails.
 
 A `Tracer` on the agent (`Agent(tracer=Tracer(store))`; `hermes-core serve` sets one) observes every
-run: its `TaskTrace` is the run's hooks (hooks.py), which the loop calls before and after each model
+run: its `TaskTrace` is the run's hooks (kernel/hooks.py), which the loop calls before and after each model
 call and each tool call. It times them, writes the log events of observe/logs.py
 (`model_request`, `model_response`, `tool_call`, `tool_result`, `error`, each carrying the task,
 conversation and turn), the latency metrics and, with `otel` configured, one OpenTelemetry span
@@ -9,7 +9,7 @@ each (observe/otel.py). `Agent.run` starts the trace (`message_in`) and finishes
 the finished record goes to the `TraceStore`, and a failed task (not completed, and not paused for
 a person) is also written to `<xray_dir>/<task>.json` — the seed's "X-ray": everything the model saw
 and did, replayable with `hermes-core replay FILE`. Responses and tool outcomes are recorded in the
-one record format of records.py, the journal's.
+one record format of kernel/records.py, the journal's.
 
 The record (the X-ray file has the same shape)::
 
@@ -21,7 +21,7 @@ The record (the X-ray file has the same shape)::
      "error", "elapsed", "parsed", "started_at"}], "approvals": [pending summaries], "reply", "stop_reason",
      "ok", "usage", "timings", "started_at", "finished_at", "error"}
 
-Everything recorded is redacted first (redaction.py). A tracer never fails a task: a store that
+Everything recorded is redacted first (kernel/redaction.py). A tracer never fails a task: a store that
 cannot write is logged, and the task goes on.
 """
 
@@ -40,16 +40,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..hooks import TaskHooks
-from ..loop import PAUSES, RunResult
-from ..messages import Message, ModelResponse, ToolCall
-from ..models.base import ModelClient, ModelError
-from ..records import outcome_record, record_of
-from ..redaction import cut_text, redact_data
+from ..kernel.hooks import TaskHooks
+from ..kernel.loop import PAUSES, RunResult
+from ..kernel.messages import Message, ModelResponse, ToolCall
+from ..kernel.model import ModelClient, ModelError
+from ..kernel.records import outcome_record, record_of
+from ..kernel.redaction import cut_text, redact_data
+from ..kernel.tools import ToolRegistry
+from ..kernel.tools.permissions import Caller
+from ..kernel.tools.registry import ToolOutcome
 from ..storage import SQLiteDatabase
-from ..tools import ToolRegistry
-from ..tools.permissions import Caller
-from ..tools.registry import ToolOutcome
 from .logs import bind_task, log_event, task_context, unbind_task
 from .metrics import MODEL_SECONDS, TOOL_SECONDS
 
@@ -275,7 +275,7 @@ class Tracer:
 
 
 class TaskTrace(TaskHooks):
-    """One run being observed: the hooks the loop calls (hooks.py). The run ends with `finish`
+    """One run being observed: the hooks the loop calls (kernel/hooks.py). The run ends with `finish`
     (or, when a call raises something other than a model error, `crashed`), whichever comes first."""
 
     def __init__(

@@ -30,14 +30,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..loop import PAUSES, RunResult, pause_reply
-from ..messages import Message, ModelResponse, ToolCall
-from ..models.base import ModelClient, ModelRequestRejected, ModelUnavailable
-from ..replies import Language, detect_language, fixed_reply
-from ..tools import ToolContext, ToolRegistry
-from ..tools.permissions import Caller
-from ..tools.registry import ToolOutcome
-from ..tools.results import error_result
+from ..kernel.loop import PAUSES, RunResult, pause_reply
+from ..kernel.messages import Message, ModelResponse, ToolCall
+from ..kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable
+from ..kernel.replies import Language, detect_language, fixed_reply
+from ..kernel.tools import ToolContext, ToolRegistry
+from ..kernel.tools.permissions import Caller
+from ..kernel.tools.registry import ToolOutcome
+from ..kernel.tools.results import error_result
 from .plan import Plan, ReferenceProblem, output_value, parse_plan, resolve, validate_plan
 
 if TYPE_CHECKING:

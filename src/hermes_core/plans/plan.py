@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..tools import ToolRegistry
-from ..tools.arguments import ArgumentError, parse_arguments
-from ..tools.permissions import Caller
+from ..kernel.tools import ToolRegistry
+from ..kernel.tools.arguments import ArgumentError, parse_arguments
+from ..kernel.tools.permissions import Caller
 
 STEP_ID = re.compile(r"^[\w-]{1,64}$")
 REFERENCE = re.compile(r"\$output\.([\w-]+)((?:\.[\w-]+)*)")

@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..loop import PAUSES
-from ..messages import ToolCall
-from ..models.base import ModelError
-from ..tools import ToolContext, ToolRegistry
-from ..tools.permissions import Caller
-from ..tools.registry import ToolOutcome
+from ..kernel.loop import PAUSES
+from ..kernel.messages import ToolCall
+from ..kernel.model import ModelError
+from ..kernel.tools import ToolContext, ToolRegistry
+from ..kernel.tools.permissions import Caller
+from ..kernel.tools.registry import ToolOutcome
 from .executor import run_in_dependency_order
 from .plan import STEP_ID, ReferenceProblem, as_text, find_cycle, lookup, output_value, path_fields
 
@@ -275,7 +275,7 @@ class _WorkflowRun:
     async def run_step(self, step_id: str) -> bool:
         step = self.workflow.step(step_id)
         started = time.perf_counter()
-        # a tool step's timeout is the registry's (tools/registry.py): cancelling it here would
+        # a tool step's timeout is the registry's (kernel/tools/registry.py): cancelling it here would
         # leave a started call without a result in the journal
         timeout = step.timeout if step.type != "tool" else None
         try:

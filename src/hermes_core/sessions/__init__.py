@@ -7,8 +7,8 @@
   tool; the `/memory` and `/forget` commands.
 """
 
+from ..memory.conversation import REMEMBER, SUMMARY_INSTRUCTIONS, ConversationMemory, LongTermHook, Prompt
 from .context import estimate_tokens, prompt_bytes, split_turns
-from .memory import REMEMBER, SUMMARY_INSTRUCTIONS, ConversationMemory, LongTermHook, Prompt
 from .store import (
     Conversation,
     ConversationState,

@@ -15,7 +15,7 @@ in the transaction that marks the message done and queues its replies (`GatewayS
 when this store lives in the gateway's database file: then the history, the done mark and the
 replies are there together or not at all.
 
-Messages and state are redacted as they are stored (redaction.py): a secret a user pasted or a tool
+Messages and state are redacted as they are stored (kernel/redaction.py): a secret a user pasted or a tool
 read is never written to the database, whichever code path produced the message.
 """
 
@@ -32,8 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..messages import Message
-from ..redaction import redact_data
+from ..kernel.messages import Message
+from ..kernel.redaction import redact_data
 from ..storage import SQLiteDatabase
 
 MAX_FOLDS_KEPT = 50  # fold records kept in the state for traces; the summary itself covers them all

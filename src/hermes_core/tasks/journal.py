@@ -17,7 +17,7 @@ again under the same task id, the loop replays the journal instead of repeating 
   done: run again, it asks its approval or question anew, and finds the decision or the answer.
 
 The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
-Responses and results are journaled in the one record format of records.py (rows written before
+Responses and results are journaled in the one record format of kernel/records.py (rows written before
 it still read).
 """
 
@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..loop import PAUSES
-from ..messages import ModelResponse, ToolCall
-from ..models.base import ModelClient, ModelWrapper, TextCallback
-from ..records import outcome_from, outcome_record, record_of, response_from
+from ..kernel.loop import PAUSES
+from ..kernel.messages import ModelResponse, ToolCall
+from ..kernel.model import ModelClient, ModelWrapper, TextCallback
+from ..kernel.records import outcome_from, outcome_record, record_of, response_from
+from ..kernel.tools import ToolContext, ToolRegistry
+from ..kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
+from ..kernel.tools.results import DEFAULT_MAX_CHARS, error_result
 from ..storage import SQLiteDatabase
-from ..tools import ToolContext, ToolRegistry
-from ..tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
-from ..tools.results import DEFAULT_MAX_CHARS, error_result
 
 MIGRATIONS = {
     1: """

@@ -19,10 +19,10 @@ Once a decision or an answer is in, the task is run again under the same task id
 replays everything up to the paused call, which now finds its decision: nothing runs twice and
 the model is not asked again for what it already said. Only the person who started the task (the
 same id on the same channel), or an admin, can decide, and only the asker's own answer counts: a
-webhook caller who sends a Feishu user's open_id is someone else (tools/permissions.py). An
+webhook caller who sends a Feishu user's open_id is someone else (kernel/tools/permissions.py). An
 approval left undecided expires (10 minutes by default).
 
-The record and the protocols are declared once in approvals.py; this module holds the SQLite
+The record and the protocols are declared once in kernel/approvals.py; this module holds the SQLite
 implementation. `SQLiteInteractions` persists all of this (the gateway's database);
 `InlineInteractions` asks at once, in the terminal, and never pauses.
 """
@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ..approvals import (
+from ..kernel.approvals import (
     APPROVAL_TTL,
     DecisionRefused,
     Interactions,
@@ -46,8 +46,8 @@ from ..approvals import (
     PendingStore,
     may_decide,
 )
+from ..kernel.tools.permissions import Caller
 from ..storage import SQLiteDatabase
-from ..tools.permissions import Caller
 
 __all__ = [
     "APPROVAL_TTL", "DecisionRefused", "InlineInteractions", "Interactions", "Pending", "PendingStore",

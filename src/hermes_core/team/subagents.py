@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from ..tools import Tool, ToolContext, tool
+from ..kernel.tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
     from ..agent import Agent
-    from ..loop import RunResult
+    from ..kernel.loop import RunResult
 
 LAUNCH_DESCRIPTION = (
     "Hand a self-contained sub-task to a helper agent. It works in a fresh context with its own tools "

@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import Field
 
-from ..messages import Message, ModelResponse, Usage
-from ..models.base import ModelClient, ModelWrapper, TextCallback
-from ..tools import Tool, ToolContext, tool
-from ..tools.permissions import Caller
+from ..kernel.messages import Message, ModelResponse, Usage
+from ..kernel.model import ModelClient, ModelWrapper, TextCallback
+from ..kernel.tools import Tool, ToolContext, tool
+from ..kernel.tools.permissions import Caller
 from .subagents import run_summary
 
 if TYPE_CHECKING:
     from ..agent import Agent, Session
-    from ..loop import RunResult
+    from ..kernel.loop import RunResult
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, ModelResponse, ToolCall, Usage
-from ..models.base import ModelClient, TextCallback
+from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.model import ModelClient, TextCallback
 
 Tools = list[dict[str, Any]] | None
 Step = ModelResponse | str | BaseException | Callable[[list[Message], Tools], Any]

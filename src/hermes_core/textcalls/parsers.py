@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ..messages import ToolCall
-from ..tools.arguments import ArgumentError, parse_arguments
+from ..kernel.messages import ToolCall
+from ..kernel.tools.arguments import ArgumentError, parse_arguments
 
 # ── What a parse returns ─────────────────────────────────────────────────────────────────────────
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..kernel.tools.declare import Tool
 from .clarify import clarify
-from .declare import Tool
 from .examples import calculator_tool, current_time, date_diff
 from .files import Workspace, file_tools
 from .sandbox import SandboxMode

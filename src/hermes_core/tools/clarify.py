@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from .declare import TaskPaused, ToolContext, ToolError, tool
+from ..kernel.tools.declare import TaskPaused, ToolContext, ToolError, tool
 
 
 @tool(name="clarify", level=0, groups=("always",))  # offered whatever tools routing picks

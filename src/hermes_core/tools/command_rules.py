@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from .declare import ToolError
+from ..kernel.tools.declare import ToolError
 
 LAUNCHERS = frozenset(
     {

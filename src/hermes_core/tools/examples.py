@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from . import calculator, clock
-from .declare import ToolError, tool
+from ..kernel.tools.declare import ToolError, tool
 
 
 @tool(name="calculator", level=0)

@@ -49,8 +49,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..redaction import cut_text, redact_text
-from .declare import Tool, ToolError, tool
+from ..kernel.redaction import cut_text, redact_text
+from ..kernel.tools.declare import Tool, ToolError, tool
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it changes nothing for regular files.

@@ -7,7 +7,7 @@
 Each tool a server lists becomes an ordinary `Tool` whose handler calls the server, so every call
 passes `ToolRegistry.execute` like any other: permissions (levels, roles, allowed models), the
 server's input schema (checked when listed, then lax coercion and validation of every call,
-tools/schema.py), the timeout, result capping and redaction apply unchanged. An MCP tool
+kernel/tools/schema.py), the timeout, result capping and redaction apply unchanged. An MCP tool
 is level 1 unless configured (`level` per server, `levels` per tool): the server's own hints are
 not trusted to lower it, but they raise it: a tool marked destructive waits for approval unless
 configured. The server's answer becomes the tool's result: its text (or, without text, its
@@ -70,10 +70,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import __version__
-from .declare import Tool, ToolDefinitionError, ToolError, schema_checks
-from .registry import ToolRegistry
-from .results import DEFAULT_MAX_CHARS, cap
-from .schema import wire_name
+from ..kernel.tools.declare import Tool, ToolDefinitionError, ToolError, schema_checks
+from ..kernel.tools.registry import ToolRegistry
+from ..kernel.tools.results import DEFAULT_MAX_CHARS, cap
+from ..kernel.tools.schema import wire_name
 
 log = logging.getLogger("hermes_core.mcp")
 
@@ -127,7 +127,7 @@ class MCPConnection:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    level: int = 1  # every tool's level, unless `levels` names it (tools/permissions.py)
+    level: int = 1  # every tool's level, unless `levels` names it (kernel/tools/permissions.py)
     # Tools are named as the server names them (`pay.out`) or as `hermes-core tools` shows them
     # (`pay_out`, with the prefix): both match. A `levels` or `confirm` name matching none is an error.
     levels: Mapping[str, int] = field(default_factory=dict)  # tool → level
@@ -476,7 +476,7 @@ class MCPConnection:
         return self._display.get(remote) or self._base_name(remote)
 
     def _base_name(self, remote: str) -> str:
-        """`wire_name` of tools/schema.py: the one mapping every schema tool's name goes through."""
+        """`wire_name` of kernel/tools/schema.py: the one mapping every schema tool's name goes through."""
         return wire_name(f"{self.prefix}{remote}")
 
     def _named(self, entry: str, remotes: list[str]) -> list[str]:
@@ -589,7 +589,7 @@ class MCPConnection:
 
         description = spec.description or spec.title or f"{remote} (a tool of the {self.name} MCP server)"
         displayed = self.displayed(remote)
-        try:  # the server's schema checks every call before it is sent (tools/schema.py)
+        try:  # the server's schema checks every call before it is sent (kernel/tools/schema.py)
             parameters, checks = schema_checks(displayed, dict(spec.input_schema))
         except ToolDefinitionError as exc:
             raise MCPSchemaError(f"MCP server {self.name!r}: {exc}") from None

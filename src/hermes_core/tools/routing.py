@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import Message, ModelResponse
-from ..models.base import ModelClient, ModelWrapper, TextCallback
-from .declare import Tool
+from ..kernel.messages import Message, ModelResponse
+from ..kernel.model import ModelClient, ModelWrapper, TextCallback
+from ..kernel.tools.declare import Tool
 
 ALWAYS = "always"  # the group tag of tools offered whatever the message says
 Schema = dict[str, Any]

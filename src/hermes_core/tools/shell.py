@@ -37,9 +37,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from ..redaction import cut_text
+from ..kernel.redaction import cut_text
+from ..kernel.tools.declare import Tool, ToolError, tool
 from .command_rules import checked_arguments, program_environment, refusal_for_allow_list
-from .declare import Tool, ToolError, tool
 from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
 
 DEFAULT_OUTPUT_CHARS = 10_000

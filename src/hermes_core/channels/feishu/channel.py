@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...replies import Language, detect_language, fixed_reply
+from ...kernel.replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
 from ..seam import OutboundMessage
 from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
@@ -40,7 +40,7 @@ from .formatting import approval_card
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from ...approvals import Pending
+    from ...kernel.approvals import Pending
     from ..seam import Inbox as Gateway  # what a channel may ask of the gateway
     from .api import FeishuAPI
     from .longconn import FeishuLongConnection
@@ -236,7 +236,7 @@ class FeishuChannel(Channel):
 
     async def on_card_action(self, envelope: dict[str, Any]) -> dict[str, Any]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""
-        from ...approvals import DecisionRefused
+        from ...kernel.approvals import DecisionRefused
 
         event = envelope.get("event") or {}
         operator = (event.get("operator") or {}).get("open_id")
@@ -343,7 +343,7 @@ class HeldEvents:
         return list(self._events)
 
     def add(self, envelope: dict[str, Any]) -> None:
-        from ...redaction import redact_data
+        from ...kernel.redaction import redact_data
 
         envelope = redact_data(envelope)  # stored like the inbox stores it: pasted secrets redacted
         self._events.append(envelope)

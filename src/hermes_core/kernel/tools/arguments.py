@@ -4,7 +4,7 @@ Models write arguments as text, and often not quite JSON: code fences, prose aro
 single quotes, Python literals, trailing commas, or output cut off mid-object. `parse_arguments`
 recovers the object when it can, and only when the reading is faithful: a repair that loses,
 invents or changes a key or value, or completes a cut-off object, is refused with an error the
-model reads (tools/faithful.py). `validate_arguments` then coerces it through pydantic's lax
+model reads (kernel/tools/faithful.py). `validate_arguments` then coerces it through pydantic's lax
 JSON mode ("5" → 5, "true" → True) and, when that fails, says which field expected what and what
 came, so the model can fix its call.
 """
@@ -46,7 +46,7 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _faithful(text: str, repaired: dict[str, Any]) -> dict[str, Any]:
-    """The repaired object, only if it says exactly what the text says (tools/faithful.py)."""
+    """The repaired object, only if it says exactly what the text says (kernel/tools/faithful.py)."""
     from .faithful import is_cut_off, is_faithful
 
     if is_faithful(text, repaired):
@@ -120,7 +120,7 @@ def bind_arguments(declared: Any, arguments: dict[str, Any]) -> dict[str, Any]:
     """The one validation path of every tool (`ToolRegistry` calls it for each call).
 
     A tool declared by a JSON Schema (`declared.arguments_model` is None, or a dict entry) is
-    checked by tools/schema.py — lax coercion as pydantic's, then the schema; a typed handler is
+    checked by kernel/tools/schema.py — lax coercion as pydantic's, then the schema; a typed handler is
     then validated by its pydantic model. Returns the handler's keyword arguments, a private copy.
     """
     if declared.schema_arguments is None and declared.arguments_model is None:

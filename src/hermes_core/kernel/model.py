@@ -14,11 +14,12 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
-from ..messages import Message, ModelResponse, request_digest
+from .messages import Message, ModelResponse, request_digest
 
 TextCallback = Callable[[str], Any]
+ToolMode = Literal["native", "text", "auto"]  # how tools reach the model (textcalls/wrapper.py)
 ToolOffer = Callable[[str], Collection[str]]  # model name → the names of the tools it may be offered
 
 _offer: contextvars.ContextVar[ToolOffer | None] = contextvars.ContextVar("hermes_tool_offer", default=None)

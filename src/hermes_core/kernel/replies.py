@@ -76,7 +76,7 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "approval_already_decided": {"zh": "这个审批已经处理过了。", "en": "This approval was already decided."},
     "approval_unknown": {"zh": "找不到这个审批。", "en": "There is no such approval."},
-    # /memory and /forget (sessions/memory.py); {n}, {text} and {count} are filled in
+    # /memory and /forget (memory/conversation.py); {n}, {text} and {count} are filled in
     "memory_empty": {
         "zh": "这次对话我还没有记下任何要点。",
         "en": "I have not noted anything for this conversation yet.",

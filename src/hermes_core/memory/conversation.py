@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..agent import Agent, Session
-from ..loop import RunResult
-from ..messages import Message
-from ..models.base import ModelClient
-from ..replies import Language, detect_language, fixed_reply
-from ..tools import Tool, ToolContext, ToolError, tool
-from .context import Turn, estimate_tokens, flatten, history_tokens, newest_turns, split_turns
-from .store import ConversationState, Fold, SessionStore, TurnAppend
+from ..kernel.loop import RunResult
+from ..kernel.messages import Message
+from ..kernel.model import ModelClient
+from ..kernel.replies import Language, detect_language, fixed_reply
+from ..kernel.tools import Tool, ToolContext, ToolError, tool
+from ..sessions.context import Turn, estimate_tokens, flatten, history_tokens, newest_turns, split_turns
+from ..sessions.store import ConversationState, Fold, SessionStore, TurnAppend
 
 log = logging.getLogger("hermes_core.sessions")
 

@@ -27,12 +27,19 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
-from ..messages import Message, ModelResponse, request_digest
-from .base import ModelClient, ModelRequestRejected, ModelWrapper, TextCallback, emit_text, offered_to_all
+from ..kernel.messages import Message, ModelResponse, request_digest
+from ..kernel.model import (
+    ModelClient,
+    ModelRequestRejected,
+    ModelWrapper,
+    TextCallback,
+    ToolMode,
+    emit_text,
+    offered_to_all,
+)
 
-ToolMode = Literal["native", "text", "auto"]
 TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
 
 log = logging.getLogger("hermes_core.model")
@@ -128,7 +135,7 @@ class TextToolCalls(ModelWrapper):
         self, messages: list[Message], tools: list[dict[str, Any]] | None, on_text: TextCallback
     ) -> ModelResponse:
         """Stream visible text only: partial tags, calls and reasoning are held back."""
-        from ..textcalls.stream import StreamingTextCallParser
+        from .stream import StreamingTextCallParser
 
         parser = StreamingTextCallParser(self.formats, think_open=self.think_open)
 
@@ -157,7 +164,7 @@ def extract_text_calls(
     and stay the same when the same conversation is sent again; without it, at random."""
     if not response.content or not _may_hold_calls(response.content, think_open):
         return response
-    from ..textcalls.parsers import parse_text_calls
+    from .parsers import parse_text_calls
 
     parsed = parse_text_calls(response.content, formats, think_open=think_open)
     if response.tool_calls:  # native calls win; the text only loses its reasoning block
@@ -176,7 +183,7 @@ def extract_text_calls(
         content=parsed.content or (None if calls else ""),
         tool_calls=calls,
         reasoning=parsed.reasoning or response.reasoning,
-        # a call written in text and cut by the token limit stays "length": the loop runs none (guards.py)
+        # a call written in text and cut by the token limit stays "length": none runs (kernel/guards.py)
         finish_reason="tool_calls" if calls and not response.cut_off else response.finish_reason,
     )
 
@@ -234,7 +241,7 @@ def _may_hold_calls(text: str, think_open: bool) -> bool:
 
 def _refuses_tools(exc: ModelRequestRejected) -> bool:
     """The endpoint cannot take `tools` at all, in its own words (models/providers.py)."""
-    from .providers import refuses_tools
+    from ..models.providers import refuses_tools
 
     return exc.status in (400, 404, 422, 500, 501) and refuses_tools(str(exc))
 

@@ -87,7 +87,7 @@ class Tool:
     asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
     groups: tuple[str, ...] = ()  # routing tags (tools/routing.py): with many tools, only relevant groups go
     read_only_hint: bool | None = None  # an MCP server's `readOnlyHint`; None: not an MCP tool
-    # a tool declared by a JSON Schema (dict entry, MCP): its checks (tools/schema.py); built on first
+    # a tool declared by a JSON Schema (dict entry, MCP): its checks (kernel/tools/schema.py); built on first
     # use when a Tool is constructed directly. `declared_name` is the name it was declared with when
     # that is not a name the model may see (`pay.out` is offered as `pay_out`).
     schema_arguments: Any = field(default=None, repr=False)
@@ -156,7 +156,7 @@ def tool(
     `level` says what the tool may change (0 nothing, 1 reversible, 2 irreversible) and
     `idempotent` that a repeat is harmless: together they decide whether a call interrupted by a
     crash may simply be run again. `required_role` and `allowed_models` limit who and which
-    models may run it (tools/permissions.py). `confirm` makes every call wait for a person's
+    models may run it (kernel/tools/permissions.py). `confirm` makes every call wait for a person's
     approval (tasks/pending.py), as level-2 tools always do. `groups` tags the tool for routing: with
     many tools, only the groups a message is about are offered (tools/routing.py).
     """
@@ -221,7 +221,7 @@ def _groups(groups: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
 def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
     """Accept the dict-style registry entry of seed 000: {description, parameters, handler}.
 
-    `parameters` is checked now (tools/schema.py: non-standard type names normalised, then the
+    `parameters` is checked now (kernel/tools/schema.py: non-standard type names normalised, then the
     metaschema) and checks every call; a name the OpenAI API would refuse is offered as its
     `wire_name` (`pay.out` → `pay_out`). A typed handler's hints are applied after the schema.
     """

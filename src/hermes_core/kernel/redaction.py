@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 from .messages import Message, ModelResponse, ToolCall
-from .models.base import ModelClient, TextCallback
+from .model import ModelClient, TextCallback
 
 REDACTED = "[REDACTED]"
 SECRET_VARIABLES = (
@@ -63,7 +63,7 @@ PARTIAL_CHARS = 5  # this many first characters of a known value, left at a cut,
 CACHED_TEXTS, CACHED_CHARS = 1024, range(201, 8001)
 _NESTED_MAX = 96  # a value's start is matched char by char up to here; beyond, its first 48 suffice
 
-# What follows a cut: the marker a cut appends (`…`, tools/results.py's `[truncated: …]`,
+# What follows a cut: the marker a cut appends (`…`, kernel/tools/results.py's `[truncated: …]`,
 # tools/shell.py's `[output truncated: …]`, raw or JSON-escaped) — or, where `cut` knows it has just
 # cut the text, its end (`_EDGE`; not everywhere: a short string may well be the start of a secret).
 _MARKERS = r"…|\\u2026|(?:\n|\\n)\[(?:output )?truncated"

@@ -5,7 +5,7 @@ run when the model asks for it; the kernel asks for an approval or an answer ins
 none is in yet, the task pauses (tasks/pending.py tells the whole story). Three parties meet here,
 each seeing only what it needs:
 
-- the kernel (tools/registry.py, tools/clarify.py) asks: `Interactions` — `approval`, `question`;
+- the kernel (kernel/tools/registry.py, tools/clarify.py) asks: `Interactions` — `approval`, `question`;
 - the store where pauses wait (the gateway's database): `PendingStore`, an `Interactions` that
   also records decisions and answers, expires, lists, and remembers the message to run again;
 - the gateway, which takes a person's decision from a channel by user id and channel and expires
@@ -73,7 +73,7 @@ class Pending:
 
 
 class DecisionRefused(Exception):
-    """A decision that is not taken: `reason` is a key of replies.py (approval_*)."""
+    """A decision that is not taken: `reason` is a key of kernel/replies.py (approval_*)."""
 
     def __init__(self, reason: str, pending: Pending | None = None) -> None:
         super().__init__(reason)
@@ -146,7 +146,7 @@ class ApprovalDesk(Protocol):
 
 def may_decide(pending: Pending, decider: Caller) -> bool:
     """Only the person who started the task — the same id on the same channel — or an admin (whose
-    role, too, comes from a channel-qualified identity: tools/permissions.py)."""
+    role, too, comes from a channel-qualified identity: kernel/tools/permissions.py)."""
     if decider.role == ADMIN:
         return True
     return bool(decider.identity) and decider.identity == pending.requester

@@ -2,7 +2,7 @@
 
 Read `run_loop` top to bottom; everything it needs is named for what it does. The guards of a
 task (turn limit, tool-call budget, repeated calls, tools that keep failing, responses cut off by
-the token limit) live in `guards.py`, so the loop itself only says *when* they are checked.
+the token limit) live in `kernel/guards.py`, so the loop itself only says *when* they are checked.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import Field
 from .guards import TaskGuards, changes_state, cut_off_outcomes
 from .hooks import NO_HOOKS, TaskHooks
 from .messages import Message, ModelResponse, ToolCall, Usage
-from .models.base import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
+from .model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
 from .tools import ToolContext, ToolRegistry
 from .tools.permissions import Caller

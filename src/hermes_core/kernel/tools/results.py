@@ -4,7 +4,7 @@ A value that cannot be serialised (a circular reference, nesting too deep for th
 object whose `__str__` raises, keys that are not strings) raises `UnrenderableResult`, which the
 registry turns into an error result: the task goes on, the model reads what went wrong.
 
-Redaction comes before the cap (redaction.py `cut_text`): a secret straddling the limit is replaced
+Redaction comes before the cap (kernel/redaction.py `cut_text`): a secret straddling the limit is replaced
 whole, and nothing of one is left at the cut.
 """
 

@@ -126,7 +126,7 @@ class ToolRegistry:
         that need a person (approval, a question) — only when there is someone to ask.
 
         Given several models (a client with fallbacks), the tools any of them may use: the client
-        offers each model its own share (models/base.py `offered_to`)."""
+        offers each model its own share (kernel/model.py `offered_to`)."""
         skipped = set(exclude)
         return [
             t.schema()
@@ -142,7 +142,7 @@ class ToolRegistry:
         return any(self.policy.refusal(declared, caller, name) is None for name in models)
 
     def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:
-        """Per model, the names of the tools `schemas` offers it (for models/base.py `offering`)."""
+        """Per model, the names of the tools `schemas` offers it (for kernel/model.py `offering`)."""
         return lambda model: {schema["function"]["name"] for schema in self.schemas(exclude, caller, model)}
 
     def closest(self, name: str, limit: int = 3) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .messages import Message, ModelResponse, ToolCall
-from .models.base import ModelWrapper, TextCallback
+from .model import ModelWrapper, TextCallback
 from .tools import ToolContext, ToolRegistry
 from .tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
 from .tools.results import DEFAULT_MAX_CHARS
