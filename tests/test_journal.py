@@ -12,7 +12,7 @@ from hermes_core import Agent, tool
 from hermes_core.messages import ModelResponse, ToolCall
 from hermes_core.records import record_of
 from hermes_core.tasks import SQLiteTaskJournal
-from hermes_core.tasks.journal import UNKNOWN_OUTCOME, resume
+from hermes_core.tasks.journal import UNKNOWN_OUTCOME, export_task, load_task, resume
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
 
@@ -148,12 +148,13 @@ async def test_snapshot_export_and_load(tmp_path: Path) -> None:
     source = SQLiteTaskJournal(tmp_path / "a.db")
     agent = Agent(model=ScriptedModel(four_step_script()), tools=make_tools(effects), journal=source)
     done = await agent.run("make the weekly report", task_id="t4")
-    snapshot = json.loads(json.dumps(await source.export("t4"), ensure_ascii=False))  # through real JSON
+    exported = await export_task(source, "t4")
+    snapshot = json.loads(json.dumps(exported, ensure_ascii=False))  # through real JSON
 
     target = SQLiteTaskJournal(tmp_path / "b.db")
-    assert await target.load(snapshot) == "t4"
+    assert await load_task(target, snapshot) == "t4"
     with pytest.raises(ValueError, match="already has a journal"):
-        await target.load(snapshot)
+        await load_task(target, snapshot)
     restored = Agent(model=ScriptedModel([]), tools=make_tools(effects), journal=target)
     assert (await restored.run("make the weekly report", task_id="t4")).reply == done.reply
 
