@@ -10,7 +10,6 @@ import pytest
 
 from hermes_core import Agent, tool
 from hermes_core.messages import ModelResponse, ToolCall
-from hermes_core.records import record_of
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.journal import UNKNOWN_OUTCOME, export_task, load_task, resume
 from hermes_core.testing import ScriptedModel, call, reply
@@ -184,19 +183,3 @@ async def test_two_turns_that_reuse_a_call_id_each_replay_their_own_result(tmp_p
     await journal.close()
     assert effects.log == ["read East", "read North"]  # replayed, not run again
     assert again == first and "East" in first[0] and "North" in first[1]
-
-
-async def test_rows_journaled_before_turns_replay_in_the_order_they_were_written(tmp_path: Path) -> None:
-    """A journal written before results carried their turn still resumes: an id's results in order."""
-    journal, effects = SQLiteTaskJournal(tmp_path / "g.db"), Effects()
-    turns = reused_id_turns()
-    for region, response in zip(("East", "North"), turns, strict=True):
-        call = response.tool_calls[0]
-        await journal.append("old", "model_response", record_of(response))
-        await journal.append("old", "tool_started", {"id": call.id, "name": call.name})
-        content = json.dumps({"region": region, "orders": 12})
-        row = {"id": call.id, "name": call.name, "arguments": call.arguments, "content": content, "ok": True}
-        await journal.append("old", "tool_result", row)
-    replayed = await replay_turns(journal, effects, "old")
-    await journal.close()
-    assert effects.log == [] and "East" in replayed[0] and "North" in replayed[1]

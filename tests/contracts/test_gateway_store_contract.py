@@ -169,14 +169,9 @@ async def test_a_history_kept_in_another_store_is_stored_once(gateway_stores: St
     await check_history_stored_once(gateway_stores(), InMemorySessionStore())
 
 
-@pytest.mark.parametrize("sessions_here", [True, False], ids=["same-store", "other-store"])
-async def test_a_complete_that_fails_leaves_the_message_pending_and_queues_nothing(
-    gateway_stores: Stores, session_stores: Opener[SessionStore], sessions_here: bool
-) -> None:
+async def check_a_failed_complete_changes_nothing(store: GatewayStore, sessions: SessionStore) -> None:
     """All or nothing: a turn's history that cannot be stored (here: not JSON) leaves no done mark
     and no reply; the message is run again."""
-    store = gateway_stores()
-    sessions = session_stores() if sessions_here else InMemorySessionStore()
     inbound = message("hi", "m1")
     await store.accept(inbound)
     unstorable: list[Message] = [{"role": "user", "content": {"not", "json"}}]
@@ -186,6 +181,18 @@ async def test_a_complete_that_fails_leaves_the_message_pending_and_queues_nothi
     assert await store.pending_outbound() == []
     earlier = await store.replies_of("webhook", "m1")
     assert earlier is not None and not earlier.done and earlier.replies == []
+
+
+async def test_a_complete_that_fails_leaves_the_message_pending_and_queues_nothing(
+    gateway_stores: Stores, session_stores: Opener[SessionStore]
+) -> None:
+    await check_a_failed_complete_changes_nothing(gateway_stores(), session_stores())
+
+
+async def test_a_complete_whose_history_store_fails_leaves_the_message_pending(
+    gateway_stores: Stores,
+) -> None:
+    await check_a_failed_complete_changes_nothing(gateway_stores(), InMemorySessionStore())
 
 
 async def test_replies_of_tells_a_retry_whether_it_is_done_and_what_was_replied(

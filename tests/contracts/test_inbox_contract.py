@@ -59,7 +59,7 @@ def message(text: str, message_id: str, user: str = "alice", event_id: str | Non
     return InboundMessage("chat", f"chat:{user}", user, text, message_id, event_id=event_id)
 
 
-async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
@@ -82,7 +82,7 @@ async def running(
     try:
         yield inbox
     finally:
-        await inbox.stop(grace=1)
+        await inbox.stop(grace=0.2)
 
 
 async def test_it_accepts_only_while_running(backend: Backend) -> None:

@@ -31,7 +31,9 @@ Journals = Opener[TaskJournal]
 
 
 async def test_an_unknown_task_has_no_entries(journals: Journals) -> None:
-    assert await journals().entries("never-ran") == []
+    journal = journals()
+    await journal.append("t10", "model_response", {"content": "another task's"})
+    assert await journal.entries("t1") == [] and await journal.entries("never-ran") == []
 
 
 async def test_entries_come_back_whole_in_the_order_written_per_task(journals: Journals) -> None:
@@ -72,10 +74,11 @@ async def test_a_turns_results_replay_by_task_turn_and_call_id(journals: Journal
         await journal.append("t1", "tool_result", row)
     await journal.append("t2", "tool_started", {"id": "c1", "turn": 0, "name": "read_orders"})
     replay = replay_of(await journal.entries("t1"))
+    assert replay.result(1, east) is None  # turn 1's c1 had other arguments: never turn 0's result
     first, second = replay.result(0, east), replay.result(1, north)
     assert first is not None and first.content == "12 orders East"
     assert second is not None and second.content == "3 orders North"
-    assert replay.result(1, east) is None  # turn 1's c1 had other arguments: never turn 0's result
+    assert replay.result(0, east) is not None  # a turn's own result answers every replay of it
     assert [r.tool_calls[0].arguments for r in replay.responses] == [east.arguments, north.arguments]
     assert replay.started == set()
     other = replay_of(await journal.entries("t2"))

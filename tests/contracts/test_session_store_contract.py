@@ -31,7 +31,10 @@ def turn(text: str) -> list[Message]:
 
 
 async def test_a_new_conversation_is_empty(session_stores: Stores) -> None:
-    loaded = await session_stores().load("webhook:nobody")
+    store = session_stores()
+    await store.append("webhook:somebody", turn("hi"))
+    await store.update_state("webhook:somebody", lambda s: s.facts.append("theirs"))
+    loaded = await store.load("webhook:nobody")
     assert loaded.id == "webhook:nobody" and loaded.messages == [] and loaded.state == ConversationState()
 
 
