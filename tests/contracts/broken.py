@@ -479,12 +479,12 @@ class FirstRecordWins(SQLiteTraceStore):
 
 
 class TracesOldestFirst(SQLiteTraceStore):
-    async def list(self, **filters: Any) -> builtins.list[TraceSummary]:  # type: ignore[override]
+    async def list(self, **filters: Any) -> builtins.list[TraceSummary]:
         return builtins.list(reversed(await super().list(**filters)))
 
 
 class PausedCountsAsFailed(SQLiteTraceStore):
-    async def list(self, **filters: Any) -> builtins.list[TraceSummary]:  # type: ignore[override]
+    async def list(self, **filters: Any) -> builtins.list[TraceSummary]:
         if filters.pop("failed", None) is True:
             return [s for s in await super().list(**filters) if not s["ok"]]
         return await super().list(**filters)

@@ -27,7 +27,7 @@ from contract_backends import Backend, Dispatcher
 from hermes_core import Agent
 from hermes_core.approvals import ApprovalDesk, DecisionRefused
 from hermes_core.channels.base import Channel, DeliveryError
-from hermes_core.channels.seam import InboundMessage, OutboundMessage
+from hermes_core.channels.seam import InboundMessage, OutboundMessage, Reply
 from hermes_core.gateway.dispatcher import Runner
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.testing import ScriptedModel
@@ -51,7 +51,7 @@ class Recording(Channel):
         self.sent.append(message)
         return f"om_{len(self.sent)}"
 
-    def texts(self, conversation: str | None = None) -> list[str]:
+    def texts(self, conversation: str | None = None) -> list[str | Reply]:
         return [m.text for m in self.sent if conversation is None or m.conversation == conversation]
 
 
@@ -66,7 +66,7 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def echo(message: InboundMessage) -> list[str]:
+async def echo(message: InboundMessage) -> list[str | Reply]:
     return [f"echo: {message.text}"]
 
 
@@ -107,7 +107,7 @@ async def test_it_accepts_only_while_running(backend: Backend) -> None:
 async def test_a_message_runs_once_however_often_it_is_delivered(backend: Backend) -> None:
     ran: list[str] = []
 
-    async def runner(message: InboundMessage) -> list[str]:
+    async def runner(message: InboundMessage) -> list[str | Reply]:
         ran.append(message.message_id)
         return [f"echo: {message.text}"]
 
@@ -130,7 +130,7 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
     overlaps: list[str] = []
     hold_alice = asyncio.Event()
 
-    async def runner(message: InboundMessage) -> list[str]:
+    async def runner(message: InboundMessage) -> list[str | Reply]:
         started.append(message.text)
         running_now[message.conversation] = running_now.get(message.conversation, 0) + 1
         if running_now[message.conversation] > 1:
@@ -156,7 +156,7 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
 
 
 async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Backend) -> None:
-    async def three(message: InboundMessage) -> list[str]:
+    async def three(message: InboundMessage) -> list[str | Reply]:
         return [f"{message.text} {i}" for i in range(3)]
 
     channel = Recording(failures=2)  # every reply fails twice before it is delivered
@@ -175,7 +175,7 @@ async def test_an_accepted_message_is_answered_after_a_restart(backend: Backend)
     """Stopped while its turn ran (a deploy): the next process runs it, and it is still known."""
     started = asyncio.Event()
 
-    async def stuck(message: InboundMessage) -> list[str]:
+    async def stuck(message: InboundMessage) -> list[str | Reply]:
         started.set()
         await asyncio.Event().wait()  # until the stop cancels it
         return []
@@ -203,7 +203,7 @@ async def test_a_decision_resumes_its_task_once(backend: Backend) -> None:
     await store.set_resume("t1", dataclasses.asdict(original))
     ran: list[InboundMessage] = []
 
-    async def runner(message: InboundMessage) -> list[str]:
+    async def runner(message: InboundMessage) -> list[str | Reply]:
         ran.append(message)
         return ["sent"]
 
