@@ -13,7 +13,7 @@ plugs in either way:
   `pytest.skip`, when its server is not reachable);
 - from anywhere on the import path: `HERMES_CONTRACT_BACKENDS=package.module:NAME` (several,
   comma-separated), where NAME is a dict of backend name → factory, merged into `BACKENDS` when the
-  suites are collected. tests/contracts/broken.py is registered that way by the self-check.
+  suites are collected. tests/contracts/broken_backends.py is registered that way by the self-check.
 
 `dispatcher` builds the inbox/dispatch side (channels/seam.py's `Inbox`) over the backend's gateway
 store; the default is the `Gateway` of gateway/dispatcher.py. An engine that dispatches otherwise

@@ -8,9 +8,9 @@ or an admin decides, once, even when decisions race; an undecided one expires, a
 is refused as expired; a question is answered by its asker only; open records are listed; the
 message that resumes the task is kept with them; a reopen keeps it all.
 
-How each test was seen to fail: tests/contracts/broken.py has stores with one bug each (a decision
-read then written in two steps, expiry never checked, any user on any channel allowed…), and
-test_contracts_fail_when_broken.py checks that each test here fails against one of them.
+How each test was seen to fail: tests/contracts/broken_backends.py has stores with one bug each
+(a decision read then written in two steps, expiry never checked, any user on any channel
+allowed…), and test_contracts_fail_when_broken.py checks that each test here fails against one.
 """
 
 from __future__ import annotations

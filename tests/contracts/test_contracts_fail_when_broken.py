@@ -1,9 +1,10 @@
 """Every contract test can fail: run against implementations with one bug each, each test fails
 against at least one of them, while passing on every registered implementation.
 
-The six suites run in a child pytest with tests/contracts/broken.py's backends registered
-(`HERMES_CONTRACT_BACKENDS=broken:BROKEN`), each broken backend on its own seam's suite only
-(`broken.SUITES`), next to the registered backends; its JUnit report says which test failed where.
+The six suites run in a child pytest with the backends of tests/contracts/broken_backends.py
+registered (`HERMES_CONTRACT_BACKENDS=broken_backends:BROKEN`), each broken backend on its own
+seam's suite only (`broken_backends.SUITES`), next to the registered backends; its JUnit report
+says which test failed where.
 A contract test that no bug can fail, or a bug that no test notices, fails this test by name.
 """
 
@@ -18,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from broken import BROKEN, SUITES
+from broken_backends import BROKEN, SUITES
 from contract_backends import ENV
 
 HERE = Path(__file__).parent
@@ -46,7 +47,8 @@ def test_every_contract_test_fails_against_some_broken_implementation(tmp_path: 
     run = subprocess.run(
         [sys.executable, "-m", "pytest", *sorted(str(p) for p in HERE.glob("test_*_contract.py")), "-q",
          "-p", "no:cacheprovider", "-k", f"not broken or (broken and ({own_suite}))", f"--junitxml={report}"],
-        cwd=ROOT, env={**os.environ, ENV: "broken:BROKEN"}, capture_output=True, text=True, timeout=1200,
+        cwd=ROOT, env={**os.environ, ENV: "broken_backends:BROKEN"}, capture_output=True, text=True,
+        timeout=1200,
     )  # fmt: skip
     assert report.is_file(), run.stdout[-3000:] + run.stderr[-3000:]
     found = outcomes(report)

@@ -5,10 +5,10 @@ Exactly-once accept (message id per channel, event id), arrival order, the done 
 the turn's history and its replies, retries counted, dead letters kept and resent, poison counts,
 pruning that never loses work, nonces, and all of it surviving a reopen.
 
-How each test was seen to fail: tests/contracts/broken.py holds implementations with one bug each
-(dedup by message id only, a done mark written apart from its replies, a prune that deletes
-pending rows…); test_contracts_fail_when_broken.py runs this suite against them and checks that
-every test here fails against at least one of them.
+How each test was seen to fail: tests/contracts/broken_backends.py holds implementations with one
+bug each (dedup by message id only, a done mark written apart from its replies, a prune that
+deletes pending rows…); test_contracts_fail_when_broken.py runs this suite against them and checks
+that every test here fails against at least one of them.
 """
 
 from __future__ import annotations

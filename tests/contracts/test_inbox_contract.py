@@ -8,9 +8,10 @@ flight per conversation, in arrival order, while other conversations go on; repl
 retried until delivered, read back by a retry; an accepted message answered after a restart; an
 approval's decision resuming its task once; a replayed signature refused.
 
-How each test was seen to fail: tests/contracts/broken.py has dispatchers and stores with one bug
-each (two turns of a conversation at once, replies sent newest first, messages lost at a stop…),
-and test_contracts_fail_when_broken.py checks that each test here fails against one of them.
+How each test was seen to fail: tests/contracts/broken_backends.py has dispatchers and stores with
+one bug each (two turns of a conversation at once, replies sent newest first, messages lost at a
+stop…), and test_contracts_fail_when_broken.py checks that each test here fails against one of
+them.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ to concurrent writers; a task's turn results replay by (task, turn, call id) —
 an id each get their own — and rows journaled before turns were recorded still replay in the order
 they were written; snapshots export and load; pruning forgets whole tasks; a reopen keeps it all.
 
-How each test was seen to fail: tests/contracts/broken.py has journals with one bug each (entries
-newest first, tasks mixed up, a racy sequence number…), and test_contracts_fail_when_broken.py
-checks that each test here fails against one of them.
+How each test was seen to fail: tests/contracts/broken_backends.py has journals with one bug each
+(entries newest first, tasks mixed up, a racy sequence number…), and
+test_contracts_fail_when_broken.py checks that each test here fails against one of them.
 """
 
 from __future__ import annotations

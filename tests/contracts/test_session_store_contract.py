@@ -6,8 +6,8 @@ turn appended once by its id, the window after `state.folded`, read-modify-write
 never lose one another and write nothing when they fail, `/forget` clearing the notes, copies
 handed out (never the stored objects), secrets redacted, everything there after a reopen.
 
-How each test was seen to fail: tests/contracts/broken.py has session stores with one bug each
-(a turn id ignored, the window ignored, an update that reads, yields and writes…), and
+How each test was seen to fail: tests/contracts/broken_backends.py has session stores with one bug
+each (a turn id ignored, the window ignored, an update that reads, yields and writes…), and
 test_contracts_fail_when_broken.py checks that each test here fails against one of them.
 """
 

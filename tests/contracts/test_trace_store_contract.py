@@ -6,8 +6,8 @@ newest first, filtered by failure (a task paused for a person is no failure), co
 and time, cut where the summary says; a pasted beginning of a task id finds it, taken literally;
 pruning forgets old tasks; nothing is stored unredacted; a reopen keeps it all.
 
-How each test was seen to fail: tests/contracts/broken.py has trace stores with one bug each (a
-prefix matched with LIKE, paused tasks counted as failures, a record appended instead of
+How each test was seen to fail: tests/contracts/broken_backends.py has trace stores with one bug
+each (a prefix matched with LIKE, paused tasks counted as failures, a record appended instead of
 replaced…), and test_contracts_fail_when_broken.py checks that each test here fails against one.
 """
 
