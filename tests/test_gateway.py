@@ -277,17 +277,6 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_p
     assert channel.delivered == ["reply one", "echo: two"]
 
 
-async def test_duplicates_by_event_id_and_message_id(tmp_path: Path) -> None:
-    store = SQLiteGatewayStore(tmp_path / "g.db")
-    original = InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")
-    assert await store.accept(original) is not None
-    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")) is None
-    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_2")) is None
-    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_2", event_id="ev_1")) is None
-    assert await store.accept(InboundMessage("webhook", "c", "u", "hi", "om_1")) is not None  # other channel
-    await store.close()
-
-
 async def test_graceful_stop_lets_an_inflight_turn_finish(tmp_path: Path) -> None:
     async def slow(message: InboundMessage) -> list[str]:
         await asyncio.sleep(0.3)

@@ -19,6 +19,7 @@ from hermes_core.kernel.tools.registry import ToolOutcome
 from hermes_core.observe.replay import replay
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
 from hermes_core.tasks import SQLiteTaskJournal
+from hermes_core.tasks.journal import load_task
 from hermes_core.testing import ScriptedModel, call, reply
 
 DATA = Path(__file__).parent / "data" / "records"
@@ -47,7 +48,7 @@ async def test_a_journal_of_the_previous_version_resumes_without_calling_anythin
     """Old rows (list-shaped calls and usage, results under `content`) replay the finished task: its
     reply comes back, no model is called (the script is empty) and no tool runs."""
     journal, ran = SQLiteTaskJournal(tmp_path / "g.db"), []
-    await journal.load({"task_id": OLD_TASK, "entries": old_journal()})
+    await load_task(journal, {"task_id": OLD_TASK, "entries": old_journal()})
     agent = Agent(model=ScriptedModel([]), tools=[adder(ran)], journal=journal)
     result = await agent.run("what is 2 + 3?", task_id=OLD_TASK)
     await journal.close()

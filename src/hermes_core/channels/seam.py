@@ -145,7 +145,8 @@ class Records(Protocol):
 
 class Inbox(Protocol):
     """What a channel may ask of the gateway. `accept` is a durable write: once it returns, the
-    message is answered even across a crash (None: a duplicate, already accepted)."""
+    message is answered even across a crash (None: a duplicate, already accepted). Whatever engine
+    implements it passes tests/contracts/test_inbox_contract.py (docs/seams.md)."""
 
     @property
     def accepting(self) -> bool:

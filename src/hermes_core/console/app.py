@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -41,6 +41,9 @@ from ..kernel.tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import WebChannel
 from .pages import Pages, dead_letter_summary, trace_url
+
+if TYPE_CHECKING:
+    from ..observe.traces import Tracer, TraceStore
 
 log = logging.getLogger("hermes_core.console")
 
@@ -68,9 +71,10 @@ class Console:
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=int(RATE_WINDOW / SAMPLE_EVERY) + 1)
 
     @property
-    def traces(self) -> Any:
+    def traces(self) -> TraceStore | None:
         """The trace store (observe/traces.py), or None when the agent records no traces."""
-        return getattr(getattr(self.agent, "tracer", None), "store", None)
+        tracer: Tracer | None = self.agent.tracer
+        return tracer.store if tracer is not None else None
 
     def routes(self) -> list[web.AbstractRouteDef]:
         return [

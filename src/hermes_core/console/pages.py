@@ -12,10 +12,14 @@ import html
 import json
 import re
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode
 
 from ..kernel.redaction import Redactor, cut_text
+
+if TYPE_CHECKING:
+    from ..observe.traces import TraceSummary
 
 NAV = (
     ("chat", "/console/", "Chat"),
@@ -73,7 +77,7 @@ each reply links to its trace.</p>"""
 
     # -- tasks -----------------------------------------------------------------------------------
 
-    def tasks(self, rows: list[dict[str, Any]] | None, filters: dict[str, str]) -> str:
+    def tasks(self, rows: list[TraceSummary] | None, filters: dict[str, str]) -> str:
         if rows is None:
             return self.layout("tasks", "Tasks", NO_TRACES)
         failed = " checked" if filters.get("failed") else ""
@@ -88,7 +92,7 @@ each reply links to its trace.</p>"""
         table = f'<table id="tasks" class="tasks"><thead>{head}</thead><tbody>{body}</tbody></table>'
         return self.layout("tasks", "Tasks", form + table)
 
-    def _task_row(self, row: dict[str, Any]) -> str:
+    def _task_row(self, row: TraceSummary) -> str:
         task_id = str(row.get("task_id", ""))
         tools = ", ".join(str(name) for name in row.get("tool_names") or [])
         return (  # data-label: the column's name, shown before each value on a phone (console.css)
@@ -105,7 +109,7 @@ each reply links to its trace.</p>"""
             f"<td data-label=time>{_seconds(row.get('started_at'), row.get('finished_at'))}</td></tr>"
         )
 
-    def _outcome(self, record: dict[str, Any]) -> str:
+    def _outcome(self, record: Mapping[str, Any]) -> str:
         reason = record.get("stop_reason") or ("completed" if record.get("ok") else "failed")
         css = "ok" if record.get("ok") else "paused" if str(reason).startswith("awaiting") else "failed"
         return f'<span class="badge {css}">{self.show(reason)}</span>'
@@ -498,7 +502,20 @@ def _scrollable(body: str) -> str:
     return re.sub(r"(<table\b.*?</table>)", r'<div class="scroll">\1</div>', body, flags=re.DOTALL)
 
 
-def dead_letter_summary(row: dict[str, Any]) -> dict[str, Any]:
+class DeadLetter(TypedDict):
+    """A reply given up on, as the gateway's store keeps it (gateway/store.py `dead_letters`)."""
+
+    outbox_id: int
+    channel: str
+    conversation: str
+    payload: str  # the reply, JSON (an OutboundMessage's fields)
+    error: str  # why its last send failed
+    attempts: int
+    dead_at: float
+    resend_requested_at: float | None  # a resend asked for from another process, not yet taken up
+
+
+def dead_letter_summary(row: DeadLetter) -> dict[str, Any]:
     """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
     try:
         payload = json.loads(row["payload"])

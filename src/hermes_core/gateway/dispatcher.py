@@ -432,19 +432,13 @@ class Gateway:
             self._requeue(reply)
         return reply
 
-    async def _claim_resends(self, *, push: bool = True) -> bool:
-        """Take up the resends asked for through the store (by `hermes-core deadletters resend`).
-        False for a store that keeps no dead letters to resend."""
-        try:
-            replies = await self.store.claim_resends()
-        except NotImplementedError:
-            return False
-        for reply in replies:
+    async def _claim_resends(self, *, push: bool = True) -> None:
+        """Take up the resends asked for through the store (by `hermes-core deadletters resend`)."""
+        for reply in await self.store.claim_resends():
             if push:
                 self._requeue(reply)
             else:
                 log.info("dead letter %s back in the outbox", reply.id)
-        return True
 
     def _requeue(self, reply: OutboundMessage) -> None:
         self.counters["dead_letters_resent"] += 1
@@ -455,8 +449,7 @@ class Gateway:
         while True:
             await asyncio.sleep(self.resend_interval)
             try:
-                if not await self._claim_resends():
-                    return
+                await self._claim_resends()
             except Exception:
                 log.exception("picking up dead letters to resend failed")
 

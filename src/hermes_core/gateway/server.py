@@ -41,23 +41,27 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from ..agent import Agent
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..kernel.approvals import Pending
 from ..kernel.redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
-from ..tasks import SQLiteTaskJournal
+from ..tasks import SQLiteTaskJournal, TaskJournal
 from ..tasks.pending import SQLiteInteractions
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .messages import InboundMessage, Reply, Turn
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
+
+if TYPE_CHECKING:
+    from ..observe.traces import TraceStore
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -194,14 +198,16 @@ def refuse_open_webhook(settings: Settings, host: str) -> None:
                     "whoever reaches the port may act as any user", host)  # fmt: skip
 
 
-def retention_pruners(agent: Any, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
+def retention_pruners(agent: Agent, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
     """Delete task journals and traces older than `gateway.retention_days` (run hourly)."""
 
     def pruner(prune: Callable[[float], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         return lambda: prune(time.time() - keep_seconds)
 
-    owners: list[Any] = [agent.journal, getattr(agent.tracer, "store", None)]
-    return [pruner(owner.prune) for owner in owners if hasattr(owner, "prune")]
+    owners: list[TaskJournal | TraceStore | None] = [
+        agent.journal, agent.tracer.store if agent.tracer is not None else None,
+    ]  # fmt: skip
+    return [pruner(owner.prune) for owner in owners if owner is not None]
 
 
 def build_memory(settings: Settings) -> ConversationMemory:
@@ -237,7 +243,7 @@ async def serve(
     gateway, routes = build_gateway(settings, agent)
 
     async def healthz(request: web.Request) -> web.Response:
-        counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
+        counts = await gateway.store.counts()
         degraded = degraded_parts(gateway)  # still 200: a healthcheck must not kill a process that retries
         body = {"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts}
         return web.json_response(body, status=200 if gateway.accepting else 503)
@@ -379,7 +385,7 @@ async def gateway_samples(gateway: Gateway) -> list[Any]:
     """The gauges read when scraped: queue depths (the database's), turns, the loop's lag."""
     from ..observe.metrics import Sample
 
-    counts = await gateway.store.counts() if hasattr(gateway.store, "counts") else {}
+    counts = await gateway.store.counts()
     status, slots = gateway.status(), gateway.turn_slots
     gauges = [
         ("hermes_inbox_depth", "Accepted messages not yet completed (inbox rows pending).",
@@ -396,9 +402,9 @@ async def gateway_samples(gateway: Gateway) -> list[Any]:
          status["conversations_busy"]),
     ]  # fmt: skip
     samples = [Sample(name, text, value) for name, text, value in gauges]
-    database = getattr(gateway.store, "db", None)
-    if database is not None and hasattr(database, "queued"):
-        queued: dict[tuple[str, ...], float] = {(name,): float(n) for name, n in database.queued.items()}
+    if isinstance(gateway.store, SQLiteGatewayStore):  # the embedded store's single writer thread
+        waiting = gateway.store.db.queued
+        queued: dict[tuple[str, ...], float] = {(name,): float(n) for name, n in waiting.items()}
         text = "Jobs waiting for the database writer, by queue."
         samples.append(Sample("hermes_db_writer_queue", text, labels=("queue",), values=queued))
     return samples

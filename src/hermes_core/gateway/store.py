@@ -1,8 +1,9 @@
 """The gateway's durable inbox and outbox: what was received, what is done, what must still be sent.
 
-`GatewayStore` is the seam (a distributed engine can implement it later); `SQLiteGatewayStore` is
-the embedded default, in the process's shared database file (`storage/sqlite.py`: WAL,
-synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
+`GatewayStore` is the seam, a protocol: what the gateway, its channels and the console ask of the
+store, nothing more (docs/seams.md; tests/contracts/ holds the suite every implementation passes).
+`SQLiteGatewayStore` is the embedded default, in the process's shared database file
+(`storage/sqlite.py`: WAL, synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
@@ -34,11 +35,11 @@ import dataclasses
 import json
 import sqlite3
 import time
-from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..channels.seam import Earlier, InboundMessage, OutboundMessage
+from ..channels.seam import Earlier, InboundMessage, OutboundMessage, Records
+from ..console.pages import DeadLetter
 from ..console.pages import dead_letter_summary as dead_letter_summary  # re-exported: the CLI lists them
 from ..kernel.redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
@@ -114,91 +115,99 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX dead_letters_by_resend ON dead_letters (resend_requested_at)
     """,
 }
+# DeadLetter's keys, in the table's column order
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
                     "resend_requested_at")  # fmt: skip
 
 
-class GatewayStore(ABC):
-    """Durable inbox/outbox. Every method is a single atomic step."""
+class GatewayStore(Records, Protocol):
+    """The durable inbox and outbox, as the gateway (dispatcher.py), its channels (`Records`), the
+    console and /healthz use them. Every method is one atomic step; each is covered by
+    tests/contracts/test_gateway_store_contract.py, which a second implementation runs unchanged."""
 
-    @abstractmethod
+    # -- the inbox: what was received, and whether it is done
     async def accept(self, message: InboundMessage) -> int | None:
-        """Persist a new message; None when its message_id or event_id was seen before."""
+        """Persist a new message (redacted, `message.id` set); None when its message_id (per
+        channel) or its event_id was accepted before. Durable when it returns."""
+        ...
 
-    @abstractmethod
     async def pending_inbound(self) -> list[InboundMessage]:
-        """Messages accepted but not completed, in arrival order."""
+        """Messages accepted and neither done nor set aside, in arrival order."""
+        ...
 
-    @abstractmethod
+    async def begin_attempt(self, inbound_id: int) -> int:
+        """Count a run of the message, durably, before it starts; returns the runs counted."""
+        ...
+
+    async def release_attempt(self, inbound_id: int) -> None:
+        """Take back the count of a run that a graceful stop interrupted (not a crash)."""
+        ...
+
+    async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
+        """Pending messages with at least `min_attempts` counted runs, and their counts."""
+        ...
+
     async def complete(
         self, inbound_id: int, replies: list[OutboundMessage], history: TurnAppend | None = None
     ) -> list[OutboundMessage]:
         """Mark the message done, store its turn's `history` and queue its replies, atomically;
         returns the replies with their ids ([] when the message was done already)."""
-
-    @abstractmethod
-    async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
-        """The message accepted earlier under this id, and its replies once it is done."""
-
-    @abstractmethod
-    async def pending_outbound(self) -> list[OutboundMessage]:
-        """Replies not yet sent, in order."""
-
-    @abstractmethod
-    async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None: ...
-
-    @abstractmethod
-    async def record_attempt(self, outbox_id: int, error: str) -> None: ...
-
-    @abstractmethod
-    async def dead_letter(self, outbox_id: int, error: str) -> None:
-        """Give up on a reply: keep it, with why, in the dead-letter table."""
-
-    @abstractmethod
-    async def prune(self, older_than: float) -> None:
-        """Forget dedup keys and finished rows older than `older_than` (a time.time() value)."""
-
-    @abstractmethod
-    async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
-        """True the first time `nonce` is claimed on `channel` within `keep_seconds`; False after
-        that (a replay). Durable: a restart does not forget it."""
-
-    async def begin_attempt(self, inbound_id: int) -> int:
-        """Count a run of the message, durably, before it starts; returns the runs counted."""
-        return 1
-
-    async def release_attempt(self, inbound_id: int) -> None:  # noqa: B027 — optional, like close
-        """Take back the count of a run that a graceful stop interrupted (not a crash)."""
-
-    async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
-        """Pending messages with at least `min_attempts` counted runs, and their counts."""
-        return []
+        ...
 
     async def set_aside(
         self, inbound_id: int, reason: str, replies: list[OutboundMessage]
     ) -> list[OutboundMessage]:
         """Stop trying a message: mark it set aside with `reason` and queue `replies`, atomically;
         returns them with their ids (none if the message was no longer pending)."""
-        raise NotImplementedError
+        ...
 
-    async def dead_letters(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Replies given up on, newest first (see `DEAD_LETTER_KEYS`)."""
-        raise NotImplementedError
+    # -- the outbox: what must still be sent
+    async def pending_outbound(self) -> list[OutboundMessage]:
+        """Replies not yet sent nor dead, in the order they were queued, with their attempts."""
+        ...
+
+    async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None:
+        """The reply reached the platform: it leaves the outbox (still read by `replies_of`)."""
+        ...
+
+    async def record_attempt(self, outbox_id: int, error: str) -> None:
+        """Count one failed send of the reply, and why."""
+        ...
+
+    async def dead_letter(self, outbox_id: int, error: str) -> None:
+        """Give up on a reply: keep it, with why, in the dead letters."""
+        ...
+
+    # -- dead letters
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """Replies given up on, newest first."""
+        ...
 
     async def resend(self, outbox_id: int) -> OutboundMessage | None:
         """Put a dead letter back in the outbox (attempts reset, same uuid); None if there is none."""
-        raise NotImplementedError
+        ...
 
     async def request_resend(self, outbox_id: int) -> bool:
         """Ask the running gateway to resend a dead letter (from another process); False if none."""
-        raise NotImplementedError
+        ...
 
     async def claim_resends(self) -> list[OutboundMessage]:
         """Resend every dead letter whose resend was requested; returns them, back in the outbox."""
-        raise NotImplementedError
+        ...
+
+    # -- upkeep
+    async def counts(self) -> dict[str, int]:
+        """Queue depths: `inbox_pending`, `outbox_pending`, `dead_letters`, `set_aside`."""
+        ...
+
+    async def prune(self, older_than: float) -> None:
+        """Forget dedup keys and finished rows older than `older_than` (a time.time() value);
+        messages not done and replies not sent are kept."""
+        ...
 
     async def close(self) -> None:
-        return None
+        """Release the store (another instance may open the same storage again)."""
+        ...
 
 
 class SQLiteGatewayStore(GatewayStore):
@@ -207,7 +216,6 @@ class SQLiteGatewayStore(GatewayStore):
         self.db.migrate("gateway", MIGRATIONS)
         self._run = self.db.transaction
 
-    # -- GatewayStore -------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> int | None:
         message.text, message.extra = redact_text(message.text), redact_data(message.extra)
 
@@ -393,7 +401,7 @@ class SQLiteGatewayStore(GatewayStore):
 
         return await self.db.transaction(claim, urgent=True)  # on the ack path of a signed webhook
 
-    async def dead_letters(self, limit: int | None = None) -> list[dict[str, Any]]:
+    async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         columns = ", ".join(DEAD_LETTER_KEYS)
         rows = await self._run(
             lambda db: db.execute(
@@ -401,7 +409,7 @@ class SQLiteGatewayStore(GatewayStore):
                 (-1 if limit is None else limit,),
             ).fetchall()
         )
-        return [dict(zip(DEAD_LETTER_KEYS, row, strict=True)) for row in rows]
+        return [_dead_letter(row) for row in rows]
 
     async def resend(self, outbox_id: int) -> OutboundMessage | None:
         replies = await self._run(lambda db: _revive(db, [outbox_id]))
@@ -474,6 +482,13 @@ def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessa
             db.execute("DELETE FROM dead_letters WHERE outbox_id = ?", (outbox_id,))
             revived.append(_load(OutboundMessage, row[0], id=outbox_id, attempts=0))
     return revived
+
+
+def _dead_letter(row: tuple[Any, ...]) -> DeadLetter:
+    outbox_id, channel, conversation, payload, error, attempts, dead_at, resend_requested_at = row
+    return DeadLetter(outbox_id=outbox_id, channel=channel, conversation=conversation, payload=payload,
+                      error=error, attempts=attempts, dead_at=dead_at,
+                      resend_requested_at=resend_requested_at)  # fmt: skip
 
 
 def _dump(message: InboundMessage | OutboundMessage) -> str:

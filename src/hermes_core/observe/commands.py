@@ -19,7 +19,7 @@ from typing import Any
 
 from ..kernel.loop import PAUSES
 from ..kernel.redaction import redact_data, redact_text
-from .traces import SQLiteTraceStore, clip
+from .traces import SQLiteTraceStore, TraceStore, TraceSummary, clip
 
 AMBIGUOUS_SHOWN = 5  # candidates named when a pasted prefix starts more than one task id
 
@@ -71,7 +71,7 @@ async def load_trace(reference: str, settings: Any) -> dict[str, Any]:
     return found
 
 
-async def unique_id(store: SQLiteTraceStore, prefix: str, database: Path) -> str:
+async def unique_id(store: TraceStore, prefix: str, database: Path) -> str:
     """The one task id that starts with `prefix`; TraceNotFound naming the candidates if not one."""
     candidates = await store.ids_starting(prefix, limit=AMBIGUOUS_SHOWN + 1)
     if not candidates:
@@ -126,7 +126,7 @@ def parse_when(text: str | None) -> float | None:
         raise ValueError(f"not a date: {text!r} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
 
 
-def summary_table(summaries: list[dict[str, Any]]) -> str:
+def summary_table(summaries: list[TraceSummary]) -> str:
     """One row per task; its id and conversation whole, never clipped: they are pasted into
     `trace show ID` and `traces --conversation`."""
     if not summaries:

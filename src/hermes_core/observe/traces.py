@@ -33,12 +33,12 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import time
-from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES, RunResult
@@ -88,18 +88,35 @@ MIGRATIONS = {
 # --- the store -------------------------------------------------------------------------------------
 
 
-class TraceStore(ABC):
-    """Where finished tasks' records go. A record stored again under the same task id replaces it
-    (a task paused for a person is recorded, then recorded again when it finishes)."""
+class TraceSummary(TypedDict):
+    """One task as `TraceStore.list` shows it."""
 
-    @abstractmethod
-    async def record(self, trace: dict[str, Any]) -> None: ...
+    task_id: str
+    conversation: str | None
+    input: str
+    started_at: float
+    finished_at: float | None
+    stop_reason: str
+    ok: bool
+    reply: str  # cut to REPLY_SUMMARY_CHARS, with "…"
+    model_calls: int
+    tool_names: builtins.list[str]  # in call order, each name once
+    tokens: int  # the record's usage.total_tokens
 
-    @abstractmethod
+
+class TraceStore(Protocol):
+    """Where finished tasks' records go (a record is a JSON object of the shape above). A record
+    stored again under the same task id replaces it (a task paused for a person is recorded, then
+    recorded again when it finishes). What is stored is redacted."""
+
+    async def record(self, trace: dict[str, Any]) -> None:
+        """Store (or replace) the record of `trace["task_id"]`."""
+        ...
+
     async def get(self, task_id: str) -> dict[str, Any] | None:
         """The full record, or None."""
+        ...
 
-    @abstractmethod
     async def list(
         self,
         *,
@@ -109,12 +126,23 @@ class TraceStore(ABC):
         since: float | None = None,
         until: float | None = None,
         limit: int = 50,
-    ) -> builtins.list[dict[str, Any]]:
-        """Summaries of the most recent tasks first: task_id, conversation, input, started_at,
-        finished_at, stop_reason, ok, reply (truncated), model_calls, tool_names, tokens."""
+    ) -> builtins.list[TraceSummary]:
+        """Summaries, the most recently started first; `failed` as `is_failure` says, `tool` for
+        the tasks that called it, `since` ≤ started_at < `until`."""
+        ...
+
+    async def ids_starting(self, prefix: str, limit: int = 10) -> builtins.list[str]:
+        """The task ids that begin with `prefix` (a pasted part of one, taken literally), at most
+        `limit`, sorted."""
+        ...
+
+    async def prune(self, older_than: float) -> None:
+        """Forget the tasks started before `older_than` (a timestamp)."""
+        ...
 
     async def close(self) -> None:
-        return None
+        """Release the store (another instance may open the same storage again)."""
+        ...
 
 
 class SQLiteTraceStore(TraceStore):
@@ -143,7 +171,7 @@ class SQLiteTraceStore(TraceStore):
             json.dumps(trace, ensure_ascii=False),
         )
 
-        def write(db: Any) -> None:
+        def write(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM trace_tools WHERE task_id = ?", (trace["task_id"],))
             db.execute(f"INSERT OR REPLACE INTO traces VALUES ({', '.join('?' * len(row))})", row)
             db.executemany(
@@ -160,7 +188,6 @@ class SQLiteTraceStore(TraceStore):
         return json.loads(row[0]) if row else None
 
     async def ids_starting(self, prefix: str, limit: int = 10) -> builtins.list[str]:
-        """The task ids that begin with `prefix` (a pasted part of one), at most `limit`, sorted."""
         query = "SELECT task_id FROM traces WHERE substr(task_id, 1, ?) = ? ORDER BY task_id LIMIT ?"
         arguments = (len(prefix), prefix, limit)
         rows = await self.db.transaction(lambda db: db.execute(query, arguments).fetchall())
@@ -175,7 +202,7 @@ class SQLiteTraceStore(TraceStore):
         since: float | None = None,
         until: float | None = None,
         limit: int = 50,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[TraceSummary]:
         where, args = ["1 = 1"], []
         for clause, value in (
             ("failed = ?", None if failed is None else int(failed)),
@@ -193,30 +220,10 @@ class SQLiteTraceStore(TraceStore):
             "ORDER BY started_at DESC LIMIT ?"
         )
         rows = await self.db.transaction(lambda db: db.execute(query, (*args, limit)).fetchall())
-        keys = (
-            "task_id",
-            "conversation",
-            "input",
-            "started_at",
-            "finished_at",
-            "stop_reason",
-            "ok",
-            "reply",
-            "model_calls",
-            "tool_names",
-            "tokens",
-        )
-        summaries = [dict(zip(keys, row, strict=True)) for row in rows]
-        for summary in summaries:
-            summary["ok"] = bool(summary["ok"])
-            summary["tool_names"] = json.loads(summary["tool_names"])
-            summary["reply"] = clip(summary["reply"], REPLY_SUMMARY_CHARS)
-        return summaries
+        return [_summary(*row) for row in rows]
 
     async def prune(self, older_than: float) -> None:
-        """Forget the tasks started before `older_than` (a timestamp)."""
-
-        def delete(db: Any) -> None:
+        def delete(db: sqlite3.Connection) -> None:
             db.execute(
                 "DELETE FROM trace_tools WHERE task_id IN (SELECT task_id FROM traces WHERE started_at < ?)",
                 (older_than,),
@@ -227,6 +234,16 @@ class SQLiteTraceStore(TraceStore):
 
     async def close(self) -> None:
         await self.db.close()
+
+
+def _summary(task_id: str, conversation: str | None, input: str, started_at: float, finished_at: float | None,
+             stop_reason: str, ok: int, reply: str, model_calls: int, tool_names: str,
+             tokens: int) -> TraceSummary:  # fmt: skip
+    """A row of the `traces` table as a summary."""
+    return TraceSummary(task_id=task_id, conversation=conversation, input=input, started_at=started_at,
+                        finished_at=finished_at, stop_reason=stop_reason, ok=bool(ok),
+                        reply=clip(reply, REPLY_SUMMARY_CHARS), model_calls=model_calls,
+                        tool_names=json.loads(tool_names), tokens=tokens)  # fmt: skip
 
 
 def is_failure(trace: dict[str, Any]) -> bool:
@@ -616,6 +633,7 @@ __all__ = [
     "SQLiteTraceStore",
     "TaskTrace",
     "TraceStore",
+    "TraceSummary",
     "Tracer",
     "is_failure",
     "tracer_for",

@@ -1,8 +1,9 @@
 """Where conversations live between turns: their messages, and their state beside them.
 
-`SessionStore` is the seam (a database shared by many instances can implement it later);
-`SQLiteSessionStore` is the embedded default, in the gateway's database file (component
-"sessions"); `InMemorySessionStore` serves tests and the terminal REPL.
+`SessionStore` is the seam, a protocol of four methods (docs/seams.md; every implementation passes
+tests/contracts/test_session_store_contract.py); `SQLiteSessionStore` is the embedded default, in
+the gateway's database file (component "sessions"); `InMemorySessionStore` serves tests and the
+terminal REPL.
 
 A conversation is an append-only log of wire-format messages plus one `ConversationState`: the
 snapshot (facts, steps), the summary of folded turns, and `folded`, the number of log messages the
@@ -12,8 +13,9 @@ the same to load as a short one; the folded messages stay in the log for traces 
 A turn's messages are appended once: a `TurnAppend` is keyed by its task id (`session_turns`), so
 the same turn stored again — a message run again after a crash — adds nothing. The gateway writes it
 in the transaction that marks the message done and queues its replies (`GatewayStore.complete`),
-when this store lives in the gateway's database file: then the history, the done mark and the
-replies are there together or not at all.
+when this store lives in the gateway's database file (`TurnAppend.write_in`): then the history,
+the done mark and the replies are there together or not at all. A store kept elsewhere has the turn
+stored first, once (its turn id), then the done mark.
 
 Messages and state are redacted as they are stored (kernel/redaction.py): a secret a user pasted or a tool
 read is never written to the database, whichever code path produced the message.
@@ -24,13 +26,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..kernel.messages import Message
 from ..kernel.redaction import redact_data
@@ -109,7 +110,7 @@ class Conversation:
     state: ConversationState
 
 
-StateChange = Callable[[ConversationState], Any]
+StateChange = Callable[[ConversationState], object]
 Write = Callable[[sqlite3.Connection], None]
 
 
@@ -125,37 +126,39 @@ class TurnAppend:
     def write_in(self, database: SQLiteDatabase) -> Write | None:
         """The function that stores this turn inside a transaction of `database`, or None when the
         session store lives elsewhere: then call `apply`."""
-        return self.store.write_in(database, self)
+        if isinstance(self.store, SQLiteSessionStore) and self.store.db is database:
+            return partial(_append, self.conversation, self.messages, self.turn_id)
+        return None
 
     async def apply(self) -> None:
         """Store the turn on its own (idempotent)."""
         await self.store.append(self.conversation, self.messages, turn_id=self.turn_id)
 
 
-class SessionStore(ABC):
-    """Conversations by key. Each method is one atomic step."""
+class SessionStore(Protocol):
+    """Conversations by key, as `ConversationMemory` (memory.py) and the gateway use them. Each
+    method is one atomic step; what is returned is the caller's copy (changing it changes nothing
+    stored), and what is stored is redacted."""
 
-    @abstractmethod
     async def load(self, conversation: str) -> Conversation:
         """The conversation's state and its messages after `state.folded` (empty if it is new)."""
+        ...
 
-    @abstractmethod
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
         """Add one finished turn's messages to the log, all or none; with a `turn_id`, only the first
         time that turn is appended."""
+        ...
 
-    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
-        """`turn` as a write inside a transaction of `database`, when this store lives there."""
-        return None
-
-    @abstractmethod
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         """Read the state, apply `change` to it (a quick, synchronous function), write it back,
         atomically; returns the new state. Read-modify-write, so a tool that records a fact during a
-        turn and the fold before it can never overwrite each other."""
+        turn and the fold before it can never overwrite each other; a `change` that raises writes
+        nothing."""
+        ...
 
     async def close(self) -> None:
-        return None
+        """Release the store (another instance may open the same storage again)."""
+        ...
 
 
 class SQLiteSessionStore(SessionStore):
@@ -179,11 +182,6 @@ class SQLiteSessionStore(SessionStore):
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
         if messages:
             await self.db.transaction(partial(_append, conversation, messages, turn_id))
-
-    def write_in(self, database: SQLiteDatabase, turn: TurnAppend) -> Write | None:
-        if database is not self.db:
-            return None
-        return partial(_append, turn.conversation, turn.messages, turn.turn_id)
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         def update(db: sqlite3.Connection) -> ConversationState:
@@ -269,6 +267,9 @@ class InMemorySessionStore(SessionStore):
         change(updated)
         self._logs[conversation] = (log, updated)
         return ConversationState.from_json(updated.to_json())
+
+    async def close(self) -> None:
+        return None
 
 
 __all__ = [

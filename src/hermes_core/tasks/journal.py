@@ -17,6 +17,8 @@ again under the same task id, the loop replays the journal instead of repeating 
   done: run again, it asks its approval or question anew, and finds the decision or the answer.
 
 The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
+`TaskJournal` is the seam, a protocol of four methods (docs/seams.md; every implementation passes
+tests/contracts/test_journal_contract.py); `SQLiteTaskJournal` is the embedded default.
 Responses and results are journaled in the one record format of kernel/records.py (rows written before
 it still read).
 """
@@ -24,11 +26,11 @@ it still read).
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..kernel.loop import PAUSES
 from ..kernel.messages import ModelResponse, ToolCall
@@ -64,26 +66,40 @@ class JournalEntry:
     data: dict[str, Any]
 
 
-class TaskJournal(ABC):
-    @abstractmethod
-    async def entries(self, task_id: str) -> list[JournalEntry]: ...
+class TaskJournal(Protocol):
+    """Each task's steps, in the order they were written. `data` is a JSON object (kernel/records.py)."""
 
-    @abstractmethod
-    async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None: ...
+    async def entries(self, task_id: str) -> list[JournalEntry]:
+        """The task's entries in the order they were appended ([] for a task never journaled)."""
+        ...
 
-    async def export(self, task_id: str) -> dict[str, Any]:
-        """A task's whole state as JSON-ready data (a snapshot that `load` accepts)."""
-        entries = await self.entries(task_id)
-        return {"task_id": task_id, "entries": [{"kind": e.kind, "data": e.data} for e in entries]}
+    async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None:
+        """Add one entry after the task's last one; durable when it returns."""
+        ...
 
-    async def load(self, snapshot: dict[str, Any]) -> str:
-        """Import an exported snapshot (its task must not exist here yet); returns the task id."""
-        task_id = str(snapshot["task_id"])
-        if await self.entries(task_id):
-            raise ValueError(f"task {task_id!r} already has a journal")
-        for entry in snapshot["entries"]:
-            await self.append(task_id, str(entry["kind"]), dict(entry["data"]))
-        return task_id
+    async def prune(self, older_than: float) -> None:
+        """Forget the tasks whose last entry is older than `older_than`: whole tasks, never a part."""
+        ...
+
+    async def close(self) -> None:
+        """Release the journal (another instance may open the same storage again)."""
+        ...
+
+
+async def export_task(journal: TaskJournal, task_id: str) -> dict[str, Any]:
+    """A task's whole state as JSON-ready data (a snapshot that `load_task` accepts)."""
+    entries = await journal.entries(task_id)
+    return {"task_id": task_id, "entries": [{"kind": e.kind, "data": e.data} for e in entries]}
+
+
+async def load_task(journal: TaskJournal, snapshot: dict[str, Any]) -> str:
+    """Import an exported snapshot (its task must not exist in `journal` yet); returns the task id."""
+    task_id = str(snapshot["task_id"])
+    if await journal.entries(task_id):
+        raise ValueError(f"task {task_id!r} already has a journal")
+    for entry in snapshot["entries"]:
+        await journal.append(task_id, str(entry["kind"]), dict(entry["data"]))
+    return task_id
 
 
 class SQLiteTaskJournal(TaskJournal):
@@ -102,7 +118,7 @@ class SQLiteTaskJournal(TaskJournal):
     async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None:
         payload = json.dumps(data, ensure_ascii=False)
 
-        def insert(db: Any) -> None:
+        def insert(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT INTO task_journal (task_id, seq, kind, data, at) SELECT ?, "
                 "COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM task_journal WHERE task_id = ?",
@@ -112,7 +128,6 @@ class SQLiteTaskJournal(TaskJournal):
         await self.db.transaction(insert)
 
     async def prune(self, older_than: float) -> None:
-        """Forget the tasks whose last entry is older than `older_than`: whole tasks, never a part."""
         await self.db.transaction(
             lambda db: db.execute(
                 "DELETE FROM task_journal WHERE task_id IN "

@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from . import calculator, clock
 from ..kernel.tools.declare import ToolError, tool
+from . import calculator, clock
 
 
 @tool(name="calculator", level=0)
