@@ -98,6 +98,8 @@ class Agent:
             self.registry.add(item)
         if self.skills is not None:  # the model reads a listed skill's steps on demand (P5)
             self.registry.add(self.skills.load_skill)
+            if self.skills.has_files:  # and the files bundled with them
+                self.registry.add(self.skills.read_skill_file)
         self._greeting = _compile_greetings(self.greeting_patterns)
         self._client: ModelClient | None = None
 
