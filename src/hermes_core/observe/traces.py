@@ -42,7 +42,7 @@ from typing import Any
 
 from ..hooks import TaskHooks
 from ..loop import PAUSES, RunResult
-from ..messages import Message, ModelResponse, ToolCall
+from ..messages import Message, ModelResponse, ToolCall, without_images
 from ..models.base import ModelClient, ModelError
 from ..records import outcome_record, record_of
 from ..redaction import cut_text, redact_data
@@ -334,7 +334,7 @@ class TaskTrace(TaskHooks):
             model=self.model_name,
             messages_count=len(messages),
             tools=names,
-            messages=messages,
+            messages=without_images(messages),
         )
         self._model_call = (self.turn, time.time(), time.perf_counter(), len(messages), names, span, bound)
 
@@ -494,7 +494,7 @@ class TaskTrace(TaskHooks):
             "model": self.model_name,
             "input": self.input,
             "history": self.history,
-            "messages": _json_copy(self.messages),
+            "messages": _json_copy(without_images(self.messages)),  # a placeholder for each picture
             "model_calls": self.model_calls,
             "tool_calls": self._tool_calls(outcomes),
             "approvals": await self._approvals(outcomes),
