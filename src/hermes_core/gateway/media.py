@@ -15,6 +15,7 @@ a model never sees half of what the user sent.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -107,7 +108,28 @@ class MediaDesk:
             raise MediaRefused("unsaved", f"{name}: {exc}", name=name) from None
         log.info("saved %s (%s, %d bytes) for %s", path, mime, len(fetched.data), message.conversation)
         size = megabytes(len(fetched.data))
-        return f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
+        note = f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
+        if mime == "application/pdf":
+            note += "\n" + await self._pdf_text(path, fetched.data)
+        return note
+
+    async def _pdf_text(self, path: str, data: bytes) -> str:
+        """The PDF's text saved as `<path>.txt` (the `pdf` extra, pypdf), and the line saying so."""
+        assert self.workspace is not None
+        try:
+            text = await asyncio.wait_for(asyncio.to_thread(pdf_text, data), self.limits.download_timeout)
+        except ImportError:
+            return f"[{path}: its text is not extracted here (the pdf extra is not installed)]"
+        except Exception as exc:  # a broken, encrypted or hostile PDF: the file is kept, its text is not
+            log.info("no text from %s: %s: %s", path, type(exc).__name__, exc)
+            return f"[{path}: its text could not be extracted]"
+        from ..tools.declare import ToolError
+
+        try:
+            saved = self.workspace.save_new(f"{path}.txt", text.encode("utf-8"))
+        except ToolError:
+            return f"[{path}: its text could not be saved]"
+        return f"[its text: {saved} ({megabytes(len(text.encode()))}); read that one with read_file]"
 
     async def _fetch(self, message: InboundMessage, attachment: dict[str, Any]) -> Fetched:
         kind = str(attachment.get("kind"))
@@ -125,6 +147,23 @@ class MediaDesk:
         if source is None:
             raise MediaRefused("unusable", f"{message.channel} cannot fetch attachments", why=message.channel)
         return await source.fetch_attachment(message, attachment, limit, self.limits.download_timeout)
+
+
+def pdf_text(data: bytes, max_pages: int = 300, max_chars: int = 1_000_000) -> str:
+    """The text of a PDF's first `max_pages` pages, at most `max_chars` characters (pypdf)."""
+    from io import BytesIO
+
+    from pypdf import PdfReader
+
+    reader = PdfReader(BytesIO(data))
+    if reader.is_encrypted:
+        raise ValueError("the PDF is encrypted")
+    parts: list[str] = []
+    for page in reader.pages[:max_pages]:
+        parts.append(page.extract_text() or "")
+        if sum(map(len, parts)) > max_chars:
+            break
+    return "\n\n".join(parts)[:max_chars]
 
 
 def _folder_of(conversation: str) -> str:
