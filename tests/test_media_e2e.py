@@ -173,9 +173,12 @@ async def test_a_second_file_of_the_same_name_does_not_overwrite_the_first(
         await answered(feishu, url, feishu.file_message(b"first\n", "notes.md"))
         await answered(feishu, url, feishu.file_message(b"second\n", "notes.md"), count=2)
         inbox = folder / "uploads" / f"feishu-{USER}"
-        assert (inbox / "notes.md").read_text() == "first\n" and (
-            inbox / "notes-2.md"
-        ).read_text() == "second\n"
+        assert (inbox / "notes.md").read_text() == "first\n"
+        assert (inbox / "notes-2.md").read_text() == "second\n"
+        fake.script(FakeReply.text("ok"))
+        await answered(feishu, url, feishu.file_message(b"first\n", "notes.md"), count=3)
+        assert sorted(p.name for p in inbox.iterdir()) == ["notes-2.md", "notes.md"]  # same bytes: reused
+        assert f"[file received: uploads/feishu-{USER}/notes.md " in user_parts(fake.requests[-1])
 
 
 async def test_files_without_a_workspace_and_unread_types_are_refused_before_any_download(
