@@ -255,3 +255,20 @@ async def test_a_traced_task_with_a_picture_keeps_a_placeholder_and_redacts_its_
     recorded = str(trace["messages"])
     assert "[image: 1 attached" in recorded and "base64" not in recorded and SECRET not in recorded
     await store.close()
+
+
+def test_the_configuration_names_vision_and_the_media_limits(tmp_path: Path) -> None:
+    from hermes_core.config import ConfigError, load_settings
+
+    config = tmp_path / "hermes.yaml"
+    config.write_text(
+        "model:\n  vision: true\nmedia:\n  max_image_mb: 5\n  download_timeout: 3\n", encoding="utf-8"
+    )
+    settings = load_settings(config, env={}, dotenv=None)
+    assert settings.model.vision and settings.media == MediaLimits(max_image_mb=5, download_timeout=3)
+    config.write_text("media:\n  max_file_mb: 500\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="media.max_file_mb"):
+        load_settings(config, env={}, dotenv=None)
+    config.write_text("media:\n  folder: ../outside\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="media.folder"):
+        load_settings(config, env={}, dotenv=None)
