@@ -3,7 +3,8 @@
 For each message: `/memory` and `/forget` are answered here, before any model call, so every
 channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
 the window and notes that `ConversationMemory.prepare` builds. The gateway depends only on the
-`Runner` protocol.
+`Runner` protocol. A message's pictures and files are made ready first (`MediaDesk.prepare`,
+gateway/media.py); one that cannot be used is answered with the reason, and no turn runs.
 
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
