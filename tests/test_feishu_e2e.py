@@ -141,10 +141,10 @@ async def test_non_text_message_is_answered_politely_without_running_the_agent(t
     model = ScriptedModel([])  # any model call would fail the turn
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(Agent(model=model))) as (_, url):
-            image = feishu.user_message(
-                "", message_type="image", content={"image_key": "img_1"}, chat_id="oc_1"
+            audio = feishu.user_message(
+                "", message_type="audio", content={"file_key": "file_1", "duration": 1200}, chat_id="oc_1"
             )
-            assert (await feishu.push(image, url)).ok
+            assert (await feishu.push(audio, url)).ok
             await wait_for(lambda: len(feishu.sent) == 1)
     assert "只能读懂文字" in feishu.sent[0].text and "only read text" in feishu.sent[0].text
     assert model.calls == []

@@ -103,8 +103,10 @@ def test_group_message_needs_a_mention_of_the_bot() -> None:
 
 
 def test_non_text_and_other_events() -> None:
+    audio = inbound_from_event(receive_event(message_type="audio", content='{"file_key": "k"}'), "ou_bot")
+    assert not isinstance(audio, Ignored) and audio.kind == "non_text" and audio.attachments == []
     image = inbound_from_event(receive_event(message_type="image", content='{"image_key": "k"}'), "ou_bot")
-    assert not isinstance(image, Ignored) and image.kind == "non_text"
+    assert not isinstance(image, Ignored) and image.attachments == [{"kind": "image", "key": "k"}]
     post = {
         "title": "周报",
         "content": [[{"tag": "text", "text": "本周 "}, {"tag": "a", "text": "链接", "href": "x"}]],

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .kernel.hooks import hooked
 from .kernel.loop import PAUSES, Limits, RunResult, run_loop
-from .kernel.messages import Message
+from .kernel.messages import Message, user_message, without_images
 from .kernel.model import ModelClient, TextCallback
 from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
 from .kernel.replies import Language, detect_language
@@ -98,6 +98,8 @@ class Agent:
             self.registry.add(item)
         if self.skills is not None:  # the model reads a listed skill's steps on demand (P5)
             self.registry.add(self.skills.load_skill)
+            if self.skills.has_files:  # and the files bundled with them
+                self.registry.add(self.skills.read_skill_file)
         self._greeting = _compile_greetings(self.greeting_patterns)
         self._client: ModelClient | None = None
 
@@ -142,8 +144,12 @@ class Agent:
         on_text: TextCallback | None = None,
         task_id: str | None = None,
         caller: Caller | None = None,
+        images: Sequence[str] = (),
     ) -> RunResult:
         """Run one task: the message, the model's decisions, the tools it calls, the reply.
+
+        `images` (`data:` URLs) go with the message as OpenAI image parts, for a model that takes
+        pictures; `session` then keeps a text placeholder for them (kernel/messages.py `without_images`).
 
         With a `journal`, pass a `task_id` that stays the same if the task is run again after a
         crash (the gateway uses the message's id): the task then resumes from its journal.
@@ -158,7 +164,7 @@ class Agent:
         prompt = self.skills.system_prompt(prompt, message) if self.skills is not None else prompt
         system = f"{prompt}\n\n{notes}" if notes else prompt
         messages: list[Message] = [{"role": "system", "content": system}, *history]
-        messages.append({"role": "user", "content": message})
+        messages.append(user_message(message, images))
         fast = self.is_greeting(message)
         task_id = task_id or uuid.uuid4().hex
         stack = await task_stack(self, task_id, message, messages, session, caller)
@@ -178,7 +184,8 @@ class Agent:
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
         if session is not None:
-            session.messages.extend(messages[len(history) + 1 :])
+            # the pictures were for this turn only: the history keeps a placeholder for them
+            session.messages.extend(without_images(messages[len(history) + 1 :]))
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
                 session.messages.append({"role": "assistant", "content": result.reply})
         return result

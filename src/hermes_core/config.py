@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
+from .channels.media import MediaLimits
 from .kernel.loop import Limits
 from .models.settings import ModelRoute, ModelSettings
 
@@ -278,6 +279,7 @@ class Settings(_Section):
     gateway: GatewayConfig = GatewayConfig()
     feishu: FeishuConfig = FeishuConfig()
     webhook: WebhookConfig = WebhookConfig()
+    media: MediaLimits = Field(default_factory=MediaLimits)  # channels/media.py: pictures and files
     permissions: PermissionsConfig = PermissionsConfig()
     memory: MemoryConfig = MemoryConfig()
     console: ConsoleConfig = ConsoleConfig()
@@ -492,16 +494,12 @@ def workspace_tools(settings: Settings) -> list[Any]:
         if a.shell_allow:
             raise ConfigError("agent.shell_allow: needs agent.workspace (the folder commands run in)")
         return []
-    from .tools.files import Workspace, WorkspaceError, file_tools
+    from .tools.files import WorkspaceError, file_tools
     from .tools.sandbox import SandboxUnavailable
     from .tools.shell import run_command_tool
 
-    root = Path(a.workspace)
-    if not root.is_dir():
-        raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
-    quota = None if a.workspace_quota_mb is None else int(a.workspace_quota_mb * 1024 * 1024)
     try:
-        space = Workspace(root, quota_bytes=quota, protect=trusted_paths(settings))
+        space = workspace_of(settings)
         tools: list[Any] = file_tools(space)
         if a.shell_allow:
             tools.append(run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox))
@@ -510,6 +508,21 @@ def workspace_tools(settings: Settings) -> list[Any]:
     except ValueError as exc:  # a program run_command may not run
         raise ConfigError(str(exc)) from None
     return tools
+
+
+def workspace_of(settings: Settings) -> Any:
+    """The `Workspace` of `agent.workspace` (tools/files.py), None without one; the file tools and
+    the files users send (gateway/media.py) share its rules. Raises WorkspaceError or ConfigError."""
+    a = settings.agent
+    if a.workspace is None:
+        return None
+    from .tools.files import Workspace
+
+    root = Path(a.workspace)
+    if not root.is_dir():
+        raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
+    quota = None if a.workspace_quota_mb is None else int(a.workspace_quota_mb * 1024 * 1024)
+    return Workspace(root, quota_bytes=quota, protect=trusted_paths(settings))
 
 
 def trusted_paths(settings: Settings) -> list[Path]:

@@ -81,11 +81,15 @@ async def run_task(
     on_text: TextCallback | None = None,
     task_id: str | None = None,
     caller: Caller | None = None,
+    images: Sequence[str] = (),
 ) -> RunResult:
-    """One task in the agent's mode; the result has `Agent.run`'s shape in every mode."""
+    """One task in the agent's mode; the result has `Agent.run`'s shape in every mode. A message
+    with pictures (`images`) runs in the loop whatever the mode: plans and teams take text."""
     mode = agent.mode
-    if mode is None or mode.name == "loop" or agent.is_greeting(text):
-        return await agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+    if mode is None or mode.name == "loop" or agent.is_greeting(text) or images:
+        return await agent.run(
+            text, session=session, on_text=on_text, task_id=task_id, caller=caller, images=images
+        )
     if mode.name == "plan":
         from .plans.executor import run_plan
 

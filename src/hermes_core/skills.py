@@ -16,6 +16,12 @@ YAML front matter between `---` lines, then a Markdown body with the steps, note
 the system prompt lists every skill's name and one-line description; a skill's body enters the
 prompt when one of its triggers appears in the message, or when the model calls `load_skill`.
 
+Files bundled beside the SKILL.md (the usual layout: `references/`, `scripts/`, `assets/`) are
+named, with their sizes, under the body; the model reads one with `read_skill_file(skill, path)`,
+confined to that skill's folder (no `..`, no absolute path, no symlink leading out), text only,
+`MAX_SKILL_CHARS` characters at a time from `offset`. A body is returned whole up to
+`MAX_SKILL_CHARS`; beyond that it is cut with a note saying so (docs/skills.md).
+
 At load time (`SkillSet.load`):
 - a malformed SKILL.md (no front matter, bad YAML, missing name or description, wrong types) or a
   skills folder that does not exist raises `SkillError` naming the file: fix it before serving;
@@ -47,6 +53,9 @@ log = logging.getLogger("hermes_core.skills")
 
 SKILL_FILE = "SKILL.md"
 LOAD_SKILL = "load_skill"
+READ_SKILL_FILE = "read_skill_file"
+MAX_SKILL_CHARS = 40_000  # of a skill body or one read of a bundled file (about 10,000 tokens)
+MAX_LISTED_FILES = 50  # bundled files named under a body; the rest are counted
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$", re.IGNORECASE)
 _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^---[ \t]*\r?$\n?", re.DOTALL | re.MULTILINE)
 _ENGLISH_SUFFIXES = r"(?:s|es|ed|ing|ment|ments)?"
@@ -71,6 +80,7 @@ class Skill:
     triggers: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
     missing_tools: tuple[str, ...] = ()  # tools it needs that the agent does not have
+    files: tuple[tuple[str, int], ...] = ()  # bundled files: (path relative to the folder, bytes)
 
     @property
     def available(self) -> bool:
@@ -87,9 +97,76 @@ class Skill:
         match whole words with common endings: `deploy` matches "deployed", not "redeploy")."""
         return self._trigger is not None and self._trigger.search(message.lower()) is not None
 
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
     def instructions(self) -> str:
-        """The body as the model reads it, in the prompt or as `load_skill`'s result."""
-        return f"## Skill: {self.name}\n\n{self.body}"
+        """The body as the model reads it, in the prompt or as `load_skill`'s result: whole up to
+        `MAX_SKILL_CHARS` (then cut, with a note), followed by the names of its bundled files."""
+        from .kernel.tools.results import cap
+
+        text = f"## Skill: {self.name}\n\n{cap(self.body, MAX_SKILL_CHARS)}"
+        if not self.files:
+            return text
+        lines = [f"- {name} ({_size(size)})" for name, size in self.files[:MAX_LISTED_FILES]]
+        if len(self.files) > MAX_LISTED_FILES:
+            lines.append(f"- … and {len(self.files) - MAX_LISTED_FILES} more")
+        intro = f"Files of this skill (read one with {READ_SKILL_FILE}, skill {self.name!r} and the path):"
+        return "\n\n".join([text, intro + "\n" + "\n".join(lines)])
+
+    def read(self, path: str, offset: int = 0) -> str:
+        """A bundled file's text from character `offset`, at most `MAX_SKILL_CHARS` of it. Raises
+        `ToolError` for a path outside the folder (`..`, absolute, a symlink leading out), a
+        missing or binary file."""
+        from .kernel.tools.results import cap
+        from .tools import ToolError
+
+        folder = self.folder.resolve()
+        relative = Path(path.strip())
+        if not path.strip() or relative.is_absolute() or ".." in relative.parts:
+            raise ToolError(
+                f"{path!r} is not a path inside skill {self.name!r}; its files are listed with it"
+            )
+        target = (folder / relative).resolve()
+        if not target.is_relative_to(folder) or not target.is_file():
+            raise ToolError(f"skill {self.name!r} has no file {path!r}; its files: {self._names()}")
+        if target.stat().st_size > 8 * MAX_SKILL_CHARS:  # never read a huge asset whole
+            raise ToolError(f"{path!r} is {_size(target.stat().st_size)}: too large to read as text")
+        try:
+            text = target.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ToolError(f"{path!r} is not a text file (UTF-8); it cannot be read here") from None
+        if offset < 0 or (offset and offset >= len(text)):
+            raise ToolError(f"offset {offset} is outside {path!r} ({len(text)} characters)")
+        shown = cap(text[offset:], MAX_SKILL_CHARS)
+        left = len(text) - offset - MAX_SKILL_CHARS
+        return shown + (f"\n[read on with offset={offset + MAX_SKILL_CHARS}]" if left > 0 else "")
+
+    def _names(self) -> str:
+        return ", ".join(name for name, _ in self.files[:MAX_LISTED_FILES]) or "none"
+
+
+def bundled_files(folder: Path) -> tuple[tuple[str, int], ...]:
+    """The files under a skill's folder other than its SKILL.md (hidden ones and symlinks that
+    lead out of the folder left out), with their sizes, sorted by path."""
+    root = folder.resolve()
+    found: list[tuple[str, int]] = []
+    for file in sorted(folder.rglob("*")):
+        relative = file.relative_to(folder)
+        if relative.as_posix() == SKILL_FILE or any(part.startswith(".") for part in relative.parts):
+            continue
+        try:
+            resolved = file.resolve()
+            if file.is_file() and resolved.is_relative_to(root):
+                found.append((relative.as_posix(), resolved.stat().st_size))
+        except OSError:  # a broken link, a file gone meanwhile: not bundled
+            continue
+    return tuple(found)
+
+
+def _size(size: int) -> str:
+    return f"{size} bytes" if size < 1024 else f"{size / 1024:.1f} KB"
 
 
 def _trigger_pattern(trigger: str) -> str:
@@ -132,6 +209,7 @@ def parse_skill(path: Path) -> Skill:
         path=path,
         triggers=_words(meta, "triggers", path),
         tools=_words(meta, "tools", path),
+        files=bundled_files(path.parent),
     )
 
 
@@ -176,7 +254,7 @@ class SkillSet:
                 raise SkillError(f"{folder}: the skills folder does not exist")
             found += [parse_skill(file) for file in sorted(folder.glob(f"*/{SKILL_FILE}"))]
         if available_tools is not None:
-            found = _check_tools(found, {*available_tools, LOAD_SKILL}, strict)
+            found = _check_tools(found, {*available_tools, LOAD_SKILL, READ_SKILL_FILE}, strict)
         return cls(found)
 
     @property
@@ -201,7 +279,11 @@ class SkillSet:
 
     def instructions(self, name: str) -> str:
         """What `load_skill(name)` returns. Raises `ToolError` (shown to the model) when it cannot."""
-        from .kernel.tools import ToolError
+        return self._usable(name).instructions()
+
+    def _usable(self, name: str) -> Skill:
+        """The available skill of this name; `ToolError` saying why not (unknown, unavailable)."""
+        from .tools import ToolError
 
         skill = self.skills.get(name.strip())
         if skill is None:
@@ -210,7 +292,15 @@ class SkillSet:
         if not skill.available:
             missing = ", ".join(skill.missing_tools)
             raise ToolError(f"skill {name!r} is unavailable here: it needs tool(s) {missing}")
-        return skill.instructions()
+        return skill
+
+    def read_file(self, name: str, path: str, offset: int = 0) -> str:
+        """What `read_skill_file(name, path)` returns; `ToolError` (shown to the model) when it cannot."""
+        return self._usable(name).read(path, offset)
+
+    @property
+    def has_files(self) -> bool:
+        return any(skill.files for skill in self.available)
 
     def tools_in_use(self, messages: list[Message]) -> set[str]:
         """The tools of the skills this task uses: triggered by its message, or loaded with
@@ -237,7 +327,28 @@ class SkillSet:
             """Read a skill's steps, notes and examples before doing the task it is for."""
             return skills.instructions(name)
 
+        load_skill.max_chars = MAX_SKILL_CHARS + 4_000  # the body whole, and the list of its files
         return load_skill
+
+    @cached_property
+    def read_skill_file(self) -> Tool:
+        """The `read_skill_file` tool: a file bundled with a skill (read-only, always offered)."""
+        from .tools import tool
+        from .tools.routing import ALWAYS
+
+        skills = self
+
+        @tool(name=READ_SKILL_FILE, level=0, idempotent=True, groups=(ALWAYS,))
+        def read_skill_file(
+            skill: Annotated[str, Field(description="the skill's name")],
+            path: Annotated[str, Field(description="the file's path as listed, e.g. references/units.md")],
+            offset: Annotated[int, Field(ge=0, description="character to start from, for long files")] = 0,
+        ) -> str:
+            """Read a file bundled with a skill (a reference, script or template its steps mention)."""
+            return skills.read_file(skill, path, offset)
+
+        read_skill_file.max_chars = MAX_SKILL_CHARS + 200
+        return read_skill_file
 
 
 def _check_tools(skills: list[Skill], available: set[str], strict: bool) -> list[Skill]:
@@ -271,4 +382,13 @@ def _loaded(messages: list[Message]) -> set[str]:
     return names
 
 
-__all__ = ["LOAD_SKILL", "SKILL_FILE", "Skill", "SkillError", "SkillSet", "parse_skill"]
+__all__ = [
+    "LOAD_SKILL",
+    "MAX_SKILL_CHARS",
+    "READ_SKILL_FILE",
+    "SKILL_FILE",
+    "Skill",
+    "SkillError",
+    "SkillSet",
+    "parse_skill",
+]

@@ -50,6 +50,7 @@ class InboundMessage:
     callback_url: str | None = None  # webhook async variant: where to POST the reply
     received_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
+    attachments: list[dict[str, Any]] = field(default_factory=list)  # pictures, files (channels/media.py)
     id: int | None = None  # the inbox row, once persisted
 
     def __post_init__(self) -> None:

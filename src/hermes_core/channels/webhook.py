@@ -4,8 +4,9 @@
     POST /webhook  {"message": "…", "user_id": "u1", "callback_url": "https://…"}
                    → 202 at once; the reply is POSTed to callback_url
 
-Optional fields: `message_id` (a client-chosen id: a resend with the same id is not run twice)
-and `conversation_id` (defaults to the user).
+Optional fields: `message_id` (a client-chosen id: a resend with the same id is not run twice),
+`conversation_id` (defaults to the user) and `images` (pictures as base64 or `data:image/…;base64,`
+URLs, up to `media.max_image_mb` each and the 1 MiB body; links are refused, never fetched).
 
 The answer (and the body POSTed to `callback_url`) has these fields:
 
@@ -75,6 +76,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .base import Channel, DeliveryError, json_object, read_body
+from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
 from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
 
 if TYPE_CHECKING:
@@ -164,8 +166,10 @@ class WebhookChannel(Channel):
         reply_timeout: float = 120.0,
         allow_unsigned: bool = False,
         callback_hosts: Iterable[str] = (),
+        media: MediaLimits | None = None,
     ) -> None:
         self.gateway = gateway
+        self.media = media or MediaLimits()  # the size of a picture in `images`
         self.secret = secret or None
         self.reply_timeout = reply_timeout
         self.allow_unsigned = allow_unsigned  # unsigned requests from anywhere, not only this machine
@@ -323,9 +327,10 @@ class WebhookChannel(Channel):
 
     def _parse(self, body: bytes, *, signed: bool) -> InboundMessage:
         data = _json_object(body)
-        text, user = data.get("message"), data.get("user_id")
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("'message' must be a non-empty string")
+        text, user = data.get("message", ""), data.get("user_id")
+        images = self._images(data.get("images"))
+        if not isinstance(text, str) or not (text.strip() or images):
+            raise ValueError("'message' must be a non-empty string (it may be empty with 'images')")
         if len(text) > MAX_MESSAGE_CHARS:
             raise ValueError(f"'message' is longer than {MAX_MESSAGE_CHARS} characters")
         if not _is_id(user):
@@ -345,7 +350,16 @@ class WebhookChannel(Channel):
             text=text,
             message_id=message_id or uuid.uuid4().hex,
             callback_url=callback,
+            attachments=images,
         )
+
+    def _images(self, value: Any) -> list[dict[str, Any]]:
+        """`images`: pictures as base64 or `data:` URLs, checked now (channels/media.py), never links."""
+        if value is None:
+            return []
+        if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS:
+            raise ValueError(f"'images' must be a list of at most {MAX_ATTACHMENTS} base64 pictures")
+        return [inline_image(item, self.media) for item in value]
 
     def _client_conversation(self, key: str) -> str:
         """The conversation id as the client named it (without the user qualifying it)."""

@@ -3,7 +3,8 @@
 For each message: `/memory` and `/forget` are answered here, before any model call, so every
 channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
 the window and notes that `ConversationMemory.prepare` builds. The gateway depends only on the
-`Runner` protocol.
+`Runner` protocol. A message's pictures and files are made ready first (`MediaDesk.prepare`,
+gateway/media.py); one that cannot be used is answered with the reason, and no turn runs.
 
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
@@ -21,9 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 from ..agent import Agent
+from ..channels.media import MediaRefused
 from ..channels.seam import inbound_of, resume_message, task_id_of
 from ..kernel.approvals import DecisionRefused, Pending, PendingStore
 from ..kernel.loop import PAUSES
@@ -32,7 +36,10 @@ from ..kernel.replies import REPLIES, detect_language, fixed_reply
 from ..kernel.tools.permissions import Caller
 from ..modes import run_task
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
+from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
+
+log = logging.getLogger("hermes_core.gateway")
 
 __all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
 
@@ -43,13 +50,15 @@ class AgentRunner:
         self.agent = agent
         self.memory = memory or ConversationMemory(InMemorySessionStore())
         self.memory.attach(agent)
+        # pictures and files; `serve` gives it the channels that fetch them and the workspace
+        self.media = MediaDesk(vision=agent.settings.vision)
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
 
     async def __call__(self, message: InboundMessage) -> Turn:
-        if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
+        if message.kind != "text" and message.kind != "resume":  # audio, stickers…: we cannot read them
             return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
-        if not message.text.strip():  # a bare @mention
+        if not message.text.strip() and not message.attachments:  # a bare @mention
             return Turn([fixed_reply("how_can_i_help", detect_language(message.text))])
         # the same id when the message is run again after a crash: the task resumes from its journal
         task_id = task_id_of(message)
@@ -64,9 +73,13 @@ class AgentRunner:
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
+        try:  # pictures and files: fetched, checked, saved now (gateway/media.py)
+            prepared = await self.media.prepare(original) if original.attachments else None
+        except MediaRefused as refused:
+            return Turn([self._refusal(refused, original.text)])
         reply, history, error = await self._turn(
-            original.conversation, original.text, task_id=task_id, caller=caller, message=original,
-            on_text=on_text,
+            original.conversation, prepared.text if prepared else original.text, task_id=task_id,
+            caller=caller, message=original, on_text=on_text, images=prepared.images if prepared else (),
         )  # fmt: skip
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
@@ -100,6 +113,7 @@ class AgentRunner:
         task_id: str | None,
         caller: Caller | None,
         message: InboundMessage | None,
+        images: Sequence[str] = (),
     ) -> tuple[str | Reply, TurnAppend | None, str | None]:
         """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
         answer = await self.memory.command(conversation, text, self.agent.language)
@@ -109,12 +123,22 @@ class AgentRunner:
         session = prompt.session()
         # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
         result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
-                                caller=caller)  # fmt: skip
+                                caller=caller, images=images)  # fmt: skip
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
             return await self._paused(result.reply, task_id, message), None, None
         await self.memory.learn(conversation, result)
         history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
         return result.reply, history, None if result.ok else result.stop_reason
+
+    def _refusal(self, refused: MediaRefused, text: str) -> str:
+        """The fixed reply for an attachment that cannot be used, in the user's language (both
+        languages when a bare picture or file gives no hint and none is configured)."""
+        log.info("attachment refused: %s", refused)
+        fields = defaultdict(str, refused.fields)
+        key = f"attachment_{refused.reason}"
+        if self.agent.language is None and not text.strip():
+            return "\n".join(REPLIES[key][lang].format_map(fields) for lang in ("zh", "en"))
+        return fixed_reply(key, self.agent.language or detect_language(text)).format_map(fields)
 
     def _store(self) -> PendingStore | None:
         """Where the agent's pauses wait, if they wait anywhere (a terminal asks in place)."""

@@ -46,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from ..agent import Agent
+from ..channels.media import AttachmentSource
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
-from ..config import ConfigError, Settings, build_agent
+from ..config import ConfigError, Settings, build_agent, workspace_of
 from ..kernel.approvals import Pending
 from ..kernel.redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
@@ -56,6 +57,7 @@ from ..tasks import SQLiteTaskJournal, TaskJournal
 from ..tasks.pending import SQLiteInteractions
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
+from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
@@ -149,10 +151,11 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     routes: list[web.RouteDef] = []
+    sources: dict[str, AttachmentSource] = {}  # channels whose attachments are fetched for the turn
     if settings.webhook.enabled:
         webhook = WebhookChannel(
             gateway, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
-            callback_hosts=settings.webhook.callback_hosts,
+            callback_hosts=settings.webhook.callback_hosts, media=settings.media,
         )  # fmt: skip
         gateway.add_channel(webhook)
         routes += webhook.routes()
@@ -181,7 +184,16 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         )
         gateway.add_channel(feishu)
         routes += feishu.routes()
+        sources["feishu"] = feishu
+    runner.inner.media = media_desk(settings, agent, sources)
     return gateway, routes
+
+
+def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSource]) -> MediaDesk:
+    """Pictures and files for the turns (gateway/media.py): the channels that fetch them, the
+    workspace files are saved in (the file tools'), whether the model takes pictures."""
+    workspace = workspace_of(settings) if settings.agent.workspace else None
+    return MediaDesk(settings.media, sources=sources, workspace=workspace, vision=agent.settings.vision)
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:

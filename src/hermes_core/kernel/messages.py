@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,44 @@ def request_digest(messages: list[Message]) -> str:
     """
     text = json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def user_message(text: str, images: Sequence[str] = ()) -> Message:
+    """The user's message in wire format: plain text, or OpenAI content parts when it has pictures
+    (`images`: `data:` URLs), the text part first."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in images]
+    return {"role": "user", "content": parts}
+
+
+def without_images(messages: Sequence[Message]) -> list[Message]:
+    """`messages` with each message that has pictures made plain text: its text parts, then
+    `[image: N attached, 34 KB]`. What history, traces and logs keep: a picture is sent to the model
+    in its own turn only, never stored (megabytes of base64 would ride along in every later turn)."""
+    return [_placeholder(message) if _has_image(message) else message for message in messages]
+
+
+def _has_image(message: Message) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(_is_image(part) for part in content)
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "image_url"
+
+
+def _placeholder(message: Message) -> Message:
+    parts = message["content"]
+    texts = [
+        str(part.get("text", "")) for part in parts if isinstance(part, dict) and part.get("type") == "text"
+    ]
+    urls = [str((part.get("image_url") or {}).get("url", "")) for part in parts if _is_image(part)]
+    size = sum(len(url.partition(",")[2]) * 3 // 4 for url in urls)
+    shown = f"{size / 1048576:.1f} MB" if size >= 1048576 else f"{max(1, round(size / 1024))} KB"
+    note = f"[image: {len(urls)} attached, {shown}]"
+    return {**message, "content": "\n".join([*(t for t in texts if t), note])}
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,45 @@ REPLIES: dict[str, dict[Language, str]] = {
         "en": "Cleared {count} item(s) I had noted for this conversation (notes and summary); "
         "the chat history itself is kept.",
     },
+    # pictures and files (gateway/media.py); {why}, {name}, {size} and {limit} are filled in
+    "attachment_no_vision": {
+        "zh": "抱歉，我现在使用的模型看不了图片。请用文字描述图片里的内容，或请管理员换一个支持图片的模型。",
+        "en": "Sorry, the model I use cannot look at pictures. Please describe the picture in words, "
+        "or ask the administrator for a model that takes images.",
+    },
+    "attachment_no_workspace": {
+        "zh": "抱歉，这里没有配置保存文件的工作区，我收不了文件。请把内容直接以文字发给我。",
+        "en": "Sorry, no workspace is set up here for saving files, so I cannot take files. "
+        "Please paste the content as text.",
+    },
+    "attachment_type": {
+        "zh": "抱歉，我读不了这个附件（{name}）。"
+        "我能读 PDF、TXT、Markdown 和 CSV 文件，以及 PNG、JPEG、GIF、WebP 图片。",
+        "en": "Sorry, I cannot read this attachment ({name}). I can read PDF, TXT, Markdown and CSV "
+        "files, and PNG, JPEG, GIF and WebP pictures.",
+    },
+    "attachment_too_large": {
+        "zh": "抱歉，这个附件太大了（{size}，上限 {limit}）。请发一个小一些的。",
+        "en": "Sorry, this attachment is too large ({size}; the limit is {limit}). "
+        "Please send a smaller one.",
+    },
+    "attachment_timeout": {
+        "zh": "抱歉，附件下载超时了。请稍后再发一次。",
+        "en": "Sorry, downloading the attachment timed out. Please send it again in a moment.",
+    },
+    "attachment_unavailable": {
+        "zh": "抱歉，我取不到这个附件（{why}）。请重新发送。",
+        "en": "Sorry, I could not get this attachment ({why}). Please send it again.",
+    },
+    "attachment_unusable": {
+        "zh": "抱歉，这个附件无法使用：{why}。",
+        "en": "Sorry, this attachment cannot be used: {why}.",
+    },
+    "attachment_unsaved": {
+        "zh": "抱歉，文件 {name} 没能保存到工作区（空间不足或名称不可用）。",
+        "en": "Sorry, the file {name} could not be saved in the workspace "
+        "(no room, or the name cannot be used).",
+    },
     # plan-and-execute mode (plans/executor.py)
     "plan_invalid": {
         "zh": "抱歉，我没能为这个请求制定出可以执行的计划。请换个说法或把请求拆小一些再试。",

@@ -75,6 +75,7 @@ class ModelSettings:
     tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (textcalls/wrapper.py)
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
     routes: list[ModelRoute] = field(default_factory=list)  # cheaper models for simple questions
+    vision: bool = False  # the model (and its fallbacks) takes pictures as image parts (docs/media.md)
 
     @property
     def name(self) -> str | None:

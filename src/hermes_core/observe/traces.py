@@ -42,7 +42,7 @@ from typing import Any, Protocol, TypedDict
 
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES, RunResult
-from ..kernel.messages import Message, ModelResponse, ToolCall
+from ..kernel.messages import Message, ModelResponse, ToolCall, without_images
 from ..kernel.model import ModelClient, ModelError
 from ..kernel.records import outcome_record, record_of
 from ..kernel.redaction import cut_text, redact_data
@@ -351,7 +351,7 @@ class TaskTrace(TaskHooks):
             model=self.model_name,
             messages_count=len(messages),
             tools=names,
-            messages=messages,
+            messages=without_images(messages),
         )
         self._model_call = (self.turn, time.time(), time.perf_counter(), len(messages), names, span, bound)
 
@@ -511,7 +511,7 @@ class TaskTrace(TaskHooks):
             "model": self.model_name,
             "input": self.input,
             "history": self.history,
-            "messages": _json_copy(self.messages),
+            "messages": _json_copy(without_images(self.messages)),  # a placeholder for each picture
             "model_calls": self.model_calls,
             "tool_calls": self._tool_calls(outcomes),
             "approvals": await self._approvals(outcomes),

@@ -174,6 +174,19 @@ class RecordedRequest:
         tools = (self.body or {}).get("tools")
         return tools if isinstance(tools, list) else []
 
+    @property
+    def images(self) -> list[str]:
+        """The ``image_url.url`` of every image part of the request's messages, in order."""
+        return [
+            str(part["image_url"]["url"])
+            for message in self.messages
+            if isinstance(message, dict) and isinstance(message.get("content"), list)
+            for part in message["content"]
+            if isinstance(part, dict)
+            and part.get("type") == "image_url"
+            and isinstance(part.get("image_url"), dict)
+        ]
+
 
 Handler = Callable[[RecordedRequest], FakeReply | Awaitable[FakeReply]]
 
@@ -196,6 +209,10 @@ class FakeOpenAIServer:
       parser does; it also calls the first tool of a ``<tools>`` block in the system prompt (how
       text mode offers tools) when the request has no ``tools``.
     - ``omit_call_ids``: send tool calls without an ``id`` (as some local servers and proxies do).
+    - ``vision``: content parts are checked as the OpenAI API checks them (``text`` with a string,
+      ``image_url`` with a ``url`` that is a ``data:image/…;base64,`` URL of valid base64 or an
+      http(s) link); with ``vision = False`` any image part is refused, as a text-only model does.
+      ``RecordedRequest.images`` lists the image URLs a request carried.
     - ``unavailable``: models that always answer 503 (an overloaded primary, to test fallbacks).
     - ``record_requests``: keep every request in ``requests`` (turn off for long benchmarks).
     - ``model_latency``: ``{model: seconds}``, that model's latency instead of ``latency``.
@@ -236,6 +253,7 @@ class FakeOpenAIServer:
         self.reject_tools = reject_tools
         self.text_tool_calls = False
         self.honor_max_tokens = False
+        self.vision = True  # False: image parts are refused, as by a text-only model
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
         self.omit_call_ids = False
@@ -400,6 +418,9 @@ class FakeOpenAIServer:
             return _instant_error(404, message, code="model_not_found")
         if self.reject_tools and "tools" in body:
             return _instant_error(400, NO_TOOLS_MESSAGE)
+        problem = _content_problem(body["messages"], self.vision)
+        if problem is not None:
+            return _instant_error(400, problem)
         if body["model"] in self.unavailable:
             return _instant_error(503, f"The model `{body['model']}` is overloaded.")
         return None
@@ -611,6 +632,32 @@ def _error_body(
     default_type = "invalid_request_error" if status < 500 else "server_error"
     code = code or _ERROR_CODES.get(status)
     return {"error": {"message": message, "type": error_type or default_type, "param": None, "code": code}}
+
+
+_DATA_URL = re.compile(r"^data:image/(png|jpeg|gif|webp);base64,([A-Za-z0-9+/]*={0,2})$")
+
+
+def _content_problem(messages: list[Any], vision: bool) -> str | None:
+    """Why the OpenAI API would refuse these messages' content parts, or None."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            where = f"messages[{i}].content[{j}]"
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                continue
+            if kind != "image_url":
+                return f"Invalid value for '{where}.type': expected 'text' or 'image_url'."
+            if not vision:
+                return f"Invalid content type at '{where}': image_url is only supported by certain models."
+            url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+            if not isinstance(url, str) or not (
+                _DATA_URL.match(url) or url.startswith(("https://", "http://"))
+            ):
+                return f"Invalid '{where}.image_url.url': expected a URL or a base64 data URL of an image."
+    return None
 
 
 def _instant_error(status: int, message: str, code: str | None = None) -> FakeReply:

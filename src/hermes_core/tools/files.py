@@ -172,6 +172,41 @@ class Workspace:
         self._add_usage(len(data) if append else len(data) - before)
         return {"path": _show(relative), "bytes_written": len(data), "appended": append}
 
+    def save_new(self, path: str, data: bytes) -> str:
+        """Store `data` as a new file at `path` (or `<stem>-2<ext>`, `-3`… when that name is taken by
+        other bytes; a name already holding these bytes is reused, so a message run again saves
+        nothing twice), under the same rules as write_file (inside the root, no `.git`, the quota)
+        but without its size limit: the gateway saves the files users send (gateway/media.py).
+        The path it took."""
+        relative = self.resolve(path)
+        if not relative.parts or ".git" in relative.parts:
+            raise ToolError(f"{path!r} cannot hold a saved file")
+        for n in range(1, 1000):
+            name = relative if n == 1 else relative.with_name(f"{relative.stem}-{n}{relative.suffix}")
+            if self._holds(name, data):
+                return _show(name)
+            self._check_quota(len(data))
+            try:
+                with self._open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create_parents=True) as fd:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+            except ToolError as exc:
+                if os.path.lexists(self.root / name):  # taken: try the next name
+                    continue
+                raise exc
+            self._add_usage(len(data))
+            return _show(name)
+        raise ToolError(f"{path!r}: too many files of this name")
+
+    def _holds(self, relative: PurePosixPath, data: bytes) -> bool:
+        """Whether the regular file `relative` exists and holds exactly `data`."""
+        try:
+            with self._open_file(relative, os.O_RDONLY) as fd:
+                return os.fstat(fd).st_size == len(data) and _read_at_most(fd, len(data) + 1) == data
+        except ToolError:  # missing, not a regular file, linked: not the same file
+            return False
+
     def list_directory(self, path: str = ".") -> dict[str, Any]:
         """Names, kinds and sizes of a directory's entries, sorted by name and capped at `max_entries`.
 

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...kernel.replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
-from ..seam import OutboundMessage
+from ..media import Fetched
+from ..seam import InboundMessage, OutboundMessage
 from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
 from .formatting import approval_card
 
@@ -270,6 +271,17 @@ class FeishuChannel(Channel):
 
     async def send(self, message: OutboundMessage) -> str | None:
         return await self.api.send(message)
+
+    async def fetch_attachment(
+        self, message: InboundMessage, attachment: dict[str, Any], limit: int, timeout: float
+    ) -> Fetched:
+        """A picture or file of `message`, from the message resource API (channels/media.py
+        `AttachmentSource`; the download itself: resources.py)."""
+        from .resources import download_resource
+
+        kind = "image" if attachment.get("kind") == "image" else "file"
+        key = str(attachment.get("key") or "")
+        return await download_resource(self.api, message.message_id, key, kind, limit=limit, timeout=timeout)
 
     async def stop(self) -> None:
         if self._starter is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base import json_object
+from ..media import MAX_ATTACHMENTS, keyed
 from ..seam import InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature
 
@@ -298,7 +299,7 @@ def inbound_from_event(envelope: dict[str, Any], bot_open_id: str | None) -> Inb
             return Ignored("group message, but the bot's own open_id is unknown")
         if not any(_dict(m.get("id")).get("open_id") == bot_open_id for m in mentions):
             return Ignored("group message that does not mention the bot")
-    kind, text = _text_of(message, mentions, bot_open_id)
+    kind, text, attachments = _text_of(message, mentions, bot_open_id)
     return InboundMessage(
         channel="feishu",
         conversation=f"feishu:{open_id if chat_type == 'p2p' else chat_id}",
@@ -311,22 +312,30 @@ def inbound_from_event(envelope: dict[str, Any], bot_open_id: str | None) -> Inb
         chat_type=chat_type,
         reply_to=message_id,
         extra={"message_type": message.get("message_type")},
+        attachments=attachments,
     )
 
 
 def _text_of(
     message: dict[str, Any], mentions: list[dict[str, Any]], bot_open_id: str | None
-) -> tuple[str, str]:
+) -> tuple[str, str, list[dict[str, Any]]]:
+    """The kind, text and attachments (channels/media.py) of a message: pictures of `image` and
+    of a post's `img` nodes, the `file` of a file message; other types are "non_text"."""
     try:
         content = json.loads(_str(message.get("content")) or "{}")
     except (ValueError, RecursionError):  # not JSON, nested too deeply, a number too long
         content = {}
+    content = content if isinstance(content, dict) else {}
     kind = message.get("message_type")
-    if kind == "text" and isinstance(content, dict) and isinstance(content.get("text", ""), str):
-        return "text", strip_mentions(content.get("text") or "", mentions, bot_open_id)
-    if kind == "post" and isinstance(content, dict):
-        return "text", strip_mentions(post_text(content), mentions, bot_open_id)
-    return "non_text", ""
+    if kind == "text" and isinstance(content.get("text", ""), str):
+        return "text", strip_mentions(content.get("text") or "", mentions, bot_open_id), []
+    if kind == "post":
+        return "text", strip_mentions(post_text(content), mentions, bot_open_id), post_images(content)
+    if kind == "image":
+        return "text", "", [keyed("image", content.get("image_key"))]
+    if kind == "file":
+        return "text", "", [keyed("file", content.get("file_key"), content.get("file_name"))]
+    return "non_text", "", []
 
 
 def strip_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str | None) -> str:
@@ -343,11 +352,29 @@ def strip_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str |
     return re.sub(r"[ \t]{2,}", " ", text).strip()
 
 
-def post_text(content: dict[str, Any]) -> str:
-    """The readable text of a rich-text (post) message, in any of the shapes Feishu sends."""
+def _post_body(content: dict[str, Any]) -> dict[str, Any]:
     body = _dict(content.get("post", content))
     if "content" not in body:  # {"zh_cn": {...}} locale wrapper
         body = next((value for value in body.values() if isinstance(value, dict)), {})
+    return body
+
+
+def post_images(content: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pictures of a post (`img` nodes), in order; more than `MAX_ATTACHMENTS` is refused."""
+    found = [
+        keyed("image", node.get("image_key"))
+        for paragraph in _list(_post_body(content).get("content"))
+        for node in _list(paragraph)
+        if isinstance(node, dict) and node.get("tag") == "img"
+    ]
+    if len(found) > MAX_ATTACHMENTS:
+        return [{"kind": "image", "problem": f"the message has more than {MAX_ATTACHMENTS} pictures"}]
+    return found
+
+
+def post_text(content: dict[str, Any]) -> str:
+    """The readable text of a rich-text (post) message, in any of the shapes Feishu sends."""
+    body = _post_body(content)
     title = body.get("title")
     lines = [title] if isinstance(title, str) and title else []
     for paragraph in _list(body.get("content")):

@@ -77,6 +77,7 @@ class Tool:
     arguments_model: type[BaseModel] | None = None
     timeout: float | None = None
     extractor: Callable[[Any], Any] | None = None
+    max_chars: int | None = None  # its own cap on a result the model reads (the agent's otherwise)
     context_param: str | None = None
     keywords: tuple[str, ...] = ()
     level: int = 1  # 0 read-only, 1 reversible write, 2 irreversible; unknown side effects count as writes

@@ -206,7 +206,8 @@ class ToolRegistry:
             raised = exc.raised if isinstance(exc, ToolCrashed) else exc
             message = f"tool {call.name} failed: {type(raised).__name__}: {raised}"
             return ToolOutcome(call, error_result(message), False, arguments, error="exception")
-        return self._rendered(call, value, max_chars, arguments)
+        own = declared.max_chars  # a tool whose results are meant whole (a skill's body) says so
+        return self._rendered(call, value, own if own is not None else max_chars, arguments)
 
     @staticmethod
     def _rendered(call: ToolCall, value: Any, max_chars: int, arguments: dict[str, Any]) -> ToolOutcome:

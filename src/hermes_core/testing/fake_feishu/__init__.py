@@ -17,7 +17,8 @@ methods (``push``, ``drain``, ``ws_deliver`` …) may then be awaited from any e
 
 The pieces, one module each:
 
-- ``api.py``: tokens, bot info, send / reply / patch / edit, validation, throttling (§4–§7);
+- ``api.py``: tokens, bot info, send / reply / patch / edit, message resources, validation,
+  throttling (§4–§7);
 - ``pusher.py``: webhook pushes, the §3 retry schedule, duplicates, ``drain`` (§1–§3);
 - ``ws.py``: the long-connection endpoint, frames, pings and ACKs (§8);
 - this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4).
@@ -113,6 +114,7 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         app.router.add_post(MESSAGES_PATH + "/{message_id}/reply", route("im.message.reply", self._reply))
         app.router.add_patch(MESSAGES_PATH + "/{message_id}", route("im.message.patch", self._patch))
         app.router.add_put(MESSAGES_PATH + "/{message_id}", route("im.message.update", self._edit))
+        app.router.add_get(MESSAGES_PATH + "/{message_id}/resources/{file_key}", self._resource)
         app.router.add_post("/callback/ws/endpoint", route("ws.endpoint", self._ws_endpoint, authed=False))
         app.router.add_get("/ws", self._ws)
         return app
@@ -243,6 +245,52 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
             "im.message.receive_v1", {"sender": event_sender, "message": message}, event_id=event_id
         )
 
+    def image_message(
+        self,
+        data: bytes,
+        *,
+        content_type: str = "image/png",
+        chunked: bool = False,
+        delay: float = 0.0,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """A picture ``sender`` sends (msg_type ``image``); its bytes are held as the message's resource."""
+        key = "img_v3_" + uuid.uuid4().hex[:24]
+        envelope = self.user_message(message_type="image", content={"image_key": key}, **message)
+        self.add_resource(_message_id(envelope), key, data, content_type=content_type, chunked=chunked,
+                          delay=delay)  # fmt: skip
+        return envelope
+
+    def file_message(
+        self,
+        data: bytes,
+        file_name: str,
+        *,
+        content_type: str = "application/octet-stream",
+        chunked: bool = False,
+        delay: float = 0.0,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """A file ``sender`` sends (msg_type ``file``, ``{"file_key", "file_name"}``), held likewise."""
+        key = "file_v3_" + uuid.uuid4().hex[:24]
+        content = {"file_key": key, "file_name": file_name}
+        envelope = self.user_message(message_type="file", content=content, **message)
+        self.add_resource(_message_id(envelope), key, data, kind="file", content_type=content_type,
+                          file_name=file_name, chunked=chunked, delay=delay)  # fmt: skip
+        return envelope
+
+    def post_message(self, text: str, images: Sequence[bytes], **message: Any) -> dict[str, Any]:
+        """A rich-text message: ``text``, then one ``img`` node per picture, each held as a resource."""
+        keys = ["img_v3_" + uuid.uuid4().hex[:24] for _ in images]
+        paragraph: list[dict[str, Any]] = [{"tag": "text", "text": text, "style": []}]
+        paragraph += [{"tag": "img", "image_key": key, "width": 640, "height": 480} for key in keys]
+        envelope = self.user_message(
+            message_type="post", content={"title": "", "content": [paragraph]}, **message
+        )
+        for key, data in zip(keys, images, strict=True):
+            self.add_resource(_message_id(envelope), key, data)
+        return envelope
+
     def card_action(
         self, open_id: str, message_id: str, value: dict[str, Any], *, tag: str = "button"
     ) -> dict[str, Any]:
@@ -279,6 +327,10 @@ def _content_with_mentions(message_type: str, text: str, mentions: list[dict[str
         nodes.append({"tag": "text", "text": f" {text}" if mentions else text, "style": []})
         return {"title": "", "content": [nodes]}
     raise ValueError(f"message_type {message_type!r} needs content=")
+
+
+def _message_id(envelope: dict[str, Any]) -> str:
+    return str(envelope["event"]["message"]["message_id"])
 
 
 def _union_id(open_id: str) -> str:

@@ -23,11 +23,21 @@ What is modelled, and from where:
 - send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
   ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
 
+- message resources, ``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=image|file``
+  (the SDK's ``MessageResource.get``): the bytes with ``Content-Type``, ``Content-Length`` (unless
+  ``chunked``) and ``Content-Disposition: attachment; filename*=UTF-8''…``; errors as JSON
+  ``{"code", "msg"}``: a ``type`` other than image/file, or the wrong one for the key → 234001;
+  a key not in that message (or an unknown message) → 234003; the chat in ``chats_without_bot``
+  → 234004; ``resources_forbidden`` → 234002 (a missing permission); over 100 MB → 234037; all
+  HTTP 400. The codes come from the API's documented error table; the HTTP statuses, and which
+  code an unknown message_id gets, are **UNCONFIRMED**. ``resource_reads`` records what was served.
+
 Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -38,6 +48,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -61,6 +72,11 @@ _LOCALE = re.compile(r"^[a-z]{2}_[a-z]{2}$")
 _AT_TAG = re.compile(r'<at user_id="([^"]*)">([^<]*)</at>')
 _MESSAGES = {
     1: "system busy",
+    234001: "Invalid request param.",
+    234002: "Unauthorized.",
+    234003: "File not in msg.",
+    234004: "App not in chat.",
+    234037: "Downloaded file size exceeds limit.",
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
     230011: "The message was withdrawn.",
@@ -131,6 +147,33 @@ class RecordedCall:
 
 
 @dataclass
+class Resource:
+    """A picture or file held with a user's message, served by the message resource API."""
+
+    data: bytes
+    kind: str  # "image" or "file": the `type` the API must be asked with
+    content_type: str
+    file_name: str
+    chunked: bool = False  # no Content-Length: the body is streamed, its size unknown in advance
+    delay: float = 0.0  # real seconds before the answer starts
+    chunk_size: int = 64 * 1024
+
+
+@dataclass
+class ResourceRead:
+    """One download: how many bytes were written before it ended, and whether the client took all."""
+
+    message_id: str
+    file_key: str
+    served: int = 0
+    complete: bool = False
+    cut_off: bool = False  # the client closed the connection before the end
+
+
+RESOURCE_LIMIT = 100 * 1024 * 1024  # the API serves resources up to 100 MB (234037 beyond)
+
+
+@dataclass
 class Answer:
     """What a route handler returns: HTTP status, JSON body, extra headers."""
 
@@ -190,6 +233,9 @@ class OpenApi:
         self.chats_without_bot: set[str] = set()  # sending there → 230002
         self.dissolved_chats: set[str] = set()  # sending there → 232009
         self.unavailable_users: set[str] = set()  # sending to them → 230013
+        self.resources: dict[tuple[str, str], Resource] = {}  # (message_id, file_key) → the bytes
+        self.resource_reads: list[ResourceRead] = []
+        self.resources_forbidden = False  # the app lacks the permission to read messages → 234002
         self.set_limits()
         self._token_expiry: dict[str, float] = {}
         self._current_token: str | None = None
@@ -265,6 +311,26 @@ class OpenApi:
         """Mark a message recalled: replying to or patching it then fails with 230011."""
         self._messages[message_id].recalled = True
 
+    def add_resource(
+        self,
+        message_id: str,
+        file_key: str,
+        data: bytes,
+        *,
+        kind: str = "image",
+        content_type: str | None = None,
+        file_name: str | None = None,
+        chunked: bool = False,
+        delay: float = 0.0,
+    ) -> Resource:
+        """Hold ``data`` as the resource ``file_key`` of message ``message_id``."""
+        default_type = "image/png" if kind == "image" else "application/octet-stream"
+        resource = Resource(
+            data, kind, content_type or default_type, file_name or file_key, chunked=chunked, delay=delay
+        )
+        self.resources[(message_id, file_key)] = resource
+        return resource
+
     def messages_in(self, chat_id: str) -> list[SentMessage]:
         """The bot's messages in one chat, in order."""
         return [message for message in self.sent if message.chat_id == chat_id]
@@ -284,16 +350,82 @@ class OpenApi:
                 answer = self._auth_error(request.headers) or self._app_limit(api)
             if answer is None:
                 answer = handler(request, body)
-            if self.record_requests:
-                call = RecordedCall(
-                    request.method, request.path, dict(request.query), CIMultiDict(request.headers),
-                    body, answer.status, answer.body.get("code"), time.monotonic(),
-                )  # fmt: skip
-                self.requests.append(call)
+            self._record(request, body, answer)
             headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
             return web.Response(status=answer.status, body=json.dumps(answer.body).encode(), headers=headers)
 
         return serve
+
+    async def _resource(self, request: web.Request) -> web.StreamResponse:
+        """``GET …/messages/:message_id/resources/:file_key?type=``: the bytes, or a JSON error."""
+        message_id, file_key = request.match_info["message_id"], request.match_info["file_key"]
+        answer = self._injected_failure(request.path)
+        if answer is None:
+            answer = self._auth_error(request.headers) or self._app_limit("im.message_resource.get")
+        resource = self.resources.get((message_id, file_key))
+        if answer is None:
+            answer = self._resource_refusal(request.query.get("type"), message_id, resource)
+        self._record(request, None, answer or Answer(200, {"code": 0}))
+        if answer is not None or resource is None:
+            answer = answer or error(400, 234003)
+            headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
+            return web.Response(status=answer.status, body=json.dumps(answer.body).encode(), headers=headers)
+        if resource.delay:
+            await asyncio.sleep(resource.delay)
+        return await self._serve_resource(request, message_id, file_key, resource)
+
+    def _resource_refusal(
+        self, kind: str | None, message_id: str, resource: Resource | None
+    ) -> Answer | None:
+        if kind not in ("image", "file"):
+            return error(400, 234001, f"{_MESSAGES[234001]} type must be image or file")
+        message = self._messages.get(message_id)
+        if self.resources_forbidden:
+            return error(400, 234002)
+        if message is not None and message.chat_id in self.chats_without_bot:
+            return error(400, 234004)
+        if resource is None:
+            return error(400, 234003)
+        if resource.kind != kind:
+            return error(400, 234001, f"{_MESSAGES[234001]} the key is not of type {kind}")
+        if len(resource.data) > RESOURCE_LIMIT:
+            return error(400, 234037)
+        return None
+
+    async def _serve_resource(
+        self, request: web.Request, message_id: str, file_key: str, resource: Resource
+    ) -> web.StreamResponse:
+        read = ResourceRead(message_id, file_key)
+        self.resource_reads.append(read)
+        quoted = quote(resource.file_name, safe="")
+        headers = {
+            "Content-Type": resource.content_type,
+            "Content-Disposition": f"attachment; filename=\"{quoted}\"; filename*=UTF-8''{quoted}",
+        }
+        response = web.StreamResponse(status=200, headers=headers)
+        if not resource.chunked:
+            response.content_length = len(resource.data)
+        try:
+            await response.prepare(request)
+            for start in range(0, len(resource.data), resource.chunk_size):
+                await response.write(resource.data[start : start + resource.chunk_size])
+                read.served = min(len(resource.data), start + resource.chunk_size)
+            await response.write_eof()
+            read.complete = True
+        except ConnectionError:  # the client hung up before the end
+            read.cut_off = True
+        except asyncio.CancelledError:
+            read.cut_off = True
+            raise
+        return response
+
+    def _record(self, request: web.Request, body: Any, answer: Answer) -> None:
+        if self.record_requests:
+            call = RecordedCall(
+                request.method, request.path, dict(request.query), CIMultiDict(request.headers),
+                body, answer.status, answer.body.get("code"), time.monotonic(),
+            )  # fmt: skip
+            self.requests.append(call)
 
     def _now(self) -> float:
         return time.monotonic() + self._clock_offset

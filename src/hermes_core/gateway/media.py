@@ -1,0 +1,174 @@
+"""A message's pictures and files, made ready for its turn (docs/media.md).
+
+`MediaDesk.prepare` runs before the model is called, never when the message is accepted:
+- a picture is refused at once, with a fixed reply and no download, when the model cannot take
+  pictures (`model.vision: false`); otherwise it is fetched (Feishu) or decoded (webhook), checked
+  (channels/media.py: size, declared type, magic numbers) and handed to the model as an OpenAI
+  content part, a `data:` URL;
+- a file is fetched and checked the same way, then saved into the workspace of the file tools
+  under `<media.folder>/<conversation>/<name>`, and the message the model reads says where it is,
+  how large and of what type, so read_file can open it. Without a workspace it is refused.
+
+Any refusal answers the message with the reason (kernel/replies.py `attachment_*`) instead of a turn:
+a model never sees half of what the user sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..channels.media import (
+    AttachmentSource,
+    Fetched,
+    MediaLimits,
+    MediaRefused,
+    file_kind,
+    file_type,
+    image_type,
+    megabytes,
+    safe_name,
+)
+
+if TYPE_CHECKING:
+    from ..channels.seam import InboundMessage
+    from ..tools.files import Workspace
+
+log = logging.getLogger("hermes_core.media")
+
+
+@dataclass
+class Prepared:
+    """What the turn runs on: the text the model reads (saved files named in it) and the pictures."""
+
+    text: str
+    images: list[str] = field(default_factory=list)  # data: URLs
+
+
+class MediaDesk:
+    def __init__(
+        self,
+        limits: MediaLimits | None = None,
+        *,
+        sources: Mapping[str, AttachmentSource] | None = None,
+        workspace: Workspace | None = None,
+        vision: bool = False,
+    ) -> None:
+        self.limits = limits or MediaLimits()
+        self.sources = dict(sources or {})
+        self.workspace = workspace
+        self.vision = vision
+
+    async def prepare(self, message: InboundMessage) -> Prepared:
+        """The message's text and pictures for the model, its files saved; `MediaRefused` otherwise."""
+        attachments = message.attachments
+        for attachment in attachments:
+            if attachment.get("problem"):
+                raise MediaRefused("unusable", str(attachment["problem"]), why=str(attachment["problem"]))
+        if any(a.get("kind") == "image" for a in attachments) and not self.vision:
+            raise MediaRefused("no_vision", "the model does not take pictures")
+        files = [a for a in attachments if a.get("kind") == "file"]
+        if files and self.workspace is None:
+            raise MediaRefused("no_workspace", "files need agent.workspace")
+        for attachment in files:  # a type that is never read is refused before any download
+            file_kind(safe_name(str(attachment.get("name") or "")))
+        prepared = Prepared(message.text)
+        notes: list[str] = []
+        for attachment in attachments:
+            if attachment.get("kind") == "image":
+                prepared.images.append(await self._image(message, attachment))
+            else:
+                notes.append(await self._file(message, attachment))
+        if notes:
+            prepared.text = "\n".join([message.text, *notes]).strip()
+        return prepared
+
+    async def _image(self, message: InboundMessage, attachment: dict[str, Any]) -> str:
+        fetched = await self._fetch(message, attachment)
+        mime = image_type(fetched.data, fetched.content_type)
+        return f"data:{mime};base64,{base64.b64encode(fetched.data).decode('ascii')}"
+
+    async def _file(self, message: InboundMessage, attachment: dict[str, Any]) -> str:
+        assert self.workspace is not None  # checked in prepare
+        name = safe_name(str(attachment.get("name") or ""))
+        fetched = await self._fetch(message, attachment)
+        mime = file_type(name, fetched.data, fetched.content_type)
+        folder = f"{self.limits.folder}/{_folder_of(message.conversation)}"
+        from ..kernel.tools.declare import ToolError
+
+        try:
+            path = self.workspace.save_new(f"{folder}/{name}", fetched.data)
+        except ToolError as exc:
+            raise MediaRefused("unsaved", f"{name}: {exc}", name=name) from None
+        log.info("saved %s (%s, %d bytes) for %s", path, mime, len(fetched.data), message.conversation)
+        size = megabytes(len(fetched.data))
+        note = f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
+        if mime == "application/pdf":
+            note += "\n" + await self._pdf_text(path, fetched.data)
+        return note
+
+    async def _pdf_text(self, path: str, data: bytes) -> str:
+        """The PDF's text saved as `<path>.txt` (the `pdf` extra, pypdf), and the line saying so."""
+        assert self.workspace is not None
+        try:
+            text = await asyncio.wait_for(asyncio.to_thread(pdf_text, data), self.limits.download_timeout)
+        except ImportError:
+            return f"[{path}: its text is not extracted here (the pdf extra is not installed)]"
+        except Exception as exc:  # a broken, encrypted or hostile PDF: the file is kept, its text is not
+            log.info("no text from %s: %s: %s", path, type(exc).__name__, exc)
+            return f"[{path}: its text could not be extracted]"
+        from ..kernel.tools.declare import ToolError
+
+        try:
+            saved = self.workspace.save_new(f"{path}.txt", text.encode("utf-8"))
+        except ToolError:
+            return f"[{path}: its text could not be saved]"
+        return f"[its text: {saved} ({megabytes(len(text.encode()))}); read that one with read_file]"
+
+    async def _fetch(self, message: InboundMessage, attachment: dict[str, Any]) -> Fetched:
+        kind = str(attachment.get("kind"))
+        limit = self.limits.limit(kind)
+        if "data" in attachment:  # carried in the message (the webhook), checked when it was accepted
+            try:
+                data = base64.b64decode(str(attachment["data"]), validate=True)
+            except (binascii.Error, ValueError):
+                raise MediaRefused("unusable", "inline data is not base64", why="not base64") from None
+            if len(data) > limit:
+                raise MediaRefused("too_large", "inline image too large", size=megabytes(len(data)),
+                                   limit=megabytes(limit))  # fmt: skip
+            return Fetched(data, str(attachment.get("mime") or ""))
+        source = self.sources.get(message.channel)
+        if source is None:
+            raise MediaRefused("unusable", f"{message.channel} cannot fetch attachments", why=message.channel)
+        return await source.fetch_attachment(message, attachment, limit, self.limits.download_timeout)
+
+
+def pdf_text(data: bytes, max_pages: int = 300, max_chars: int = 1_000_000) -> str:
+    """The text of a PDF's first `max_pages` pages, at most `max_chars` characters (pypdf)."""
+    from io import BytesIO
+
+    from pypdf import PdfReader
+
+    reader = PdfReader(BytesIO(data))
+    if reader.is_encrypted:
+        raise ValueError("the PDF is encrypted")
+    parts: list[str] = []
+    for page in reader.pages[:max_pages]:
+        parts.append(page.extract_text() or "")
+        if sum(map(len, parts)) > max_chars:
+            break
+    return "\n\n".join(parts)[:max_chars]
+
+
+def _folder_of(conversation: str) -> str:
+    """A folder name for a conversation (`feishu:ou_…` → `feishu-ou_…`)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", conversation).strip("-")[:80] or "conversation"
+
+
+__all__ = ["MediaDesk", "Prepared"]
