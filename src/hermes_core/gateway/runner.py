@@ -1,9 +1,12 @@
 """The default runner: the agent, with a memory per conversation.
 
-For each message: `/memory` and `/forget` are answered here, before any model call, so every
-channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
-the window and notes that `ConversationMemory.prepare` builds. The gateway depends only on the
-`Runner` protocol.
+For each message: the conversation commands (`/new`, `/help`, `/stop`, `/jobs`, `/memory`,
+`/forget`: gateway/commands.py) are answered here, before any model call, so every channel (webhook,
+Feishu, the console, the terminal REPL) has them with the same replies; anything else becomes one
+agent turn over the window and notes that `ConversationMemory.prepare` builds. A scheduled job's
+fire (`kind` "scheduled", gateway/schedules.py) is a turn like a message, its prompt marked as a
+job's; the message being handled is `schedule.tools.CURRENT_MESSAGE` for the scheduling tools.
+The gateway depends only on the `Runner` protocol.
 
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
@@ -30,9 +33,14 @@ from ..loop import PAUSES
 from ..models.base import TextCallback
 from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
+from ..schedule.jobs import ScheduleStore
+from ..schedule.tools import CURRENT_MESSAGE
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from ..tools.permissions import Caller
+from . import commands
 from .messages import InboundMessage, Reply, Turn
+
+SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
 
 __all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
 
@@ -45,9 +53,17 @@ class AgentRunner:
         self.memory.attach(agent)
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
+        self.schedules: ScheduleStore | None = None  # the jobs `/jobs` lists (serve sets it)
 
     async def __call__(self, message: InboundMessage) -> Turn:
-        if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
+        token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
+        try:
+            return await self._message_turn(message)
+        finally:
+            CURRENT_MESSAGE.reset(token)
+
+    async def _message_turn(self, message: InboundMessage) -> Turn:
+        if message.kind not in ("text", "resume", "scheduled"):  # images, files…: we cannot read them
             return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
         if not message.text.strip():  # a bare @mention
             return Turn([fixed_reply("how_can_i_help", detect_language(message.text))])
@@ -64,9 +80,11 @@ class AgentRunner:
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
+        text = original.text
+        if original.kind == "scheduled":  # a job's prompt: never read as a command, said to be one
+            text = SCHEDULED_PROMPT.format(job=original.extra.get("job", "?"), prompt=original.text)
         reply, history, error = await self._turn(
-            original.conversation, original.text, task_id=task_id, caller=caller, message=original,
-            on_text=on_text,
+            original.conversation, text, task_id=task_id, caller=caller, message=original, on_text=on_text,
         )  # fmt: skip
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
@@ -102,8 +120,12 @@ class AgentRunner:
         message: InboundMessage | None,
     ) -> tuple[str | Reply, TurnAppend | None, str | None]:
         """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
-        answer = await self.memory.command(conversation, text, self.agent.language)
-        if answer is not None:
+        answer = await commands.answer(
+            text, conversation=conversation, memory=self.memory, registry=self.agent.registry, caller=caller,
+            models=self.agent.client.models, language=self.agent.language, schedules=self.schedules,
+            message=message,
+        )  # fmt: skip
+        if answer is not None:  # /new, /help, /stop, /jobs, /memory, /forget: no model call
             return answer, None, None
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()

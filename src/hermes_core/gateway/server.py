@@ -144,6 +144,8 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
+    if settings.schedule.enabled:
+        add_scheduler(gateway, runner.inner, settings, database)
     routes: list[web.RouteDef] = []
     if settings.webhook.enabled:
         webhook = WebhookChannel(
@@ -178,6 +180,31 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         gateway.add_channel(feishu)
         routes += feishu.routes()
     return gateway, routes
+
+
+def add_scheduler(
+    gateway: Gateway, runner: AgentRunner, settings: Settings, database: Path, *, clock: Any = None
+) -> Any:
+    """Scheduled jobs (gateway/schedules.py): the store in the gateway's database, the chat tools on
+    the agent, `/jobs` on the runner, the operator's `schedule.jobs`, the firing loop on the gateway."""
+    import time as clocks
+
+    from .schedules import Scheduler, SQLiteScheduleStore, declare_jobs, role_refusal
+
+    options, agent = settings.schedule, runner.agent
+    store = SQLiteScheduleStore(database)
+    now = clock or clocks.time
+    scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
+                          refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
+    from ..schedule.tools import schedule_tools
+
+    for declared in schedule_tools(store, timezone=options.timezone, clock=now, on_change=scheduler.wake):
+        if agent.registry.get(declared.name) is None:
+            agent.register_tool(declared)
+    runner.schedules = store
+    scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
+    gateway.scheduler = scheduler
+    return scheduler
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:
