@@ -125,7 +125,10 @@ class RedactingRunner:
         await self.inner.aclose()
 
 
-def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
+def build_gateway(
+    settings: Settings, agent: Any = None, *, clock: Callable[[], float] | None = None
+) -> tuple[Gateway, list[web.RouteDef]]:
+    """The gateway `serve` runs, and its channels' routes; `clock` is the scheduler's (tests)."""
     agent = agent or build_agent(settings)
     database = Path(settings.gateway.data_dir) / "gateway.db"
     store = SQLiteGatewayStore(database)
@@ -145,7 +148,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     if settings.schedule.enabled:
-        add_scheduler(gateway, runner.inner, settings, database)
+        add_scheduler(gateway, runner.inner, settings, database, clock=clock)
     routes: list[web.RouteDef] = []
     if settings.webhook.enabled:
         webhook = WebhookChannel(
