@@ -76,8 +76,9 @@ def seed(database: Path, callback: str, start: float) -> None:
         store = SQLiteScheduleStore(database)
         for n in range(JOBS):
             due = start + n * 2.0 / JOBS
-            await store.add(Job(id=f"k{n}", prompt=f"job {n}", channel="webhook", conversation=f"webhook:k{n}",
-                                sender="ops", timezone="UTC", at=due, next_fire=due, callback_url=callback))  # fmt: skip
+            job = Job(id=f"k{n}", prompt=f"job {n}", channel="webhook", conversation=f"webhook:k{n}",
+                      sender="ops", timezone="UTC", at=due, next_fire=due, callback_url=callback)  # fmt: skip
+            await store.add(job)
         await store.close()
 
     asyncio.run(add())
