@@ -60,11 +60,11 @@ class Model:
         content = str(last.get("content") or "")
         if last["role"] == "tool":
             return FakeReply.text(f"tool said: {content}")
-        if content.startswith("[scheduled task"):
-            return FakeReply.text("Reminder: " + content.split("] ", 1)[1])
         for key, (name, args) in self.calls.items():
             if key in content:
                 return FakeReply.tool_call(name, args)
+        if content.startswith("[scheduled task"):
+            return FakeReply.text("Reminder: " + content.split("] ", 1)[1])
         return FakeReply.text("ok")
 
 
@@ -430,3 +430,88 @@ def test_tool_arguments_with_a_bad_time_come_back_to_the_model_as_sentences() ->
         check_cron("every monday")
     assert json.loads(json.dumps(utc_iso(parse_at("2026-12-01T09:00", "Asia/Shanghai", 0)))) == (
         "2026-12-01T01:00:00+00:00")  # fmt: skip
+
+
+DEPLOY_TOOL = """
+from hermes_core import tool
+
+RUNS = []
+
+@tool(level=2)
+def deploy(env: str) -> str:
+    \"\"\"Deploy to an environment (irreversible).\"\"\"
+    RUNS.append(env)
+    return f"deployed {env}"
+"""
+
+
+async def test_a_level_2_tool_in_a_job_waits_for_approval_asked_in_the_jobs_chat(
+    tmp_path: Path, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "deploy_tools.py").write_text(DEPLOY_TOOL, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = fake.handler = Model()
+    model.calls["deploy staging"] = ("deploy", {"env": "staging"})
+    async with Callbacks() as callbacks:
+        await seed(tmp_path, Job(id="nightly", prompt="deploy staging", channel="webhook",
+                                 conversation="webhook:ops", sender="ops", timezone="UTC",
+                                 cron="0 2 * * *", next_fire=utc("2026-12-01T02:00:00"),
+                                 callback_url=callbacks.url))  # fmt: skip
+        clock = Clock(utc("2026-12-01T01:59:00"))
+        config = (f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
+                  "tools: [deploy_tools]\npermissions: {allow_irreversible: [deploy]}\n")  # fmt: skip
+        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (_, url):
+            clock.now = utc("2026-12-01T02:00:00")
+            await wait_for(lambda: len(callbacks.received) == 1)
+            asked = callbacks.received[0]
+            assert asked["approval"]["tool"] == "deploy" and asked["conversation_id"] == "ops"
+            import deploy_tools
+
+            assert deploy_tools.RUNS == []  # nothing ran before a person approved
+            status, decided = await post(f"{url}/webhook/approvals/{asked['approval']['id']}",
+                                         {"user_id": "ops", "decision": "approve"})  # fmt: skip
+            assert status == 202 and decided["status"] == "approved", decided
+            await wait_for(lambda: len(callbacks.received) == 2)
+    assert deploy_tools.RUNS == ["staging"]
+    assert "deployed staging" in callbacks.received[1]["reply"]
+
+
+async def test_the_console_lists_jobs_and_cancels_one(
+    tmp_path: Path, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import aiohttp
+
+    from hermes_core.gateway.server import serve
+
+    await seed(tmp_path, Job(id="weekly", prompt="send the <b>weekly</b> summary", channel="web",
+                             conversation="web:console", sender="console", timezone="Asia/Shanghai",
+                             cron="0 9 * * 1", next_fire=utc("2030-01-07T01:00:00")))  # fmt: skip
+    path = tmp_path / "hermes.yaml"
+    data = tmp_path / "data"
+    path.write_text(f"model: {{name: m, base_url: '{fake.base_url}'}}\ngateway: {{data_dir: '{data}'}}\n")
+    settings = load_settings(path, env={}, dotenv=None)
+    stop, address = asyncio.Event(), asyncio.get_running_loop().create_future()
+    served = asyncio.ensure_future(serve(settings, port=0, ready=address.set_result, stop=stop))
+    base = await asyncio.wait_for(address, 30)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/console/schedule") as page:
+                html = await page.text()
+            headers = {"Origin": base, "Content-Type": "application/json"}
+            async with http.post(
+                f"{base}/console/api/schedule/weekly/cancel", json={}, headers=headers
+            ) as answer:
+                cancelled = answer.status, await answer.json()
+            async with http.post(
+                f"{base}/console/api/schedule/weekly/cancel", json={}, headers=headers
+            ) as again:
+                twice = again.status
+            async with http.get(f"{base}/console/api/schedule") as listing:
+                jobs = (await listing.json())["jobs"]
+    finally:
+        stop.set()
+        await served
+    assert 'data-job="weekly"' in html and "cron 0 9 * * 1 (Asia/Shanghai)" in html
+    assert "&lt;b&gt;weekly&lt;/b&gt;" in html and "<b>weekly</b>" not in html
+    assert cancelled == (200, {"cancelled": "weekly"}) and twice == 404
+    assert [(job["id"], job["status"]) for job in jobs] == [("weekly", "cancelled")]

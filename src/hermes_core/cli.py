@@ -108,6 +108,7 @@ def add_schedule_commands(commands: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print them as JSON")
     add = what.add_parser("add", help="add a job (the running gateway picks it up within a second)")
     add.add_argument("--prompt", required=True, help="what the task is asked to do when it fires")
+    add.add_argument("--id", dest="job_id", help="the job's id (default: a new random one)")
     when = add.add_mutually_exclusive_group(required=True)
     when.add_argument("--cron", help="a 5-field cron expression, e.g. '0 9 * * 1-5'")
     when.add_argument("--at", help="once, at this ISO date and time, e.g. 2026-12-01T15:00")
@@ -342,8 +343,11 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
                 raise ScheduleError("--in takes a number of minutes above 0")
             at = now + args.minutes * 60
         conversation = args.conversation or conversation_of(args.channel, args.chat_id, args.sender)
+        job_id = args.job_id or "c" + uuid.uuid4().hex[:11]
+        if await store.get(job_id) is not None:
+            raise ScheduleError(f"there is a job {job_id} already (schedule list --all)")
         job = Job(
-            id="c" + uuid.uuid4().hex[:11], prompt=args.prompt, channel=args.channel,
+            id=job_id, prompt=args.prompt, channel=args.channel,
             conversation=conversation, sender=args.sender, timezone=zone_name, cron=cron, at=at,
             next_fire=first_fire(cron, at, zone_name, now), chat_id=args.chat_id,
             creator_role=agent.permissions.caller(args.sender, args.channel).role,
