@@ -515,3 +515,25 @@ async def test_the_console_lists_jobs_and_cancels_one(
     assert "&lt;b&gt;weekly&lt;/b&gt;" in html and "<b>weekly</b>" not in html
     assert cancelled == (200, {"cancelled": "weekly"}) and twice == 404
     assert [(job["id"], job["status"]) for job in jobs] == [("weekly", "cancelled")]
+
+
+async def test_turn_slots_go_to_people_before_jobs_and_jobs_never_take_them_all() -> None:
+    from hermes_core.gateway.dispatcher import TurnSlots
+
+    slots = TurnSlots(4, floor=4, lag_target=0)
+    order: list[str] = []
+
+    async def turn(name: str, batch: bool, hold: asyncio.Event) -> None:
+        async with slots.slot(batch):
+            order.append(name)
+            await hold.wait()
+
+    hold = asyncio.Event()
+    jobs = [asyncio.ensure_future(turn(f"job{n}", True, hold)) for n in range(6)]
+    await wait_for(lambda: slots.in_flight == 3)  # three quarters of 4: one slot stays free
+    person = asyncio.ensure_future(turn("person", False, hold))
+    await wait_for(lambda: slots.in_flight == 4)
+    assert order == ["job0", "job1", "job2", "person"] and slots.waiting == 3
+    hold.set()
+    await asyncio.gather(*jobs, person)
+    assert sorted(order[4:]) == ["job3", "job4", "job5"] and slots.in_flight == slots.batch_in_flight == 0
