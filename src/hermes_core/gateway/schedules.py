@@ -219,7 +219,7 @@ class Scheduler:
 
     def __init__(
         self,
-        store: SQLiteScheduleStore,
+        store: ScheduleStore,
         gateway: Gateway,
         *,
         misfire_grace: float = 300.0,
@@ -305,7 +305,7 @@ def role_refusal(policy: Policy) -> RefusalCheck:
 
 
 async def declare_jobs(
-    store: SQLiteScheduleStore, options: ScheduleConfig, policy: Policy, now: float
+    store: ScheduleStore, options: ScheduleConfig, policy: Policy, now: float
 ) -> None:
     """The operator's `schedule.jobs` into the store (ids `config:<id>`): a new or changed one is
     (re)scheduled from now, an unchanged one keeps its next fire time, one no longer declared is

@@ -201,10 +201,14 @@ def utc_iso(timestamp: float) -> str:
 
 class ScheduleStore(Protocol):
     """Where jobs live and how fires are claimed; SQLite (gateway/schedules.py) is the embedded one.
-    Each method is one atomic step; a distributed engine can implement the same six."""
+    Each method is one atomic step; a distributed engine can implement the same eight."""
 
     async def add(self, job: Job) -> Job:
         """Store a new job (a job with this id already stored is returned as it is: idempotent)."""
+        ...
+
+    async def replace(self, job: Job) -> Job:
+        """Store `job` whether or not its id exists (the operator's declared jobs)."""
         ...
 
     async def get(self, job_id: str) -> Job | None: ...
@@ -225,6 +229,10 @@ class ScheduleStore(Protocol):
 
     async def fires(self, job_id: str, limit: int = 20) -> list[Fire]:
         """A job's recorded fires, newest first."""
+        ...
+
+    async def next_due(self) -> float | None:
+        """The earliest next fire time of an active job (None: nothing scheduled)."""
         ...
 
 
