@@ -90,12 +90,37 @@ def build_parser() -> argparse.ArgumentParser:
         "resend", help="send a dead letter again (the running gateway picks it up within seconds)"
     )
     resend.add_argument("id", type=int, help="the dead letter's id (first column of the list)")
+    add_schedule_commands(commands)
     replay = commands.add_parser("replay", help="re-run a recorded task on the current code: what diverges")
     replay.add_argument("trace", help=TRACE_HELP)
     replay.add_argument("--live", action="store_true", help="ask the configured model, not the recording")
     replay.add_argument("--run-writes", action="store_true", help="run level-1 (writing) tools for real too")
     replay.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def add_schedule_commands(commands: Any) -> None:
+    """`schedule list | add | cancel ID`: the gateway's scheduled jobs (docs/scheduling.md)."""
+    schedule = commands.add_parser("schedule", help="scheduled jobs: schedule list | add | cancel ID")
+    what = schedule.add_subparsers(dest="schedule_command", metavar="list|add|cancel", required=True)
+    listing = what.add_parser("list", help="the active jobs, by next fire time")
+    listing.add_argument("--all", action="store_true", help="also finished and cancelled jobs")
+    listing.add_argument("--json", action="store_true", help="print them as JSON")
+    add = what.add_parser("add", help="add a job (the running gateway picks it up within a second)")
+    add.add_argument("--prompt", required=True, help="what the task is asked to do when it fires")
+    add.add_argument("--id", dest="job_id", help="the job's id (default: a new random one)")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help="a 5-field cron expression, e.g. '0 9 * * 1-5'")
+    when.add_argument("--at", help="once, at this ISO date and time, e.g. 2026-12-01T15:00")
+    when.add_argument("--in", dest="minutes", type=float, help="once, this many minutes from now")
+    add.add_argument("--timezone", help="IANA zone of the time (default: schedule.timezone)")
+    add.add_argument("--channel", choices=("feishu", "webhook", "web"), default="feishu")
+    add.add_argument("--chat-id", help="feishu: the chat it posts into")
+    add.add_argument("--callback-url", help="webhook: where its reply is POSTed")
+    add.add_argument("--conversation", help="the conversation key (default from the channel and chat)")
+    add.add_argument("--sender", default="scheduler", help="whom it runs for, a user id on the channel")
+    cancel = what.add_parser("cancel", help="cancel a job by its id")
+    cancel.add_argument("id", help="the job's id, as `schedule list` prints it")
 
 
 QUIET_HELP = "no status line (thinking…, tool calls) on stderr; it is shown only when stderr is a terminal"
@@ -141,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         apply_model_flags(settings, args)
         if getattr(args, "mode", None):
             settings = apply_mode(settings, args.mode)
-        asks_model = args.command not in ("traces", "trace") and getattr(args, "live", True) is not False
+        no_model = ("traces", "trace", "schedule")
+        asks_model = args.command not in no_model and getattr(args, "live", True) is not False
         agent = build_agent(settings, model_required=asks_model)  # a recorded replay needs no model
         if args.command in ("run", "chat"):
             announce_model(settings)
@@ -166,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return observe_command(settings, agent, args)
     if args.command == "deadletters":
         return asyncio.run(deadletters_command(settings, args))
+    if args.command == "schedule":
+        return asyncio.run(schedule_command(settings, agent, args))
     if args.command == "tools":
         return print_tools(agent)
     if args.command == "serve":
@@ -273,6 +301,66 @@ async def deadletters_command(settings: Any, args: argparse.Namespace) -> int:
         head = f"{row['id']}\t{when}\t{row['channel']}\t{row['conversation']}\t{row['attempts']} attempt(s)"
         print(redact_text(f"{head}{asked}\n\t{row['error']}\n\t> {row['text']}"))
     return 0
+
+
+async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+    """`schedule list | add | cancel`, on the gateway's database: a running gateway sees a change
+    within `schedule.tick` seconds (it reads the next fire time from the database)."""
+    import time
+    import uuid
+    from pathlib import Path
+
+    from .gateway.schedules import SQLiteScheduleStore, conversation_of
+    from .schedule.jobs import Job, ScheduleError, check_cron, first_fire, parse_at, zone
+    from .schedule.tools import job_lines
+
+    store = SQLiteScheduleStore(Path(settings.gateway.data_dir) / "gateway.db")
+    try:
+        if args.schedule_command == "list":
+            jobs = await store.jobs(active_only=not args.all)
+            if args.json:
+                print(json.dumps([job.describe() for job in jobs], ensure_ascii=False, indent=2))
+            else:
+                lines = job_lines(jobs)
+                print("\n".join(lines) if lines else "no scheduled jobs")
+            return 0
+        if args.schedule_command == "cancel":
+            if await store.cancel(args.id) is None:
+                print(f"hermes-core: no active job {args.id}", file=sys.stderr)
+                return 1
+            print(f"job {args.id} cancelled")
+            return 0
+        zone_name, now = args.timezone or settings.schedule.timezone, time.time()
+        if args.channel == "feishu" and not args.chat_id:
+            raise ScheduleError("a feishu job needs --chat-id (the chat it posts into)")
+        if args.channel == "webhook" and not args.callback_url:
+            raise ScheduleError("a webhook job needs --callback-url (where its reply goes)")
+        zone(zone_name)
+        cron = check_cron(args.cron) if args.cron else None
+        at = parse_at(args.at, zone_name, now) if args.at else None
+        if args.minutes is not None:
+            if args.minutes <= 0:
+                raise ScheduleError("--in takes a number of minutes above 0")
+            at = now + args.minutes * 60
+        conversation = args.conversation or conversation_of(args.channel, args.chat_id, args.sender)
+        job_id = args.job_id or "c" + uuid.uuid4().hex[:11]
+        if await store.get(job_id) is not None:
+            raise ScheduleError(f"there is a job {job_id} already (schedule list --all)")
+        job = Job(
+            id=job_id, prompt=args.prompt, channel=args.channel,
+            conversation=conversation, sender=args.sender, timezone=zone_name, cron=cron, at=at,
+            next_fire=first_fire(cron, at, zone_name, now), chat_id=args.chat_id,
+            creator_role=agent.permissions.caller(args.sender, args.channel).role,
+            chat_type="group" if args.chat_id else "p2p", callback_url=args.callback_url, source="cli",
+        )  # fmt: skip
+        await store.add(job)
+        print(f"job {job.id}: {job.when}, next {job.describe()['next_fire_local']}")
+        return 0
+    except ScheduleError as exc:
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await store.close()
 
 
 def print_tools(agent: Any) -> int:

@@ -273,6 +273,62 @@ class ObserveConfig(_Section):
     otel: bool = False
 
 
+class ScheduledJobConfig(_Section):
+    """One job declared by the operator (docs/scheduling.md): its prompt runs as a task in
+    `conversation` on `channel` (a Feishu chat: `chat_id`; a webhook: its `callback_url`), as `sender`
+    (the identity its role is checked for), at `cron` (repeating) or `at` (once, ISO date and time)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    prompt: str = Field(min_length=1)
+    cron: str | None = None
+    at: str | None = None
+    timezone: str | None = None  # default: schedule.timezone
+    channel: Literal["feishu", "webhook", "web"] = "feishu"
+    chat_id: str | None = None  # Feishu: the chat it posts into
+    callback_url: str | None = None  # webhook: where the reply is POSTed
+    conversation: str | None = None  # default: feishu:<chat_id>, webhook:<sender>, web:console
+    sender: str = "scheduler"  # user id on `channel`; name it in permissions.admins for admin tools
+
+    @model_validator(mode="after")
+    def _one_time(self) -> ScheduledJobConfig:
+        if (self.cron is None) == (self.at is None):
+            raise ValueError(f"job {self.id}: give either cron or at")
+        if self.channel == "feishu" and not self.chat_id:
+            raise ValueError(f"job {self.id}: a feishu job needs chat_id (the chat it posts into)")
+        if self.channel == "webhook" and not self.callback_url:
+            raise ValueError(f"job {self.id}: a webhook job needs callback_url (where its reply goes)")
+        return self
+
+
+class ScheduleConfig(_Section):
+    """Scheduled and proactive tasks (schedule/, gateway/schedules.py, docs/scheduling.md): times
+    without an offset and cron fields are read in `timezone`; a fire missed while the service was
+    down runs once at start-up if at most `misfire_grace` seconds late, else it is recorded skipped."""
+
+    enabled: bool = True
+    timezone: str = "UTC"
+    misfire_grace: float = Field(300.0, ge=0)
+    tick: float = Field(1.0, gt=0, le=60)  # seconds between looks when nothing is due sooner
+    jobs: list[ScheduledJobConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _zones_exist(self) -> ScheduleConfig:
+        from .schedule.jobs import ScheduleError, check_cron, zone
+
+        try:
+            zone(self.timezone)
+            for job in self.jobs:
+                zone(job.timezone or self.timezone)
+                if job.cron is not None:
+                    check_cron(job.cron)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+        ids = [job.id for job in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("schedule.jobs: two jobs have the same id")
+        return self
+
+
 class Settings(_Section):
     model: ModelSettings = Field(default_factory=ModelSettings)  # models/settings.py: every model option
     agent: AgentConfig = Field(default_factory=AgentConfig)
@@ -286,6 +342,7 @@ class Settings(_Section):
     skills: SkillsConfig = SkillsConfig()
     observe: ObserveConfig = ObserveConfig()
     team: TeamConfig = TeamConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
     _source: str | None = PrivateAttr(None)  # the configuration file, kept out of the workspace

@@ -5,12 +5,15 @@
     GET  /console/tasks/{task_id}       one task's timeline: model turns, tool calls, approvals
     GET  /console/approvals             approvals waiting for a decision, and recent ones
     GET  /console/deadletters           replies given up on, with why, and a Resend button
+    GET  /console/schedule              scheduled jobs, with a Cancel button (docs/scheduling.md)
     GET  /console/status                queues, turns in flight per conversation, rates, model errors
     GET  /console/login, POST           the token form (only when a token is required)
     POST /console/api/chat              {"message", "conversation"} → JSON lines (channel.py)
     POST /console/api/approvals/{id}    {"decision": "approve"|"reject", "stream": bool}
     GET  /console/api/deadletters       the dead letters, as JSON
     POST /console/api/deadletters/{id}/resend   {} → the reply goes back to its conversation's outbox
+    GET  /console/api/schedule          the scheduled jobs, as JSON
+    POST /console/api/schedule/{id}/cancel      {} → the job is cancelled
     GET  /console/api/status            the status page's numbers, as JSON
     GET  /console/api/tasks/{task_id}   one task's trace, as JSON (redacted)
 
@@ -83,6 +86,7 @@ class Console:
             web.get("/tasks/{task_id:.+}", self.task),
             web.get("/approvals", self.approvals),
             web.get("/deadletters", self.dead_letters),
+            web.get("/schedule", self.schedule),
             web.get("/status", self.status),
             web.get("/login", self.login_form),
             web.post("/login", self.login),
@@ -90,6 +94,8 @@ class Console:
             web.post("/api/approvals/{id}", self.decide),
             web.get("/api/deadletters", self.dead_letters_json),
             web.post("/api/deadletters/{id}/resend", self.resend),
+            web.get("/api/schedule", self.schedule_json),
+            web.post("/api/schedule/{id}/cancel", self.cancel_job),
             web.get("/api/status", self.status_json),
             web.get("/api/tasks/{task_id:.+}", self.task_json),
             web.static("/static", STATIC),
@@ -156,6 +162,38 @@ class Console:
         except (NotImplementedError, AttributeError):
             return None
         return [dead_letter_summary(row) for row in rows]
+
+    @property
+    def schedules(self) -> Any:
+        """The scheduled jobs' store (gateway/schedules.py), or None when scheduling is off."""
+        scheduler = getattr(self.gateway, "scheduler", None)
+        return getattr(scheduler, "store", None)
+
+    async def _jobs(self) -> list[dict[str, Any]] | None:
+        store = self.schedules
+        return None if store is None else [job.describe() for job in await store.jobs(active_only=False)]
+
+    async def schedule(self, request: web.Request) -> web.Response:
+        return _html(self.pages.schedule(await self._jobs()))
+
+    async def schedule_json(self, request: web.Request) -> web.Response:
+        jobs = await self._jobs()
+        if jobs is None:
+            return _json({"error": "scheduling is off in this gateway"}, 404)
+        return _json(self.redactor.redact_data({"jobs": jobs}))
+
+    async def cancel_job(self, request: web.Request) -> web.Response:
+        """An admin cancels a scheduled job (any job: the console is an admin's view)."""
+        job_id, store = request.match_info["id"], self.schedules
+        if store is None:
+            return _json({"error": "scheduling is off in this gateway"}, 404)
+        if len(job_id) > 80:
+            return _json({"error": "no such job"}, 404)
+        cancelled = await store.cancel(job_id)
+        if cancelled is None:
+            return _json({"error": "no active job with this id"}, 404)
+        log.info("scheduled job %s cancelled from the console", job_id)
+        return _json({"cancelled": job_id})
 
     async def status_json(self, request: web.Request) -> web.Response:
         return _json(await self.numbers())

@@ -26,6 +26,7 @@ NAV = (
     ("tasks", "/console/tasks", "Tasks"),
     ("approvals", "/console/approvals", "Approvals"),
     ("deadletters", "/console/deadletters", "Dead letters"),
+    ("schedule", "/console/schedule", "Schedule"),
     ("status", "/console/status", "Status"),
 )
 BAR_WIDTH = 1000  # the SVG's own units; it is stretched to the column's width
@@ -305,6 +306,36 @@ each reply links to its trace.</p>"""
             f"<tbody>{body_rows}</tbody></table>"
         )
         return self.layout("deadletters", "Dead letters", hint + table)
+
+    def schedule(self, jobs: list[dict[str, Any]] | None) -> str:
+        """Scheduled jobs (schedule/jobs.py `Job.describe()`), each active one with a Cancel button."""
+        if jobs is None:
+            return self.layout("schedule", "Schedule", "<p>Scheduling is off in this gateway.</p>")
+        columns = ("id", "when", "next fire", "conversation", "created by", "last fire", "prompt", "")
+        head = "<tr>" + "".join(f"<th>{name}</th>" for name in columns) + "</tr>"
+        rows = "".join(self._job_row(job) for job in jobs)
+        rows = rows or f'<tr><td colspan="{len(columns)}">No job is scheduled.</td></tr>'
+        hint = (
+            '<p class="hint">Jobs come from chat (<code>schedule_task</code>), from '
+            "<code>schedule.jobs</code> in the configuration and from <code>hermes-core schedule "
+            "add</code>. Each fire runs once as a task in its conversation; the last fire says "
+            "whether it ran, was skipped or refused.</p>"
+        )
+        table = f'<table id="schedule" class="approvals"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+        return self.layout("schedule", "Schedule", hint + table)
+
+    def _job_row(self, job: dict[str, Any]) -> str:
+        jid = self.show(job.get("id", ""))
+        active = job.get("status") == "active"
+        action = f'<button class="cancel-job" data-job="{jid}">Cancel</button>' if active else self.show(
+            job.get("status", ""))  # fmt: skip
+        last = f"{_when(job.get('last_fire'))} {self.show(job.get('last_outcome') or '')}".strip()
+        upcoming = self.show(job.get("next_fire_local") or "-")
+        cells = [f"<code>{jid}</code>", self.show(job.get("when", "")), upcoming,
+                 self.show(f"{job.get('conversation', '')} ({job.get('channel', '')})"),
+                 self.show(f"{job.get('channel', '')}:{job.get('sender', '')}"), last or "-",
+                 self.show(job.get("prompt", "")), action]  # fmt: skip
+        return f'<tr id="job-{jid}">' + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
 
     def _dead_letter_row(self, row: dict[str, Any]) -> str:
         did = self.show(row.get("id", ""))

@@ -33,7 +33,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
 from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
@@ -41,6 +41,7 @@ from ..kernel.approvals import ApprovalDesk, Pending
 from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
+from .commands import is_stop
 from .messages import Turn
 from .store import GatewayStore
 
@@ -61,6 +62,14 @@ class Runner(Protocol):
     the transaction that marks the message done and queues its replies (`GatewayStore.complete`)."""
 
     async def __call__(self, message: InboundMessage) -> list[str | Reply] | Turn: ...
+
+
+class Background(Protocol):
+    """A service that runs beside the gateway's lanes (the scheduler): started last, stopped first."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Lanes(Generic[T]):
@@ -119,50 +128,82 @@ class TurnSlots:
     faster rise (measured: by an eighth per probe) starts bursts of turns that the next probe sees
     too late. The probe runs only while turns run or wait; an idle gateway starts again from
     `floor`, so a restart with a full inbox does not start everything at once.
-    `lag_target` 0 turns adapting off: the limit is `ceiling`."""
+    `lag_target` 0 turns adapting off: the limit is `ceiling`.
+
+    Two priorities: interactive turns (a person waits) before batch turns (scheduled jobs). A free
+    slot goes to the oldest interactive waiter first, and batch turns together hold at most
+    `batch_share` of the limit, so a thousand jobs firing at once leave room for the next person."""
 
     def __init__(
-        self, ceiling: int, *, floor: int = 4, lag_target: float = 0.005, interval: float = 0.025
+        self,
+        ceiling: int,
+        *,
+        floor: int = 4,
+        lag_target: float = 0.005,
+        interval: float = 0.025,
+        batch_share: float = 0.75,
     ) -> None:
         self.ceiling, self.floor = ceiling, min(floor, ceiling)
         self.lag_target, self.interval = lag_target, interval
         self.limit = self.floor if lag_target > 0 else ceiling
+        self.batch_share = batch_share
         self.in_flight = 0
+        self.batch_in_flight = 0
         self.lag = 0.0  # the last probe's, seconds
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()  # interactive
+        self._batch: deque[asyncio.Future[None]] = deque()  # batch (scheduled jobs)
         self._probe: asyncio.Task[None] | None = None
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._waiters) + len(self._batch)
 
-    async def acquire(self) -> None:
+    def _batch_room(self) -> bool:
+        return self.batch_in_flight < max(1, int(self.limit * self.batch_share))
+
+    async def acquire(self, batch: bool = False) -> None:
         if self.lag_target > 0 and self._probe is None:
             self._probe = asyncio.create_task(self._watch(), name="turn-slots-probe")
-        if self.in_flight < self.limit and not self._waiters:
-            self.in_flight += 1
+        free = self.in_flight < self.limit and not self._waiters
+        if free and (not batch or (not self._batch and self._batch_room())):
+            self._take(batch)
             return
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        queue = self._batch if batch else self._waiters
+        queue.append(waiter)
         try:
             await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # granted just before the cancel: pass it on
-                self.release()
-            elif waiter in self._waiters:  # (a cancelled waiter may have been skipped by _grant)
-                self._waiters.remove(waiter)
+                self.release(batch)
+            elif waiter in queue:  # (a cancelled waiter may have been skipped by _grant)
+                queue.remove(waiter)
             raise
 
-    def release(self) -> None:
+    def _take(self, batch: bool) -> None:
+        self.in_flight += 1
+        self.batch_in_flight += batch
+
+    def release(self, batch: bool = False) -> None:
         self.in_flight -= 1
+        self.batch_in_flight -= batch
         self._grant()
 
     def _grant(self) -> None:
         while self._waiters and self.in_flight < self.limit:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                self.in_flight += 1
+                self._take(False)
                 waiter.set_result(None)
+        while self._batch and self.in_flight < self.limit and self._batch_room():
+            waiter = self._batch.popleft()
+            if not waiter.done():
+                self._take(True)
+                waiter.set_result(None)
+
+    def slot(self, batch: bool = False) -> _Slot:
+        """`async with slots.slot(batch):` one turn's slot, at its priority."""
+        return _Slot(self, batch)
 
     async def __aenter__(self) -> None:
         await self.acquire()
@@ -173,7 +214,7 @@ class TurnSlots:
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while self.in_flight or self._waiters:
+            while self.in_flight or self._waiters or self._batch:
                 due = loop.time() + self.interval
                 await asyncio.sleep(self.interval)
                 self.lag = max(0.0, loop.time() - due)
@@ -192,6 +233,17 @@ class TurnSlots:
     def stop(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
+
+
+class _Slot:
+    def __init__(self, slots: TurnSlots, batch: bool) -> None:
+        self.slots, self.batch = slots, batch
+
+    async def __aenter__(self) -> None:
+        await self.slots.acquire(self.batch)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.slots.release(self.batch)
 
 
 class Gateway:
@@ -233,6 +285,10 @@ class Gateway:
         self._expirer: asyncio.Task[None] | None = None
         self.pruners: list[Callable[[], Awaitable[None]]] = []  # hourly, with the store's own pruning
         self.expiry_interval = 15.0  # how often undecided approvals are checked for expiry
+        # the turn running in each conversation, for /stop: (its message, the runner's task)
+        self._running: dict[str, tuple[InboundMessage, asyncio.Task[list[str | Reply] | Turn]]] = {}
+        self._stopped: set[int] = set()  # inbox ids of turns a /stop cancelled
+        self.scheduler: Background | None = None  # fires scheduled jobs (gateway/schedules.py)
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
@@ -255,6 +311,8 @@ class Gateway:
         if self.desk is not None:
             self._expirer = asyncio.create_task(self._expire_periodically())
         self.accepting = True
+        if self.scheduler is not None:  # after the inbox is loaded: a fire claimed before a crash is in it
+            self.scheduler.start()
 
     async def accept(self, message: InboundMessage) -> int | None:
         """Persist and schedule a message; None for a duplicate. Returns before the turn runs, so a
@@ -264,6 +322,9 @@ class Gateway:
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
         task_id_of(message)  # stored with the message: a run after a crash finds its own journal
+        running = self._stoppable(message)
+        if running is not None:  # said before it is stored: its reply says what it stopped
+            message.extra["stopping"] = task_id_of(running[0])
         try:
             inbound_id = await self.store.accept(message)
         except BaseException:
@@ -274,12 +335,38 @@ class Gateway:
             log.info("duplicate %s message %s ignored", message.channel, message.message_id)
             return None
         ACKS.inc(channel=message.channel, outcome="accepted")
+        if running is not None and not running[1].done():
+            assert running[0].id is not None
+            self._stopped.add(running[0].id)
+            running[1].cancel()
+            log.info("/stop from %s: the turn of %s message %s is cancelled", message.sender,
+                     running[0].channel, running[0].message_id)  # fmt: skip
         self._inbound.push(message.conversation, message)
         return inbound_id
+
+    def enqueue(self, message: InboundMessage) -> None:
+        """Queue a message already stored in the inbox by someone else (a scheduled job's fire,
+        gateway/schedules.py): it runs in its conversation's lane like an accepted one."""
+        if message.id is None:
+            raise ValueError("enqueue takes a stored message (with its inbox id)")
+        self._inbound.push(message.conversation, message)
+
+    def _stoppable(self, message: InboundMessage) -> tuple[InboundMessage, asyncio.Task[Any]] | None:
+        """The running turn a `/stop` message cancels: its conversation's, started by the same person."""
+        if message.kind != "text" or not is_stop(message.text):
+            return None
+        running = self._running.get(message.conversation)
+        if running is None or running[1].done():
+            return None
+        started = running[0]
+        same = started.sender == message.sender and started.channel == message.channel
+        return running if same else None
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting, let in-flight turns and sends finish for up to `grace` s, persist the rest."""
         self.accepting = False
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         for task in (self._pruner, self._expirer, self._resender):
             if task is not None:
                 task.cancel()
@@ -354,14 +441,23 @@ class Gateway:
     async def _process(self, message: InboundMessage) -> None:
         assert message.id is not None
         outcome = "replied"
-        async with self.turn_slots:
+        async with self.turn_slots.slot(batch=message.kind == "scheduled"):  # jobs after people
             started = time.perf_counter()
             try:
                 await self.store.begin_attempt(message.id)  # durable: a crash now counts against it
-                texts = await self.runner(message)
-            except asyncio.CancelledError:  # a graceful stop, not a crash: the run does not count
-                await asyncio.shield(self.store.release_attempt(message.id))
-                raise
+                run = asyncio.ensure_future(self.runner(message))
+                self._running[message.conversation] = (message, run)
+                try:
+                    texts = await run
+                finally:
+                    self._running.pop(message.conversation, None)
+            except asyncio.CancelledError:
+                if message.id not in self._stopped:  # a graceful stop, not a crash: the run does not count
+                    await asyncio.shield(self.store.release_attempt(message.id))
+                    raise
+                self._stopped.discard(message.id)  # a person's /stop: the message is answered, done
+                stopped = fixed_reply("task_stopped", detect_language(message.text))
+                texts, outcome = [Reply(stopped, error="stopped")], "stopped"
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
                 apology = fixed_reply("internal_error", detect_language(message.text))

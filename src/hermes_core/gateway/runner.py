@@ -1,10 +1,14 @@
 """The default runner: the agent, with a memory per conversation.
 
-For each message: `/memory` and `/forget` are answered here, before any model call, so every
-channel (webhook, Feishu, the terminal REPL) has them; anything else becomes one agent turn over
-the window and notes that `ConversationMemory.prepare` builds. The gateway depends only on the
-`Runner` protocol. A message's pictures and files are made ready first (`MediaDesk.prepare`,
-gateway/media.py); one that cannot be used is answered with the reason, and no turn runs.
+For each message: the conversation commands (`/new`, `/help`, `/stop`, `/jobs`, `/memory`,
+`/forget`: gateway/commands.py) are answered here, before any model call, so every channel (webhook,
+Feishu, the console, the terminal REPL) has them with the same replies; anything else becomes one
+agent turn over the window and notes that `ConversationMemory.prepare` builds. A scheduled job's
+fire (`kind` "scheduled", gateway/schedules.py) is a turn like a message, its prompt marked as a
+job's; the message being handled is `schedule.tools.CURRENT_MESSAGE` for the scheduling tools.
+A message's pictures and files are made ready first (`MediaDesk.prepare`, gateway/media.py); one
+that cannot be used is answered with the reason, and no turn runs. The gateway depends only on the
+`Runner` protocol.
 
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
@@ -35,11 +39,15 @@ from ..kernel.model import TextCallback
 from ..kernel.replies import REPLIES, detect_language, fixed_reply
 from ..kernel.tools.permissions import Caller
 from ..modes import run_task
+from ..schedule.jobs import ScheduleStore
+from ..schedule.tools import CURRENT_MESSAGE
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
+from . import commands
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
 
 log = logging.getLogger("hermes_core.gateway")
+SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
 
 __all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
 
@@ -54,9 +62,17 @@ class AgentRunner:
         self.media = MediaDesk(vision=agent.settings.vision)
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
+        self.schedules: ScheduleStore | None = None  # the jobs `/jobs` lists (serve sets it)
 
     async def __call__(self, message: InboundMessage) -> Turn:
-        if message.kind != "text" and message.kind != "resume":  # audio, stickers…: we cannot read them
+        token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
+        try:
+            return await self._message_turn(message)
+        finally:
+            CURRENT_MESSAGE.reset(token)
+
+    async def _message_turn(self, message: InboundMessage) -> Turn:
+        if message.kind not in ("text", "resume", "scheduled"):  # audio, stickers…: we cannot read them
             return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
         if not message.text.strip() and not message.attachments:  # a bare @mention
             return Turn([fixed_reply("how_can_i_help", detect_language(message.text))])
@@ -73,12 +89,15 @@ class AgentRunner:
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
+        text = original.text
+        if original.kind == "scheduled":  # a job's prompt: never read as a command, said to be one
+            text = SCHEDULED_PROMPT.format(job=original.extra.get("job", "?"), prompt=original.text)
         try:  # pictures and files: fetched, checked, saved now (gateway/media.py)
             prepared = await self.media.prepare(original) if original.attachments else None
         except MediaRefused as refused:
             return Turn([self._refusal(refused, original.text)])
         reply, history, error = await self._turn(
-            original.conversation, prepared.text if prepared else original.text, task_id=task_id,
+            original.conversation, prepared.text if prepared else text, task_id=task_id,
             caller=caller, message=original, on_text=on_text, images=prepared.images if prepared else (),
         )  # fmt: skip
         if error is not None:
@@ -116,8 +135,12 @@ class AgentRunner:
         images: Sequence[str] = (),
     ) -> tuple[str | Reply, TurnAppend | None, str | None]:
         """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
-        answer = await self.memory.command(conversation, text, self.agent.language)
-        if answer is not None:
+        answer = await commands.answer(
+            text, conversation=conversation, memory=self.memory, registry=self.agent.registry, caller=caller,
+            models=self.agent.client.models, language=self.agent.language, schedules=self.schedules,
+            message=message,
+        )  # fmt: skip
+        if answer is not None:  # /new, /help, /stop, /jobs, /memory, /forget: no model call
             return answer, None, None
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()

@@ -131,7 +131,10 @@ class RedactingRunner:
         await self.inner.aclose()
 
 
-def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
+def build_gateway(
+    settings: Settings, agent: Any = None, *, clock: Callable[[], float] | None = None
+) -> tuple[Gateway, list[web.RouteDef]]:
+    """The gateway `serve` runs, and its channels' routes; `clock` is the scheduler's (tests)."""
     agent = agent or build_agent(settings)
     database = Path(settings.gateway.data_dir) / "gateway.db"
     store = SQLiteGatewayStore(database)
@@ -150,6 +153,8 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
+    if settings.schedule.enabled:
+        add_scheduler(gateway, runner.inner, settings, database, clock=clock)
     routes: list[web.RouteDef] = []
     sources: dict[str, AttachmentSource] = {}  # channels whose attachments are fetched for the turn
     if settings.webhook.enabled:
@@ -194,6 +199,31 @@ def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSour
     workspace files are saved in (the file tools'), whether the model takes pictures."""
     workspace = workspace_of(settings) if settings.agent.workspace else None
     return MediaDesk(settings.media, sources=sources, workspace=workspace, vision=agent.settings.vision)
+
+
+def add_scheduler(
+    gateway: Gateway, runner: AgentRunner, settings: Settings, database: Path, *, clock: Any = None
+) -> Any:
+    """Scheduled jobs (gateway/schedules.py): the store in the gateway's database, the chat tools on
+    the agent, `/jobs` on the runner, the operator's `schedule.jobs`, the firing loop on the gateway."""
+    import time as clocks
+
+    from .schedules import Scheduler, SQLiteScheduleStore, declare_jobs, role_refusal
+
+    options, agent = settings.schedule, runner.agent
+    store = SQLiteScheduleStore(database)
+    now = clock or clocks.time
+    scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
+                          refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
+    from ..schedule.tools import schedule_tools
+
+    for declared in schedule_tools(store, timezone=options.timezone, clock=now, on_change=scheduler.wake):
+        if agent.registry.get(declared.name) is None:
+            agent.register_tool(declared)
+    runner.schedules = store
+    scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
+    gateway.scheduler = scheduler
+    return scheduler
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:

@@ -114,6 +114,30 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE dead_letters ADD COLUMN resend_requested_at REAL;
     CREATE INDEX dead_letters_by_resend ON dead_letters (resend_requested_at)
     """,
+    # 6: scheduled jobs (schedule/jobs.py, gateway/schedules.py). A fire is claimed by inserting its
+    # `schedule_fires` row (job, fire time) and its inbox row (message_id job:<id>@<ms>) in the
+    # transaction that moves the job's next_fire on: once, across crashes.
+    6: """
+    CREATE TABLE schedule_jobs (
+        id TEXT PRIMARY KEY,
+        job TEXT NOT NULL,                           -- JSON of schedule.jobs.Job
+        conversation TEXT NOT NULL,
+        status TEXT NOT NULL,                        -- active | done | cancelled
+        next_fire REAL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX schedule_jobs_due ON schedule_jobs (status, next_fire);
+    CREATE INDEX schedule_jobs_by_conversation ON schedule_jobs (conversation, status);
+    CREATE TABLE schedule_fires (
+        job_id TEXT NOT NULL,
+        fire_at REAL NOT NULL,
+        status TEXT NOT NULL,                        -- queued | skipped | refused
+        reason TEXT NOT NULL DEFAULT '',
+        inbox_id INTEGER,
+        claimed_at REAL NOT NULL,
+        PRIMARY KEY (job_id, fire_at)
+    )
+    """,
 }
 # DeadLetter's keys, in the table's column order
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",

@@ -139,6 +139,33 @@ REPLIES: dict[str, dict[Language, str]] = {
         "en": "Sorry, the file {name} could not be saved in the workspace "
         "(no room, or the name cannot be used).",
     },
+    # conversation commands (gateway/commands.py); {commands}, {tools}, {jobs} are filled in
+    "conversation_new": {
+        "zh": "已开始新对话：之前的聊天记录和记下的要点不再带入。",
+        "en": "Started a new conversation: earlier messages and notes are no longer carried over.",
+    },
+    "help_header": {"zh": "可用命令：", "en": "Commands:"},
+    "help_commands": {
+        "zh": "/new（或 /reset）开始新对话\n/stop 停止本对话正在运行的任务\n/jobs 列出本对话的定时任务\n"
+        "/memory 查看记下的要点，/forget [N] 删除（聊天记录保留）\n/help 显示本帮助",
+        "en": "/new (or /reset) start a new conversation\n/stop stop the task running in this conversation\n"
+        "/jobs list this conversation's scheduled tasks\n/memory what I noted, /forget [N] remove it "
+        "(the chat history is kept)\n/help this list",
+    },
+    "help_tools": {"zh": "你可以使用的工具：{tools}", "en": "Tools you may use: {tools}"},
+    "help_no_tools": {"zh": "你目前没有可用的工具。", "en": "There are no tools you may use."},
+    "task_stopped": {"zh": "这个任务已按要求停止。", "en": "This task was stopped as asked."},
+    "stop_done": {"zh": "已停止正在运行的任务。", "en": "Stopped the running task."},
+    "stop_nothing": {
+        "zh": "这个对话现在没有你发起的、正在运行的任务。",
+        "en": "No task of yours is running in this conversation.",
+    },
+    "jobs_none": {"zh": "这个对话没有定时任务。", "en": "This conversation has no scheduled tasks."},
+    "jobs_header": {"zh": "这个对话的定时任务：", "en": "Scheduled tasks of this conversation:"},
+    "jobs_unavailable": {
+        "zh": "这里没有定时任务（定时任务由网关 hermes-core serve 运行）。",
+        "en": "There are no scheduled tasks here (scheduled tasks run in the gateway, hermes-core serve).",
+    },
     # plan-and-execute mode (plans/executor.py)
     "plan_invalid": {
         "zh": "抱歉，我没能为这个请求制定出可以执行的计划。请换个说法或把请求拆小一些再试。",

@@ -290,6 +290,19 @@ class ConversationMemory:
             return fixed_reply("memory_empty", language)
         return fixed_reply("memory_forgot_all", language).format(count=len(removed))
 
+    async def reset(self, conversation: str) -> None:
+        """`/new`: start the conversation afresh. The goal, notes and summary are cleared (as `/forget`
+        does) and the messages so far are marked folded, so the next turn's window starts empty; the
+        log itself is kept for traces and audits."""
+        loaded = await self.store.load(conversation)
+        logged = loaded.state.folded + len(loaded.messages)
+
+        def fresh(state: ConversationState) -> None:
+            state.goal, state.facts, state.pending, state.done, state.summary = "", [], [], [], ""
+            state.folded = max(state.folded, logged)
+
+        await self.store.update_state(conversation, fresh)
+
     async def close(self) -> None:
         await self.store.close()
 

@@ -161,4 +161,16 @@
       button.parentElement.textContent = response.ok ? "resent" : "Error: " + answer.error;
     });
   });
+
+  // -- schedule page --------------------------------------------------------------------------
+
+  document.querySelectorAll("button.cancel-job").forEach((button) => {
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      const url = "/console/api/schedule/" + encodeURIComponent(button.dataset.job) + "/cancel";
+      const response = await post(url, {});
+      const answer = await response.json();
+      button.parentElement.textContent = response.ok ? "cancelled" : "Error: " + answer.error;
+    });
+  });
 })();

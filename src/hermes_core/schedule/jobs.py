@@ -1,0 +1,242 @@
+"""Scheduled jobs: what one is, when it fires, and the store it lives in (the `ScheduleStore` seam).
+
+A job is a prompt that runs as a task in the conversation it was created in, at a time:
+- `cron`: a cron expression (5 fields, croniter), read in the job's time zone, so "0 9 * * 1-5" in
+  America/New_York is 09:00 local on both sides of a daylight-saving change;
+- `at`: one moment (a UTC timestamp; an ISO datetime without an offset is read in the time zone);
+- a delay is turned into `at` when the job is created.
+
+`next_fire` is always a UTC timestamp; the time zone matters only for reading cron fields and naive
+datetimes. croniter and zoneinfo are imported by the functions that need them, not at import.
+
+Firing (gateway/schedules.py has the SQLite implementation): `claim_due(now)` takes each job whose
+`next_fire` has come and, in ONE transaction, records the fire (job id, fire time: the primary key of
+`schedule_fires`), inserts the task's message into the gateway's inbox (keyed by the same pair) and
+moves `next_fire` on. A crash before the commit leaves nothing (the fire is claimed again at the next
+start); after it the message is in the inbox and runs once like any accepted message.
+
+Missed fires (the service was down): the latest fire time that has passed runs once if it is at most
+`misfire_grace` seconds old; otherwise it is recorded as skipped. Earlier missed fire times of the
+same job are recorded as one skipped row that counts them. Either way the job goes on from the next
+fire time after now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from ..channels.seam import InboundMessage
+
+JobStatus = Literal["active", "done", "cancelled"]
+FireStatus = Literal["queued", "skipped", "refused"]
+MAX_CATCH_UP = 10_000  # missed fire times counted one by one; beyond, the count says "at least"
+
+
+class ScheduleError(ValueError):
+    """A schedule the caller wrote wrongly (a bad cron, an unknown zone, a time in the past)."""
+
+
+@dataclass
+class Job:
+    id: str
+    prompt: str
+    channel: str
+    conversation: str
+    sender: str  # the creator's user id on `channel`: the task runs for them
+    timezone: str
+    cron: str | None = None
+    at: float | None = None  # one-shot: UTC timestamp
+    next_fire: float | None = None  # None once a one-shot fired or a job was cancelled
+    status: JobStatus = "active"
+    creator_role: str = "member"  # at creation; the fire is refused if the creator no longer has it
+    broadcast: bool = False  # into a chat other than the one it was asked in: admin only
+    chat_id: str | None = None
+    chat_type: str = "p2p"
+    callback_url: str | None = None
+    source: str = "chat"  # chat | config | cli
+    created_at: float = field(default_factory=time.time)
+    last_fire: float | None = None
+    last_outcome: str | None = None
+
+    @property
+    def when(self) -> str:
+        """How the job was scheduled, for lists: the cron expression or the one moment (local)."""
+        if self.cron:
+            return f"cron {self.cron} ({self.timezone})"
+        return f"at {local_iso(self.at or 0.0, self.timezone)}"
+
+    def message(self, fire_at: float) -> InboundMessage:
+        """The task's message for the fire at `fire_at`: its own message id (job, fire time), so a
+        fire inserted twice is one inbox row; no `reply_to`: the reply is sent proactively."""
+        return InboundMessage(
+            channel=self.channel,
+            conversation=self.conversation,
+            sender=self.sender,
+            text=self.prompt,
+            message_id=fire_message_id(self.id, fire_at),
+            kind="scheduled",
+            chat_id=self.chat_id,
+            chat_type=self.chat_type,
+            callback_url=self.callback_url,
+            received_at=fire_at,
+            extra={"job": self.id, "fire_at": fire_at, "creator_role": self.creator_role},
+        )
+
+    def describe(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["when"] = self.when
+        data["next_fire_local"] = local_iso(self.next_fire, self.timezone) if self.next_fire else None
+        return data
+
+
+@dataclass
+class Fire:
+    """One fire time of a job, as claimed: queued (its message is in the inbox), skipped or refused."""
+
+    job_id: str
+    fire_at: float
+    status: FireStatus
+    reason: str = ""
+    message: InboundMessage | None = None  # when queued: the message now in the inbox
+
+
+def fire_message_id(job_id: str, fire_at: float) -> str:
+    return f"job:{job_id}@{int(round(fire_at * 1000))}"
+
+
+def job_id_for(*parts: str) -> str:
+    """A job id derived from where it was asked (task id and call id): a call run again after a
+    crash creates the same job, not a second one."""
+    return "j" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:11]
+
+
+def zone(name: str) -> Any:
+    """The `ZoneInfo` of `name`; ScheduleError naming it when there is no such zone."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ScheduleError(f"unknown time zone {name!r} (use an IANA name such as Asia/Shanghai)") from exc
+
+
+def local_iso(timestamp: float, zone_name: str) -> str:
+    return datetime.fromtimestamp(timestamp, zone(zone_name)).isoformat(timespec="seconds")
+
+
+def check_cron(expression: str) -> str:
+    from croniter import croniter
+
+    expression = " ".join(expression.split())
+    if len(expression.split()) != 5 or not croniter.is_valid(expression):
+        raise ScheduleError(
+            f"not a cron expression: {expression!r} (five fields: minute hour day month weekday, "
+            "e.g. '0 9 * * 1-5' for weekdays at 9:00)"
+        )
+    return expression
+
+
+def next_cron(expression: str, zone_name: str, after: float) -> float:
+    """The first fire time of `expression` (local to `zone_name`) strictly after `after` (UTC)."""
+    from croniter import croniter
+
+    start = datetime.fromtimestamp(after, zone(zone_name))
+    return float(croniter(expression, start).get_next(float))
+
+
+def parse_at(text: str, zone_name: str, now: float) -> float:
+    """An ISO datetime (`2026-12-01T15:00`, `2026-12-01 15:00+08:00`) as a UTC timestamp; without an
+    offset it is read in `zone_name`. A time already past is a ScheduleError."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ScheduleError(f"not an ISO date and time: {text!r} (e.g. 2026-12-01T15:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone(zone_name))
+    stamp = moment.timestamp()
+    if stamp <= now:
+        shown = moment.astimezone(zone(zone_name)).isoformat(timespec="seconds")
+        raise ScheduleError(f"{shown} is in the past (now: {local_iso(now, zone_name)})")
+    return stamp
+
+
+def first_fire(cron: str | None, at: float | None, zone_name: str, now: float) -> float:
+    if cron:
+        return next_cron(cron, zone_name, now)
+    if at is None:
+        raise ScheduleError("give a cron expression, a time or a delay")
+    return at
+
+
+def catch_up(job: Job, now: float) -> tuple[float, int, float | None]:
+    """For a job due at `now`: the latest passed fire time, how many earlier ones were missed, and
+    the next fire time after now (None: a one-shot, finished)."""
+    assert job.next_fire is not None
+    if not job.cron:
+        return job.next_fire, 0, None
+    latest, missed = job.next_fire, 0
+    while missed < MAX_CATCH_UP:
+        following = next_cron(job.cron, job.timezone, latest)
+        if following > now:
+            return latest, missed, following
+        latest, missed = following, missed + 1
+    latest = float(_previous_cron(job.cron, job.timezone, now))
+    return latest, missed, next_cron(job.cron, job.timezone, now)
+
+
+def _previous_cron(expression: str, zone_name: str, now: float) -> float:
+    from croniter import croniter
+
+    start = datetime.fromtimestamp(now + 1e-3, zone(zone_name))
+    return float(croniter(expression, start).get_prev(float))
+
+
+def utc_iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
+
+
+class ScheduleStore(Protocol):
+    """Where jobs live and how fires are claimed; SQLite (gateway/schedules.py) is the embedded one.
+    Each method is one atomic step; a distributed engine can implement the same eight."""
+
+    async def add(self, job: Job) -> Job:
+        """Store a new job (a job with this id already stored is returned as it is: idempotent)."""
+        ...
+
+    async def replace(self, job: Job) -> Job:
+        """Store `job` whether or not its id exists (the operator's declared jobs)."""
+        ...
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def jobs(self, conversation: str | None = None, *, active_only: bool = True) -> list[Job]:
+        """Jobs by next fire time, of one conversation or all."""
+        ...
+
+    async def cancel(self, job_id: str) -> Job | None:
+        """Cancel an active job; None when there is no such active job."""
+        ...
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        """Claim up to `limit` due fires (see the module docstring), atomically."""
+        ...
+
+    async def fires(self, job_id: str, limit: int = 20) -> list[Fire]:
+        """A job's recorded fires, newest first."""
+        ...
+
+    async def next_due(self) -> float | None:
+        """The earliest next fire time of an active job (None: nothing scheduled)."""
+        ...
+
+
+class RefusalCheck(Protocol):
+    def __call__(self, job: Job) -> str | None:
+        """Why this job may not fire now (its creator lost the role it was created with), or None."""
+        ...
