@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .hooks import hooked
+from .hooks import AllHooks, TaskHooks, hooked
 from .loop import PAUSES, Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
@@ -142,6 +142,7 @@ class Agent:
         on_text: TextCallback | None = None,
         task_id: str | None = None,
         caller: Caller | None = None,
+        hooks: TaskHooks | None = None,
     ) -> RunResult:
         """Run one task: the message, the model's decisions, the tools it calls, the reply.
 
@@ -151,6 +152,7 @@ class Agent:
         A task that stops for a person (stop_reason `awaiting_approval` or `awaiting_answer`)
         leaves `session` as it was: run the same message again under the same task id once the
         person has decided or answered, and it continues from its journal.
+        `hooks` observe the run besides the tracer's (hooks.py): a channel streaming the reply.
         """
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
@@ -173,7 +175,7 @@ class Agent:
             session_id=session.id if session is not None else None,
             on_text=on_text,
             caller=caller,
-            hooks=stack.hooks,
+            hooks=stack.hooks if hooks is None else AllHooks(stack.hooks, hooks),
         )
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
+    from .hooks import TaskHooks
     from .loop import RunResult
     from .models.base import TextCallback
     from .team import Expert, Supervisor
@@ -81,11 +82,15 @@ async def run_task(
     on_text: TextCallback | None = None,
     task_id: str | None = None,
     caller: Caller | None = None,
+    hooks: TaskHooks | None = None,
 ) -> RunResult:
-    """One task in the agent's mode; the result has `Agent.run`'s shape in every mode."""
+    """One task in the agent's mode; the result has `Agent.run`'s shape in every mode. `hooks`
+    (a channel streaming the reply) observe the tool loop; plan and team runs do not tell them."""
     mode = agent.mode
     if mode is None or mode.name == "loop" or agent.is_greeting(text):
-        return await agent.run(text, session=session, on_text=on_text, task_id=task_id, caller=caller)
+        return await agent.run(
+            text, session=session, on_text=on_text, task_id=task_id, caller=caller, hooks=hooks
+        )
     if mode.name == "plan":
         from .plans.executor import run_plan
 

@@ -11,6 +11,12 @@ keyed by the task id) and the gateway stores them in the transaction that marks 
 adds its turn once; a crash after it leaves the message done, so it is not run again. A task that
 failed (the model unavailable, a limit hit) answers with the apology and says why (`Reply.error`).
 
+Streamed replies: `watch_for` (set by serve: gateway/server.py) asks the message's channel whether
+it wants to see the turn as it runs (`Channel.watch`); if so, its watcher gets the model's text as
+it is written (the same `on_text` callback the terminal display uses) and each tool call as it
+starts and ends (`WatchedSteps`, hooks the loop calls beside the trace's). The console's
+`on_text_for` is the same seam, keyed by task id.
+
 Paused tasks (tasks/pending.py): a turn that stops for an approval or a question is not committed;
 its original message is kept with the pending record. It is run again under its task id when the
 gateway delivers a `resume` message (a decision, an expiry), or when the asker's next message in
@@ -21,20 +27,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Callable
+from typing import Any
 
 from ..agent import Agent
 from ..approvals import DecisionRefused, Pending, PendingStore
-from ..channels.seam import inbound_of, resume_message, task_id_of
+from ..channels.seam import TurnWatcher, inbound_of, resume_message, task_id_of
+from ..hooks import TaskHooks
 from ..loop import PAUSES
+from ..messages import ToolCall
 from ..models.base import TextCallback
 from ..modes import run_task
 from ..replies import REPLIES, detect_language, fixed_reply
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from ..tools.permissions import Caller
+from ..tools.registry import ToolOutcome
 from .messages import InboundMessage, Reply, Turn
 
-__all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
+__all__ = ["AgentRunner", "WatchedSteps", "resume_message"]  # resume_message: channels/seam.py
+
+log = logging.getLogger("hermes_core.gateway")
 
 
 class AgentRunner:
@@ -45,6 +58,8 @@ class AgentRunner:
         self.memory.attach(agent)
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
+        # who wants to see a message's turn as it runs (a channel streaming its reply): Channel.watch
+        self.watch_for: Callable[[InboundMessage], TurnWatcher | None] | None = None
 
     async def __call__(self, message: InboundMessage) -> Turn:
         if message.kind != "text" and message.kind != "resume":  # images, files…: we cannot read them
@@ -64,9 +79,11 @@ class AgentRunner:
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
+        watcher = self._watcher(message)
+        hooks = WatchedSteps(watcher) if watcher is not None else None
         reply, history, error = await self._turn(
             original.conversation, original.text, task_id=task_id, caller=caller, message=original,
-            on_text=on_text,
+            on_text=_both(on_text, watcher), hooks=hooks,
         )  # fmt: skip
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
@@ -85,8 +102,9 @@ class AgentRunner:
         """One user message in, the reply out: a memory command, or one agent turn, stored here
         (outside the gateway: the terminal, tests)."""
         reply, history, _ = await self._turn(
-            conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message
-        )
+            conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message,
+            hooks=None,
+        )  # fmt: skip
         if history is not None:
             await history.apply()
         return reply
@@ -100,6 +118,7 @@ class AgentRunner:
         task_id: str | None,
         caller: Caller | None,
         message: InboundMessage | None,
+        hooks: TaskHooks | None,
     ) -> tuple[str | Reply, TurnAppend | None, str | None]:
         """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
         answer = await self.memory.command(conversation, text, self.agent.language)
@@ -109,12 +128,22 @@ class AgentRunner:
         session = prompt.session()
         # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
         result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
-                                caller=caller)  # fmt: skip
+                                caller=caller, hooks=hooks)  # fmt: skip
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
             return await self._paused(result.reply, task_id, message), None, None
         await self.memory.learn(conversation, result)
         history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
         return result.reply, history, None if result.ok else result.stop_reason
+
+    def _watcher(self, message: InboundMessage) -> TurnWatcher | None:
+        """The channel's watcher of this turn, if it streams it; a failing channel streams nothing."""
+        if self.watch_for is None:
+            return None
+        try:
+            return self.watch_for(message)
+        except Exception:
+            log.exception("streaming the reply to %s message %s failed", message.channel, message.message_id)
+            return None
 
     def _store(self) -> PendingStore | None:
         """Where the agent's pauses wait, if they wait anywhere (a terminal asks in place)."""
@@ -147,3 +176,40 @@ class AgentRunner:
         if self.agent.mode is not None:  # a team's queues and its members' clients
             await self.agent.mode.aclose()
         await self.memory.close()
+
+
+class WatchedSteps(TaskHooks):
+    """The loop's tool hooks, told to a channel's watcher: each call's start and end. Observers
+    only: a watcher that fails is logged, never raised into the turn."""
+
+    def __init__(self, watcher: TurnWatcher) -> None:
+        self.watcher = watcher
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        _safely(self.watcher.tool_started, call.name, call.id)
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        ok = error is None and outcome is not None and (outcome.ok or outcome.error in PAUSES)
+        _safely(self.watcher.tool_finished, call.name, call.id, ok)
+
+
+def _both(on_text: TextCallback | None, watcher: TurnWatcher | None) -> TextCallback | None:
+    """One `on_text` callback for the console's stream and a channel's watcher (either may be None)."""
+    if watcher is None:
+        return on_text
+
+    def both(piece: str) -> None:
+        if on_text is not None:
+            on_text(piece)
+        _safely(watcher.text, piece)
+
+    return both
+
+
+def _safely(call: Callable[..., Any], *args: Any) -> None:
+    try:
+        call(*args)
+    except Exception:
+        log.exception("a streamed reply's watcher failed")

@@ -46,6 +46,7 @@ from typing import Any
 from aiohttp import web
 
 from ..approvals import Pending
+from ..channels.seam import TurnWatcher
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
@@ -174,10 +175,18 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
             mode=settings.feishu.mode,
             api=api,
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
+            stream=settings.feishu.stream,
         )
         gateway.add_channel(feishu)
         routes += feishu.routes()
+    runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
     return gateway, routes
+
+
+def watcher_of(gateway: Gateway, message: InboundMessage) -> TurnWatcher | None:
+    """The watcher of `message`'s turn: its channel's, when the channel streams replies."""
+    channel = gateway.channels.get(message.channel)
+    return channel.watch(message) if channel is not None else None
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:

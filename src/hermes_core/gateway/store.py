@@ -113,6 +113,17 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE dead_letters ADD COLUMN resend_requested_at REAL;
     CREATE INDEX dead_letters_by_resend ON dead_letters (resend_requested_at)
     """,
+    # 6: a reply streamed into a platform message (a Feishu card patched as the model writes): that
+    # message, kept from the moment it exists, so a run after a crash and the final reply write
+    # into the same one instead of sending a second message.
+    6: """
+    CREATE TABLE streams (
+        inbound_id INTEGER PRIMARY KEY,
+        channel TEXT NOT NULL,
+        platform_id TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 }
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
                     "resend_requested_at")  # fmt: skip
@@ -162,6 +173,14 @@ class GatewayStore(ABC):
     async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
         """True the first time `nonce` is claimed on `channel` within `keep_seconds`; False after
         that (a replay). Durable: a restart does not forget it."""
+
+    async def stream_of(self, inbound_id: int) -> str | None:
+        """The platform message the reply to `inbound_id` is streamed into (None: not streamed)."""
+        return None
+
+    async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:  # noqa: B027
+        """Record, durably, the platform message the reply to `inbound_id` is streamed into: a run
+        after a crash and the final reply write into it. Kept as long as the message's row."""
 
     async def begin_attempt(self, inbound_id: int) -> int:
         """Count a run of the message, durably, before it starts; returns the runs counted."""
@@ -260,6 +279,23 @@ class SQLiteGatewayStore(GatewayStore):
             return _queue(db, inbound_id, replies)
 
         return await self._run(complete)
+
+    async def stream_of(self, inbound_id: int) -> str | None:
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT platform_id FROM streams WHERE inbound_id = ?", (inbound_id,)
+            ).fetchone()
+        )
+        return str(row[0]) if row else None
+
+    async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO streams (inbound_id, channel, platform_id, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (inbound_id, channel, platform_id, time.time()),
+            )
+        )
 
     async def begin_attempt(self, inbound_id: int) -> int:
         def begin(db: sqlite3.Connection) -> int:
@@ -378,6 +414,7 @@ class SQLiteGatewayStore(GatewayStore):
             db.execute("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
             db.execute("DELETE FROM inbox WHERE status = 'done' AND received_at < ?", (older_than,))
             db.execute("DELETE FROM outbox WHERE status = 'sent' AND created_at < ?", (older_than,))
+            db.execute("DELETE FROM streams WHERE inbound_id NOT IN (SELECT id FROM inbox)")
 
         await self._run(prune)
 

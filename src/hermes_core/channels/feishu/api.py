@@ -225,6 +225,19 @@ class FeishuAPI:
         )
         return await self.send(message)
 
+    async def send_card(
+        self, card: dict[str, Any], *, chat_id: str | None, reply_to: str | None, uuid: str
+    ) -> str:
+        """Send one interactive card (under `reply_to` when set, else into `chat_id`); its
+        message_id. The same `uuid` again within an hour returns the first card (§6)."""
+        target = chat_id or reply_to
+        if target is None:
+            raise FeishuError("the message has neither chat_id nor reply_to", permanent=True)
+        part = Part("interactive", json.dumps(card, ensure_ascii=False))
+        async with self._chat_order.hold(target):
+            message_id, _ = await self._send_part(part, chat_id, reply_to, uuid[:UUID_MAX])
+        return message_id
+
     async def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
         """Replace an interactive message's card (§6, option A).
 
