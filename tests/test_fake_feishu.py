@@ -309,7 +309,7 @@ async def test_patch_cards_and_edit_text(feishu: FakeFeishu, http: aiohttp.Clien
     feishu.advance_time(15 * 86400)
     token = await bearer(http, feishu)
     too_old = await call(http, feishu, "PATCH", f"{MESSAGES}/{card_id}", {"content": card("late")}, token)
-    assert too_old.body["code"] == 230001 and "14 days" in too_old.body["msg"]
+    assert (too_old.status, too_old.body["code"]) == (400, 230031) and "14 days" in too_old.body["msg"]
 
 
 # -- throttling and injected failures ----------------------------------------------------------

@@ -75,6 +75,7 @@ PERMANENT_CODES: dict[int, str] = {
     230025: "the message is too long",
     230027: "the app lacks a permission for this",
     230028: "the content did not pass the data-leak audit",
+    230031: "the message is older than 14 days and can no longer be changed",
     230035: "the bot may not send here (chat muted, bot blocked, or the tenant forbids it)",
     230038: "cross-tenant one-to-one chats cannot be sent to",
     230099: "the card content was refused",

@@ -13,8 +13,13 @@ What is modelled, and from where:
   (what a duplicate returns is **UNCONFIRMED**); a reply sets ``parent_id``/``root_id``, and
   ``reply_in_thread`` a ``thread_id``.
 - §6 PATCH (cards only, ``update_multi`` on old and new card, < 14 days, 5 QPS per message) and PUT
-  (edit text/post). The codes for "not a card", "not shared", "too old" and "not your message" are
-  **UNCONFIRMED**: 230001 with a message saying which rule failed.
+  (edit text/post). From the PATCH page's error table (open.feishu.cn/document/server-docs/im-v1/
+  message-card/patch, "更新已发送的消息卡片": "单条消息更新频控为 5 QPS"): a sixth patch of one
+  message within a second → HTTP 400 code 230020 "This operation triggers the frequency limit.";
+  a message older than 14 days → HTTP 400 code 230031 "Message can only be modified within 14 days
+  after sending."; a recalled one → 230011. The codes for "not a card", "not shared" and "not your
+  message" are **UNCONFIRMED**: 230001 with a message saying which rule failed. Every successful
+  PATCH/PUT is kept in ``patches`` (with its monotonic time), every call in ``requests``.
 - §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min → HTTP 429 code 99991400 with
   ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset`` (HTTP 400 in legacy mode); 5 QPS per chat
   or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
@@ -67,6 +72,7 @@ _MESSAGES = {
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
+    230031: "Message can only be modified within 14 days after sending.",
     230035: "Send Message Permission deny.",
     230049: "The message is being sent.",
     232009: "Your request specifies a chat which has already been dissolved.",
@@ -455,6 +461,7 @@ class OpenApi:
             return checked
         if not (_is_shared_card(message.content) and _is_shared_card(checked[1])):
             return _invalid("both the old and the new card must set config.update_multi: true")
+        # 5 QPS per message, over it HTTP 400 / 230020: the PATCH page (module docstring)
         limited = self._target_limit("message:" + message.message_id, self.message_qps)
         if limited is not None:
             return limited
@@ -485,7 +492,7 @@ class OpenApi:
         if message.sender != "app":
             return _invalid("only messages sent by this app can be updated")
         if (time.time() + self._clock_offset) - message.created_at > PATCH_MAX_AGE:
-            return _invalid("messages older than 14 days cannot be updated")
+            return error(400, 230031)  # the PATCH page's error table (module docstring)
         return message
 
     def _duplicate(self, uuid: Any) -> Answer | None:
