@@ -19,8 +19,10 @@ import pytest
 from gateway_harness import serving, wait_for
 from hermes_core import Agent, tool
 from hermes_core.channels.feishu.stream import PATCH_INTERVAL, PatchPacer
+from hermes_core.channels.streaming import TurnProgress
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
 from hermes_core.gateway.server import build_gateway
+from hermes_core.redaction import Redactor
 from hermes_core.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import Patch, SentMessage
@@ -178,3 +180,22 @@ async def test_the_pacer_lets_one_patch_through_per_interval_on_a_virtual_clock(
     before = clock.now
     await clock.run(burst(1))
     assert sent[-1] == before
+
+
+def test_a_secret_split_across_streamed_pieces_never_reaches_the_card() -> None:
+    """Attack: the model echoes a key the user pasted, a few characters at a time (as a stream
+    arrives). No state of the card — nor any text delta — holds the key or its start."""
+    secret = "sk-live-4f9a2c7e1b8d6035aa91c4e7f2b0d3c6"
+    progress = TurnProgress(Redactor([secret]))
+    deltas: list[str] = []
+    progress.listen(lambda event: deltas.append(event.get("delta", "")))
+    shown: list[str] = []
+    text = f"Your key is {secret} and it works. " + "Here is the rest of the reply, long enough. " * 3
+    for start in range(0, len(text), 5):
+        progress.text(text[start : start + 5])
+        shown.append(progress.markdown("en"))
+    progress.tool_started("search", "call_1")  # closes the text: shown whole, redacted
+    shown.append(progress.markdown("en"))
+    for state in [*shown, "".join(deltas)]:
+        assert secret[:12] not in state and secret[-12:] not in state
+    assert "[REDACTED" in shown[-1] and "it works." in shown[-1]
