@@ -70,6 +70,14 @@ def patches_of(feishu: FakeFeishu, card: SentMessage) -> list[Patch]:
     return [patch for patch in feishu.patches if patch.message_id == card.message_id]
 
 
+def content_chunks(text: str) -> int:
+    """How many content chunks the fake model streams `text` in (3 to 8 characters, in turn)."""
+    count, start = 0, 0
+    while start < len(text):
+        start, count = start + 3 + count % 6, count + 1
+    return count
+
+
 def most_in_one_second(times: list[float]) -> int:
     """The largest number of `times` inside any window of one second."""
     return max((sum(1 for t in times if start <= t < start + 1.0) for start in times), default=0)
@@ -95,6 +103,8 @@ async def test_the_reply_streams_into_one_card_that_ends_as_the_complete_reply(
             card = feishu.sent[0]
             await wait_for(lambda: card.text == ANSWER)
             await asyncio.sleep(0.5)  # nothing more may follow
+            # the model's last chunk left no sooner than this: one chunk_delay after each before it
+            model_done = fake.requests[1].received_at + 0.02 * (content_chunks(ANSWER) - 1)
     assert len(feishu.sent) == 1  # one message, no second one with the reply
     assert card.msg_type == "interactive" and card.reply_to == ask["event"]["message"]["message_id"]
     assert card.created_at - pushed < 1.0  # the card appears within a second
@@ -103,6 +113,8 @@ async def test_the_reply_streams_into_one_card_that_ends_as_the_complete_reply(
     assert texts[-1] == ANSWER and card.text == ANSWER
     partial = [t for t in texts if t != ANSWER and ANSWER[:40] in t]  # patched while the model wrote
     assert partial and all(ANSWER.startswith(t.split("\n\n")[-1]) for t in partial)
+    first_words = next(p for p in patches_of(feishu, card) if p.text in partial)
+    assert first_words.at < model_done  # the card showed the answer while the model still wrote it
     running = next(i for i, t in enumerate(texts) if "⏳ running search…" in t)
     done = next(i for i, t in enumerate(texts) if "✓ search" in t)
     assert running < done and "⏳" not in texts[done]

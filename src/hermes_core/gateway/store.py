@@ -8,9 +8,14 @@ The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
     complete: mark done + the turn's session history + insert the replies into the outbox
               — one transaction (the session store shares the file; sessions/store.py)
-    send:     deliver with an idempotency uuid, then mark sent
+    stream:   a reply streamed into a platform message (a Feishu card patched as the model writes):
+              that message's id, stored as soon as it exists (`keep_stream`)
+    send:     deliver with an idempotency uuid, then mark sent (a streamed reply: patched into
+              the message `stream_of` names)
 A crash before `complete` re-runs the message, with no trace of its turn in the history; a crash
-before `mark_sent` re-sends with the same uuid, which the platform deduplicates. The history rows
+before `mark_sent` re-sends with the same uuid, which the platform deduplicates; a crash while a
+reply streams runs the message again, and the run writes into the stored message, not a new one
+(and so does the reply, however late it is sent). The history rows
 are keyed by the task id as well, so even a history stored apart (a session store in another
 database) is added once. A finished message's replies stay readable (`replies_of`) until pruned:
 a webhook caller whose request was cut by a crash asks again and gets them. `seen_nonces` keeps
