@@ -6,10 +6,10 @@ synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
-    complete: mark done + the turn's session history + insert the replies into the outbox
-              — one transaction (the session store shares the file; sessions/store.py)
     stream:   a reply streamed into a platform message (a Feishu card patched as the model writes):
               that message's id, stored as soon as it exists (`keep_stream`)
+    complete: mark done + the turn's session history + insert the replies into the outbox
+              — one transaction (the session store shares the file; sessions/store.py)
     send:     deliver with an idempotency uuid, then mark sent (a streamed reply: patched into
               the message `stream_of` names)
 A crash before `complete` re-runs the message, with no trace of its turn in the history; a crash
