@@ -8,6 +8,7 @@ its reply chunk by chunk. The pacing itself is checked on a virtual clock.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -211,3 +212,32 @@ def test_a_secret_split_across_streamed_pieces_never_reaches_the_card() -> None:
     for state in [*shown, "".join(deltas)]:
         assert secret[:12] not in state and secret[-12:] not in state
     assert "[REDACTED" in shown[-1] and "it works." in shown[-1]
+
+
+async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn finished, but its card could not be patched before the process stopped (every
+    patch refused): the next gateway on the same database sends the reply from the outbox into
+    the card stored with the message — no second message, and the turn is not run again."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(ANSWER, delay=0.5, chunk_delay=0.005))
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+            ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
+            assert (await feishu.push(ask, url)).ok
+            await wait_for(lambda: len(feishu.sent) == 1)  # the card, before the model answers
+            # from now on, for 3 s, every patch of the card is answered 230020: the reply waits
+            feishu.throttle_for(3.0, code=230020, paths=(f"messages/{feishu.sent[0].message_id}",))
+
+            def final_refused() -> bool:
+                return any(r.method == "PATCH" and r.code == 230020 and ANSWER in json.dumps(r.body,
+                           ensure_ascii=False) for r in feishu.requests)  # fmt: skip
+
+            await wait_for(final_refused)
+        card = feishu.sent[0]
+        assert card.text == REPLIES["stream_thinking"]["en"] and feishu.patches == []
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch):
+            await wait_for(lambda: card.text == ANSWER)  # once the storm is over
+            await asyncio.sleep(0.3)
+    assert [m.message_id for m in feishu.sent] == [card.message_id]
+    assert len(fake.requests) == 1  # the turn had finished: only its reply was sent again

@@ -20,8 +20,9 @@ One turn, step by step:
    (`Records.keep_stream`) as soon as it is known. The card appears within a second.
 2. While the turn runs, each change of the `TurnProgress` (text, a tool step: `⏳ running search…`,
    then `✓ search`) marks the card stale; the patch loop sends the latest state, no sooner than
-   `PatchPacer` allows (its clock is injected for tests). A failed patch is logged; the next
-   change tries again.
+   `PatchPacer` allows (its clock is injected for tests). Such a patch is tried once: refused
+   ("wait", 230020) or failed, it is dropped and the next change tries again, so the reply
+   never waits behind a progress patch that waits out a rate limit.
 3. The reply arrives from the outbox (`FeishuChannel.send`): the loop stops after any patch in
    flight (an older state must not land after the last one) and the card is patched to the whole
    reply — the approval card when the task waits for one; for a failed task the apology and the
@@ -146,10 +147,10 @@ class CardStream:
             await self.pacer.wait()
             if self._closing:
                 return
-            try:
-                await self.api.patch_card(self.card_id, self._card())
+            try:  # one attempt: a later change (or the reply) patches again
+                await self.api.patch_card(self.card_id, self._card(), patient=False)
             except FeishuError as exc:
-                log.warning("feishu: streaming card %s not updated: %s", self.card_id, exc)
+                log.info("feishu: streaming card %s not updated this time: %s", self.card_id, exc)
                 if exc.permanent:
                     return
             except Exception:
