@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import serving, wait_for
+from gateway_harness import feishu_gateway, serving, wait_for
 from hermes_core import Agent, tool
 from hermes_core.channels.feishu.stream import PATCH_INTERVAL, PatchPacer
 from hermes_core.channels.streaming import TurnProgress
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
+from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway
 from hermes_core.redaction import Redactor
 from hermes_core.replies import REPLIES
@@ -241,3 +242,25 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
             await asyncio.sleep(0.3)
     assert [m.message_id for m in feishu.sent] == [card.message_id]
     assert len(fake.requests) == 1  # the turn had finished: only its reply was sent again
+
+
+async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_twice(tmp_path: Path) -> None:
+    """The platform created the streaming card but every answer to it was lost (504s): the turn
+    streams nothing, and the reply goes out as a card under the stream's uuid, which hands back
+    the card the platform has; it is patched to the reply. Still one message."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text("Sunny all week, with a breeze from the east.", delay=0.3))
+        agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test")
+        feishu.lose_answers(4, paths=("/reply",))  # the card's send and its 3 retries: done, unanswered
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (_, url):
+            assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
+            await wait_for(lambda: len(feishu.sent) == 1 and "Sunny" in feishu.sent[0].text)
+            await asyncio.sleep(0.3)
+        await agent.aclose()
+    lost = [r for r in feishu.requests if r.path.endswith("/reply") and r.status == 504]
+    assert len(lost) == 4 and len({r.body["uuid"] for r in lost}) == 1  # retried under one uuid
+    assert [m.text for m in feishu.sent] == ["Sunny all week, with a breeze from the east."]
+    assert (
+        feishu.sent[0].msg_type == "interactive"
+        and feishu.patches[-1].message_id == feishu.sent[0].message_id
+    )

@@ -316,6 +316,7 @@ class FeishuChannel(Channel):
                 # the card's send failed, but may have reached the platform: the same uuid finds it
                 card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
                                                    reply_to=message.reply_to, uuid=stream.uuid)  # fmt: skip
+                await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
             if card_id is None:
                 return None
             return await finish_card(self.api, card_id, message, stream.pacer if stream else None)

@@ -25,6 +25,8 @@ What is modelled, and from where:
   or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
   ``throttle_for(seconds)`` is a storm: every matching call answers 429 / 99991400 (or 230020)
   until it is over, with ``x-ogw-ratelimit-reset`` counting down (durations scaled by time_scale).
+  ``lose_answers(n)``: the call is carried out but its answer lost in transit (HTTP 504), the
+  case the request ``uuid`` exists for.
 - send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
   ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
 
@@ -205,6 +207,7 @@ class OpenApi:
         self._app_windows: dict[str, tuple[deque[float], deque[float]]] = {}
         self._target_windows: dict[str, deque[float]] = {}
         self._failures: list[_InjectedFailure] = []
+        self._lost: list[_InjectedFailure] = []  # done, but the answer lost (lose_answers)
         self._storms: list[_Storm] = []
         self._clock_offset = 0.0
 
@@ -238,6 +241,12 @@ class OpenApi:
         A fractional ``reset`` is written as is (the gateway sends whole seconds) to keep tests fast.
         """
         self._failures.append(_InjectedFailure(n, code, status, reset, tuple(paths)))
+
+    def lose_answers(self, n: int, *, status: int = 504, paths: Iterable[str] = ("messages",)) -> None:
+        """The next ``n`` calls whose path contains one of ``paths`` are carried out (a message is
+        created, a card patched) but their answer is lost: the caller gets HTTP ``status`` (a
+        proxy's 504 after the platform did the work), as when a response times out in transit."""
+        self._lost.append(_InjectedFailure(n, 0, status, 0.0, tuple(paths)))
 
     def throttle_for(
         self,
@@ -290,6 +299,7 @@ class OpenApi:
                 answer = self._auth_error(request.headers) or self._app_limit(api)
             if answer is None:
                 answer = handler(request, body)
+                answer = self._lost_answer(request.path, answer)
             if self.record_requests:
                 call = RecordedCall(
                     request.method, request.path, dict(request.query), CIMultiDict(request.headers),
@@ -319,6 +329,13 @@ class OpenApi:
                     return self._rate_limited(self.app_qps, failure.reset, failure.status)
                 return error(failure.status or 400, failure.code)
         return None
+
+    def _lost_answer(self, path: str, answer: Answer) -> Answer:
+        for lost in self._lost:
+            if lost.remaining > 0 and any(part in path for part in lost.paths):
+                lost.remaining -= 1
+                return Answer(lost.status or 504, {"error": "upstream timed out"})
+        return answer
 
     def _auth_error(self, headers: Mapping[str, str]) -> Answer | None:
         scheme, _, token = headers.get("Authorization", "").partition(" ")
