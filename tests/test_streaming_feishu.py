@@ -264,3 +264,22 @@ async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_
         feishu.sent[0].msg_type == "interactive"
         and feishu.patches[-1].message_id == feishu.sent[0].message_id
     )
+
+
+async def test_a_reply_longer_than_a_card_fills_the_card_and_goes_on_in_messages_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paragraphs = [f"Paragraph {i}: " + "the rain moves in from the sea on Thursday. " * 12 for i in range(80)]
+    long_reply = "\n\n".join(paragraphs)  # about 44,000 characters: more than one 30 KB card
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(long_reply))
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+            ask = feishu.user_message("the long forecast, please", chat_id="oc_p2p")
+            assert (await feishu.push(ask, url)).ok
+            await wait_for(lambda: len(feishu.sent) == 2 and "Paragraph 79" in feishu.sent[1].text)
+            await asyncio.sleep(0.3)
+    card, rest = feishu.sent
+    assert "Paragraph 0:" in card.text and "Paragraph 79" not in card.text  # the card took the start
+    assert rest.msg_type == "interactive" and rest.reply_to == ask["event"]["message"]["message_id"]
+    assert (card.text + rest.text).replace("\n", "") == long_reply.replace("\n", "")
+    assert not [r for r in feishu.requests if r.code == 230025]  # nothing was over the size limit

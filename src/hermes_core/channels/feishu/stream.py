@@ -176,7 +176,10 @@ class CardStream:
         await self.records.keep_stream(self.message.id, "feishu", self.card_id)
 
     def _card(self) -> dict[str, Any]:
-        return markdown_card(self.progress.markdown(self.language))
+        """The progress as a card; past one card's size (30 KB) its beginning, which the reply's
+        first part will hold too (the rest follows in messages of its own)."""
+        pieces = card_chunks(self.progress.markdown(self.language))
+        return markdown_card(pieces[0] if len(pieces) == 1 else pieces[0].rstrip() + " …")
 
 
 async def finish_card(
