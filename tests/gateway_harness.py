@@ -19,7 +19,7 @@ from hermes_core.config import build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
-from hermes_core.gateway.server import build_gateway
+from hermes_core.gateway.server import build_gateway, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
 
@@ -83,7 +83,10 @@ async def feishu_gateway(
     *,
     mode: str = "webhook",
     send_rate: float = 1000.0,
+    stream: bool = False,
 ) -> AsyncIterator[tuple[Gateway, str]]:
+    """A gateway with the Feishu channel against `feishu`; with `stream` (and an `AgentRunner`)
+    replies stream into cards, wired as serve wires them."""
     store = SQLiteGatewayStore(tmp_path / "gateway.db")
     desk = runner if isinstance(runner, AgentRunner) else None  # an agent's runner takes decisions
     gateway = Gateway(store, runner, desk=desk)
@@ -100,7 +103,10 @@ async def feishu_gateway(
         base_url=feishu.base_url,
         mode=mode,  # type: ignore[arg-type]
         api=api,
+        stream=stream,
     )
     gateway.add_channel(channel)
+    if stream and isinstance(runner, AgentRunner):
+        runner.watch_for = lambda message: watcher_of(gateway, message)
     async with serving(gateway, channel.routes()) as url:
         yield gateway, f"{url}/feishu/events"

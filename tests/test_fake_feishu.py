@@ -309,7 +309,7 @@ async def test_patch_cards_and_edit_text(feishu: FakeFeishu, http: aiohttp.Clien
     feishu.advance_time(15 * 86400)
     token = await bearer(http, feishu)
     too_old = await call(http, feishu, "PATCH", f"{MESSAGES}/{card_id}", {"content": card("late")}, token)
-    assert too_old.body["code"] == 230001 and "14 days" in too_old.body["msg"]
+    assert (too_old.status, too_old.body["code"]) == (400, 230031) and "14 days" in too_old.body["msg"]
 
 
 # -- throttling and injected failures ----------------------------------------------------------
@@ -768,3 +768,15 @@ async def test_ws_text_frame_closes_the_connection(feishu: FakeFeishu, http: aio
     await ws.send_str('{"type": "ping"}')
     assert (await ws.receive(1)).type in (WSMsgType.CLOSE, WSMsgType.CLOSED)
     assert "only binary frames" in feishu.ws_errors[0]
+
+
+async def test_a_lost_answer_still_creates_the_message_and_its_uuid_finds_it(
+    feishu: FakeFeishu, http: aiohttp.ClientSession
+) -> None:
+    token = await bearer(http, feishu)
+    feishu.lose_answers(1)
+    lost = await send(http, feishu, token, uuid="u-lost")
+    assert lost.status == 504 and len(feishu.sent) == 1  # done, but the caller never heard
+    again = await send(http, feishu, token, uuid="u-lost")
+    assert again.body["code"] == 0 and again.body["data"]["message_id"] == feishu.sent[0].message_id
+    assert len(feishu.sent) == 1

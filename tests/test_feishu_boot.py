@@ -136,7 +136,8 @@ def test_serve_comes_up_degraded_and_recovers_when_feishu_returns(
 
     feishu.start_in_thread()  # the platform is back, on the same address
     wait_for(lambda: http(f"{address}/healthz")[1]["degraded"] == [], 60, "degraded to clear")
-    replies = wait_for(lambda: [m for m in feishu.messages_in("oc_group") if m.sender != "ou_user1"], 30,
+    replies = wait_for(lambda: [m for m in feishu.messages_in("oc_group")  # the streamed card, once complete
+                                if m.sender != "ou_user1" and "92" in m.text], 30,
                        "the held message to be answered")  # fmt: skip
     assert "92" in replies[0].text and replies[0].reply_to == held["event"]["message"]["message_id"]
 
@@ -219,7 +220,8 @@ def test_an_event_held_during_the_outage_survives_a_restart(tmp_path: Path) -> N
     feishu.start_in_thread()
     process, address, _ = start_serve(tmp_path, port)
     try:
-        replies = wait_for(lambda: [m for m in feishu.messages_in("oc_restart") if m.sender == "app"], 30,
+        replies = wait_for(lambda: [m for m in feishu.messages_in("oc_restart")  # the card, once complete
+                                    if m.sender == "app" and "92" in m.text], 30,
                            "the held message to be answered after the restart")  # fmt: skip
         assert "92" in replies[0].text and replies[0].reply_to == held["event"]["message"]["message_id"]
         wait_for(lambda: not (tmp_path / ".hermes" / "feishu-held.jsonl").exists(), 10, "the file to go")

@@ -73,7 +73,8 @@ async def media_gateway(
         model=ModelSettings(model="fake-model", base_url=fake.base_url, vision=vision, max_retries=0),
         agent=AgentConfig(workspace=str(folder) if workspace else None),
         gateway=GatewayConfig(data_dir=str(tmp_path / "data")),
-        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url),
+        # one final message per reply: streaming has its own tests (test_streaming_feishu.py)
+        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, stream=False),
         media=MediaLimits(**limits),
     )
     agent = build_agent(settings)

@@ -72,7 +72,9 @@ async def test_a_short_question_goes_to_the_cheap_model_and_a_long_one_to_the_ma
     assert short["reply"] == "Paris." and long["reply"] == "A long answer."
     assert [r.model for r in requests] == ["cheap-model", "main-model"]
     scheduling = ["cancel_scheduled", "list_scheduled", "schedule_task"]  # serve's own (schedule/tools.py)
-    assert offered(requests[0]) == sorted(["clarify", "lookup_order", "remember", *scheduling])  # no salary_report
+    assert offered(requests[0]) == sorted(
+        ["clarify", "lookup_order", "remember", *scheduling]
+    )  # no salary_report
     assert "salary_report" in offered(requests[1])
     answered = await answering_models(tmp_path)
     assert answered["Capital of France?"] == ["cheap-model"] and len(answered) == 2

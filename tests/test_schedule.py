@@ -91,7 +91,8 @@ async def gateway(
     if feishu is not None:
         monkeypatch.setenv("FEISHU_APP_SECRET", feishu.app_secret)
         monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
-        feishu_part = f"feishu: {{app_id: {feishu.app_id}, base_url: '{feishu.base_url}'}}\n"
+        # one final message per reply: streaming has its own tests (test_streaming_feishu.py)
+        feishu_part = f"feishu: {{app_id: {feishu.app_id}, base_url: '{feishu.base_url}', stream: false}}\n"
     path = tmp_path / "hermes.yaml"
     path.write_text(
         f"model: {{name: m, base_url: '{fake.base_url}'}}\n"

@@ -135,8 +135,8 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
         events = f"{url}/feishu/events"
         ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_alice", sender="ou_alice")
         assert (await feishu.push(ask, events)).ok
-        await wait_for(lambda: len(feishu.sent) == 1)
-        card = feishu.sent[0]
+        await wait_for(lambda: len(feishu.sent) == 1 and "审批编号" in feishu.sent[0].text)  # streamed card
+        card = feishu.sent[0]  # patched to the approval request once the task paused
         buttons = {
             button["value"]["decision"]: button["value"]
             for element in card.content["elements"]
@@ -157,7 +157,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
             feishu.card_action("ou_admin", card.message_id, buttons["approve"]), events
         )
         assert clicked.ok and json.loads(clicked.body)["toast"]["type"] == "success"
-        await wait_for(lambda: len(feishu.sent) == 2)
+        await wait_for(lambda: len(feishu.sent) == 2 and feishu.sent[1].text == "Invoice sent.")
     assert RAN == ["invoice ACME 120"] and feishu.sent[1].text == "Invoice sent."
 
 

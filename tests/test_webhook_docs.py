@@ -99,6 +99,23 @@ def test_python_example_gets_the_reply_then_the_same_reply_again(served: dict[st
 
 
 @pytest.mark.slow
+def test_stream_example_prints_the_events_and_ends_with_done(served: dict[str, str]) -> None:
+    """The streaming block: events read line by line as they arrive; the last is `done`, whose reply
+    is what the text deltas add up to."""
+    result = subprocess.run([sys.executable, "-c", example("stream", "python")], env=served,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    events = [line.split(" ", 1) for line in result.stdout.splitlines()]
+    names = [name for name, _ in events]
+    assert names[-1] == "done" and set(names) <= {"text", "tool", "done"}
+    done = ast.literal_eval(events[-1][1])
+    assert "92" in done["reply"] and done["message_id"] == "sse-1" and done["ok"] is True
+    assert done["task_id"].startswith("webhook:sse-1~")
+    deltas = "".join(ast.literal_eval(data)["delta"] for name, data in events if name == "text")
+    assert deltas == done["reply"]
+
+
+@pytest.mark.slow
 def test_callback_example_verifies_the_signed_callback(served: dict[str, str]) -> None:
     """The callback block: 202 at once, then the reply POSTed to the receiver, whose check of the
     documented signature passes (a receiver that rejected it would answer 401 and never print)."""

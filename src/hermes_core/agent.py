@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from .kernel.hooks import hooked
+from .kernel.hooks import AllHooks, TaskHooks, hooked
 from .kernel.loop import PAUSES, Limits, RunResult, run_loop
 from .kernel.messages import Message, user_message, without_images
 from .kernel.model import ModelClient, TextCallback
@@ -145,6 +145,7 @@ class Agent:
         task_id: str | None = None,
         caller: Caller | None = None,
         images: Sequence[str] = (),
+        hooks: TaskHooks | None = None,
     ) -> RunResult:
         """Run one task: the message, the model's decisions, the tools it calls, the reply.
 
@@ -157,6 +158,7 @@ class Agent:
         A task that stops for a person (stop_reason `awaiting_approval` or `awaiting_answer`)
         leaves `session` as it was: run the same message again under the same task id once the
         person has decided or answered, and it continues from its journal.
+        `hooks` observe the run besides the tracer's (kernel/hooks.py): a channel streaming the reply.
         """
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
@@ -179,7 +181,7 @@ class Agent:
             session_id=session.id if session is not None else None,
             on_text=on_text,
             caller=caller,
-            hooks=stack.hooks,
+            hooks=stack.hooks if hooks is None else AllHooks(stack.hooks, hooks),
         )
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result

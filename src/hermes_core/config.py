@@ -143,7 +143,10 @@ class FeishuConfig(_Section):
     `chat_send_rate` messages/s, the whole app at `app_send_rate` per second and
     `app_send_per_minute` per minute — Feishu's own limits by default (5/s per chat, 50/s and
     1,000/min per app). `send_rate`, when set, is an extra steady cap on the whole app (messages/s),
-    e.g. when another service shares the app's quota."""
+    e.g. when another service shares the app's quota.
+
+    `stream` (on by default): each reply appears at once as a card that fills in as the model
+    writes (channels/feishu/stream.py); off: one ordinary message once the reply is complete."""
 
     app_id: str | None = None
     mode: Literal["webhook", "longconn"] = "webhook"
@@ -152,6 +155,7 @@ class FeishuConfig(_Section):
     app_send_rate: float = Field(50.0, gt=0)
     app_send_per_minute: float = Field(1000.0, gt=0)
     send_rate: float | None = Field(None, gt=0)
+    stream: bool = True
 
 
 class WebhookConfig(_Section):

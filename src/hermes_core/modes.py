@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
+    from .kernel.hooks import TaskHooks
     from .kernel.loop import RunResult
     from .kernel.model import TextCallback
     from .kernel.tools.permissions import Caller
@@ -82,13 +83,21 @@ async def run_task(
     task_id: str | None = None,
     caller: Caller | None = None,
     images: Sequence[str] = (),
+    hooks: TaskHooks | None = None,
 ) -> RunResult:
     """One task in the agent's mode; the result has `Agent.run`'s shape in every mode. A message
-    with pictures (`images`) runs in the loop whatever the mode: plans and teams take text."""
+    with pictures (`images`) runs in the loop whatever the mode: plans and teams take text. `hooks`
+    (a channel streaming the reply) observe the tool loop; plan and team runs do not tell them."""
     mode = agent.mode
     if mode is None or mode.name == "loop" or agent.is_greeting(text) or images:
         return await agent.run(
-            text, session=session, on_text=on_text, task_id=task_id, caller=caller, images=images
+            text,
+            session=session,
+            on_text=on_text,
+            task_id=task_id,
+            caller=caller,
+            images=images,
+            hooks=hooks,
         )
     if mode.name == "plan":
         from .plans.executor import run_plan

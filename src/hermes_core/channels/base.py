@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .seam import OutboundMessage
+from .seam import InboundMessage, OutboundMessage, TurnWatcher
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -44,6 +44,11 @@ class Channel(ABC):
     @abstractmethod
     async def send(self, message: OutboundMessage) -> str | None:
         """Deliver one message; return the platform's id for it. Raise DeliveryError on failure."""
+
+    def watch(self, message: InboundMessage) -> TurnWatcher | None:
+        """Whoever wants to see `message`'s turn as it runs (a streamed reply), told as it starts;
+        None (the default): the channel only sends the finished replies."""
+        return None
 
     async def start(self) -> None:
         """Connect, fetch what the channel needs (e.g. the bot's own id). Default: nothing."""

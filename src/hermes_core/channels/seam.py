@@ -132,8 +132,22 @@ def inbound_of(data: dict[str, Any]) -> InboundMessage:
     return InboundMessage(**{k: v for k, v in data.items() if k in known})
 
 
+class TurnWatcher(Protocol):
+    """Told what a turn of one message does while it runs, so a channel can stream its reply
+    (`Channel.watch`). Each call must return at once: the turn does not wait for the platform."""
+
+    def text(self, piece: str) -> None:
+        """A piece of text the model wrote (unredacted: the watcher redacts what it shows)."""
+        ...
+
+    def tool_started(self, name: str, call_id: str) -> None: ...
+
+    def tool_finished(self, name: str, call_id: str, ok: bool) -> None: ...
+
+
 class Records(Protocol):
-    """What an HTTP channel reads back from the gateway's store: retries and replayed signatures."""
+    """What an HTTP channel reads back from the gateway's store: retries, replayed signatures and
+    the platform message a streamed reply is written into."""
 
     async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
         """The message accepted earlier under this id, and its replies once it is done."""
@@ -141,6 +155,14 @@ class Records(Protocol):
 
     async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
         """True the first time `nonce` is claimed on `channel` within `keep_seconds`."""
+        ...
+
+    async def stream_of(self, inbound_id: int) -> str | None:
+        """The platform message the reply to inbox row `inbound_id` is being streamed into."""
+        ...
+
+    async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
+        """Record, durably, that the reply to `inbound_id` is streamed into `platform_id`."""
         ...
 
 

@@ -8,6 +8,23 @@ Optional fields: `message_id` (a client-chosen id: a resend with the same id is 
 `conversation_id` (defaults to the user) and `images` (pictures as base64 or `data:image/…;base64,`
 URLs, up to `media.max_image_mb` each and the 1 MiB body; links are refused, never fetched).
 
+Streaming: with `"stream": true` the answer is Server-Sent Events (`text/event-stream`) while the
+turn runs (channels/streaming.py says what is shown and how it is redacted):
+
+    event: text    data: {"delta": "…"}                         the reply as the model writes it
+    event: tool    data: {"name": "search", "id": "call_…", "status": "running" | "done" | "failed"}
+    event: done    data: {"reply": "…", "ok": true, "message_id": …, "task_id": …}   the whole reply
+    event: error   data: {"reply": "<apology>", "ok": false, "error": "model_unavailable", …}
+    event: pending data: {"pending": true, "message_id": …, "task_id": …}   `reply_timeout` passed
+
+The text deltas add up to the reply (its last characters come just before `done`: streamed text
+is held back a little, so that no secret is shown before it is recognised); `done` (or `error`)
+is the last event and carries the reply as stored: what counts. A retry of a
+streamed message (same `message_id`, user and conversation) does not run it again: while it runs,
+the retry is sent the text so far as one `text` event and follows the turn from there; once it has
+finished, the stored reply comes as a `text` event and `done`. `stream` cannot be combined with
+`callback_url`.
+
 The answer (and the body POSTed to `callback_url`) has these fields:
 
     reply        the reply text; when the task failed, the polite apology
@@ -77,7 +94,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from .base import Channel, DeliveryError, json_object, read_body
 from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
-from .seam import InboundMessage, Inbox, OutboundMessage, has_surrogate
+from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
+from .streaming import ToolStep, TurnProgress
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession, web
@@ -91,6 +109,7 @@ SIGNATURE_WINDOW = 300.0
 NONCE_MEMORY = 2 * SIGNATURE_WINDOW + 60  # a timestamp is fresh from -window to +window (clock skew)
 SECRET_ENV = "HERMES_WEBHOOK_SECRET"
 _dumps = functools.partial(json.dumps, ensure_ascii=False)  # UTF-8 replies, not \u escapes
+Event = dict[str, Any]
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:
@@ -175,6 +194,8 @@ class WebhookChannel(Channel):
         self.allow_unsigned = allow_unsigned  # unsigned requests from anywhere, not only this machine
         self.callback_hosts = CallbackHosts.of(callback_hosts)
         self._waiting: dict[int, list[asyncio.Future[OutboundMessage]]] = {}  # by inbox row
+        self._progress: dict[int, tuple[str, TurnProgress]] = {}  # streamed turns: inbox row → task
+        self._listeners: dict[str, list[asyncio.Queue[Event]]] = {}  # streamed requests, by task id
         self._session: ClientSession | None = None
 
     def routes(self) -> list[web.RouteDef]:
@@ -182,7 +203,7 @@ class WebhookChannel(Channel):
 
         return [web.post("/webhook", self.handle), web.post("/webhook/approvals/{id}", self.handle_decision)]
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         verified = await self._verified_body(request)
         if not isinstance(verified, tuple):
             return verified
@@ -195,6 +216,8 @@ class WebhookChannel(Channel):
             return _error(503, "shutting down, try again")
         if not await self._first_use(signature):
             return _replayed()
+        if message.extra.get("stream"):
+            return await self._streamed(request, message)
         inbound_id = await self.gateway.accept(message)
         if inbound_id is None:
             return await self._retried(message)
@@ -236,7 +259,110 @@ class WebhookChannel(Channel):
             return _json({**answer, "accepted": True}, 202)
         return await self._reply_of(inbound_id, answer)
 
-    async def _retried(self, message: InboundMessage) -> web.Response:
+    async def _streamed(self, request: web.Request, message: InboundMessage) -> web.StreamResponse:
+        """A `"stream": true` request: accept it and answer with its turn's events."""
+        task_id = task_id_of(message)
+        queue = self._listen(task_id)  # before the turn can start: its first words are not missed
+        try:
+            inbound_id = await self.gateway.accept(message)
+            if inbound_id is None:
+                self._unlisten(task_id, queue)
+                return await self._retried(message, request)
+            waiter = self._wait(inbound_id)
+            fields = {"message_id": message.message_id, "task_id": task_id}
+            try:
+                return await self._send_events(request, queue, waiter, fields)
+            finally:
+                self._unwait(inbound_id, waiter)
+        finally:
+            self._unlisten(task_id, queue)
+
+    async def _send_events(
+        self,
+        request: web.Request,
+        queue: asyncio.Queue[Event],
+        waiter: asyncio.Future[OutboundMessage],
+        fields: dict[str, Any],
+    ) -> web.StreamResponse:
+        """Relay the turn's events as SSE until its reply (`done` / `error`), or `pending` when it
+        takes longer than `reply_timeout`. A client that leaves misses nothing durable."""
+        response = _event_stream()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.reply_timeout
+        written: list[str] = []  # the text deltas sent
+
+        async def write(event: Event) -> None:
+            if event["type"] == "text":
+                written.append(event["delta"])
+            await _write_event(response, event)
+
+        try:
+            await response.prepare(request)
+            while True:
+                if waiter.done():
+                    while not queue.empty():
+                        await write(queue.get_nowait())
+                    reply, shown = waiter.result(), "".join(written)
+                    if reply.error is None and reply.text.startswith(shown) and reply.text != shown:
+                        await write({"type": "text", "delta": reply.text[len(shown) :]})  # the held-back end
+                    await _write_final(response, reply, fields)
+                    break
+                got = asyncio.ensure_future(queue.get())
+                either: set[asyncio.Future[Any]] = {got, waiter}
+                await asyncio.wait(either, timeout=max(deadline - loop.time(), 0),
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if got.done():
+                    await write(got.result())
+                else:
+                    got.cancel()
+                    if not waiter.done():
+                        await _write_event(response, {"type": "pending", **fields, "pending": True})
+                        break
+            await response.write_eof()
+        except ConnectionResetError:  # the client left; the turn goes on, its reply is stored
+            log.info("webhook: the client stopped reading the stream of %s", fields.get("task_id"))
+        return response
+
+    def watch(self, message: InboundMessage) -> TurnWatcher | None:
+        """A streamed request's turn: its progress, relayed to every request listening to its task."""
+        from ..kernel.redaction import default_redactor
+
+        if not message.extra.get("stream") or message.id is None:
+            return None
+        task_id = task_id_of(message)
+        progress = TurnProgress(default_redactor())
+        progress.listen(lambda event: self._relay(task_id, event))
+        self._progress[message.id] = (task_id, progress)
+        return progress
+
+    def _relay(self, task_id: str, event: Event) -> None:
+        for queue in self._listeners.get(task_id, []):
+            queue.put_nowait(event)
+
+    def _listen(self, task_id: str) -> asyncio.Queue[Event]:
+        """A queue for the events of `task_id`'s turn; a turn under way first sends what it has."""
+        queue: asyncio.Queue[Event] = asyncio.Queue()
+        running = next((p for t, p in self._progress.values() if t == task_id), None)
+        if running is not None:
+            if running.emitted:
+                queue.put_nowait({"type": "text", "delta": running.emitted})
+            for step in running.blocks:
+                if isinstance(step, ToolStep):
+                    queue.put_nowait({"type": "tool", "name": step.name, "id": step.call_id,
+                                      "status": step.state})  # fmt: skip
+        self._listeners.setdefault(task_id, []).append(queue)
+        return queue
+
+    def _unlisten(self, task_id: str, queue: asyncio.Queue[Event]) -> None:
+        queues = self._listeners.get(task_id, [])
+        if queue in queues:
+            queues.remove(queue)
+        if not queues:
+            self._listeners.pop(task_id, None)
+
+    async def _retried(
+        self, message: InboundMessage, request: web.Request | None = None
+    ) -> web.StreamResponse:
         """A `message_id` accepted before: the same caller asking again (its first request cut by a
         crash or a timeout) gets that message's reply, stored or, while it still runs, awaited.
         Another user's or conversation's message of that id is not theirs: nothing of it is shown."""
@@ -251,15 +377,40 @@ class WebhookChannel(Channel):
         if earlier.message.callback_url:  # its reply is (or was) POSTed there
             return _json({**fields, "accepted": True}, 202)
         inbound_id = earlier.message.id
+        task_id = str(earlier.message.extra.get("task_id", ""))
+        streamed = request is not None and message.extra.get("stream")
+        queue = self._listen(task_id) if streamed else None  # the turn's events from now on
         waiter = self._wait(inbound_id)  # before reading again: a reply sent from now on reaches it
         try:
             again = await self.gateway.store.replies_of(self.name, message.message_id)
             if again is not None and again.done:
                 stored = next((reply for reply in again.replies if reply.index == 0), None)
+                if streamed and stored is not None:
+                    assert request is not None
+                    return await self._stored_events(request, stored, {**fields, "task_id": task_id})
                 return _json({**fields, **_reply_fields(stored)}) if stored else _json(fields)
+            if queue is not None:
+                assert request is not None
+                return await self._send_events(request, queue, waiter, {**fields, "task_id": task_id})
             return await self._answer(inbound_id, waiter, fields)
         finally:
             self._unwait(inbound_id, waiter)
+            if queue is not None:
+                self._unlisten(task_id, queue)
+
+    async def _stored_events(
+        self, request: web.Request, reply: OutboundMessage, fields: dict[str, Any]
+    ) -> web.StreamResponse:
+        """A finished streamed message asked for again: its stored reply, as the stream's events."""
+        response = _event_stream()
+        try:
+            await response.prepare(request)
+            await _write_event(response, {"type": "text", "delta": reply.text})
+            await _write_final(response, reply, fields)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
+        return response
 
     async def _reply_of(self, inbound_id: int, fields: dict[str, Any]) -> web.Response:
         """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
@@ -340,6 +491,11 @@ class WebhookChannel(Channel):
             if not isinstance(callback, str) or has_surrogate(callback):
                 raise ValueError("'callback_url' must be an http(s) URL")
             callback = str(self.callback_hosts.check(callback))
+        stream = data.get("stream", False)
+        if not isinstance(stream, bool):
+            raise ValueError("'stream' must be true or false")
+        if stream and callback is not None:
+            raise ValueError("'stream' and 'callback_url' cannot be combined")
         message_id, conversation = data.get("message_id"), data.get("conversation_id")
         if not all(value is None or value == "" or _is_id(value) for value in (message_id, conversation)):
             raise ValueError("'message_id' and 'conversation_id' must be strings of valid Unicode")
@@ -351,6 +507,7 @@ class WebhookChannel(Channel):
             message_id=message_id or uuid.uuid4().hex,
             callback_url=callback,
             attachments=images,
+            extra={"stream": True} if stream else {},
         )
 
     def _images(self, value: Any) -> list[dict[str, Any]]:
@@ -370,6 +527,8 @@ class WebhookChannel(Channel):
         return conversation if qualified else owner.replace("%3A", ":").replace("%25", "%")
 
     async def send(self, message: OutboundMessage) -> str | None:
+        if message.index == 0 and message.inbound_id is not None:
+            self._progress.pop(message.inbound_id, None)  # the turn is over: its reply says the rest
         if not message.callback_url:  # synchronous request: the reply is the HTTP response
             for waiter in self._waiting.get(message.inbound_id or -1, []):
                 if not waiter.done():
@@ -445,6 +604,28 @@ def _reply_fields(reply: OutboundMessage) -> dict[str, Any]:
     if reply.approval is not None:
         fields["approval"] = _approval_fields(reply.approval)
     return fields
+
+
+def _event_stream() -> web.StreamResponse:
+    from aiohttp import web
+
+    return web.StreamResponse(headers={
+        "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+    })  # fmt: skip
+
+
+async def _write_event(response: web.StreamResponse, event: Event) -> None:
+    """One Server-Sent Event: its `type` is the event name, the rest its JSON data (one line)."""
+    name = event["type"]
+    data = {key: value for key, value in event.items() if key != "type"}
+    await response.write(f"event: {name}\ndata: {_dumps(data)}\n\n".encode())
+
+
+async def _write_final(response: web.StreamResponse, reply: OutboundMessage, fields: dict[str, Any]) -> None:
+    """The last event: `done` with the whole reply, or `error` when the task failed."""
+    kind = "done" if reply.error is None else "error"
+    await _write_event(response, {"type": kind, **_reply_fields(reply), **fields})
 
 
 def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:

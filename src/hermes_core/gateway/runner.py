@@ -16,6 +16,12 @@ keyed by the task id) and the gateway stores them in the transaction that marks 
 adds its turn once; a crash after it leaves the message done, so it is not run again. A task that
 failed (the model unavailable, a limit hit) answers with the apology and says why (`Reply.error`).
 
+Streamed replies: `watch_for` (set by serve: gateway/server.py) asks the message's channel whether
+it wants to see the turn as it runs (`Channel.watch`); if so, its watcher gets the model's text as
+it is written (the same `on_text` callback the terminal display uses) and each tool call as it
+starts and ends (`WatchedSteps`, hooks the loop calls beside the trace's). The console's
+`on_text_for` is the same seam, keyed by task id.
+
 Paused tasks (tasks/pending.py): a turn that stops for an approval or a question is not committed;
 its original message is kept with the pending record. It is run again under its task id when the
 gateway delivers a `resume` message (a decision, an expiry), or when the asker's next message in
@@ -29,15 +35,19 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..agent import Agent
 from ..channels.media import MediaRefused
-from ..channels.seam import inbound_of, resume_message, task_id_of
+from ..channels.seam import TurnWatcher, inbound_of, resume_message, task_id_of
 from ..kernel.approvals import DecisionRefused, Pending, PendingStore
+from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES
+from ..kernel.messages import ToolCall
 from ..kernel.model import TextCallback
 from ..kernel.replies import REPLIES, detect_language, fixed_reply
 from ..kernel.tools.permissions import Caller
+from ..kernel.tools.registry import ToolOutcome
 from ..modes import run_task
 from ..schedule.jobs import ScheduleStore
 from ..schedule.tools import CURRENT_MESSAGE
@@ -46,10 +56,10 @@ from . import commands
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
 
+__all__ = ["AgentRunner", "WatchedSteps", "resume_message"]  # resume_message: channels/seam.py
+
 log = logging.getLogger("hermes_core.gateway")
 SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
-
-__all__ = ["AgentRunner", "resume_message"]  # resume_message: declared in channels/seam.py
 
 
 class AgentRunner:
@@ -63,6 +73,8 @@ class AgentRunner:
         # streamed text, by task id: who wants a turn's text as it is written (the web console)
         self.on_text_for: Callable[[str], TextCallback | None] | None = None
         self.schedules: ScheduleStore | None = None  # the jobs `/jobs` lists (serve sets it)
+        # who wants to see a message's turn as it runs (a channel streaming its reply): Channel.watch
+        self.watch_for: Callable[[InboundMessage], TurnWatcher | None] | None = None
 
     async def __call__(self, message: InboundMessage) -> Turn:
         token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
@@ -96,9 +108,14 @@ class AgentRunner:
             prepared = await self.media.prepare(original) if original.attachments else None
         except MediaRefused as refused:
             return Turn([self._refusal(refused, original.text)])
+        # a turn the model writes is streamed; a command's or a refusal's fixed reply is one message
+        streamed = original.kind == "scheduled" or commands.parse(text) is None
+        watcher = self._watcher(message) if streamed else None
+        hooks = WatchedSteps(watcher) if watcher is not None else None
         reply, history, error = await self._turn(
             original.conversation, prepared.text if prepared else text, task_id=task_id,
-            caller=caller, message=original, on_text=on_text, images=prepared.images if prepared else (),
+            caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
+            images=prepared.images if prepared else (),
         )  # fmt: skip
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
@@ -117,8 +134,9 @@ class AgentRunner:
         """One user message in, the reply out: a memory command, or one agent turn, stored here
         (outside the gateway: the terminal, tests)."""
         reply, history, _ = await self._turn(
-            conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message
-        )
+            conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message,
+            hooks=None,
+        )  # fmt: skip
         if history is not None:
             await history.apply()
         return reply
@@ -133,6 +151,7 @@ class AgentRunner:
         caller: Caller | None,
         message: InboundMessage | None,
         images: Sequence[str] = (),
+        hooks: TaskHooks | None,
     ) -> tuple[str | Reply, TurnAppend | None, str | None]:
         """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
         answer = await commands.answer(
@@ -146,7 +165,7 @@ class AgentRunner:
         session = prompt.session()
         # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
         result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
-                                caller=caller, images=images)  # fmt: skip
+                                caller=caller, images=images, hooks=hooks)  # fmt: skip
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
             return await self._paused(result.reply, task_id, message), None, None
         await self.memory.learn(conversation, result)
@@ -162,6 +181,16 @@ class AgentRunner:
         if self.agent.language is None and not text.strip():
             return "\n".join(REPLIES[key][lang].format_map(fields) for lang in ("zh", "en"))
         return fixed_reply(key, self.agent.language or detect_language(text)).format_map(fields)
+
+    def _watcher(self, message: InboundMessage) -> TurnWatcher | None:
+        """The channel's watcher of this turn, if it streams it; a failing channel streams nothing."""
+        if self.watch_for is None:
+            return None
+        try:
+            return self.watch_for(message)
+        except Exception:
+            log.exception("streaming the reply to %s message %s failed", message.channel, message.message_id)
+            return None
 
     def _store(self) -> PendingStore | None:
         """Where the agent's pauses wait, if they wait anywhere (a terminal asks in place)."""
@@ -194,3 +223,40 @@ class AgentRunner:
         if self.agent.mode is not None:  # a team's queues and its members' clients
             await self.agent.mode.aclose()
         await self.memory.close()
+
+
+class WatchedSteps(TaskHooks):
+    """The loop's tool hooks, told to a channel's watcher: each call's start and end. Observers
+    only: a watcher that fails is logged, never raised into the turn."""
+
+    def __init__(self, watcher: TurnWatcher) -> None:
+        self.watcher = watcher
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        _safely(self.watcher.tool_started, call.name, call.id)
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        ok = error is None and outcome is not None and (outcome.ok or outcome.error in PAUSES)
+        _safely(self.watcher.tool_finished, call.name, call.id, ok)
+
+
+def _both(on_text: TextCallback | None, watcher: TurnWatcher | None) -> TextCallback | None:
+    """One `on_text` callback for the console's stream and a channel's watcher (either may be None)."""
+    if watcher is None:
+        return on_text
+
+    def both(piece: str) -> None:
+        if on_text is not None:
+            on_text(piece)
+        _safely(watcher.text, piece)
+
+    return both
+
+
+def _safely(call: Callable[..., Any], *args: Any) -> None:
+    try:
+        call(*args)
+    except Exception:
+        log.exception("a streamed reply's watcher failed")

@@ -47,6 +47,7 @@ from aiohttp import web
 
 from ..agent import Agent
 from ..channels.media import AttachmentSource
+from ..channels.seam import TurnWatcher
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
@@ -186,11 +187,13 @@ def build_gateway(
             mode=settings.feishu.mode,
             api=api,
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
+            stream=settings.feishu.stream,
         )
         gateway.add_channel(feishu)
         routes += feishu.routes()
         sources["feishu"] = feishu
     runner.inner.media = media_desk(settings, agent, sources)
+    runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
     return gateway, routes
 
 
@@ -224,6 +227,12 @@ def add_scheduler(
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     gateway.scheduler = scheduler
     return scheduler
+
+
+def watcher_of(gateway: Gateway, message: InboundMessage) -> TurnWatcher | None:
+    """The watcher of `message`'s turn: its channel's, when the channel streams replies."""
+    channel = gateway.channels.get(message.channel)
+    return channel.watch(message) if channel is not None else None
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:

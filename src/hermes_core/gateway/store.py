@@ -7,11 +7,16 @@ store, nothing more (docs/seams.md; tests/contracts/ holds the suite every imple
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
+    stream:   a reply streamed into a platform message (a Feishu card patched as the model writes):
+              that message's id, stored as soon as it exists (`keep_stream`)
     complete: mark done + the turn's session history + insert the replies into the outbox
               — one transaction (the session store shares the file; sessions/store.py)
-    send:     deliver with an idempotency uuid, then mark sent
+    send:     deliver with an idempotency uuid, then mark sent (a streamed reply: patched into
+              the message `stream_of` names)
 A crash before `complete` re-runs the message, with no trace of its turn in the history; a crash
-before `mark_sent` re-sends with the same uuid, which the platform deduplicates. The history rows
+before `mark_sent` re-sends with the same uuid, which the platform deduplicates; a crash while a
+reply streams runs the message again, and the run writes into the stored message, not a new one
+(and so does the reply, however late it is sent). The history rows
 are keyed by the task id as well, so even a history stored apart (a session store in another
 database) is added once. A finished message's replies stay readable (`replies_of`) until pruned:
 a webhook caller whose request was cut by a crash asks again and gets them. `seen_nonces` keeps
@@ -138,6 +143,17 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (job_id, fire_at)
     )
     """,
+    # 7: a reply streamed into a platform message (a Feishu card patched as the model writes): that
+    # message, kept from the moment it exists, so a run after a crash and the final reply write
+    # into the same one instead of sending a second message.
+    7: """
+    CREATE TABLE streams (
+        inbound_id INTEGER PRIMARY KEY,
+        channel TEXT NOT NULL,
+        platform_id TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 }
 # DeadLetter's keys, in the table's column order
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
@@ -176,6 +192,15 @@ class GatewayStore(Records, Protocol):
     ) -> list[OutboundMessage]:
         """Mark the message done, store its turn's `history` and queue its replies, atomically;
         returns the replies with their ids ([] when the message was done already)."""
+        ...
+
+    async def stream_of(self, inbound_id: int) -> str | None:
+        """The platform message the reply to `inbound_id` is streamed into (None: not streamed)."""
+        ...
+
+    async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
+        """Record, durably, the platform message the reply to `inbound_id` is streamed into: a run
+        after a crash and the final reply write into it. Kept as long as the message's row."""
         ...
 
     async def set_aside(
@@ -292,6 +317,23 @@ class SQLiteGatewayStore(GatewayStore):
             return _queue(db, inbound_id, replies)
 
         return await self._run(complete)
+
+    async def stream_of(self, inbound_id: int) -> str | None:
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT platform_id FROM streams WHERE inbound_id = ?", (inbound_id,)
+            ).fetchone()
+        )
+        return str(row[0]) if row else None
+
+    async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO streams (inbound_id, channel, platform_id, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (inbound_id, channel, platform_id, time.time()),
+            )
+        )
 
     async def begin_attempt(self, inbound_id: int) -> int:
         def begin(db: sqlite3.Connection) -> int:
@@ -410,6 +452,7 @@ class SQLiteGatewayStore(GatewayStore):
             db.execute("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
             db.execute("DELETE FROM inbox WHERE status = 'done' AND received_at < ?", (older_than,))
             db.execute("DELETE FROM outbox WHERE status = 'sent' AND created_at < ?", (older_than,))
+            db.execute("DELETE FROM streams WHERE inbound_id NOT IN (SELECT id FROM inbox)")
 
         await self._run(prune)
 

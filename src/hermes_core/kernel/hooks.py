@@ -50,6 +50,31 @@ class TaskHooks:
 NO_HOOKS = TaskHooks()
 
 
+class AllHooks(TaskHooks):
+    """Several observers told of the same task, in order (the trace, a channel streaming the reply)."""
+
+    def __init__(self, *observers: TaskHooks) -> None:
+        self.observers = [hooks for hooks in observers if hooks is not NO_HOOKS]
+
+    async def on_model_start(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> None:
+        for hooks in self.observers:
+            await hooks.on_model_start(messages, tools)
+
+    async def on_model_end(self, response: ModelResponse | None, error: BaseException | None) -> None:
+        for hooks in self.observers:
+            await hooks.on_model_end(response, error)
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        for hooks in self.observers:
+            await hooks.on_tool_start(call)
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        for hooks in self.observers:
+            await hooks.on_tool_end(call, outcome, error)
+
+
 def hooked(model: Any, registry: ToolRegistry, hooks: TaskHooks) -> tuple[Any, ToolRegistry]:
     """The model and tools for a caller that is not the loop: each call reported to `hooks`."""
     return HookedModel(model, hooks), HookedTools(registry, hooks)
@@ -100,4 +125,4 @@ class HookedTools(RegistryWrapper):
         return outcome
 
 
-__all__ = ["NO_HOOKS", "HookedModel", "HookedTools", "TaskHooks", "hooked"]
+__all__ = ["NO_HOOKS", "AllHooks", "HookedModel", "HookedTools", "TaskHooks", "hooked"]

@@ -76,6 +76,15 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "approval_already_decided": {"zh": "这个审批已经处理过了。", "en": "This approval was already decided."},
     "approval_unknown": {"zh": "找不到这个审批。", "en": "There is no such approval."},
+    # a reply streamed as it is written (channels/streaming.py); {tool} is filled in
+    "stream_thinking": {"zh": "思考中…", "en": "Thinking…"},
+    "stream_tool_running": {"zh": "⏳ 正在运行 {tool}…", "en": "⏳ running {tool}…"},
+    "stream_tool_done": {"zh": "✓ {tool}", "en": "✓ {tool}"},
+    "stream_tool_failed": {"zh": "✗ {tool}", "en": "✗ {tool}"},
+    "stream_interrupted": {
+        "zh": "⚠️ 回复中断，上面写到一半的内容已撤下。",
+        "en": "⚠️ The reply stopped part-way; the unfinished text was taken down.",
+    },
     # /memory and /forget (memory/conversation.py); {n}, {text} and {count} are filled in
     "memory_empty": {
         "zh": "这次对话我还没有记下任何要点。",

@@ -75,6 +75,7 @@ PERMANENT_CODES: dict[int, str] = {
     230025: "the message is too long",
     230027: "the app lacks a permission for this",
     230028: "the content did not pass the data-leak audit",
+    230031: "the message is older than 14 days and can no longer be changed",
     230035: "the bot may not send here (chat muted, bot blocked, or the tenant forbids it)",
     230038: "cross-tenant one-to-one chats cannot be sent to",
     230099: "the card content was refused",
@@ -225,15 +226,31 @@ class FeishuAPI:
         )
         return await self.send(message)
 
-    async def patch_card(self, message_id: str, card: dict[str, Any]) -> None:
+    async def send_card(
+        self, card: dict[str, Any], *, chat_id: str | None, reply_to: str | None, uuid: str
+    ) -> str:
+        """Send one interactive card (under `reply_to` when set, else into `chat_id`); its
+        message_id. The same `uuid` again within an hour returns the first card (§6)."""
+        target = chat_id or reply_to
+        if target is None:
+            raise FeishuError("the message has neither chat_id nor reply_to", permanent=True)
+        part = Part("interactive", json.dumps(card, ensure_ascii=False))
+        async with self._chat_order.hold(target):
+            message_id, _ = await self._send_part(part, chat_id, reply_to, uuid[:UUID_MAX])
+        return message_id
+
+    async def patch_card(self, message_id: str, card: dict[str, Any], *, patient: bool = True) -> None:
         """Replace an interactive message's card (§6, option A).
 
         The old and the new card must both set `config.update_multi: true`. Limited to 5 QPS per
-        message, which is what the limiter's per-target bucket enforces here.
+        message, which is what the limiter's per-target bucket enforces here. `patient=False` (a
+        streaming card's progress, soon out of date anyway): one attempt, no waiting out a rate
+        limit or retrying a 5xx; the FeishuError says which it was.
         """
         content = json.dumps(card, ensure_ascii=False)
         path = f"/open-apis/im/v1/messages/{message_id}"
-        await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}")
+        await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
+                         patient=patient)  # fmt: skip
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -277,9 +294,12 @@ class FeishuAPI:
         params: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
         chat: str | None = None,
+        patient: bool = True,
     ) -> dict[str, Any]:
-        """Make one API call, retried per the policy in the module docstring; return the body."""
+        """Make one API call, retried per the policy in the module docstring; return the body.
+        Not `patient`: a rate limit or a transient failure is raised at once (a token is renewed)."""
         failures = throttled = 0
+        waits, tries = (MAX_THROTTLED, self.max_retries) if patient else (0, 0)
         token_renewed = False
         while True:
             try:
@@ -294,8 +314,8 @@ class FeishuAPI:
             except _Throttled as exc:
                 throttled += 1
                 wait = exc.wait if exc.wait is not None else self.retry_base_delay * 2 ** (throttled - 1)
-                if throttled > MAX_THROTTLED:  # handed back as a wait, never as a failure
-                    reason = f"{method} {path}: still {exc} after {MAX_THROTTLED} waits"
+                if throttled > waits:  # handed back as a wait, never as a failure
+                    reason = f"{method} {path}: still {exc} after {waits} waits"
                     raise FeishuError(reason, code=exc.code, retry_after=wait, throttled=True) from None
                 if exc.code in CHAT_WAIT_CODES and exc.chat is not None:
                     self.limiter.pause_chat(exc.chat, self.limiter.now() + wait)
@@ -305,7 +325,7 @@ class FeishuAPI:
             except _Transient as exc:
                 failures += 1
                 delay = self.retry_base_delay * 2 ** (failures - 1)
-                if failures > self.max_retries:
+                if failures > tries:
                     reason = f"{method} {path}: {exc} (gave up after {failures} attempts)"
                     raise FeishuError(reason, retry_after=delay) from None
                 retries = f"{failures}/{self.max_retries}"

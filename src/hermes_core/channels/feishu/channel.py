@@ -11,6 +11,10 @@ decision (only the task's starter or an admin), the task runs on, and the card i
 who decided what. A refused click (someone else, too late) changes nothing and gets an error
 toast: `on_event` returns it, as the HTTP response or inside the long connection's ACK.
 
+Replies stream (stream.py): with `stream` on (`feishu.stream`, the default) each turn gets a card
+at once, patched as the model writes and as tools run, and the reply is patched into it; the
+card's message_id is stored with the message, so a run after a crash writes into the same card.
+
 Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
 systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the
 background with capped, jittered backoff, while the channel reports itself `degraded`
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ...kernel.replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
 from ..media import Fetched
-from ..seam import InboundMessage, OutboundMessage
+from ..seam import InboundMessage, OutboundMessage, TurnWatcher
 from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
 from .formatting import approval_card
 
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from ..seam import Inbox as Gateway  # what a channel may ask of the gateway
     from .api import FeishuAPI
     from .longconn import FeishuLongConnection
+    from .stream import CardStream
 
 log = logging.getLogger("hermes_core.feishu")
 
@@ -66,6 +71,8 @@ class FeishuChannel(Channel):
         hold_file: Path | None = None,
         retry_base: float = 1.0,
         retry_cap: float = 60.0,
+        stream: bool = True,
+        stream_interval: float | None = None,
     ) -> None:
         from .api import FeishuAPI
 
@@ -85,6 +92,9 @@ class FeishuChannel(Channel):
         self._wake = asyncio.Event()
         self._last_attempt = 0.0  # monotonic time of the last bot-info attempt
         self._starter: asyncio.Task[None] | None = None
+        self.stream = stream  # replies as cards patched while the turn runs (stream.py)
+        self.stream_interval = stream_interval  # seconds between patches of one card (None: the default)
+        self._streams: dict[int, CardStream] = {}  # by inbox row, while its turn runs
 
     async def start(self) -> None:
         """Try the platform once; whatever fails is retried in the background, never raised."""
@@ -269,7 +279,27 @@ class FeishuChannel(Channel):
         except Exception as exc:  # the decision stands; only its display is stale
             log.warning("feishu: could not update the approval card %s (%s): %s", card_message, text[:0], exc)
 
+    def watch(self, message: InboundMessage) -> TurnWatcher | None:
+        """A streaming card for this turn (stream.py), opened now; None when replies do not stream."""
+        from ...kernel.redaction import default_redactor
+        from .stream import PATCH_INTERVAL, CardStream, PatchPacer
+
+        if not self.stream or message.id is None or not (message.chat_id or message.reply_to):
+            return None
+        pacer = PatchPacer(self.stream_interval if self.stream_interval is not None else PATCH_INTERVAL)
+        stream = CardStream(self.api, self.gateway.store, message, redactor=default_redactor(), pacer=pacer)
+        earlier = self._streams.pop(message.id, None)
+        if earlier is not None:  # the same message run again in this process: one card still
+            self._spawn(earlier.close())
+        self._streams[message.id] = stream
+        stream.start()
+        return stream.progress
+
     async def send(self, message: OutboundMessage) -> str | None:
+        if message.index == 0 and message.inbound_id is not None:
+            card_id = await self._streamed_into(message)
+            if card_id is not None:
+                return card_id
         return await self.api.send(message)
 
     async def fetch_attachment(
@@ -283,7 +313,41 @@ class FeishuChannel(Channel):
         key = str(attachment.get("key") or "")
         return await download_resource(self.api, message.message_id, key, kind, limit=limit, timeout=timeout)
 
+    async def _streamed_into(self, message: OutboundMessage) -> str | None:
+        """Patch the reply into its streaming card, if it has one; None: send it the usual way."""
+        from .api import FeishuError
+        from .stream import final_cards, finish_card
+
+        assert message.inbound_id is not None
+        stream = self._streams.pop(message.inbound_id, None)
+        card_id = await stream.close() if stream is not None else None
+        if card_id is None:
+            card_id = await self.gateway.store.stream_of(message.inbound_id)
+        try:
+            if card_id is None and stream is not None and not stream.refused:
+                # the card's send failed, but may have reached the platform: the same uuid finds it
+                card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
+                                                   reply_to=message.reply_to, uuid=stream.uuid)  # fmt: skip
+                await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
+            if card_id is None:
+                return None
+            return await finish_card(self.api, card_id, message, stream.pacer if stream else None)
+        except FeishuError as exc:
+            if not exc.permanent:
+                raise  # the outbox tries again; the card is found in the store then
+            log.warning("feishu: the streaming card %s cannot take the reply (%s); sending it anew",
+                        card_id, exc)  # fmt: skip
+            return None
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def stop(self) -> None:
+        streams, self._streams = list(self._streams.values()), {}
+        for stream in streams:  # turns cut by the stop: their cards are finished by the next run
+            self._spawn(stream.close())
         if self._starter is not None:
             self._starter.cancel()
             await asyncio.gather(self._starter, return_exceptions=True)

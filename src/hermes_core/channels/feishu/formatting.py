@@ -88,6 +88,11 @@ def card_content(markdown: str) -> str:
     return json.dumps(markdown_card(markdown), ensure_ascii=False)
 
 
+def card_chunks(markdown: str) -> list[str]:
+    """`markdown` cut into pieces that each fit one card (`CARD_LIMIT`), fences balanced."""
+    return _split(markdown, card_content, CARD_LIMIT)
+
+
 def encoded_size(content: str) -> int:
     """UTF-8 bytes the content string takes inside the JSON request body."""
     return len(json.dumps(content, ensure_ascii=False).encode("utf-8"))

@@ -13,13 +13,20 @@ What is modelled, and from where:
   (what a duplicate returns is **UNCONFIRMED**); a reply sets ``parent_id``/``root_id``, and
   ``reply_in_thread`` a ``thread_id``.
 - §6 PATCH (cards only, ``update_multi`` on old and new card, < 14 days, 5 QPS per message) and PUT
-  (edit text/post). The codes for "not a card", "not shared", "too old" and "not your message" are
-  **UNCONFIRMED**: 230001 with a message saying which rule failed.
+  (edit text/post). From the PATCH page's error table (open.feishu.cn/document/server-docs/im-v1/
+  message-card/patch, "更新已发送的消息卡片": "单条消息更新频控为 5 QPS"): a sixth patch of one
+  message within a second → HTTP 400 code 230020 "This operation triggers the frequency limit.";
+  a message older than 14 days → HTTP 400 code 230031 "Message can only be modified within 14 days
+  after sending."; a recalled one → 230011. The codes for "not a card", "not shared" and "not your
+  message" are **UNCONFIRMED**: 230001 with a message saying which rule failed. Every successful
+  PATCH/PUT is kept in ``patches`` (with its monotonic time), every call in ``requests``.
 - §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min → HTTP 429 code 99991400 with
   ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset`` (HTTP 400 in legacy mode); 5 QPS per chat
   or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
   ``throttle_for(seconds)`` is a storm: every matching call answers 429 / 99991400 (or 230020)
   until it is over, with ``x-ogw-ratelimit-reset`` counting down (durations scaled by time_scale).
+  ``lose_answers(n)``: the call is carried out but its answer lost in transit (HTTP 504), the
+  case the request ``uuid`` exists for.
 - send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
   ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
 
@@ -83,6 +90,7 @@ _MESSAGES = {
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
+    230031: "Message can only be modified within 14 days after sending.",
     230035: "Send Message Permission deny.",
     230049: "The message is being sent.",
     232009: "Your request specifies a chat which has already been dissolved.",
@@ -245,6 +253,7 @@ class OpenApi:
         self._app_windows: dict[str, tuple[deque[float], deque[float]]] = {}
         self._target_windows: dict[str, deque[float]] = {}
         self._failures: list[_InjectedFailure] = []
+        self._lost: list[_InjectedFailure] = []  # done, but the answer lost (lose_answers)
         self._storms: list[_Storm] = []
         self._clock_offset = 0.0
 
@@ -278,6 +287,12 @@ class OpenApi:
         A fractional ``reset`` is written as is (the gateway sends whole seconds) to keep tests fast.
         """
         self._failures.append(_InjectedFailure(n, code, status, reset, tuple(paths)))
+
+    def lose_answers(self, n: int, *, status: int = 504, paths: Iterable[str] = ("messages",)) -> None:
+        """The next ``n`` calls whose path contains one of ``paths`` are carried out (a message is
+        created, a card patched) but their answer is lost: the caller gets HTTP ``status`` (a
+        proxy's 504 after the platform did the work), as when a response times out in transit."""
+        self._lost.append(_InjectedFailure(n, 0, status, 0.0, tuple(paths)))
 
     def throttle_for(
         self,
@@ -350,6 +365,7 @@ class OpenApi:
                 answer = self._auth_error(request.headers) or self._app_limit(api)
             if answer is None:
                 answer = handler(request, body)
+                answer = self._lost_answer(request.path, answer)
             self._record(request, body, answer)
             headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
             return web.Response(status=answer.status, body=json.dumps(answer.body).encode(), headers=headers)
@@ -445,6 +461,13 @@ class OpenApi:
                     return self._rate_limited(self.app_qps, failure.reset, failure.status)
                 return error(failure.status or 400, failure.code)
         return None
+
+    def _lost_answer(self, path: str, answer: Answer) -> Answer:
+        for lost in self._lost:
+            if lost.remaining > 0 and any(part in path for part in lost.paths):
+                lost.remaining -= 1
+                return Answer(lost.status or 504, {"error": "upstream timed out"})
+        return answer
 
     def _auth_error(self, headers: Mapping[str, str]) -> Answer | None:
         scheme, _, token = headers.get("Authorization", "").partition(" ")
@@ -587,6 +610,7 @@ class OpenApi:
             return checked
         if not (_is_shared_card(message.content) and _is_shared_card(checked[1])):
             return _invalid("both the old and the new card must set config.update_multi: true")
+        # 5 QPS per message, over it HTTP 400 / 230020: the PATCH page (module docstring)
         limited = self._target_limit("message:" + message.message_id, self.message_qps)
         if limited is not None:
             return limited
@@ -617,7 +641,7 @@ class OpenApi:
         if message.sender != "app":
             return _invalid("only messages sent by this app can be updated")
         if (time.time() + self._clock_offset) - message.created_at > PATCH_MAX_AGE:
-            return _invalid("messages older than 14 days cannot be updated")
+            return error(400, 230031)  # the PATCH page's error table (module docstring)
         return message
 
     def _duplicate(self, uuid: Any) -> Answer | None:

@@ -1,0 +1,109 @@
+"""Streaming keeps exactly-once: `serve` killed (SIGKILL) while a reply streams into its card.
+
+The user must end up with one complete reply: the same card, patched to the whole text by the
+restarted process — not a frozen half card and a second message. Real processes, the fake Feishu
+platform (which keeps every message and every patch) and the fake model streaming slowly.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from serve_process import clean_environ
+
+pytestmark = pytest.mark.slow  # real processes and a kill
+
+ANSWER = (
+    "Here is the week in Hangzhou, day by day. Monday and Tuesday stay dry with a light breeze "
+    "from the east. On Wednesday clouds move in from the sea, and by Thursday afternoon there is "
+    "steady rain that lasts into Friday morning. The weekend clears up again, warm enough for a "
+    "long walk around the West Lake. Take an umbrella midweek, and sunglasses for Saturday."
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def slow_answer(request: RecordedRequest) -> FakeReply:
+    return FakeReply.text(ANSWER, chunk_delay=0.04)  # about 70 chunks: 3 s of streaming
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_path: Path) -> None:
+    port = free_port()
+    model = FakeOpenAIServer(handler=slow_answer).start_in_thread()
+    feishu = FakeFeishu(time_scale=0.002).start_in_thread()
+    env = clean_environ(
+        HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", FEISHU_APP_ID=feishu.app_id,
+        FEISHU_APP_SECRET=feishu.app_secret, FEISHU_VERIFICATION_TOKEN=feishu.verification_token,
+        FEISHU_BASE_URL=feishu.base_url,
+    )  # fmt: skip
+    command = [sys.executable, "-m", "hermes_core", "serve", "--port", str(port)]
+    health = f"http://127.0.0.1:{port}/healthz"
+
+    def start() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)  # fmt: skip
+        wait_until(lambda: healthy(health) or process.poll() is not None, 30, "serve to start")
+        assert process.poll() is None, f"serve exited with {process.returncode}"
+        return process
+
+    first = second = None
+    try:
+        first = start()
+        ask = feishu.user_message("What is the weather in Hangzhou this week?", chat_id="oc_p2p")
+        feishu.deliver(ask, f"http://127.0.0.1:{port}/feishu/events")
+        wait_until(lambda: len(feishu.sent) == 1 and ANSWER[:60] in feishu.sent[0].text, 30, "a partial card")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        card = feishu.sent[0]
+        frozen = card.text
+        assert frozen != ANSWER and ANSWER[:60] in frozen  # killed mid-stream: half a card
+        patches_before = len(feishu.patches)
+        feishu.advance_time(2 * 3600)  # past the platform's 1 h uuid window: only the stored card id
+        # keeps the restarted process from sending a second card
+
+        second = start()  # runs the message again from its inbox row
+        wait_until(lambda: card.text == ANSWER, 60, "the card to hold the complete reply")
+        time.sleep(1.0)  # a second message, if one were sent, would show up now
+        assert [m.message_id for m in feishu.sent] == [card.message_id]  # one message: the same card
+        assert card.text == ANSWER and card.reply_to == ask["event"]["message"]["message_id"]
+        later = [p for p in feishu.patches[patches_before:] if p.message_id == card.message_id]
+        assert later and later[-1].text == ANSWER  # the restarted process patched that card
+        assert len(model.requests) >= 2  # the turn did run again
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
+        feishu.stop()
+        model.stop()
