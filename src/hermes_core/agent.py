@@ -12,26 +12,28 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .hooks import hooked
+from .approvals import Interactions
+from .hooks import TaskHooks
 from .loop import PAUSES, Limits, RunResult, run_loop
 from .messages import Message
 from .models.base import ModelClient, TextCallback
 from .models.settings import ModelSettings
 from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
-from .stack import model_client, task_stack
+from .stack import TaskStack, model_client, task_stack
 from .tools import Tool, ToolRegistry
 from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
     from .modes import TaskMode
-    from .observe.traces import Tracer
+    from .observe.traces import TaskTrace, Tracer
     from .skills import SkillSet
     from .tasks.journal import TaskJournal
-    from .tasks.pending import Interactions
     from .tools.mcp import MCPToolset
+
+_Part = TypeVar("_Part", ModelSettings, Limits)
 
 DEFAULT_GREETINGS: tuple[str, ...] = (
     r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
@@ -76,13 +78,14 @@ class Agent:
     )  # roles, levels, allowed models (tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
     tracer: Tracer | None = None  # log events, each task's record, X-rays of failures (observe/)
-    interactions: Interactions | None = None  # who approves calls and answers questions (tasks/pending.py)
+    interactions: Interactions | None = None  # who approves calls and answers questions (approvals.py)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
     skills: SkillSet | None = None  # listed in the prompt, steps loaded when needed (skills.py)
     route_tools_above: int | None = None  # more tools: offer the message's groups only (tools/routing.py)
     mcp: MCPToolset | None = None  # tools of MCP servers, connected on the first run (tools/mcp.py)
     mode: TaskMode | None = None  # how serve, run and chat run a task (modes.py); None: the loop
+    hooks: Sequence[TaskHooks] = ()  # observers of every task's steps (hooks.py), before the tracer's
 
     def __init__(self, model: str | ModelClient | None = None, **options: Any) -> None:
         """The fields above by keyword; any other keyword is an option of `settings` or `limits`."""
@@ -190,16 +193,13 @@ class Agent:
         messages: list[Message],
         session: Session | None = None,
         caller: Caller | None = None,
-    ) -> tuple[ModelClient, ToolRegistry, Any]:
-        """The model and tools of a task run without the loop (plan mode), and its trace: the
-        stack of stack.py, with its hooks made into thin wrappers that report each call."""
-        stack = await task_stack(self, task_id, message, messages, session, caller)
-        if stack.trace is None:
-            return stack.model, stack.registry, None
-        model, registry = hooked(stack.model, stack.registry, stack.hooks)
-        return model, registry, stack.trace
+    ) -> TaskStack:
+        """The model, tools, hooks and trace of a task run without the loop (plan mode): the
+        stack of stack.py. Its caller tells the hooks of each call as the loop does (hooks.py
+        `call_model`, `call_tool`) and ends the run with `task_finished`."""
+        return await task_stack(self, task_id, message, messages, session, caller)
 
-    async def task_finished(self, task_id: str, result: RunResult, trace: Any) -> bool:
+    async def task_finished(self, task_id: str, result: RunResult, trace: TaskTrace | None) -> bool:
         """End a run begun with `task_tools`: its trace is recorded whatever the outcome (never
         raises); unless the task paused for a person, the journal marks it finished. False when
         it paused: it is run again under this task id once the person has answered."""
@@ -252,7 +252,7 @@ def _default(declared: Field[Any]) -> Any:
     return declared.default if factory is MISSING else factory()
 
 
-def _apply(base: Any, part: str, options: dict[str, Any]) -> Any:
+def _apply(base: _Part, part: str, options: dict[str, Any]) -> _Part:
     """`base` (the agent's `settings` or `limits`) with the options of `options` it holds, taken out."""
     own = {name: options.pop(name) for name in list(options) if _OPTION_OF.get(name) == part}
     return replace(base, **own) if own else base

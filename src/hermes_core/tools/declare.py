@@ -13,12 +13,17 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, cast, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
+from ..messages import JSON, Usage
 from .permissions import Caller
+
+if TYPE_CHECKING:
+    from ..approvals import Interactions
+    from .schema import SchemaArguments
 
 _NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION = re.compile(
@@ -59,11 +64,11 @@ class ToolContext:
     tool_name: str
     task_id: str = ""
     session_id: str | None = None
-    scratch: dict[str, Any] = field(default_factory=dict)
+    scratch: dict[str, object] = field(default_factory=dict)
     caller: Caller | None = None  # who the task runs for (permissions)
     model: str = ""  # the model that asked for the call (permissions: allowed_models)
-    interactions: Any = None  # where approvals and questions wait (tasks/pending.py), if anywhere
-    spent: list[Any] | None = None  # tokens a tool spent on the task's behalf (a sub-agent): Usage items
+    interactions: Interactions | None = None  # where approvals and questions wait (approvals.py), if anywhere
+    spent: list[Usage] | None = None  # tokens a tool spent on the task's behalf (a sub-agent)
 
 
 @dataclass
@@ -72,7 +77,7 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: dict[str, JSON]
     handler: Callable[..., Any]
     arguments_model: type[BaseModel] | None = None
     timeout: float | None = None
@@ -90,7 +95,7 @@ class Tool:
     # a tool declared by a JSON Schema (dict entry, MCP): its checks (tools/schema.py); built on first
     # use when a Tool is constructed directly. `declared_name` is the name it was declared with when
     # that is not a name the model may see (`pay.out` is offered as `pay_out`).
-    schema_arguments: Any = field(default=None, repr=False)
+    schema_arguments: SchemaArguments | None = field(default=None, repr=False)
     declared_name: str | None = None
 
     @property
@@ -101,7 +106,7 @@ class Tool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, JSON]:
         """The OpenAI `tools` entry for this tool."""
         return {
             "type": "function",
@@ -258,7 +263,7 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
     )
 
 
-def schema_checks(name: str, parameters: Any) -> tuple[dict[str, Any], Any]:
+def schema_checks(name: str, parameters: JSON) -> tuple[dict[str, JSON], SchemaArguments]:
     """The normalised schema of a schema-declared tool and its `SchemaArguments`, or
     ToolDefinitionError naming the tool and the JSON pointer of the problem."""
     from .schema import SchemaArguments, SchemaDefinitionError, declared_schema
@@ -315,19 +320,20 @@ def arguments_model_for(
     return cast("type[BaseModel]", model), context_param
 
 
-def _has_description(annotation: Any) -> bool:
+def _has_description(annotation: object) -> bool:
     if typing.get_origin(annotation) is not typing.Annotated:
         return False
-    return any(isinstance(meta, FieldInfo) and meta.description for meta in annotation.__metadata__)
+    metadata: tuple[object, ...] = getattr(annotation, "__metadata__", ())
+    return any(isinstance(meta, FieldInfo) and meta.description for meta in metadata)
 
 
-def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+def schema_of(model: type[BaseModel]) -> dict[str, JSON]:
     """JSON Schema for the model, without pydantic's auto titles (noise that costs prompt bytes)."""
     schema = model.model_json_schema()
-    return cast("dict[str, Any]", _drop_titles(schema))
+    return cast("dict[str, JSON]", _drop_titles(schema))
 
 
-def _drop_titles(node: Any, parent_key: str = "") -> Any:
+def _drop_titles(node: JSON, parent_key: str = "") -> JSON:
     if isinstance(node, dict):
         # "properties" and "$defs" map user names to schemas: a field may legitimately be named "title"
         keep_all = parent_key in ("properties", "$defs")

@@ -36,16 +36,19 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..messages import Message, ToolCall
+from ..messages import JSON, Message, ToolCall
 from ..redaction import redact_text
 from .arguments import ArgumentError, bind_arguments, parse_arguments
 from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, UnrenderableResult, error_result, is_error_value, render_result
+
+if TYPE_CHECKING:
+    from ..approvals import Interactions
 
 log = logging.getLogger("hermes_core.tools")
 
@@ -63,7 +66,7 @@ class ToolOutcome:
     call: ToolCall
     content: str
     ok: bool
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, JSON] | None = None
     elapsed: float = 0.0
     error: str | None = None  # "unknown_tool", "bad_arguments", "exception", "timeout", "tool_error", …
 
@@ -76,11 +79,11 @@ class ToolRegistry:
         self,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         policy: Policy | None = None,
-        interactions: Any = None,
+        interactions: Interactions | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.policy = policy or Policy()
-        self.interactions = interactions  # tasks/pending.Interactions: who approves, who answers
+        self.interactions = interactions  # who approves, who answers (approvals.py)
         for item in tools:
             self.add(item)
 
@@ -116,12 +119,12 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def schemas(
         self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str | Sequence[str] = ""
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, JSON]]:
         """The tools to offer: not excluded, permitted for this caller and model, and — for tools
         that need a person (approval, a question) — only when there is someone to ask.
 
@@ -209,7 +212,7 @@ class ToolRegistry:
         return self._rendered(call, value, max_chars, arguments)
 
     @staticmethod
-    def _rendered(call: ToolCall, value: Any, max_chars: int, arguments: dict[str, Any]) -> ToolOutcome:
+    def _rendered(call: ToolCall, value: object, max_chars: int, arguments: dict[str, JSON]) -> ToolOutcome:
         """The outcome for a value the tool returned: its JSON, or an error if it has none."""
         try:
             failed = is_error_value(value)
@@ -224,7 +227,7 @@ class ToolRegistry:
         return ToolOutcome(call, content, True, arguments)
 
     async def _approval(
-        self, declared: Tool, call: ToolCall, arguments: dict[str, Any], context: ToolContext
+        self, declared: Tool, call: ToolCall, arguments: dict[str, JSON], context: ToolContext
     ) -> ToolOutcome | None:
         """None when a person approved this call; otherwise the outcome that stands in for it."""
         if self.interactions is None:
@@ -252,7 +255,7 @@ class ToolRegistry:
         return ToolOutcome(call, error_result(message), False, arguments, error=f"approval_{approval.status}")
 
     @staticmethod
-    def _bind(declared: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _bind(declared: Tool, arguments: dict[str, JSON]) -> dict[str, Any]:
         """Validated keyword arguments; a private copy, so concurrent calls cannot share objects."""
         return bind_arguments(declared, arguments)
 
