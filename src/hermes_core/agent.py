@@ -10,7 +10,7 @@ import asyncio
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +24,7 @@ from .prompts import DEFAULT_SYSTEM_PROMPT
 from .replies import Language, detect_language
 from .stack import TaskStack, model_client, task_stack
 from .tools import Tool, ToolRegistry
+from .tools.declare import ToolLike
 from .tools.permissions import Caller, Policy
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class Agent:
 
     model: str | ModelClient | None = None  # a model name, a ModelClient, or None for HERMES_MODEL
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]] = ()
+    tools: Sequence[ToolLike] = ()
     settings: ModelSettings = field(default_factory=ModelSettings)  # endpoint, sampling, retries, tool mode
     limits: Limits = field(default_factory=Limits)  # turns, tool calls, tool timeout, result size
     permissions: Policy = field(
@@ -111,7 +112,7 @@ class Agent:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.__dict__[part], name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         part = _OPTION_OF.get(name)
         if part is not None:  # a copy: `settings` may be shared with the configuration or another agent
             name, value = part, replace(getattr(self, part), **{name: value})
@@ -121,9 +122,7 @@ class Agent:
         """Set where approvals and questions wait (the gateway's store, a terminal prompt…)."""
         self.interactions = self.registry.interactions = interactions
 
-    def register_tool(
-        self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None
-    ) -> Tool:
+    def register_tool(self, item: ToolLike, name: str | None = None) -> Tool:
         """Add a tool after construction: a `@tool`, a documented function, or a dict entry."""
         return self.registry.add(item, name=name)
 
@@ -247,7 +246,7 @@ class Agent:
         return OpenAICompatClient(replace(settings, model=model_name, base_url=base_url, api_key=api_key))
 
 
-def _default(declared: Field[Any]) -> Any:
+def _default(declared: Field[Any]) -> object:
     factory = declared.default_factory
     return declared.default if factory is MISSING else factory()
 

@@ -15,7 +15,7 @@ import ast
 import copy
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
@@ -121,7 +121,7 @@ def validate_arguments(model: type[BaseModel], arguments: dict[str, JSON]) -> Ba
         raise ArgumentError(describe_validation_error(exc)) from None
 
 
-def bind_arguments(declared: Tool, arguments: dict[str, JSON]) -> dict[str, Any]:
+def bind_arguments(declared: Tool, arguments: dict[str, JSON]) -> dict[str, object]:
     """The one validation path of every tool (`ToolRegistry` calls it for each call).
 
     A tool declared by a JSON Schema (`declared.arguments_model` is None, or a dict entry) is

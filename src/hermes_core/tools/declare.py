@@ -13,7 +13,7 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Union, cast, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -24,6 +24,13 @@ from .permissions import Caller
 if TYPE_CHECKING:
     from ..approvals import Interactions
     from .schema import SchemaArguments
+
+# A tool's function takes what its signature declares and returns anything serialisable: no
+# narrower type exists for "any documented function". Declared once, with what may be registered.
+ToolFunction = Callable[..., Any]
+Extractor = Callable[[Any], object]  # a tool's result → what the model reads of it
+ToolEntry = Mapping[str, Any]  # the dict-style entry: {"description", "parameters", "handler", …}
+ToolLike = Union["Tool", ToolFunction, ToolEntry]  # what a registry (and `Agent(tools=…)`) accepts
 
 _NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION = re.compile(
@@ -78,10 +85,10 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, JSON]
-    handler: Callable[..., Any]
+    handler: ToolFunction
     arguments_model: type[BaseModel] | None = None
     timeout: float | None = None
-    extractor: Callable[[Any], Any] | None = None
+    extractor: Extractor | None = None
     context_param: str | None = None
     keywords: tuple[str, ...] = ()
     level: int = 1  # 0 read-only, 1 reversible write, 2 irreversible; unknown side effects count as writes
@@ -119,14 +126,14 @@ class Tool:
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> Tool: ...
+def tool(fn: ToolFunction, /) -> Tool: ...
 @overload
 def tool(
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
@@ -134,17 +141,17 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[ToolFunction], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: ToolFunction | None = None,
     /,
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
@@ -152,7 +159,7 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
     `timeout` overrides the agent's per-tool timeout; `extractor` compresses the function's
@@ -166,7 +173,7 @@ def tool(
     many tools, only the groups a message is about are offered (tools/routing.py).
     """
 
-    def decorate(func: Callable[..., Any]) -> Tool:
+    def decorate(func: ToolFunction) -> Tool:
         declared = tool_from_function(
             func, name=name, description=description, timeout=timeout, extractor=extractor, keywords=keywords
         )
@@ -180,12 +187,12 @@ def tool(
 
 
 def tool_from_function(
-    func: Callable[..., Any],
+    func: ToolFunction,
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
 ) -> Tool:
     tool_name = name or func.__name__
@@ -223,7 +230,7 @@ def _groups(groups: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return (groups,) if isinstance(groups, str) else tuple(groups)  # "weather" is one group, not seven
 
 
-def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
+def tool_from_entry(name: str, entry: ToolEntry) -> Tool:
     """Accept the dict-style registry entry of seed 000: {description, parameters, handler}.
 
     `parameters` is checked now (tools/schema.py: non-standard type names normalised, then the
@@ -285,7 +292,7 @@ def _wire_name(name: str) -> str:
 
 
 def arguments_model_for(
-    func: Callable[..., Any], tool_name: str, param_docs: Mapping[str, str]
+    func: ToolFunction, tool_name: str, param_docs: Mapping[str, str]
 ) -> tuple[type[BaseModel], str | None]:
     """Build the pydantic model of a function's parameters; find its ToolContext parameter."""
     try:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from ..messages import JSON, Message, ToolCall
 from ..redaction import redact_text
 from .arguments import ArgumentError, bind_arguments, parse_arguments
-from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
+from .declare import TaskPaused, Tool, ToolContext, ToolError, ToolLike, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, UnrenderableResult, error_result, is_error_value, render_result
 
@@ -77,7 +77,7 @@ class ToolOutcome:
 class ToolRegistry:
     def __init__(
         self,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[ToolLike] = (),
         policy: Policy | None = None,
         interactions: Interactions | None = None,
     ) -> None:
@@ -87,7 +87,7 @@ class ToolRegistry:
         for item in tools:
             self.add(item)
 
-    def add(self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None) -> Tool:
+    def add(self, item: ToolLike, name: str | None = None) -> Tool:
         """Register a `@tool`, a plain documented function, or a dict-style entry."""
         if isinstance(item, Tool):
             declared = item
@@ -255,7 +255,7 @@ class ToolRegistry:
         return ToolOutcome(call, error_result(message), False, arguments, error=f"approval_{approval.status}")
 
     @staticmethod
-    def _bind(declared: Tool, arguments: dict[str, JSON]) -> dict[str, Any]:
+    def _bind(declared: Tool, arguments: dict[str, JSON]) -> dict[str, object]:
         """Validated keyword arguments; a private copy, so concurrent calls cannot share objects."""
         return bind_arguments(declared, arguments)
 
@@ -283,7 +283,7 @@ class ToolThreadsRefused(Exception):
     """A sync call not started because too many threads (of its tool, or in all) are stuck."""
 
 
-async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
+async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
     """Run the tool (and its extractor); every BaseException but a real cancellation becomes an
     Exception here, inside the coroutine, before it can reach a task boundary and the event loop."""
     try:
@@ -318,7 +318,7 @@ def _being_cancelled(exc: BaseException) -> bool:
 @dataclass(eq=False)
 class _Job:
     tool: str
-    run: Callable[[], Any]
+    run: Callable[[], object]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[tuple[bool, Any]]
     state: str = "queued"  # queued → running → done; or cancelled (never started), abandoned
@@ -363,7 +363,7 @@ class ToolThreads:
         with self._lock:
             return self._stuck[tool] if tool is not None else sum(self._stuck.values())
 
-    async def run(self, tool: str, function: Callable[[], Any]) -> Any:
+    async def run(self, tool: str, function: Callable[[], object]) -> Any:
         """`function()` on a worker thread; its exceptions re-raised here (BaseExceptions wrapped)."""
         loop = asyncio.get_running_loop()
         job = _Job(tool, function, loop, loop.create_future())
