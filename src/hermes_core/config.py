@@ -25,13 +25,22 @@ import re
 from collections.abc import Mapping
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from .loop import Limits
 from .models.settings import ModelRoute, ModelSettings
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .models.base import ModelClient
+    from .models.providers import Endpoint
+    from .modes import TaskMode
+    from .skills import SkillSet
+    from .tools.mcp import MCPToolset
+    from .tools.permissions import Policy
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 # headers of `model.extra_headers` that carry a credential: from the environment only, like api_key
@@ -322,7 +331,7 @@ def load_settings(
     return settings
 
 
-def build_agent(settings: Settings, *, model_required: bool = True, **overrides: Any) -> Any:
+def build_agent(settings: Settings, *, model_required: bool = True, **overrides: Any) -> Agent:
     """An `Agent` from settings, its model from `model_endpoint` (a half configuration is a
     ConfigError, unless `model_required` is False: commands that never ask the model) unless
     `model=` passes a client."""
@@ -365,15 +374,16 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     return agent
 
 
-def routed_model(agent: Any, routes: list[ModelRoute]) -> Any:
+def routed_model(agent: Agent, routes: list[ModelRoute]) -> ModelClient:
     """The agent's model client with `model.routes` (models/routing.py): one client per route, on
     the main model's endpoint and settings."""
     import dataclasses
 
+    from .models.openai_compat import OpenAICompatClient
     from .models.routing import Route, RoutedModel
 
     main = agent._build_client()
-    if not hasattr(main, "settings"):
+    if not isinstance(main, OpenAICompatClient):
         raise ConfigError("model.routes: needs a model endpoint (the offline demo model has no other models)")
     clients = []
     for route in routes:
@@ -382,7 +392,7 @@ def routed_model(agent: Any, routes: list[ModelRoute]) -> Any:
     return RoutedModel(main, clients, agent.is_greeting)
 
 
-def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
+def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> TaskMode:
     """The `TaskMode` of `agent.mode` (modes.py); for a team, its experts as agents of their own."""
     from .agent import Agent
     from .modes import TaskMode
@@ -413,7 +423,7 @@ def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
                     delegate_timeout=team.delegate_timeout)  # fmt: skip
 
 
-def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Any:
+def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Endpoint | None:
     """The `Endpoint` the model section names (models/providers.py), None for the offline demo
     model; a ConfigError in one sentence for a half configuration."""
     from .models.providers import EndpointError, resolve_endpoint
@@ -428,7 +438,7 @@ def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None)
 IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels whose users can be listed
 
 
-def policy(config: PermissionsConfig) -> Any:
+def policy(config: PermissionsConfig) -> Policy:
     """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
     from .tools.permissions import Policy, unqualified
 
@@ -447,7 +457,7 @@ def policy(config: PermissionsConfig) -> Any:
     return Policy.from_lists(config.admins, config.roles, config.allow_irreversible, config.batch_max_level)
 
 
-def skill_set(config: SkillsConfig, tools: list[Any]) -> Any:
+def skill_set(config: SkillsConfig, tools: list[Any]) -> SkillSet | None:
     """The skills of `skills.dirs`, checked against these tools (skills.py); None without a folder."""
     if not config.dirs:
         return None
@@ -470,7 +480,7 @@ def with_confirmation(tools: list[Any], names: list[str]) -> list[Any]:
     return [dataclasses.replace(t, confirm=True) if t.name in names else t for t in tools]
 
 
-def mcp_toolset(servers: list[MCPServerConfig]) -> Any:
+def mcp_toolset(servers: list[MCPServerConfig]) -> MCPToolset | None:
     """The MCP servers as a `tools.mcp.MCPToolset` (connected on first use), or None without any."""
     if not servers:
         return None

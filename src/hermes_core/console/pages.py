@@ -463,10 +463,11 @@ def _is_time(value: Any) -> bool:
 def _pretty(value: Any) -> str:
     """JSON (or JSON text) indented for reading; anything else as it is."""
     if isinstance(value, str):
+        text = value
         try:
-            value = json.loads(value)
+            value = json.loads(text)
         except ValueError:
-            return value
+            return text
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)

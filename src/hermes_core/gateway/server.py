@@ -39,9 +39,9 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -58,6 +58,10 @@ from .dispatcher import Gateway
 from .messages import InboundMessage, Reply, Turn
 from .runner import AgentRunner
 from .store import SQLiteGatewayStore
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..observe.metrics import Sample
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -125,7 +129,7 @@ class RedactingRunner:
         await self.inner.aclose()
 
 
-def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
+def build_gateway(settings: Settings, agent: Agent | None = None) -> tuple[Gateway, list[web.RouteDef]]:
     agent = agent or build_agent(settings)
     database = Path(settings.gateway.data_dir) / "gateway.db"
     store = SQLiteGatewayStore(database)
@@ -194,7 +198,7 @@ def refuse_open_webhook(settings: Settings, host: str) -> None:
                     "whoever reaches the port may act as any user", host)  # fmt: skip
 
 
-def retention_pruners(agent: Any, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
+def retention_pruners(agent: Agent, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
     """Delete task journals and traces older than `gateway.retention_days` (run hourly)."""
 
     def pruner(prune: Callable[[float], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
@@ -226,7 +230,7 @@ async def serve(
     port: int | None = None,
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
-    agent: Any = None,
+    agent: Agent | None = None,
     banner: Callable[[str, str], None] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until `stop` is set). Once listening, `ready(address)` and
@@ -293,7 +297,7 @@ async def serve(
         await agent.aclose()
 
 
-def log_model(settings: Settings, agent: Any) -> None:
+def log_model(settings: Settings, agent: Agent) -> None:
     """Which model answers, never its key: a WARNING when it is the offline demo model."""
     from ..config import model_endpoint
     from ..models.base import ModelClient
@@ -345,9 +349,12 @@ async def what_is_served(request: web.Request) -> web.Response:
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
-def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any) -> web.RouteDef:
+def metrics_route(
+    gateway: Gateway, settings: Settings, bind: str, environ: Mapping[str, str]
+) -> web.RouteDef:
     """GET /metrics, guarded as the module docstring says."""
-    from ..console.access import FAILED_LOGIN_DELAY, is_local, is_loopback
+    from ..channels.base import is_local, is_loopback
+    from ..console.access import FAILED_LOGIN_DELAY
     from ..observe.metrics import CONTENT_TYPE, REGISTRY
 
     tokens = [t for t in (environ.get(METRICS_TOKEN_ENV), environ.get(settings.console.token_env)) if t]
@@ -375,7 +382,7 @@ def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any)
     return web.get("/metrics", metrics)
 
 
-async def gateway_samples(gateway: Gateway) -> list[Any]:
+async def gateway_samples(gateway: Gateway) -> list[Sample]:
     """The gauges read when scraped: queue depths (the database's), turns, the loop's lag."""
     from ..observe.metrics import Sample
 

@@ -935,10 +935,11 @@ def arguments_text(arguments: Any) -> str:
     if arguments is None:
         return "{}"
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = parse_arguments(arguments)  # JSON-encoded, fenced, single-quoted, truncated…
+            arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
         except ArgumentError:
-            return arguments
+            return text
     try:
         return json.dumps(arguments, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # inf or nan from a Python literal: JSON has no such number

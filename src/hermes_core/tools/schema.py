@@ -146,7 +146,7 @@ def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
         raise SchemaDefinitionError(
             f"tool {tool!r}: parameters must be a JSON Schema object, got {parameters!r}"
         )
-    schema = normalise(copy.deepcopy(dict(parameters)))
+    schema: dict[str, Any] = normalise(copy.deepcopy(dict(parameters)))
     if "type" not in schema and "properties" in schema:
         schema["type"] = "object"
     if schema.get("type", "object") != "object":
