@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -41,6 +41,10 @@ from ..tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import WebChannel
 from .pages import Pages, dead_letter_summary, trace_url
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..observe.traces import TraceStore
 
 log = logging.getLogger("hermes_core.console")
 
@@ -57,7 +61,7 @@ class Console:
     them except through the gateway's own paths (accept, and a decision's resume message)."""
 
     def __init__(
-        self, gateway: Any, agent: Any, channel: WebChannel, access: Access, redactor: Redactor
+        self, gateway: Any, agent: Agent, channel: WebChannel, access: Access, redactor: Redactor
     ) -> None:
         self.gateway = gateway
         self.agent = agent
@@ -68,9 +72,10 @@ class Console:
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=int(RATE_WINDOW / SAMPLE_EVERY) + 1)
 
     @property
-    def traces(self) -> Any:
+    def traces(self) -> TraceStore | None:
         """The trace store (observe/traces.py), or None when the agent records no traces."""
-        return getattr(getattr(self.agent, "tracer", None), "store", None)
+        tracer = self.agent.tracer
+        return tracer.store if tracer is not None else None
 
     def routes(self) -> list[web.AbstractRouteDef]:
         return [
@@ -316,7 +321,7 @@ class Console:
 def mount_console(
     app: web.Application,
     gateway: Any,
-    agent: Any,
+    agent: Agent,
     settings: Settings,
     *,
     host: str,
