@@ -23,10 +23,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..messages import JSON
+from ..messages import JSON, Message
 from ..records import outcome_from
 from ..tools.registry import ToolOutcome
-from .cases import WIRE_KEYS, CaseError, Message, clip, parse_case
+from .cases import WIRE_KEYS, CaseError, clip, parse_case
 
 FILE_TOOLS = ("read_file", "write_file", "list_directory")
 
