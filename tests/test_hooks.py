@@ -162,7 +162,7 @@ async def test_plan_mode_tells_the_agents_hooks_as_the_loop_does() -> None:
     ]
 
 
-async def test_the_agents_hooks_are_told_before_the_trace_and_the_trace_still_records(tmp_path: Path) -> None:
+async def test_the_agents_hooks_and_its_trace_are_both_told_of_every_step(tmp_path: Path) -> None:
     """An agent's own observers and its tracer: both told of every step (one HookList)."""
     database = tmp_path / "g.db"
     told = ToldAll()
