@@ -49,6 +49,7 @@ from ..approvals import Pending
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
+from ..messages import JSON
 from ..redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal
@@ -313,9 +314,9 @@ def log_model(settings: Settings, agent: Agent) -> None:
         log.info("model: %s; tool_mode %s", endpoint.describe(), settings.model.tool_mode)
 
 
-def degraded_parts(gateway: Gateway) -> list[dict[str, Any]]:
+def degraded_parts(gateway: Gateway) -> list[dict[str, JSON]]:
     """What the channels report as not working yet (e.g. Feishu unreachable at start, retrying)."""
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, JSON]] = []
     for channel in gateway.channels.values():
         report = getattr(channel, "degraded", None)
         if callable(report):
