@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 from pydantic.dataclasses import dataclass
 
 from .loop import Limits
+from .messages import JSON
 from .models.settings import ModelRoute, ModelSettings
 
 if TYPE_CHECKING:
@@ -318,7 +319,7 @@ def load_settings(
     if dotenv is not None and env is None:
         load_dotenv(dotenv)
     environ = os.environ if env is None else env
-    data: dict[str, Any] = _read_yaml(Path(path)) if path else {}
+    data: dict[str, JSON] = _read_yaml(Path(path)) if path else {}
     _refuse_secrets(data)
     for variable, (section, key) in ENV_KEYS.items():
         if environ.get(variable):
@@ -561,7 +562,7 @@ def load_dotenv(path: str | Path) -> None:
         os.environ.setdefault(key.strip(), value)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, JSON]:
     import yaml
 
     try:
@@ -577,7 +578,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _refuse_secrets(data: Any, where: str = "") -> None:
+def _refuse_secrets(data: JSON, where: str = "") -> None:
     if isinstance(data, dict):
         for key, value in data.items():
             here = f"{where}.{key}" if where else str(key)
