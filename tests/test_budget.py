@@ -21,7 +21,7 @@ def test_kernel_stays_within_its_line_budget() -> None:
     """The kernel (kernel/: the loop, messages, the model and tool seams, approvals, hooks, records,
     guards, prompts, fixed replies, redaction) is read as a whole by whoever changes it."""
     lines = sum(code_lines(path) for path in (PACKAGE / "kernel").rglob("*.py"))
-    assert lines <= 2900, f"kernel/ has {lines} non-blank lines (budget 2,900)"
+    assert lines <= 3000, f"kernel/ has {lines} non-blank lines (budget 3,000)"
 
 
 def test_kernel_import_pulls_in_no_heavy_library() -> None:

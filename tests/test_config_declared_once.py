@@ -69,13 +69,12 @@ def test_the_defaults_are_named_once() -> None:
     assert Limits().max_result_chars == Settings().agent.max_result_chars == DEFAULT_MAX_CHARS
     assert Limits().tool_timeout == Settings().agent.tool_timeout == DEFAULT_TOOL_TIMEOUT
     assert Settings().model == ModelSettings() == Agent().settings
-    import hermes_core.cli_display  # noqa: F401  (every wrapper of the registry, loaded)
-    import hermes_core.observe.replay  # noqa: F401
-    import hermes_core.observe.traces  # noqa: F401
+    import hermes_core.observe.replay  # noqa: F401  (every wrapper of the registry, loaded)
     import hermes_core.tasks.journal  # noqa: F401
 
-    registries = subclasses(ToolRegistry)
-    assert len(registries) >= 5
+    registries = subclasses(ToolRegistry)  # observers are hooks now (kernel/hooks.py): only substitutes wrap
+    names = {registry.__name__ for registry in registries}
+    assert {"ToolRegistry", "RegistryWrapper", "ReplayTools", "JournaledTools"} <= names
     for registry in registries:
         parameters = inspect.signature(registry.execute).parameters
         assert parameters["timeout"].default is DEFAULT_TOOL_TIMEOUT, registry

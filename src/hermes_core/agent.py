@@ -10,28 +10,31 @@ import asyncio
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .kernel.hooks import AllHooks, TaskHooks, hooked
+from .kernel.approvals import Interactions
+from .kernel.hooks import TaskHooks, all_hooks
 from .kernel.loop import PAUSES, Limits, RunResult, run_loop
 from .kernel.messages import Message, user_message, without_images
 from .kernel.model import ModelClient, TextCallback
 from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
 from .kernel.replies import Language, detect_language
 from .kernel.tools import Tool, ToolRegistry
+from .kernel.tools.declare import ToolLike
 from .kernel.tools.permissions import Caller, Policy
 from .models.settings import ModelSettings
-from .stack import model_client, task_stack
+from .stack import TaskStack, model_client, task_stack
 
 if TYPE_CHECKING:
     from .modes import TaskMode
-    from .observe.traces import Tracer
+    from .observe.traces import TaskTrace, Tracer
     from .skills import SkillSet
     from .tasks.journal import TaskJournal
-    from .tasks.pending import Interactions
     from .tools.mcp import MCPToolset
+
+_Part = TypeVar("_Part", ModelSettings, Limits)
 
 DEFAULT_GREETINGS: tuple[str, ...] = (
     r"(hi|hello|hey|yo|good (morning|afternoon|evening)|thanks?( you)?|thx|bye|ok(ay)?)",
@@ -68,7 +71,7 @@ class Agent:
 
     model: str | ModelClient | None = None  # a model name, a ModelClient, or None for HERMES_MODEL
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]] = ()
+    tools: Sequence[ToolLike] = ()
     settings: ModelSettings = field(default_factory=ModelSettings)  # endpoint, sampling, retries, tool mode
     limits: Limits = field(default_factory=Limits)  # turns, tool calls, tool timeout, result size
     permissions: Policy = field(
@@ -76,13 +79,14 @@ class Agent:
     )  # roles, levels, allowed models (kernel/tools/permissions.py)
     journal: TaskJournal | None = None  # durable task state: resume instead of starting over (tasks/)
     tracer: Tracer | None = None  # log events, each task's record, X-rays of failures (observe/)
-    interactions: Interactions | None = None  # who approves calls and answers questions (tasks/pending.py)
+    interactions: Interactions | None = None  # who approves calls and answers questions (kernel/approvals.py)
     greeting_patterns: Sequence[str] = DEFAULT_GREETINGS
     language: Language | None = None  # fixed replies; None: the language of each message
     skills: SkillSet | None = None  # listed in the prompt, steps loaded when needed (skills.py)
     route_tools_above: int | None = None  # more tools: offer the message's groups only (tools/routing.py)
     mcp: MCPToolset | None = None  # tools of MCP servers, connected on the first run (tools/mcp.py)
     mode: TaskMode | None = None  # how serve, run and chat run a task (modes.py); None: the loop
+    hooks: Sequence[TaskHooks] = ()  # observers of every task's steps (kernel/hooks.py), before the tracer's
 
     def __init__(self, model: str | ModelClient | None = None, **options: Any) -> None:
         """The fields above by keyword; any other keyword is an option of `settings` or `limits`."""
@@ -110,7 +114,7 @@ class Agent:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(self.__dict__[part], name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         part = _OPTION_OF.get(name)
         if part is not None:  # a copy: `settings` may be shared with the configuration or another agent
             name, value = part, replace(getattr(self, part), **{name: value})
@@ -120,9 +124,7 @@ class Agent:
         """Set where approvals and questions wait (the gateway's store, a terminal prompt…)."""
         self.interactions = self.registry.interactions = interactions
 
-    def register_tool(
-        self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None
-    ) -> Tool:
+    def register_tool(self, item: ToolLike, name: str | None = None) -> Tool:
         """Add a tool after construction: a `@tool`, a documented function, or a dict entry."""
         return self.registry.add(item, name=name)
 
@@ -181,7 +183,7 @@ class Agent:
             session_id=session.id if session is not None else None,
             on_text=on_text,
             caller=caller,
-            hooks=stack.hooks if hooks is None else AllHooks(stack.hooks, hooks),
+            hooks=stack.hooks if hooks is None else all_hooks([stack.hooks, hooks]),
         )
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
@@ -199,16 +201,13 @@ class Agent:
         messages: list[Message],
         session: Session | None = None,
         caller: Caller | None = None,
-    ) -> tuple[ModelClient, ToolRegistry, Any]:
-        """The model and tools of a task run without the loop (plan mode), and its trace: the
-        stack of stack.py, with its hooks made into thin wrappers that report each call."""
-        stack = await task_stack(self, task_id, message, messages, session, caller)
-        if stack.trace is None:
-            return stack.model, stack.registry, None
-        model, registry = hooked(stack.model, stack.registry, stack.hooks)
-        return model, registry, stack.trace
+    ) -> TaskStack:
+        """The model, tools, hooks and trace of a task run without the loop (plan mode): the
+        stack of stack.py. Its caller tells the hooks of each call as the loop does (kernel/hooks.py
+        `call_model`, `call_tool`) and ends the run with `task_finished`."""
+        return await task_stack(self, task_id, message, messages, session, caller)
 
-    async def task_finished(self, task_id: str, result: RunResult, trace: Any) -> bool:
+    async def task_finished(self, task_id: str, result: RunResult, trace: TaskTrace | None) -> bool:
         """End a run begun with `task_tools`: its trace is recorded whatever the outcome (never
         raises); unless the task paused for a person, the journal marks it finished. False when
         it paused: it is run again under this task id once the person has answered."""
@@ -256,12 +255,12 @@ class Agent:
         return OpenAICompatClient(replace(settings, model=model_name, base_url=base_url, api_key=api_key))
 
 
-def _default(declared: Field[Any]) -> Any:
+def _default(declared: Field[Any]) -> object:
     factory = declared.default_factory
     return declared.default if factory is MISSING else factory()
 
 
-def _apply(base: Any, part: str, options: dict[str, Any]) -> Any:
+def _apply(base: _Part, part: str, options: dict[str, Any]) -> _Part:
     """`base` (the agent's `settings` or `limits`) with the options of `options` it holds, taken out."""
     own = {name: options.pop(name) for name in list(options) if _OPTION_OF.get(name) == part}
     return replace(base, **own) if own else base

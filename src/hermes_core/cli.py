@@ -11,7 +11,15 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported by the commands that need them (see above)
+    from .agent import Agent
+    from .cli_display import Terminal, TurnDisplay
+    from .config import ObserveConfig, Settings
+    from .kernel.tools.permissions import Caller
+    from .tasks.pending import InlineInteractions
+    from .tools import ToolRegistry
 
 EXIT_WORDS = {"exit", "quit", "/exit", "/quit", "退出"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -126,7 +134,7 @@ def add_schedule_commands(commands: Any) -> None:
 QUIET_HELP = "no status line (thinking…, tool calls) on stderr; it is shown only when stderr is a terminal"
 
 
-def add_turn_commands(commands: Any) -> None:
+def add_turn_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`chat` and `run`: what they show while a turn runs is in cli_display.py."""
     chat = commands.add_parser(
         "chat", help="interactive chat (exit, quit, Ctrl-D or Ctrl-C at the prompt to leave)",
@@ -207,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
+def apply_model_flags(settings: Settings, args: argparse.Namespace) -> None:
     """--provider, --model and --base-url over the configuration (doctor applies them too)."""
     model = settings.model
     model.provider = getattr(args, "provider", None) or model.provider
@@ -217,7 +225,7 @@ def apply_model_flags(settings: Any, args: argparse.Namespace) -> None:
         model.name = args.models.split(",")[0].strip() or None
 
 
-def apply_mode(settings: Any, mode: str) -> Any:
+def apply_mode(settings: Settings, mode: str) -> Settings:
     """--mode over `agent.mode`, validated again: team mode without experts is a ConfigError."""
     from pydantic import ValidationError
 
@@ -234,7 +242,7 @@ def apply_mode(settings: Any, mode: str) -> Any:
     return changed
 
 
-def announce_model(settings: Any) -> None:
+def announce_model(settings: Settings) -> None:
     """Which model answers: the offline demo is one line on stderr; a real model a log line (INFO)."""
     import logging
 
@@ -254,7 +262,7 @@ OFFLINE_NOTICE = (
 )
 
 
-def offered_tools(agent: Any) -> Any:
+def offered_tools(agent: Agent) -> ToolRegistry:
     """The agent's tools as serve and chat offer them: with what a conversation adds (the memory's
     `remember`), attached by the same `AgentRunner` serve and chat run the agent through."""
     from .gateway.runner import AgentRunner
@@ -263,7 +271,7 @@ def offered_tools(agent: Any) -> Any:
     return agent.registry
 
 
-async def deadletters_command(settings: Any, args: argparse.Namespace) -> int:
+async def deadletters_command(settings: Settings, args: argparse.Namespace) -> int:
     """List the dead letters of the gateway's database, or ask for one to be sent again.
 
     The resend is a request in the database, not a send from here: the running gateway (or the
@@ -363,16 +371,17 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
         await store.close()
 
 
-def print_tools(agent: Any) -> int:
+def print_tools(agent: Agent) -> int:
     offered_tools(agent)
-    if agent.mcp is not None:  # MCP servers' tools are known once connected
+    mcp = agent.mcp
+    if mcp is not None:  # MCP servers' tools are known once connected
         from .config import ConfigError
 
         async def connect() -> None:
             try:
-                await agent.mcp.start(agent.registry)
+                await mcp.start(agent.registry)
             finally:
-                await agent.mcp.aclose()
+                await mcp.aclose()
 
         try:
             asyncio.run(connect())
@@ -385,7 +394,7 @@ def print_tools(agent: Any) -> int:
     return 0
 
 
-def configure_logging(level: str | None, command: str, observe: Any = None) -> None:
+def configure_logging(level: str | None, command: str, observe: ObserveConfig | None = None) -> None:
     """Log lines to stderr at `level` (else `observe.level`; INFO for `serve`), every secret redacted.
     With the configuration's `observe` section: its format, and daily JSON files (observe/logs.py)."""
     import logging
@@ -406,7 +415,7 @@ def configure_logging(level: str | None, command: str, observe: Any = None) -> N
     install_log_redaction()  # also when nothing is configured: warnings still reach stderr
 
 
-def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
     from .gateway.server import serve
 
     def banner(address: str, routes: str) -> None:
@@ -423,7 +432,7 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bool = False) -> int:
+async def run_once(agent: Agent, message: str, *, as_json: bool = False, quiet: bool = False) -> int:
     """One message; Ctrl-C cancels it: one line on stderr, exit 130."""
     from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
     from .kernel.redaction import redact_data
@@ -464,7 +473,7 @@ async def run_once(agent: Any, message: str, *, as_json: bool = False, quiet: bo
     return 0 if result.ok else 1
 
 
-async def chat(agent: Any, *, quiet: bool = False) -> int:
+async def chat(agent: Agent, *, quiet: bool = False) -> int:
     """The REPL. Ctrl-C cancels the turn that runs; at the prompt (or again at once) it leaves."""
     from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
     from .gateway.runner import AgentRunner
@@ -505,7 +514,7 @@ async def chat(agent: Any, *, quiet: bool = False) -> int:
     return 0
 
 
-def terminal_caller(agent: Any) -> Any:
+def terminal_caller(agent: Agent) -> Caller:
     """Who the terminal's tasks run for: the login name on the `terminal` channel, so that
     `permissions.admins: ["terminal:<login>"]` makes that person an admin here and nowhere else."""
     import getpass
@@ -517,7 +526,7 @@ def terminal_caller(agent: Any) -> Any:
     return agent.permissions.caller(login, "terminal")
 
 
-def terminal_interactions(terminal: Any, display: Any) -> Any:
+def terminal_interactions(terminal: Terminal, display: TurnDisplay) -> InlineInteractions:
     """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on.
     Their lines come from the session's `Terminal`, so Ctrl-C at such a prompt cancels the turn."""
     from .kernel.redaction import redact_text

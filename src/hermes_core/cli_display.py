@@ -27,13 +27,15 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Sequence
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
+from .kernel.hooks import TaskHooks
 from .kernel.messages import ToolCall
 from .kernel.redaction import Redactor, cut_text, default_redactor
-from .kernel.tools import ToolContext
-from .kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome, ToolRegistry
-from .kernel.tools.results import DEFAULT_MAX_CHARS
+from .kernel.tools.registry import ToolOutcome
+
+if TYPE_CHECKING:
+    from .agent import Agent
 
 T = TypeVar("T")
 
@@ -117,9 +119,10 @@ class TurnDisplay:
         self.status.note(f"→ {call.name}({arguments}{'…' if total > ARGUMENTS_SHOWN else ''})")
         self.status.show(f"running {call.name}…")
 
-    def tool_finished(self, outcome: ToolOutcome) -> None:
+    def tool_finished(self, outcome: ToolOutcome | None) -> None:
+        """A call is over: its outcome, or None when it raised or the turn was cancelled."""
         self._running -= 1
-        if outcome.error == "awaiting_approval":
+        if outcome is not None and outcome.error == "awaiting_approval":
             self.status.note(f"  {outcome.call.name} waits for approval 等待批准")
         if self._running <= 0:
             self.status.show(THINKING)
@@ -170,34 +173,27 @@ class TurnDisplay:
             self._open_line = False
 
 
-class ShownTools(RegistryWrapper):
-    """The agent's tools, each call shown on the status line while it runs."""
+class ShownTools(TaskHooks):
+    """Hooks (kernel/hooks.py) that show each tool call on the status line while it runs."""
 
-    def __init__(self, inner: ToolRegistry, display: TurnDisplay) -> None:
-        super().__init__(inner)
+    def __init__(self, display: TurnDisplay) -> None:
         self.display = display
 
-    async def execute(
-        self,
-        call: ToolCall,
-        *,
-        timeout: float = DEFAULT_TOOL_TIMEOUT,
-        max_chars: int = DEFAULT_MAX_CHARS,
-        context: ToolContext | None = None,
-    ) -> ToolOutcome:
+    async def on_tool_start(self, call: ToolCall) -> None:
         self.display.tool_started(call)
-        outcome = ToolOutcome(call, "", False, error="cancelled")
-        try:
-            outcome = await self.inner.execute(call, timeout=timeout, max_chars=max_chars, context=context)
-        finally:
-            self.display.tool_finished(outcome)
-        return outcome
+
+    async def on_tool_end(
+        self, call: ToolCall, outcome: ToolOutcome | None, error: BaseException | None
+    ) -> None:
+        self.display.tool_finished(outcome)
+
+    async def on_tool_cancelled(self, call: ToolCall) -> None:
+        self.display.tool_finished(None)
 
 
-def show_tool_calls(agent: Any, display: TurnDisplay) -> None:
-    """Show `agent`'s tool calls on `display`. Call it after `agent.use_interactions`: a registry
-    wrapper keeps the interactions of the registry it wraps as they were when it was made."""
-    agent.registry = ShownTools(agent.registry, display)
+def show_tool_calls(agent: Agent, display: TurnDisplay) -> None:
+    """Show the tool calls of `agent`'s tasks on `display`: its hooks get a `ShownTools`."""
+    agent.hooks = [*agent.hooks, ShownTools(display)]
 
 
 class Terminal:
@@ -209,7 +205,7 @@ class Terminal:
         self._ended = False  # stdin is at its end
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._reader: threading.Thread | None = None
-        self._turn: asyncio.Task[Any] | None = None
+        self._turn: asyncio.Task[object] | None = None
         self._cancelling = False
         self._reading: asyncio.Future[str | None] | None = None
         try:
@@ -244,9 +240,10 @@ class Terminal:
 
     async def turn(self, work: Awaitable[T]) -> T:
         """Run one turn; TurnCancelled when Ctrl-C cancelled it."""
-        self._turn, self._cancelling = asyncio.ensure_future(work), False
+        turn = asyncio.ensure_future(work)
+        self._turn, self._cancelling = turn, False
         try:
-            return await self._turn
+            return await turn
         except asyncio.CancelledError:
             if not self._cancelling:  # cancelled from outside, not by Ctrl-C
                 raise

@@ -25,14 +25,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 
 from .channels.media import MediaLimits
 from .kernel.loop import Limits
+from .kernel.messages import JSON
 from .models.settings import ModelRoute, ModelSettings
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .kernel.model import ModelClient
+    from .kernel.tools.permissions import Policy
+    from .models.providers import Endpoint
+    from .modes import TaskMode
+    from .skills import SkillSet
+    from .tools.mcp import MCPToolset
 
 SECRET_KEYS = frozenset({"api_key", "app_secret", "encrypt_key", "verification_token", "token", "password"})
 # headers of `model.extra_headers` that carry a credential: from the environment only, like api_key
@@ -372,7 +382,7 @@ def load_settings(
     if dotenv is not None and env is None:
         load_dotenv(dotenv)
     environ = os.environ if env is None else env
-    data: dict[str, Any] = _read_yaml(Path(path)) if path else {}
+    data: dict[str, JSON] = _read_yaml(Path(path)) if path else {}
     _refuse_secrets(data)
     for variable, (section, key) in ENV_KEYS.items():
         if environ.get(variable):
@@ -385,7 +395,7 @@ def load_settings(
     return settings
 
 
-def build_agent(settings: Settings, *, model_required: bool = True, **overrides: Any) -> Any:
+def build_agent(settings: Settings, *, model_required: bool = True, **overrides: Any) -> Agent:
     """An `Agent` from settings, its model from `model_endpoint` (a half configuration is a
     ConfigError, unless `model_required` is False: commands that never ask the model) unless
     `model=` passes a client."""
@@ -428,15 +438,16 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     return agent
 
 
-def routed_model(agent: Any, routes: list[ModelRoute]) -> Any:
+def routed_model(agent: Agent, routes: list[ModelRoute]) -> ModelClient:
     """The agent's model client with `model.routes` (models/routing.py): one client per route, on
     the main model's endpoint and settings."""
     import dataclasses
 
+    from .models.openai_compat import OpenAICompatClient
     from .models.routing import Route, RoutedModel
 
     main = agent._build_client()
-    if not hasattr(main, "settings"):
+    if not isinstance(main, OpenAICompatClient):
         raise ConfigError("model.routes: needs a model endpoint (the offline demo model has no other models)")
     clients = []
     for route in routes:
@@ -445,7 +456,7 @@ def routed_model(agent: Any, routes: list[ModelRoute]) -> Any:
     return RoutedModel(main, clients, agent.is_greeting)
 
 
-def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
+def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> TaskMode:
     """The `TaskMode` of `agent.mode` (modes.py); for a team, its experts as agents of their own."""
     from .agent import Agent
     from .modes import TaskMode
@@ -476,7 +487,7 @@ def task_mode(settings: Settings, agent: Any, options: dict[str, Any]) -> Any:
                     delegate_timeout=team.delegate_timeout)  # fmt: skip
 
 
-def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Any:
+def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Endpoint | None:
     """The `Endpoint` the model section names (models/providers.py), None for the offline demo
     model; a ConfigError in one sentence for a half configuration."""
     from .models.providers import EndpointError, resolve_endpoint
@@ -491,7 +502,7 @@ def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None)
 IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels whose users can be listed
 
 
-def policy(config: PermissionsConfig) -> Any:
+def policy(config: PermissionsConfig) -> Policy:
     """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
     from .kernel.tools.permissions import Policy, unqualified
 
@@ -510,7 +521,7 @@ def policy(config: PermissionsConfig) -> Any:
     return Policy.from_lists(config.admins, config.roles, config.allow_irreversible, config.batch_max_level)
 
 
-def skill_set(config: SkillsConfig, tools: list[Any]) -> Any:
+def skill_set(config: SkillsConfig, tools: list[Any]) -> SkillSet | None:
     """The skills of `skills.dirs`, checked against these tools (skills.py); None without a folder."""
     if not config.dirs:
         return None
@@ -533,7 +544,7 @@ def with_confirmation(tools: list[Any], names: list[str]) -> list[Any]:
     return [dataclasses.replace(t, confirm=True) if t.name in names else t for t in tools]
 
 
-def mcp_toolset(servers: list[MCPServerConfig]) -> Any:
+def mcp_toolset(servers: list[MCPServerConfig]) -> MCPToolset | None:
     """The MCP servers as a `tools.mcp.MCPToolset` (connected on first use), or None without any."""
     if not servers:
         return None
@@ -625,7 +636,7 @@ def load_dotenv(path: str | Path) -> None:
         os.environ.setdefault(key.strip(), value)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, JSON]:
     import yaml
 
     try:
@@ -641,7 +652,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _refuse_secrets(data: Any, where: str = "") -> None:
+def _refuse_secrets(data: JSON, where: str = "") -> None:
     if isinstance(data, dict):
         for key, value in data.items():
             here = f"{where}.{key}" if where else str(key)

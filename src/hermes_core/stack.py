@@ -15,10 +15,11 @@ Layers 2–5 are built once per agent (`model_client`, `Agent.client`). A tool c
 `JournaledTools` (with a journal: recorded results, calls that must not run twice) and then the
 agent's `ToolRegistry`, the one place that executes a call.
 
-Observers are not layers: the tracer's `TaskTrace` (the trace record, log events, metrics,
-OpenTelemetry spans) is the task's `hooks` (kernel/hooks.py), which the loop calls before and after each
-model call and tool call. It is started after the journal's `resume`, so a resumed task's record
-shows its replayed steps too.
+Observers are not layers: the agent's own `hooks` (the terminal's display of tool calls) and the
+tracer's `TaskTrace` (the trace record, log events, metrics, OpenTelemetry spans) are the task's
+`hooks` (kernel/hooks.py), which the loop and plan mode call before and after each model call and tool
+call. The trace is started after the journal's `resume`, so a resumed task's record shows its
+replayed steps too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .kernel.hooks import NO_HOOKS, TaskHooks
+from .kernel.hooks import NO_HOOKS, TaskHooks, all_hooks
 from .kernel.messages import Message
 from .kernel.model import ModelClient
 from .kernel.redaction import RedactingModelClient
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class TaskStack:
-    """One task's model client and tools, its hooks, and its trace (None without a tracer)."""
+    """One task's model client and tools, its hooks (the agent's, then the trace), and its trace
+    (None without a tracer)."""
 
     model: ModelClient
     registry: ToolRegistry
@@ -70,7 +72,7 @@ async def task_stack(
     caller: Caller | None = None,
 ) -> TaskStack:
     """The stack one task runs with: MCP tools attached, the journal replaying what it holds
-    (layer 1), the tracer's hooks observing each step."""
+    (layer 1), the agent's hooks and the tracer's observing each step."""
     if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
         await agent.mcp.attach(agent.registry)
     model, registry = agent.client, agent.registry
@@ -79,10 +81,10 @@ async def task_stack(
 
         model, registry = await resume(agent.journal, task_id, model, registry)
     if agent.tracer is None:
-        return TaskStack(model, registry)
+        return TaskStack(model, registry, all_hooks(agent.hooks))
     conversation = session.id if session is not None else None
     trace = agent.tracer.start(task_id, message, messages, conversation=conversation, caller=caller)
-    return TaskStack(model, registry, trace.attach(model, registry), trace)
+    return TaskStack(model, registry, all_hooks([*agent.hooks, trace.attach(model, registry)]), trace)
 
 
 def layers(client: object) -> list[str]:

@@ -88,10 +88,11 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from ..kernel.messages import JSON
 from .base import Channel, DeliveryError, json_object, read_body
 from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
 from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
@@ -366,7 +367,7 @@ class WebhookChannel(Channel):
         """A `message_id` accepted before: the same caller asking again (its first request cut by a
         crash or a timeout) gets that message's reply, stored or, while it still runs, awaited.
         Another user's or conversation's message of that id is not theirs: nothing of it is shown."""
-        fields: dict[str, Any] = {"message_id": message.message_id, "duplicate": True}
+        fields: dict[str, JSON] = {"message_id": message.message_id, "duplicate": True}
         earlier = await self.gateway.store.replies_of(self.name, message.message_id)
         same = earlier is not None and (earlier.message.sender, earlier.message.conversation) == (
             message.sender,
@@ -412,7 +413,7 @@ class WebhookChannel(Channel):
             pass
         return response
 
-    async def _reply_of(self, inbound_id: int, fields: dict[str, Any]) -> web.Response:
+    async def _reply_of(self, inbound_id: int, fields: dict[str, JSON]) -> web.Response:
         """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
         waiter = self._wait(inbound_id)
         try:
@@ -421,7 +422,7 @@ class WebhookChannel(Channel):
             self._unwait(inbound_id, waiter)
 
     async def _answer(
-        self, inbound_id: int, waiter: asyncio.Future[OutboundMessage], fields: dict[str, Any]
+        self, inbound_id: int, waiter: asyncio.Future[OutboundMessage], fields: dict[str, JSON]
     ) -> web.Response:
         try:
             reply = await asyncio.wait_for(asyncio.shield(waiter), self.reply_timeout)
@@ -455,7 +456,7 @@ class WebhookChannel(Channel):
             return _error(403, f"unsigned requests are answered only from this machine: set {SECRET_ENV}")
         return body, None
 
-    def _signature(self, headers: Any, body: bytes) -> str | None:
+    def _signature(self, headers: Mapping[str, str], body: bytes) -> str | None:
         """The request's signature when it is right and its timestamp fresh; None otherwise."""
         assert self.secret is not None
         timestamp = headers.get("X-Hermes-Timestamp", "")
@@ -574,7 +575,7 @@ class WebhookChannel(Channel):
             self._session = None
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
+def _json_object(body: bytes) -> dict[str, JSON]:
     """The body as a JSON object (channels/base.py `json_object`), its refusal said the webhook's way."""
     try:
         return json_object(body)
@@ -582,7 +583,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
         raise ValueError(f"body must be UTF-8 JSON: {exc}") from None
 
 
-def _is_id(value: Any) -> TypeGuard[str]:
+def _is_id(value: JSON) -> TypeGuard[str]:
     """A non-empty string that can be stored exactly (no lone surrogate)."""
     return isinstance(value, str) and bool(value) and not has_surrogate(value)
 
@@ -595,10 +596,10 @@ def _from_this_machine(request: web.Request) -> bool:
     return is_local(request) and not any(name in request.headers for name in ("Origin", "Sec-Fetch-Site"))
 
 
-def _reply_fields(reply: OutboundMessage) -> dict[str, Any]:
+def _reply_fields(reply: OutboundMessage) -> dict[str, JSON]:
     """`reply`, `ok` (false when the task failed: the reply is then the apology) and `error` (why),
     and the approval request when the task waits for one."""
-    fields: dict[str, Any] = {"reply": reply.text, "ok": reply.error is None}
+    fields: dict[str, JSON] = {"reply": reply.text, "ok": reply.error is None}
     if reply.error is not None:
         fields["error"] = reply.error
     if reply.approval is not None:
@@ -641,7 +642,7 @@ def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
-def _json(data: dict[str, Any], status: int = 200) -> web.Response:
+def _json(data: dict[str, JSON], status: int = 200) -> web.Response:
     from aiohttp import web
 
     return web.json_response(data, status=status, dumps=_dumps)

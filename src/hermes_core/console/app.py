@@ -46,6 +46,7 @@ from .channel import WebChannel
 from .pages import Pages, dead_letter_summary, trace_url
 
 if TYPE_CHECKING:
+    from ..agent import Agent
     from ..observe.traces import Tracer, TraceStore
 
 log = logging.getLogger("hermes_core.console")
@@ -63,7 +64,7 @@ class Console:
     them except through the gateway's own paths (accept, and a decision's resume message)."""
 
     def __init__(
-        self, gateway: Any, agent: Any, channel: WebChannel, access: Access, redactor: Redactor
+        self, gateway: Any, agent: Agent, channel: WebChannel, access: Access, redactor: Redactor
     ) -> None:
         self.gateway = gateway
         self.agent = agent
@@ -358,7 +359,7 @@ class Console:
 def mount_console(
     app: web.Application,
     gateway: Any,
-    agent: Any,
+    agent: Agent,
     settings: Settings,
     *,
     host: str,

@@ -21,6 +21,8 @@ from ..kernel.redaction import Redactor, cut_text
 if TYPE_CHECKING:
     from ..observe.traces import TraceSummary
 
+from ..kernel.messages import JSON
+
 NAV = (
     ("chat", "/console/", "Chat"),
     ("tasks", "/console/tasks", "Tasks"),
@@ -40,7 +42,7 @@ class Pages:
     def __init__(self, redactor: Redactor) -> None:
         self.redactor = redactor
 
-    def show(self, value: Any) -> str:
+    def show(self, value: object) -> str:
         """Any value as HTML text: redacted, then escaped (quotes too: safe inside attributes)."""
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
         return html.escape(self.redactor.redact(text), quote=True)
@@ -115,7 +117,7 @@ each reply links to its trace.</p>"""
         css = "ok" if record.get("ok") else "paused" if str(reason).startswith("awaiting") else "failed"
         return f'<span class="badge {css}">{self.show(reason)}</span>'
 
-    def trace(self, record: dict[str, Any]) -> str:
+    def trace(self, record: dict[str, JSON]) -> str:
         """One task: what came in, every model turn and tool call on a time axis, what went out."""
         task_id = str(record.get("task_id", ""))
         usage = record.get("usage") or {}
@@ -145,7 +147,7 @@ each reply links to its trace.</p>"""
         parts.append(self._messages(record.get("messages") or []))
         return self.layout("tasks", f"Task {task_id}", "\n".join(parts))
 
-    def _timeline(self, record: dict[str, Any]) -> str:
+    def _timeline(self, record: dict[str, JSON]) -> str:
         model_calls = list(record.get("model_calls") or [])
         tool_calls = list(record.get("tool_calls") or [])
         start, total = _span(record, model_calls + tool_calls)
@@ -161,7 +163,7 @@ each reply links to its trace.</p>"""
         body = "".join(rows)
         return f'<table id="timeline" class="timeline"><thead>{head}</thead><tbody>{body}</tbody></table>'
 
-    def _model_row(self, call: dict[str, Any], start: float, total: float) -> str:
+    def _model_row(self, call: dict[str, JSON], start: float, total: float) -> str:
         response = call.get("response") or {}
         asked = [f"{c.get('name')}({_compact(c.get('arguments'))})" for c in response.get("tool_calls") or []]
         detail = [
@@ -178,7 +180,7 @@ each reply links to its trace.</p>"""
         label = f"model · {self.show(call.get('request_messages_count', '?'))} messages in"
         return self._row(css, f"turn {self.show(call.get('turn', '?'))}", label, call, start, total, detail)
 
-    def _tool_row(self, call: dict[str, Any], start: float, total: float) -> str:
+    def _tool_row(self, call: dict[str, JSON], start: float, total: float) -> str:
         detail = [
             '<div class="label">arguments</div>',
             f'<pre class="arguments">{self.show(_pretty(call.get("arguments")))}</pre>',
@@ -196,7 +198,7 @@ each reply links to its trace.</p>"""
         css: str,
         step: str,
         what: str,
-        call: dict[str, Any],
+        call: dict[str, JSON],
         start: float,
         total: float,
         detail: list[str],
@@ -213,7 +215,7 @@ each reply links to its trace.</p>"""
         cells = f'<td>{step}</td><td>{what}</td><td class="when">{bar}</td><td>{"".join(detail)}</td>'
         return f'<tr class="{css}">{cells}</tr>'
 
-    def _approvals_of(self, approvals: list[Any]) -> str:
+    def _approvals_of(self, approvals: list[JSON]) -> str:
         items = []
         for item in approvals:
             if isinstance(item, dict):
@@ -226,7 +228,7 @@ each reply links to its trace.</p>"""
                 items.append(f"<li>{self.show(item)}</li>")
         return f'<ul class="approvals">{"".join(items)}</ul>'
 
-    def _messages(self, messages: list[Any]) -> str:
+    def _messages(self, messages: list[JSON]) -> str:
         items = "".join(
             f"<li><b>{self.show(m.get('role', '?') if isinstance(m, dict) else '?')}</b>"
             f"<pre>{self.show(_message_text(m))}</pre></li>"
@@ -248,7 +250,9 @@ each reply links to its trace.</p>"""
 
     # -- approvals ------------------------------------------------------------------------------
 
-    def approvals(self, waiting: list[dict[str, Any]], recent: list[dict[str, Any]], has_store: bool) -> str:
+    def approvals(
+        self, waiting: list[dict[str, JSON]], recent: list[dict[str, JSON]], has_store: bool
+    ) -> str:
         if not has_store:
             return self.layout("approvals", "Approvals", "<p>Approvals are not configured.</p>")
         head = "<tr><th>id</th><th>tool</th><th>arguments</th><th>asked by</th><th>task</th>"
@@ -263,7 +267,7 @@ each reply links to its trace.</p>"""
         )
         return self.layout("approvals", "Approvals", body)
 
-    def _approval_row(self, pending: dict[str, Any], *, decidable: bool) -> str:
+    def _approval_row(self, pending: dict[str, JSON], *, decidable: bool) -> str:
         pid = self.show(pending.get("id", ""))
         task_id = str(pending.get("task_id", ""))
         if decidable:
@@ -287,7 +291,7 @@ each reply links to its trace.</p>"""
 
     # -- dead letters ----------------------------------------------------------------------------
 
-    def dead_letters(self, rows: list[dict[str, Any]] | None) -> str:
+    def dead_letters(self, rows: list[dict[str, JSON]] | None) -> str:
         """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
         if rows is None:
             return self.layout("deadletters", "Dead letters", "<p>This gateway keeps no dead letters.</p>")
@@ -354,7 +358,7 @@ each reply links to its trace.</p>"""
 
     # -- status ----------------------------------------------------------------------------------
 
-    def status(self, data: dict[str, Any]) -> str:
+    def status(self, data: dict[str, JSON]) -> str:
         gateway = data["gateway"]
         cards = [
             ("accepting messages", "yes" if gateway.get("ok") else "no"),
@@ -396,7 +400,7 @@ each reply links to its trace.</p>"""
         head += "<th>replies to send</th></tr>"
         return f'<table id="lanes"><thead>{head}</thead><tbody>{rows}</tbody></table>'
 
-    def _model(self, model: dict[str, Any] | None) -> str:
+    def _model(self, model: dict[str, JSON] | None) -> str:
         if model is None:
             return NO_TRACES
         rate = f"{model['error_rate'] * 100:.1f}%" if model["model_calls"] else "–"
@@ -440,26 +444,26 @@ def filters_query(filters: dict[str, str]) -> str:
     return urlencode({key: value for key, value in filters.items() if value})
 
 
-def _when(timestamp: Any) -> str:
+def _when(timestamp: JSON) -> str:
     if not isinstance(timestamp, (int, float)):
         return ""
     return html.escape(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp)))
 
 
-def _until(timestamp: Any) -> str:
+def _until(timestamp: JSON) -> str:
     if not isinstance(timestamp, (int, float)):
         return "never"
     left = timestamp - time.time()
     return "expired" if left <= 0 else f"in {left / 60:.0f} min" if left >= 60 else f"in {left:.0f} s"
 
 
-def _seconds(started: Any, finished: Any) -> str:
+def _seconds(started: JSON, finished: JSON) -> str:
     if not isinstance(started, (int, float)) or not isinstance(finished, (int, float)):
         return ""
     return f"{finished - started:.2f} s"
 
 
-def _tokens(usage: Any) -> str:
+def _tokens(usage: JSON) -> str:
     if isinstance(usage, (int, float)):
         return f"{usage:g} tokens"
     if not isinstance(usage, dict) or not usage:
@@ -470,13 +474,13 @@ def _tokens(usage: Any) -> str:
     return f"{total} tokens ({prompt} in, {completion} out)"
 
 
-def _span(record: dict[str, Any], calls: list[dict[str, Any]]) -> tuple[float, float]:
+def _span(record: dict[str, JSON], calls: list[dict[str, JSON]]) -> tuple[float, float]:
     """The task's start and length, for the bars: its own times, widened to cover all its steps."""
     steps = [
         (float(c["started_at"]), float(c.get("elapsed") or 0)) for c in calls if _is_time(c.get("started_at"))
     ]
-    started: Any = record.get("started_at")
-    finished: Any = record.get("finished_at")
+    started: JSON = record.get("started_at")
+    finished: JSON = record.get("finished_at")
     start = float(started) if _is_time(started) else min((s for s, _ in steps), default=0.0)
     end = max(
         [began + elapsed for began, elapsed in steps] + [float(finished) if _is_time(finished) else start]
@@ -484,42 +488,43 @@ def _span(record: dict[str, Any], calls: list[dict[str, Any]]) -> tuple[float, f
     return start, max(end - start, 1e-3)
 
 
-def _caller(caller: Any) -> str:
+def _caller(caller: JSON) -> str:
     """`alice (admin, feishu)` from a recorded Caller."""
     if not isinstance(caller, dict):
         return "" if caller is None else str(caller)
     return f"{caller.get('user_id') or '?'} ({caller.get('role', '')}, {caller.get('channel') or '?'})"
 
 
-def _is_time(value: Any) -> bool:
+def _is_time(value: JSON) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _pretty(value: Any) -> str:
+def _pretty(value: JSON) -> str:
     """JSON (or JSON text) indented for reading; anything else as it is."""
     if isinstance(value, str):
+        text = value
         try:
-            value = json.loads(value)
+            value = json.loads(text)
         except ValueError:
-            return value
+            return text
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
 
 
-def _compact(value: Any) -> str:
+def _compact(value: JSON) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _clip(value: Any, limit: int = 80) -> str:
+def _clip(value: JSON, limit: int = 80) -> str:
     """A table cell's snippet: redacted before it is cut, so no secret leaves its start at the cut."""
     shown, total = cut_text("" if value is None else str(value), limit)
     return shown if total <= limit else cut_text(shown, limit - 1)[0] + "…"
 
 
-def _message_text(message: Any) -> str:
+def _message_text(message: JSON) -> str:
     if not isinstance(message, dict):
         return str(message)
     text = message.get("content") or ""

@@ -39,15 +39,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..kernel.messages import JSON, Message
 
 if TYPE_CHECKING:
     from ..kernel.loop import RunResult
     from ..kernel.tools.registry import ToolOutcome
 
-Message = dict[str, Any]
 ROLES = ("user", "assistant", "tool")
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 CASE_SUFFIXES = (".yaml", ".yml")
@@ -61,7 +62,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _as_list(value: Any) -> Any:
+def _as_list(value: JSON) -> JSON:
     """YAML convenience: a single string where a list of strings is expected."""
     return [value] if isinstance(value, str) else value
 
@@ -78,12 +79,12 @@ class CallCheck(_Strict):
     """A tool that must have succeeded at least once, optionally with these argument values."""
 
     tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, JSON] = Field(default_factory=dict)
     arguments_match: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
-    def _name_only(cls, value: Any) -> Any:
+    def _name_only(cls, value: JSON) -> JSON:
         return {"tool": value} if isinstance(value, str) else value
 
     @field_validator("arguments_match")
@@ -131,7 +132,7 @@ class Checks(_Strict):
 
     @field_validator("file_contains", mode="before")
     @classmethod
-    def _file_lists(cls, value: Any) -> Any:
+    def _file_lists(cls, value: JSON) -> JSON:
         return {key: _as_list(texts) for key, texts in value.items()} if isinstance(value, dict) else value
 
 
@@ -148,7 +149,7 @@ class Case(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _input_shorthand(cls, data: Any) -> Any:
+    def _input_shorthand(cls, data: JSON) -> JSON:
         """`input: text` is the last user message, after any `conversation` given."""
         if isinstance(data, dict) and "input" in data:
             data = dict(data)
@@ -158,7 +159,7 @@ class Case(_Strict):
 
     @field_validator("conversation", mode="before")
     @classmethod
-    def _messages(cls, value: Any) -> Any:
+    def _messages(cls, value: JSON) -> JSON:
         if not isinstance(value, list):
             return value
         return [_wire_message(item, index) for index, item in enumerate(value)]
@@ -193,7 +194,7 @@ class Case(_Strict):
         return str(self.conversation[-1]["content"])
 
 
-def _wire_message(item: Any, index: int) -> Message:
+def _wire_message(item: JSON, index: int) -> Message:
     """`{user: text}` / `{assistant: text}` or a full wire message → a wire message."""
     if not isinstance(item, Mapping):
         raise ValueError(f"message {index + 1}: expected a mapping such as {{user: text}}, got {item!r}")
@@ -232,7 +233,7 @@ def load_case(path: Path) -> Case:
     return case if case.name else case.model_copy(update={"name": path.stem})
 
 
-def parse_case(data: Mapping[str, Any], where: str) -> Case:
+def parse_case(data: Mapping[str, JSON], where: str) -> Case:
     """Validate one case's data; errors name `where` and the key."""
     try:
         return Case.model_validate(data)
@@ -325,7 +326,7 @@ def _file_checks(path: str, texts: list[str], workspace: Path | None) -> list[Ch
     ]
 
 
-def call_arguments(outcome: ToolOutcome) -> dict[str, Any]:
+def call_arguments(outcome: ToolOutcome) -> dict[str, JSON]:
     """The arguments a call ran with (or, for a call that did not run, what the model wrote)."""
     if outcome.arguments is not None:
         return outcome.arguments
@@ -348,7 +349,7 @@ def _calls_of(result: RunResult, name: str) -> str:
     return "calls: " + "; ".join(shown)
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 

@@ -22,11 +22,11 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from ..kernel.messages import JSON, Message
 from ..kernel.records import outcome_from
 from ..kernel.tools.registry import ToolOutcome
-from .cases import WIRE_KEYS, CaseError, Message, clip, parse_case
+from .cases import WIRE_KEYS, CaseError, clip, parse_case
 
 FILE_TOOLS = ("read_file", "write_file", "list_directory")
 
@@ -37,7 +37,7 @@ def add_trace(
     *,
     name: str | None = None,
     force: bool = False,
-    record: Mapping[str, Any] | None = None,
+    record: Mapping[str, JSON] | None = None,
 ) -> Path:
     """Write the case proposed for a trace into `cases_dir`; returns the new file.
 
@@ -76,20 +76,20 @@ def add_trace(
     return target
 
 
-def case_from_trace(trace: Mapping[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
+def case_from_trace(trace: Mapping[str, JSON], name: str) -> tuple[dict[str, JSON], list[str]]:
     """The case data proposed for a trace, and comment lines describing the recorded run."""
     history, task = _trace_conversation(trace)
     calls = [outcome_from(call) for call in trace.get("tool_calls") or [] if isinstance(call, Mapping)]
     succeeded = list(dict.fromkeys(outcome.call.name for outcome in calls if outcome.ok))
     stop_reason = str(trace.get("stop_reason") or "")
     reply = str(trace.get("reply") or "")
-    checks: dict[str, Any] = {}
+    checks: dict[str, JSON] = {}
     if succeeded:
         checks["must_call"] = succeeded
     if stop_reason and stop_reason != "completed" and reply:
         checks["reply_not_contains"] = [reply]
     checks["stop_reason"] = "completed"
-    data: dict[str, Any] = {
+    data: dict[str, JSON] = {
         "name": name,
         "description": f"recorded failure ({stop_reason or 'no stop reason'}); edit the checks",
     }
@@ -104,7 +104,7 @@ def _notes(calls: list[ToolOutcome], stop_reason: str, reply: str) -> list[str]:
     """What the recorded run did, as comment lines for the case file."""
     notes = [f"Recorded run: stop_reason={stop_reason or '?'}, {len(calls)} tool call(s)"]
     for outcome in calls:
-        arguments: Any = outcome.call.arguments  # a hand-written trace may hold them decoded
+        arguments: JSON = outcome.call.arguments  # a hand-written trace may hold them decoded
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         status = "ok" if outcome.ok else f"failed ({outcome.error or 'error'})"
         notes.append(f"  {outcome.call.name} {clip(shown or '{}')} -> {status}: {clip(outcome.content)}")
@@ -114,7 +114,7 @@ def _notes(calls: list[ToolOutcome], stop_reason: str, reply: str) -> list[str]:
     return notes
 
 
-def _trace_conversation(trace: Mapping[str, Any]) -> tuple[list[Message], str]:
+def _trace_conversation(trace: Mapping[str, JSON]) -> tuple[list[Message], str]:
     """(earlier messages, the task) of a trace: `history` + `input`, or derived from `messages`."""
     messages = [m for m in trace.get("messages") or [] if isinstance(m, Mapping)]
     task = trace.get("input")
@@ -133,14 +133,14 @@ def _trace_conversation(trace: Mapping[str, Any]) -> tuple[list[Message], str]:
     return kept, task
 
 
-def _shorthand(message: Mapping[str, Any]) -> dict[str, Any]:
+def _shorthand(message: Mapping[str, JSON]) -> dict[str, JSON]:
     """`{user: text}` / `{assistant: text}` where the message is only that, else the wire message."""
     wire = {key: message[key] for key in WIRE_KEYS if key in message}
     plain = set(wire) == {"role", "content"} and isinstance(wire["content"], str)
     return {wire["role"]: wire["content"]} if plain and wire["role"] in ("user", "assistant") else wire
 
 
-def _case_name(trace: Mapping[str, Any], source: Path) -> str:
+def _case_name(trace: Mapping[str, JSON], source: Path) -> str:
     task_id = str(trace.get("task_id") or "")
     # `<channel>:<message id>~<random>`: the random part tells apart the tasks of one channel
     unique = task_id.rpartition("~")[2] if "~" in task_id else task_id[:12]

@@ -68,7 +68,8 @@ class _Connection(asyncio.Protocol):
             self.draining = payload
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
+        keep_open: bool | None = self.inner.eof_received()
+        return keep_open
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disarm()

@@ -39,7 +39,7 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
 from ..kernel.approvals import Pending
+from ..kernel.messages import JSON
 from ..kernel.redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory, SQLiteSessionStore
 from ..tasks import SQLiteTaskJournal, TaskJournal
@@ -64,6 +65,8 @@ from .runner import AgentRunner
 from .store import SQLiteGatewayStore
 
 if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..observe.metrics import Sample
     from ..observe.traces import TraceStore
 
 log = logging.getLogger("hermes_core.server")
@@ -133,7 +136,7 @@ class RedactingRunner:
 
 
 def build_gateway(
-    settings: Settings, agent: Any = None, *, clock: Callable[[], float] | None = None
+    settings: Settings, agent: Agent | None = None, *, clock: Callable[[], float] | None = None
 ) -> tuple[Gateway, list[web.RouteDef]]:
     """The gateway `serve` runs, and its channels' routes; `clock` is the scheduler's (tests)."""
     agent = agent or build_agent(settings)
@@ -283,7 +286,7 @@ async def serve(
     port: int | None = None,
     ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
-    agent: Any = None,
+    agent: Agent | None = None,
     banner: Callable[[str, str], None] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or until `stop` is set). Once listening, `ready(address)` and
@@ -350,7 +353,7 @@ async def serve(
         await agent.aclose()
 
 
-def log_model(settings: Settings, agent: Any) -> None:
+def log_model(settings: Settings, agent: Agent) -> None:
     """Which model answers, never its key: a WARNING when it is the offline demo model."""
     from ..config import model_endpoint
     from ..kernel.model import ModelClient
@@ -366,9 +369,9 @@ def log_model(settings: Settings, agent: Any) -> None:
         log.info("model: %s; tool_mode %s", endpoint.describe(), settings.model.tool_mode)
 
 
-def degraded_parts(gateway: Gateway) -> list[dict[str, Any]]:
+def degraded_parts(gateway: Gateway) -> list[dict[str, JSON]]:
     """What the channels report as not working yet (e.g. Feishu unreachable at start, retrying)."""
-    parts: list[dict[str, Any]] = []
+    parts: list[dict[str, JSON]] = []
     for channel in gateway.channels.values():
         report = getattr(channel, "degraded", None)
         if callable(report):
@@ -402,9 +405,12 @@ async def what_is_served(request: web.Request) -> web.Response:
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
-def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any) -> web.RouteDef:
+def metrics_route(
+    gateway: Gateway, settings: Settings, bind: str, environ: Mapping[str, str]
+) -> web.RouteDef:
     """GET /metrics, guarded as the module docstring says."""
-    from ..console.access import FAILED_LOGIN_DELAY, is_local, is_loopback
+    from ..channels.base import is_local, is_loopback
+    from ..console.access import FAILED_LOGIN_DELAY
     from ..observe.metrics import CONTENT_TYPE, REGISTRY
 
     tokens = [t for t in (environ.get(METRICS_TOKEN_ENV), environ.get(settings.console.token_env)) if t]
@@ -432,7 +438,7 @@ def metrics_route(gateway: Gateway, settings: Settings, bind: str, environ: Any)
     return web.get("/metrics", metrics)
 
 
-async def gateway_samples(gateway: Gateway) -> list[Any]:
+async def gateway_samples(gateway: Gateway) -> list[Sample]:
     """The gauges read when scraped: queue depths (the database's), turns, the loop's lag."""
     from ..observe.metrics import Sample
 

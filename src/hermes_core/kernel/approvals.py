@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from .messages import ToolCall
+from .messages import JSON, ToolCall
 from .tools.permissions import ADMIN, Caller, qualified
 
 APPROVAL_TTL = 600.0  # seconds an approval waits for a decision
@@ -48,7 +48,7 @@ class Pending:
     decided_by: str | None = None
     decided_at: float | None = None
     answer: str | None = None
-    resume: dict[str, Any] | None = None
+    resume: dict[str, JSON] | None = None
 
     @property
     def open(self) -> bool:
@@ -65,7 +65,7 @@ class Pending:
         """Who asked, qualified by channel (`feishu:ou_abc`, as `Caller.identity`); "" for nobody."""
         return qualified(self.channel, self.requested_by) if self.requested_by else ""
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, JSON]:
         """What a channel shows: never the resume data (it holds the whole original message)."""
         data = asdict(self)
         data.pop("resume")
@@ -124,7 +124,7 @@ class PendingStore(Interactions):
         """For consoles: the most recent records, optionally of one status."""
 
     @abstractmethod
-    async def set_resume(self, task_id: str, resume: dict[str, Any]) -> None:
+    async def set_resume(self, task_id: str, resume: dict[str, JSON]) -> None:
         """Remember the message that runs the task again once its pauses are decided."""
 
     @abstractmethod

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import Field
 
 from .guards import TaskGuards, changes_state, cut_off_outcomes
-from .hooks import NO_HOOKS, TaskHooks
+from .hooks import NO_HOOKS, TaskHooks, call_model, call_tool
 from .messages import Message, ModelResponse, ToolCall, Usage
 from .model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
@@ -85,20 +85,15 @@ async def run_loop(
     for _ in range(limits.max_turns):
         # Offered: what any of the client's models may use; each request narrows it to its model's.
         tools = registry.schemas(guards.withdrawn, caller, model.models) if offer_tools else []
-        await hooks.on_model_start(messages, tools or None)
         call_started = time.perf_counter()
         try:
             with offering(registry.offer(guards.withdrawn, caller)):
-                response = await model.complete(messages, tools or None, on_text=on_text)
-        except Exception as exc:
-            await hooks.on_model_end(None, exc)
-            if not isinstance(exc, ModelUnavailable | ModelRequestRejected):
-                raise
+                response = await call_model(hooks, model, messages, tools or None, on_text=on_text)
+        except (ModelUnavailable, ModelRequestRejected) as exc:
             reason = "model_unavailable" if isinstance(exc, ModelUnavailable) else "model_rejected"
             return _finish(run, fixed_reply(reason, language), reason, started)
         finally:
             model_seconds += time.perf_counter() - call_started
-        await hooks.on_model_end(response, None)
         run.responses.append(response)
         run.usage += response.usage
         run.timings["model"] = model_seconds
@@ -134,15 +129,8 @@ async def run_tool_calls(
 
     async def execute(call: ToolCall) -> ToolOutcome:
         context = replace(task, call_id=call.id, tool_name=call.name, scratch={})  # each call its own
-        await hooks.on_tool_start(call)
-        try:
-            outcome = await registry.execute(
-                call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
-            )
-        except Exception as exc:  # the registry never raises; a journal that cannot write might
-            await hooks.on_tool_end(call, None, exc)
-            raise
-        await hooks.on_tool_end(call, outcome, None)
+        timeout, chars = limits.tool_timeout, limits.max_result_chars
+        outcome = await call_tool(hooks, registry, call, timeout=timeout, max_chars=chars, context=context)
         guards.record(outcome)
         return outcome
 

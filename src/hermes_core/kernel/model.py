@@ -14,11 +14,11 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Literal
 
-from .messages import Message, ModelResponse, request_digest
+from .messages import JSON, Message, ModelResponse, request_digest
 
-TextCallback = Callable[[str], Any]
+TextCallback = Callable[[str], object]  # called with each piece of text; may return an awaitable
 ToolMode = Literal["native", "text", "auto"]  # how tools reach the model (textcalls/wrapper.py)
 ToolOffer = Callable[[str], Collection[str]]  # model name → the names of the tools it may be offered
 
@@ -61,7 +61,7 @@ class ModelClient(ABC):
     async def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, JSON]] | None = None,
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse: ...
@@ -83,7 +83,7 @@ class ModelWrapper(ModelClient):
     async def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, JSON]] | None = None,
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
@@ -110,7 +110,7 @@ def offering(offer: ToolOffer) -> Iterator[None]:
         _offer.reset(token)
 
 
-def offered_to(model: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+def offered_to(model: str, tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]] | None:
     """The tools of a request to `model`: those of `tools` that the current offer gives it."""
     offer = _offer.get()
     if offer is None or not tools:
@@ -119,7 +119,7 @@ def offered_to(model: str, tools: list[dict[str, Any]] | None) -> list[dict[str,
     return [schema for schema in tools if schema.get("function", {}).get("name") in allowed]
 
 
-def offered_to_all(models: Collection[str], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def offered_to_all(models: Collection[str], tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]]:
     """The tools that every one of `models` is offered (a prompt that any of them may answer)."""
     kept = list(tools or [])
     for model in models:

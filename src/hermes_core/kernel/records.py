@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
 
-from .messages import ModelResponse, ToolCall, Usage, canonical_arguments
+from .messages import JSON, ModelResponse, ToolCall, Usage, canonical_arguments
 from .tools.registry import ToolOutcome
 
 
-def record_of(response: ModelResponse) -> dict[str, Any]:
+def record_of(response: ModelResponse) -> dict[str, JSON]:
     """A model response as it is persisted: the raw output, tool calls included."""
     return {
         "content": response.content,
@@ -40,7 +39,7 @@ def record_of(response: ModelResponse) -> dict[str, Any]:
     }
 
 
-def response_from(record: Mapping[str, Any]) -> ModelResponse:
+def response_from(record: Mapping[str, JSON]) -> ModelResponse:
     """The response a record (of this format, or an older journal row) was made from."""
     return ModelResponse(
         content=record.get("content"),
@@ -54,7 +53,7 @@ def response_from(record: Mapping[str, Any]) -> ModelResponse:
     )
 
 
-def outcome_record(outcome: ToolOutcome) -> dict[str, Any]:
+def outcome_record(outcome: ToolOutcome) -> dict[str, JSON]:
     """A tool call's outcome as it is persisted: the call, what it returned, how it ended."""
     call = outcome.call
     return {
@@ -63,7 +62,7 @@ def outcome_record(outcome: ToolOutcome) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def outcome_from(record: Mapping[str, Any]) -> ToolOutcome:
+def outcome_from(record: Mapping[str, JSON]) -> ToolOutcome:
     """The outcome a record (of this format, or an older journal row) was made from."""
     call = ToolCall(str(record.get("id") or ""), str(record.get("name")), record.get("arguments", "{}"))
     result = record["result"] if "result" in record else record.get("content", "")
@@ -77,20 +76,20 @@ def outcome_from(record: Mapping[str, Any]) -> ToolOutcome:
     )
 
 
-def canonical(arguments: Any) -> str:
+def canonical(arguments: JSON) -> str:
     """Arguments as compared: a JSON text or an already decoded value, spacing and key order aside."""
     if isinstance(arguments, str):
         return canonical_arguments(arguments)
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
-def _call_from(call: Any) -> ToolCall:
+def _call_from(call: JSON) -> ToolCall:
     if isinstance(call, Mapping):
         return ToolCall(str(call["id"]), str(call["name"]), call.get("arguments", "{}"))
     return ToolCall(*call)  # an older journal row: [id, name, arguments]
 
 
-def _usage_from(usage: Any) -> Usage:
+def _usage_from(usage: JSON) -> Usage:
     if isinstance(usage, Mapping):
         return Usage(
             usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("total_tokens", 0)

@@ -29,16 +29,19 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..agent import Agent, Session
 from ..kernel.loop import RunResult
-from ..kernel.messages import Message
+from ..kernel.messages import JSON, Message
 from ..kernel.model import ModelClient
 from ..kernel.replies import Language, detect_language, fixed_reply
 from ..kernel.tools import Tool, ToolContext, ToolError, tool
 from ..sessions.context import Turn, estimate_tokens, flatten, history_tokens, newest_turns, split_turns
 from ..sessions.store import ConversationState, Fold, SessionStore, TurnAppend
+
+if TYPE_CHECKING:
+    from .longterm import Outcome
 
 log = logging.getLogger("hermes_core.sessions")
 
@@ -62,9 +65,9 @@ _COMMAND = re.compile(r"\s*[/／](memory|记忆|forget|忘记)(?:\s+(.*?))?\s*",
 class LongTermHook(Protocol):
     """What memory needs of a long-term store (`hermes_core.memory.LongTermMemory` is one)."""
 
-    async def relevant(self, owner: str, query: str, k: int) -> list[Any]: ...
-    def format_examples(self, outcomes: list[Any], language: str = "en") -> str: ...
-    async def record(self, owner: str, task_type: str, params: Any, result: str) -> Any: ...
+    async def relevant(self, owner: str, query: str, k: int) -> list[Outcome]: ...
+    def format_examples(self, outcomes: list[Outcome], language: str = "en") -> str: ...
+    async def record(self, owner: str, task_type: str, params: JSON, result: str) -> object: ...
 
 
 @dataclass

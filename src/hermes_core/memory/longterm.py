@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ..kernel.messages import JSON
 from ..storage import SQLiteDatabase
 
 MIGRATIONS: dict[int, str] = {
@@ -75,7 +76,7 @@ class Outcome:
 
     owner: str  # the user/chat key (e.g. "feishu:ou_x"); memories never cross owners
     task_type: str  # e.g. "query_sales+make_report" (sorted tool names joined by "+")
-    params: Any  # key parameters (JSON-serialisable: the tools' arguments)
+    params: JSON  # key parameters (JSON-serialisable: the tools' arguments)
     result: str  # what came out (the reply, truncated)
     at: datetime  # when (timezone-aware)
     id: int | None = None
@@ -102,7 +103,7 @@ class LongTermMemory:
         self.max_per_owner = max_per_owner
         db.migrate("longterm", MIGRATIONS)
 
-    async def record(self, owner: str, task_type: str, params: Any, result: str) -> Outcome:
+    async def record(self, owner: str, task_type: str, params: JSON, result: str) -> Outcome:
         """Remember an outcome; the owner's oldest ones go once there are more than `max_per_owner`.
 
         Parameters that are not JSON (a datetime, say) are stored as their str(): recording a

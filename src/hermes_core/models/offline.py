@@ -35,9 +35,8 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import date
-from typing import Any
 
-from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.messages import JSON, Message, ModelResponse, ToolCall, Usage
 from ..kernel.model import ModelClient, TextCallback
 from ..tools.clock import WEEKDAYS
 
@@ -73,7 +72,7 @@ class OfflineModel(ModelClient):
     async def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, JSON]] | None = None,
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
@@ -133,12 +132,12 @@ _ZH_NUMBER = re.compile(r"[零一二两三四五六七八九十]+")
 ZH_WEEKDAYS = ("星期一", "星期二", "星期三", "星期四", "星期五", "星期六", "星期日")
 
 
-def route(text: str, tools: list[dict[str, Any]], call_id: str = "offline_1") -> ToolCall | None:
+def route(text: str, tools: list[dict[str, JSON]], call_id: str = "offline_1") -> ToolCall | None:
     """The call an obvious question needs (see the module docstring), or None; only offered tools."""
     offered = {str((t.get("function") or t).get("name", "")): t.get("function") or t for t in tools}
     dates = find_dates(text)
     lower = text.lower()
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, JSON] | None = None
     name = ""
     if "date_diff" in offered and len(dates) >= 2:
         name, arguments = "date_diff", {"start": dates[0], "end": dates[1]}
@@ -204,10 +203,10 @@ def _without_dates(text: str) -> str:
 # --- choosing a tool -------------------------------------------------------------------------
 
 
-def choose_tool_call(text: str, tools: list[dict[str, Any]], call_id: str = "offline_1") -> ToolCall | None:
+def choose_tool_call(text: str, tools: list[dict[str, JSON]], call_id: str = "offline_1") -> ToolCall | None:
     """The tool call this message clearly asks for, or None. Ties go to the first tool offered."""
     expression = extract_expression(text)
-    best: dict[str, Any] | None = None
+    best: dict[str, JSON] | None = None
     best_score = 0
     for schema in tools:
         function = schema.get("function") or schema  # also accept the flat {"name", ...} form
@@ -235,7 +234,7 @@ def extract_expression(text: str) -> str | None:
     return max(candidates, key=len, default=None)
 
 
-def _score(text: str, function: dict[str, Any], expression: str | None) -> int:
+def _score(text: str, function: dict[str, JSON], expression: str | None) -> int:
     name = str(function.get("name", ""))
     description = str(function.get("description", ""))
     name_words = _english_words(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " "))
@@ -262,12 +261,12 @@ def _bigrams(text: str) -> set[str]:
 # --- filling arguments from the message ------------------------------------------------------
 
 
-def _fill_arguments(text: str, parameters: dict[str, Any], expression: str | None) -> dict[str, Any] | None:
+def _fill_arguments(text: str, parameters: dict[str, JSON], expression: str | None) -> dict[str, JSON] | None:
     """Arguments for the schema's properties from the message; None if a required one is missing."""
     required = set(parameters.get("required") or [])
     quoted = iter(next(group for group in match.groups() if group) for match in _QUOTED.finditer(text))
     numbers = iter(_NUMBER.findall(text))
-    arguments: dict[str, Any] = {}
+    arguments: dict[str, JSON] = {}
     for name, spec in (parameters.get("properties") or {}).items():
         spec = spec if isinstance(spec, dict) else {}
         value = _value_for(name, spec, text, expression, quoted, numbers)
@@ -280,12 +279,12 @@ def _fill_arguments(text: str, parameters: dict[str, Any], expression: str | Non
 
 def _value_for(
     name: str,
-    spec: dict[str, Any],
+    spec: dict[str, JSON],
     text: str,
     expression: str | None,
     quoted: Iterator[str],
     numbers: Iterator[str],
-) -> Any:
+) -> JSON:
     types = _schema_types(spec)
     if "enum" in spec:
         return next((value for value in spec["enum"] if str(value).lower() in text.lower()), None)
@@ -303,7 +302,7 @@ def _value_for(
     return None
 
 
-def _schema_types(spec: dict[str, Any]) -> set[str]:
+def _schema_types(spec: dict[str, JSON]) -> set[str]:
     """The JSON types a property accepts, looking through `anyOf`/`oneOf` (how pydantic writes Optional)."""
     declared = spec.get("type", [])
     types = {declared} if isinstance(declared, str) else {str(kind) for kind in declared}
@@ -409,7 +408,7 @@ def _tool_value(content: str) -> tuple[str, bool]:
     return _shorten(_plain(data)), False
 
 
-def _plain(value: Any) -> str:
+def _plain(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
@@ -417,7 +416,7 @@ def _shorten(text: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _explain_offline(tools: list[dict[str, Any]], chinese: bool) -> str:
+def _explain_offline(tools: list[dict[str, JSON]], chinese: bool) -> str:
     """The fixed reply for what the demo cannot answer: what it can do, and how to get a real model."""
     names = ", ".join(str((tool.get("function") or {}).get("name", "")) for tool in tools) or None
     if chinese:
@@ -445,7 +444,7 @@ def _explain_offline(tools: list[dict[str, Any]], chinese: bool) -> str:
 # --- small helpers ---------------------------------------------------------------------------
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: JSON) -> str:
     """Text of a wire `content`: a string, or a list of parts like {"type": "text", "text": ...}."""
     if isinstance(content, str):
         return content

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..kernel.messages import ModelResponse, ToolCall, Usage
+from ..kernel.messages import JSON, ModelResponse, ToolCall, Usage
 
 DONE = "[DONE]"
 
@@ -36,20 +35,20 @@ class StreamError(Exception):
         return self.status is None or self.status in (408, 429) or self.status >= 500
 
 
-def stream_error(chunk: dict[str, Any]) -> StreamError | None:
+def stream_error(chunk: dict[str, JSON]) -> StreamError | None:
     """The error an `{"error": …}` chunk carries, or None for an ordinary chunk."""
     error = chunk.get("error")
     if error is None or error is False:
         return None
-    message: Any = error
-    status: Any = None
+    message: JSON = error
+    status: JSON = None
     if isinstance(error, dict):
         message = error.get("message") or error
         status = _status_of(error.get("code")) or _status_of(error.get("status_code"))
     return StreamError(f"the server sent an error in the stream: {message}", status)
 
 
-def _status_of(value: Any) -> int | None:
+def _status_of(value: JSON) -> int | None:
     """An HTTP status given as a number or as digits (LiteLLM writes `"code": "500"`)."""
     if isinstance(value, bool):
         return None
@@ -60,7 +59,7 @@ def _status_of(value: Any) -> int | None:
     return None
 
 
-def content_parts(value: Any) -> tuple[str, str]:
+def content_parts(value: JSON) -> tuple[str, str]:
     """(text, reasoning) of a `content` field: a string, or a list of typed parts (Mistral's
     `[{"type": "thinking", "thinking": [...]}, {"type": "text", "text": "..."}]`)."""
     if isinstance(value, str):
@@ -80,7 +79,7 @@ def content_parts(value: Any) -> tuple[str, str]:
     return "".join(text), "".join(thought)
 
 
-def reasoning_text(fields: dict[str, Any]) -> str:
+def reasoning_text(fields: dict[str, JSON]) -> str:
     """The reasoning a message or delta carries under any of its known names."""
     for name in REASONING_FIELDS:
         value = fields.get(name)
@@ -128,7 +127,7 @@ class _ChoiceParts:
     slots: dict[int, int] = field(default_factory=dict)  # wire index → key in `tool_calls`
     finish_reason: str | None = None
 
-    def add_tool_call(self, delta: Any, position: int) -> None:
+    def add_tool_call(self, delta: JSON, position: int) -> None:
         # Only the first delta of a call usually carries id and name; later ones carry argument text.
         if not isinstance(delta, dict):
             return
@@ -180,7 +179,7 @@ class StreamAssembler:
         self.usage = Usage()
         self._choices: dict[int, _ChoiceParts] = {}
 
-    def feed(self, chunk: dict[str, Any]) -> str:
+    def feed(self, chunk: dict[str, JSON]) -> str:
         """Add one decoded chunk; return the content text it added to choice 0, for live display."""
         if not isinstance(chunk, dict):
             return ""

@@ -15,11 +15,17 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..kernel.loop import PAUSES
+from ..kernel.messages import JSON
 from ..kernel.redaction import redact_data, redact_text
 from .traces import SQLiteTraceStore, TraceStore, TraceSummary, clip
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..config import Settings
+    from .replay import ReplayReport
 
 AMBIGUOUS_SHOWN = 5  # candidates named when a pasted prefix starts more than one task id
 
@@ -28,7 +34,7 @@ class TraceNotFound(LookupError):
     """No file and no recorded task by that name (or a prefix of several); the message says which."""
 
 
-def observe_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+def observe_command(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
     """Run the `traces`, `trace show` or `replay` command; the process's exit code."""
     try:
         if args.command == "traces":
@@ -41,11 +47,11 @@ def observe_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
         return 2
 
 
-def database_of(settings: Any) -> Path:
+def database_of(settings: Settings) -> Path:
     return Path(settings.gateway.data_dir) / "gateway.db"
 
 
-async def load_trace(reference: str, settings: Any) -> dict[str, Any]:
+async def load_trace(reference: str, settings: Settings) -> dict[str, JSON]:
     """The record named by `reference`: a JSON file, or a task id in the configured database."""
     path = Path(reference)
     if path.is_file():
@@ -88,7 +94,7 @@ async def unique_id(store: TraceStore, prefix: str, database: Path) -> str:
 # --- hermes-core traces ----------------------------------------------------------------------------
 
 
-async def list_command(settings: Any, args: argparse.Namespace) -> int:
+async def list_command(settings: Settings, args: argparse.Namespace) -> int:
     database = database_of(settings)
     if not database.is_file():
         print(f"no traces yet: no database at {database}")
@@ -148,7 +154,7 @@ def summary_table(summaries: list[TraceSummary]) -> str:
 # --- hermes-core trace show ------------------------------------------------------------------------
 
 
-async def show_command(settings: Any, args: argparse.Namespace) -> int:
+async def show_command(settings: Settings, args: argparse.Namespace) -> int:
     record = await load_trace(args.trace, settings)
     if args.json:
         print(json.dumps(redact_data(record), ensure_ascii=False, indent=2))
@@ -157,7 +163,7 @@ async def show_command(settings: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def timeline(record: dict[str, Any]) -> str:
+def timeline(record: dict[str, JSON]) -> str:
     """A recorded task as a readable timeline: header, then one line per step, in time order."""
     started = float(record.get("started_at") or 0.0)
     usage = record.get("usage") or {}
@@ -189,7 +195,7 @@ def timeline(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _model_line(call: dict[str, Any]) -> str:
+def _model_line(call: dict[str, JSON]) -> str:
     head = f"model #{call.get('turn')}     {call.get('elapsed', 0):.2f}s  "
     response = call.get("response")
     if response is None:
@@ -204,7 +210,7 @@ def _model_line(call: dict[str, Any]) -> str:
     return head + said + tokens
 
 
-def _tool_line(call: dict[str, Any]) -> str:
+def _tool_line(call: dict[str, JSON]) -> str:
     status = "ok" if call.get("ok") else f"FAILED ({call.get('error')})"
     arguments = clip(_one_line(str(call.get("arguments"))), 120)
     return (
@@ -213,7 +219,7 @@ def _tool_line(call: dict[str, Any]) -> str:
     )
 
 
-def _approval_line(pending: dict[str, Any]) -> str:
+def _approval_line(pending: dict[str, JSON]) -> str:
     decided = f" by {pending['decided_by']}" if pending.get("decided_by") else ""
     what = f"question {_quote(pending.get('arguments'))}" if pending.get("kind") == "question" else (
         f"approval {pending.get('id')} for {pending.get('tool')}({clip(str(pending.get('arguments')), 120)})"
@@ -221,7 +227,7 @@ def _approval_line(pending: dict[str, Any]) -> str:
     return f"{pending.get('kind', 'approval'):<12} {what}: {pending.get('status')}{decided}"
 
 
-def _quote(value: Any, limit: int = 200) -> str:
+def _quote(value: JSON, limit: int = 200) -> str:
     return json.dumps(clip(_one_line(str(value or "")), limit), ensure_ascii=False)
 
 
@@ -236,7 +242,7 @@ def _when(timestamp: float) -> str:
 # --- hermes-core replay ----------------------------------------------------------------------------
 
 
-async def replay_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
+async def replay_command(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
     """0: the run reproduces the recording; 1: it diverges (the report says where)."""
     from ..sessions import ConversationMemory, InMemorySessionStore
     from .replay import replay
@@ -255,7 +261,7 @@ async def replay_command(settings: Any, agent: Any, args: argparse.Namespace) ->
     return 0 if report.reproduced else 1
 
 
-def replay_text(report: Any) -> str:
+def replay_text(report: ReplayReport) -> str:
     source = "the configured model" if report.live else "the recorded model outputs"
     lines = [f"replay of task {report.task_id}: {source}, the current code and tools", ""]
     for call in report.calls:

@@ -26,10 +26,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..kernel.loop import Limits, RunResult, run_loop
-from ..kernel.messages import Message, ModelResponse, ToolCall
+from ..kernel.messages import JSON, Message, ModelResponse, ToolCall
 from ..kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
 from ..kernel.records import canonical, outcome_from, response_from
 from ..kernel.replies import detect_language
@@ -38,6 +38,9 @@ from ..kernel.tools.arguments import ArgumentError, parse_arguments
 from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, RegistryWrapper, ToolOutcome
 from ..kernel.tools.results import DEFAULT_MAX_CHARS, error_result
+
+if TYPE_CHECKING:
+    from ..agent import Agent
 
 Position = tuple[int, int]  # (turn, place of the call in that turn's response), both from 1
 
@@ -51,8 +54,8 @@ class Divergence:
     message: str
     turn: int | None = None
     index: int | None = None
-    recorded: Any = None
-    replayed: Any = None
+    recorded: JSON = None
+    replayed: JSON = None
 
 
 @dataclass
@@ -83,7 +86,7 @@ class ReplayReport:
     def reproduced(self) -> bool:
         return not self.divergences
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {
             "task_id": self.task_id,
             "live": self.live,
@@ -96,7 +99,7 @@ class ReplayReport:
 
 
 async def replay(
-    record: dict[str, Any], agent: Any, *, live: bool = False, run_writes: bool = False
+    record: dict[str, JSON], agent: Agent, *, live: bool = False, run_writes: bool = False
 ) -> ReplayReport:
     """Run `record` (a trace or an X-ray) again with `agent`'s current tools and settings."""
     history, text = conversation_of(record)
@@ -129,7 +132,7 @@ async def replay(
     return report
 
 
-def caller_of(record: dict[str, Any]) -> Caller | None:
+def caller_of(record: dict[str, JSON]) -> Caller | None:
     """The recorded caller: the run is checked against the same role and channel."""
     data = record.get("caller")
     if not isinstance(data, dict):
@@ -137,7 +140,7 @@ def caller_of(record: dict[str, Any]) -> Caller | None:
     return Caller(**{f.name: data[f.name] for f in fields(Caller) if f.name in data})
 
 
-def conversation_of(record: dict[str, Any]) -> tuple[list[Message], str]:
+def conversation_of(record: dict[str, JSON]) -> tuple[list[Message], str]:
     """(messages sent before the input, the input): from `history` and `input`, or from `messages`."""
     text = record.get("input")
     if isinstance(text, str) and isinstance(record.get("history"), list):
@@ -162,7 +165,9 @@ def conversation_of(record: dict[str, Any]) -> tuple[list[Message], str]:
 class ReplayModel(ModelClient):
     """Answers with the recorded model outputs in order (or asks `live`), and remembers what it said."""
 
-    def __init__(self, recorded: list[dict[str, Any]], *, live: ModelClient | None = None, name: str) -> None:
+    def __init__(
+        self, recorded: list[dict[str, JSON]], *, live: ModelClient | None = None, name: str
+    ) -> None:
         self._recorded = list(recorded)
         self.live = live
         self.name = name
@@ -173,7 +178,7 @@ class ReplayModel(ModelClient):
     async def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, JSON]] | None = None,
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
@@ -218,7 +223,7 @@ class ReplayTools(RegistryWrapper):
         self,
         registry: ToolRegistry,
         model: ReplayModel,
-        recorded: dict[Position, dict[str, Any]],
+        recorded: dict[Position, dict[str, JSON]],
         *,
         run_writes: bool = False,
     ) -> None:
@@ -229,7 +234,7 @@ class ReplayTools(RegistryWrapper):
 
     def schemas(
         self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str | Sequence[str] = ""
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, JSON]]:
         """The tools as offered where someone can approve and answer (the gateway)."""
         skipped = set(exclude)
         return [
@@ -275,7 +280,7 @@ class ReplayTools(RegistryWrapper):
             return f"level {declared.level}: it writes; --run-writes runs it"
         return None
 
-    def check(self, declared: Tool, call: ToolCall, context: ToolContext) -> ToolOutcome | dict[str, Any]:
+    def check(self, declared: Tool, call: ToolCall, context: ToolContext) -> ToolOutcome | dict[str, JSON]:
         """The refusal the registry would give this call now, or its parsed arguments."""
         refusal = self.policy.refusal(declared, context.caller, context.model)
         if refusal is not None:
@@ -292,9 +297,9 @@ class ReplayTools(RegistryWrapper):
 # --- the comparison --------------------------------------------------------------------------------
 
 
-def recorded_positions(record: dict[str, Any]) -> dict[Position, dict[str, Any]]:
+def recorded_positions(record: dict[str, JSON]) -> dict[Position, dict[str, JSON]]:
     """The recorded tool calls by (turn, place in the turn), in the order they were asked."""
-    places: dict[Position, dict[str, Any]] = {}
+    places: dict[Position, dict[str, JSON]] = {}
     counts: dict[int, int] = {}
     for call in record.get("tool_calls") or []:
         turn = int(call.get("turn") or 0)
@@ -312,7 +317,10 @@ def positioned(
 
 
 def compare(
-    record: dict[str, Any], recorded: dict[Position, dict[str, Any]], report: ReplayReport, model: ReplayModel
+    record: dict[str, JSON],
+    recorded: dict[Position, dict[str, JSON]],
+    report: ReplayReport,
+    model: ReplayModel,
 ) -> list[Divergence]:
     """Every difference between the recording and the replay, in the order of the run."""
     found: list[Divergence] = []
@@ -351,7 +359,7 @@ def compare(
 
 
 def _call_divergences(
-    before: dict[str, Any], now: ReplayedCall, where: str, turn: int, index: int
+    before: dict[str, JSON], now: ReplayedCall, where: str, turn: int, index: int
 ) -> list[Divergence]:
     if before.get("name") != now.name:
         message = f"{where}: {now.name} is called, recorded {before.get('name')}"
@@ -371,7 +379,7 @@ def _call_divergences(
     return []
 
 
-def same_arguments(recorded: Any, call: ToolCall) -> bool:
+def same_arguments(recorded: JSON, call: ToolCall) -> bool:
     """The same arguments, however they were spaced or ordered (dicts are compared as JSON)."""
     return canonical(recorded) == canonical(call.arguments)
 

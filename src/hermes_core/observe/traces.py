@@ -40,6 +40,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
+from ..kernel.approvals import PendingStore
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES, RunResult
 from ..kernel.messages import Message, ModelResponse, ToolCall, without_images
@@ -549,7 +550,7 @@ class TaskTrace(TaskHooks):
         """The approvals and questions of this task, as they stand now (tasks/pending.py)."""
         registry = self.registry
         interactions = registry.interactions if registry is not None else None
-        if registry is None or interactions is None:
+        if registry is None or not isinstance(interactions, PendingStore):  # asked in place: none kept
             return []
         declared = [registry.get(outcome.call.name) for outcome in outcomes]
         if not any(tool is not None and tool.needs_person for tool in declared):

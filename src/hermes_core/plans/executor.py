@@ -7,7 +7,9 @@ up front. It costs two model calls when all goes well, however many steps the pl
    reply is parsed and validated (`plans/plan.py`). An invalid plan goes back with its problems.
 2. execute: steps run in dependency order, steps that are ready together run concurrently, and
    references are resolved from earlier results. Every step is a `ToolCall` through
-   `registry.execute`, so permissions, approvals, timeouts and the journal apply as in the loop.
+   `registry.execute`, so permissions, approvals, timeouts and the journal apply as in the loop;
+   the task's hooks (the trace, the terminal's display) are told of each model call and step
+   exactly as the loop tells them (kernel/hooks.py `call_model`, `call_tool`).
 3. a failed step: the model gets the error and the results so far (its plan is above in the
    conversation) and writes a revised plan. A revised step with the same tool and arguments as
    one that already succeeded reuses that result instead of running again.
@@ -30,6 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..kernel.hooks import NO_HOOKS, TaskHooks, call_model, call_tool
 from ..kernel.loop import PAUSES, RunResult, pause_reply
 from ..kernel.messages import Message, ModelResponse, ToolCall
 from ..kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable
@@ -94,13 +97,14 @@ async def run_plan(
     planning = f"{system}\n\n{PLAN_INSTRUCTIONS.format(tools=catalogue)}"
     messages: list[Message] = [{"role": "system", "content": planning}, *history]
     messages.append({"role": "user", "content": message})
-    # the same model and tools as the loop's: journal replayed, every step traced
-    model, registry, trace = await agent.task_tools(task_id, message, messages, session, caller)
+    # the same model, tools and hooks as the loop's: journal replayed, every step traced
+    stack = await agent.task_tools(task_id, message, messages, session, caller)
+    model = stack.model
     context = ToolContext("", "", task_id, session.id if session else None, caller=caller, model=model.name)
     language = agent.language or detect_language(message)
-    runner = PlanRunner(agent, model, registry, context, language, messages)
+    runner = PlanRunner(agent, model, stack.registry, context, language, messages, hooks=stack.hooks)
     result = await runner.run(max_replans, answer_system=system)
-    if not await agent.task_finished(task_id, result, trace):  # paused: run again once answered
+    if not await agent.task_finished(task_id, result, stack.trace):  # paused: run again once answered
         return result
     if session is not None:  # the plan's JSON exchanges stay in the result, not in the history
         session.messages.append({"role": "user", "content": message})
@@ -110,7 +114,8 @@ async def run_plan(
 
 @dataclass
 class PlanRunner:
-    """One task in plan mode: the conversation, the steps run so far, the model and the tools."""
+    """One task in plan mode: the conversation, the steps run so far, the model, the tools and
+    the hooks told of each call."""
 
     agent: Agent
     model: ModelClient
@@ -119,6 +124,7 @@ class PlanRunner:
     language: Language
     messages: list[Message]
     succeeded: dict[tuple[str, str], ToolOutcome] = field(default_factory=dict)  # reused by re-plans
+    hooks: TaskHooks = NO_HOOKS
 
     def __post_init__(self) -> None:
         self.result = RunResult(reply="", messages=self.messages)
@@ -206,9 +212,10 @@ class PlanRunner:
     async def _run_call(self, call: ToolCall) -> ToolOutcome:
         context = replace(self.context, call_id=call.id, tool_name=call.name, scratch={})
         limits = self.agent.limits
-        return await self.registry.execute(
-            call, timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context
-        )
+        return await call_tool(
+            self.hooks, self.registry, call,
+            timeout=limits.tool_timeout, max_chars=limits.max_result_chars, context=context,
+        )  # fmt: skip
 
     async def _answer(self, plan: Plan, outcomes: dict[str, ToolOutcome], system: str) -> RunResult:
         self.messages.append({"role": "user", "content": RESULTS.format(results=_report(plan, outcomes))})
@@ -219,7 +226,7 @@ class PlanRunner:
     async def _ask(self, messages: list[Message]) -> ModelResponse:
         started = time.perf_counter()
         try:
-            response = await self.model.complete(messages, None)
+            response = await call_model(self.hooks, self.model, messages, None)
         finally:
             timings = self.result.timings
             timings["model"] = timings.get("model", 0.0) + time.perf_counter() - started

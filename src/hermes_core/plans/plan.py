@@ -15,8 +15,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..kernel.messages import JSON
 from ..kernel.tools import ToolRegistry
 from ..kernel.tools.arguments import ArgumentError, parse_arguments
 from ..kernel.tools.permissions import Caller
@@ -29,7 +29,7 @@ REFERENCE = re.compile(r"\$output\.([\w-]+)((?:\.[\w-]+)*)")
 class PlanStep:
     id: str
     tool: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, JSON] = field(default_factory=dict)
     requires: tuple[str, ...] = ()
 
     @property
@@ -79,7 +79,7 @@ def parse_plan(text: str) -> tuple[Plan | None, list[str]]:
     return Plan(tuple(s for s in parsed if s is not None), answer if isinstance(answer, str) else None), []
 
 
-def _parse_step(number: int, raw: Any, problems: list[str]) -> PlanStep | None:
+def _parse_step(number: int, raw: JSON, problems: list[str]) -> PlanStep | None:
     if not isinstance(raw, dict):
         problems.append(f"step {number} must be an object with id, tool, params and requires")
         return None
@@ -186,7 +186,7 @@ def find_cycle(graph: Mapping[str, Sequence[str]]) -> list[str]:
     return []
 
 
-def references_in(value: Any) -> list[tuple[str, list[str]]]:
+def references_in(value: JSON) -> list[tuple[str, list[str]]]:
     """Every `$output.step.field…` in a parameter value (nested lists and objects included)."""
     if isinstance(value, str):
         return [(m.group(1), path_fields(m.group(2))) for m in REFERENCE.finditer(value)]
@@ -197,7 +197,7 @@ def references_in(value: Any) -> list[tuple[str, list[str]]]:
     return []
 
 
-def resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
+def resolve(value: JSON, outputs: Mapping[str, JSON]) -> JSON:
     """`value` with its references replaced from `outputs` (step id → output); raises ReferenceProblem.
 
     A string that is exactly one reference becomes the referenced value, whatever its type."""
@@ -213,13 +213,13 @@ def resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
     return value
 
 
-def _output(outputs: Mapping[str, Any], step_id: str, fields: Sequence[str]) -> Any:
+def _output(outputs: Mapping[str, JSON], step_id: str, fields: Sequence[str]) -> JSON:
     if step_id not in outputs:
         raise ReferenceProblem(f"$output.{step_id}: step {step_id!r} has no output")
     return lookup(outputs[step_id], fields, f"$output.{step_id}")
 
 
-def lookup(value: Any, fields: Sequence[str], where: str) -> Any:
+def lookup(value: JSON, fields: Sequence[str], where: str) -> JSON:
     """Follow `fields` into `value` (object keys, list indexes); `where` names `value` in errors.
 
     Raises ReferenceProblem naming the missing field and the fields there are."""
@@ -240,7 +240,7 @@ def lookup(value: Any, fields: Sequence[str], where: str) -> Any:
     return value
 
 
-def output_value(content: str) -> Any:
+def output_value(content: str) -> JSON:
     """A tool result as data: its JSON value, or the text itself when it is not JSON."""
     try:
         return json.loads(content)
@@ -248,7 +248,7 @@ def output_value(content: str) -> Any:
         return content
 
 
-def as_text(value: Any) -> str:
+def as_text(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 

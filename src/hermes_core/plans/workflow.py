@@ -51,10 +51,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..kernel.loop import PAUSES
-from ..kernel.messages import ToolCall
+from ..kernel.messages import JSON, ToolCall
 from ..kernel.model import ModelError
 from ..kernel.tools import ToolContext, ToolRegistry
 from ..kernel.tools.permissions import Caller
@@ -84,7 +84,7 @@ class WorkflowStep:
     id: str
     type: str  # tool | model | agent
     tool: str | None = None  # tool steps: the tool's name
-    params: dict[str, Any] = field(default_factory=dict)  # tool steps: arguments (templates allowed)
+    params: dict[str, JSON] = field(default_factory=dict)  # tool steps: arguments (templates allowed)
     prompt: str | None = None  # model and agent steps: the template of what is sent
     agent: str | None = None  # agent steps: a name in the `agents` given to run_workflow
     depends_on: Sequence[str] = ()  # ids of the steps that must be done first (one id may be a str)
@@ -112,7 +112,7 @@ class Workflow:
             raise WorkflowError(self.name, problems)
 
     @classmethod
-    def from_dict(cls, data: Any) -> Workflow:
+    def from_dict(cls, data: JSON) -> Workflow:
         """A workflow from plain data: `{"name": …, "steps": [{"id", "type", …}, …]}`."""
         name = str(data.get("name", "workflow")) if isinstance(data, Mapping) else "workflow"
         raw_steps = data.get("steps") if isinstance(data, Mapping) else None
@@ -147,7 +147,7 @@ class Workflow:
 class StepResult:
     id: str
     status: str  # done | failed | paused
-    output: Any = None  # done: the step's output; paused: what the person is shown
+    output: JSON = None  # done: the step's output; paused: what the person is shown
     error: str | None = None  # failed: why; paused: the reason (awaiting_approval, awaiting_answer)
     elapsed: float = 0.0
     resumed: bool = False  # taken from the journal of an earlier run, not run this time
@@ -167,7 +167,7 @@ class WorkflowResult:
         return self.stop_reason == "completed"
 
     @property
-    def outputs(self) -> dict[str, Any]:
+    def outputs(self) -> dict[str, JSON]:
         return {step_id: r.output for step_id, r in self.steps.items() if r.status == "done"}
 
 
@@ -175,7 +175,7 @@ async def run_workflow(
     workflow: Workflow,
     agent: Agent,
     *,
-    inputs: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, JSON] | None = None,
     agents: Mapping[str, Agent] | None = None,
     run_id: str | None = None,
     caller: Caller | None = None,
@@ -197,7 +197,7 @@ async def run_workflow(
 class _WorkflowRun:
     workflow: Workflow
     agent: Agent
-    inputs: dict[str, Any]
+    inputs: dict[str, JSON]
     agents: dict[str, Agent]
     caller: Caller | None
     journal: TaskJournal | None
@@ -332,7 +332,7 @@ class _WorkflowRun:
         error = value["error"] if isinstance(value, dict) and "error" in value else outcome.content
         return StepResult(step.id, "failed", error=f"{step.tool}: {error}")
 
-    def render(self, value: Any) -> Any:
+    def render(self, value: JSON) -> JSON:
         """`value` with its templates filled in; a string that is one whole template keeps its type."""
         if isinstance(value, str):
             whole = TEMPLATE.fullmatch(value)
@@ -345,14 +345,14 @@ class _WorkflowRun:
             return [self.render(item) for item in value]
         return value
 
-    def _value_of(self, match: re.Match[str]) -> Any:
+    def _value_of(self, match: re.Match[str]) -> JSON:
         step_id, name, dotted = match.groups()
         if step_id is not None:
             return lookup(self.results[step_id].output, path_fields(dotted), f"steps.{step_id}.output")
         return lookup(self.inputs, [name, *path_fields(dotted)], "inputs")
 
 
-def _step_from_dict(number: int, raw: Any, problems: list[str]) -> WorkflowStep | None:
+def _step_from_dict(number: int, raw: JSON, problems: list[str]) -> WorkflowStep | None:
     if not isinstance(raw, Mapping):
         problems.append(f"step {number} must be a mapping (id, type, …), got {raw!r}")
         return None
@@ -371,8 +371,8 @@ def _step_from_dict(number: int, raw: Any, problems: list[str]) -> WorkflowStep 
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
         problems.append(f"step {number}: timeout must be a number of seconds, got {timeout!r}")
         return None
-    step_id: Any = raw.get("id")  # id and type are checked with the rest of the definition
-    step_type: Any = raw.get("type")
+    step_id: JSON = raw.get("id")  # id and type are checked with the rest of the definition
+    step_type: JSON = raw.get("type")
     return WorkflowStep(
         id=step_id,
         type=step_type,
@@ -449,7 +449,7 @@ def _ancestors(steps: Sequence[WorkflowStep]) -> dict[str, set[str]]:
     return found
 
 
-def _strings(value: Any) -> list[str]:
+def _strings(value: JSON) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, Mapping):

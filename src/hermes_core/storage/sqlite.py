@@ -168,7 +168,8 @@ class SQLiteDatabase:
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         job = _Job(fn, concurrent.futures.Future())
         self._put(job, urgent=False)
-        return job.future.result()
+        result: T = job.future.result()
+        return result
 
     def migrate(self, component: str, migrations: Mapping[int, str]) -> None:
         """Apply the component's migrations above its recorded version (before the database is busy)."""

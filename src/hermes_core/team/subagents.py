@@ -24,10 +24,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from ..kernel.messages import JSON
 from ..kernel.tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def agent_launch(
         output_format: Annotated[str, Field(description="how the answer should be shaped, optional")] = "",
         *,
         context: ToolContext,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """Run a sub-task in a child agent."""
         child = agents.get(agent)
         if child is None:
@@ -114,9 +115,9 @@ def agent_launch(
     return declared
 
 
-def run_summary(agent: str, result: RunResult) -> dict[str, Any]:
+def run_summary(agent: str, result: RunResult) -> dict[str, JSON]:
     """What a parent reads of a child's run: its final reply and what it cost, nothing in between."""
-    summary: dict[str, Any] = {
+    summary: dict[str, JSON] = {
         "agent": agent,
         "reply": result.reply,
         "usage": asdict(result.usage),

@@ -39,11 +39,11 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from pydantic import Field
 
-from ..kernel.messages import Message, ModelResponse, Usage
+from ..kernel.messages import JSON, Message, ModelResponse, Usage
 from ..kernel.model import ModelClient, ModelWrapper, TextCallback
 from ..kernel.tools import Tool, ToolContext, tool
 from ..kernel.tools.permissions import Caller
@@ -107,7 +107,7 @@ class SpacedModel(ModelWrapper):
     async def complete(
         self,
         messages: list[Message],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, JSON]] | None = None,
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
@@ -257,7 +257,7 @@ class Supervisor:
             task: Annotated[str, Field(description="the task, its goal and every fact the member needs")],
             *,
             context: ToolContext,
-        ) -> dict[str, Any]:
+        ) -> dict[str, JSON]:
             """Hand a task to a team member."""
             return await self._delegate(expert, task, context)
 
@@ -267,7 +267,7 @@ class Supervisor:
         declared.parameters["properties"]["expert"]["enum"] = [m.name for m in members]
         return declared
 
-    async def _delegate(self, to: str, task: str, context: ToolContext) -> dict[str, Any]:
+    async def _delegate(self, to: str, task: str, context: ToolContext) -> dict[str, JSON]:
         if to not in self._members:
             return {"error": f"unknown team member {to!r}; choose one of: {', '.join(self._members)}"}
         serving = _serving.get()

@@ -41,9 +41,10 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ..kernel.messages import JSON
 from ._thread import serve_in_thread
 
-ToolArgs = dict[str, Any] | str
+ToolArgs = dict[str, JSON] | str
 """Tool-call arguments: a dict is JSON-encoded by the fake, a str is sent verbatim (may be broken)."""
 
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
@@ -83,7 +84,7 @@ class FakeReply:
     headers: dict[str, str] = field(default_factory=dict)
     raw_body: str | bytes | None = None
     delay: float | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, JSON] | None = None
     finish_reason: str | None = None
     model: str | None = None
     disconnect: bool = False
@@ -91,7 +92,7 @@ class FakeReply:
     call_ids: list[str] | None = None
     reasoning: str | None = None
     reasoning_field: str = "reasoning_content"
-    stream_error: dict[str, Any] | None = None
+    stream_error: dict[str, JSON] | None = None
     same_index: bool = False
 
     @classmethod
@@ -153,7 +154,7 @@ FakeReply.tool_calls = FakeReply.parallel_tool_calls  # type: ignore[assignment]
 class RecordedRequest:
     """One request received on a chat-completions route, valid or not."""
 
-    body: dict[str, Any] | None  # parsed JSON object, or None if the body was not one
+    body: dict[str, JSON] | None  # parsed JSON object, or None if the body was not one
     raw: bytes
     headers: Mapping[str, str]  # case-insensitive
     path: str
@@ -165,12 +166,12 @@ class RecordedRequest:
         return model if isinstance(model, str) else None
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[dict[str, JSON]]:
         messages = (self.body or {}).get("messages")
         return messages if isinstance(messages, list) else []
 
     @property
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[dict[str, JSON]]:
         tools = (self.body or {}).get("tools")
         return tools if isinstance(tools, list) else []
 
@@ -237,7 +238,7 @@ class FakeOpenAIServer:
         port: int = 0,
         latency: float = 0.0,
         handler: Handler | None = None,
-        default_tool_args: dict[str, Any] | None = None,
+        default_tool_args: dict[str, JSON] | None = None,
         models: list[str] | None = None,
         api_key: str | None = None,
         reject_tools: bool = False,
@@ -247,7 +248,7 @@ class FakeOpenAIServer:
         self.port = port
         self.latency = latency
         self.handler = handler
-        self.default_tool_args: dict[str, Any] = {} if default_tool_args is None else default_tool_args
+        self.default_tool_args: dict[str, JSON] = {} if default_tool_args is None else default_tool_args
         self.models = models
         self.api_key = api_key
         self.reject_tools = reject_tools
@@ -498,14 +499,14 @@ class FakeOpenAIServer:
         events.append(b"data: [DONE]\n\n")
         return await _send_events(request, events, reply)
 
-    def _completion(self, record: RecordedRequest, reply: FakeReply) -> dict[str, Any]:
+    def _completion(self, record: RecordedRequest, reply: FakeReply) -> dict[str, JSON]:
         """The non-streamed ``chat.completion`` object for ``reply``."""
         ids = reply.call_ids or [f"call_{next(self._call_ids)}" for _ in reply.tool_calls]
         calls = [
             _wire_tool_call(None if self.omit_call_ids else call_id, name, args)
             for call_id, (name, args) in zip(ids, reply.tool_calls, strict=True)
         ]
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        message: dict[str, JSON] = {"role": "assistant", "content": reply.content, "refusal": None}
         if reply.reasoning is not None:
             message[reply.reasoning_field] = reply.reasoning
         if calls:
@@ -521,7 +522,7 @@ class FakeOpenAIServer:
         }
 
 
-def _prompt_tool(messages: list[dict[str, Any]]) -> str | None:
+def _prompt_tool(messages: list[dict[str, JSON]]) -> str | None:
     """The name of the first tool in a system message's ``<tools>`` block (one JSON per line)."""
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
@@ -540,15 +541,15 @@ def _prompt_tool(messages: list[dict[str, Any]]) -> str | None:
 
 
 def _chunks(
-    completion: dict[str, Any], include_usage: bool, reply: FakeReply | None = None
-) -> Iterator[dict[str, Any]]:
+    completion: dict[str, JSON], include_usage: bool, reply: FakeReply | None = None
+) -> Iterator[dict[str, JSON]]:
     """The ``chat.completion.chunk`` objects of a completion, in the order OpenAI streams them
     (with the reply's quirks: reasoning deltas first, an error chunk, repeated tool-call indexes)."""
     reply = reply or FakeReply()
     base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     choice = completion["choices"][0]
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    def chunk(delta: dict[str, JSON], finish_reason: str | None = None) -> dict[str, JSON]:
         return {
             **base,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
@@ -602,14 +603,14 @@ def _broken(args: ToolArgs) -> str:
     return json.dumps(list(args.values()) if isinstance(args, dict) else [args], ensure_ascii=False)
 
 
-def _wire_tool_call(call_id: str | None, name: str, args: ToolArgs) -> dict[str, Any]:
+def _wire_tool_call(call_id: str | None, name: str, args: ToolArgs) -> dict[str, JSON]:
     arguments = args if isinstance(args, str) else json.dumps(args)
     call = {"type": "function", "function": {"name": name, "arguments": arguments}}
     return call if call_id is None else {"id": call_id, **call}
 
 
 def _estimate_usage(
-    record: RecordedRequest, content: str | None, calls: list[dict[str, Any]]
+    record: RecordedRequest, content: str | None, calls: list[dict[str, JSON]]
 ) -> dict[str, int]:
     """Token counts at roughly four characters per token."""
     prompt_chars = sum(len(str(message.get("content") or "")) for message in record.messages)
@@ -618,7 +619,7 @@ def _estimate_usage(
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def _json_object(raw: bytes) -> dict[str, JSON] | None:
     try:
         value = json.loads(raw)
     except ValueError:
@@ -628,7 +629,7 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 def _error_body(
     status: int, message: str, code: str | None = None, error_type: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, JSON]:
     default_type = "invalid_request_error" if status < 500 else "server_error"
     code = code or _ERROR_CODES.get(status)
     return {"error": {"message": message, "type": error_type or default_type, "param": None, "code": code}}
@@ -666,7 +667,7 @@ def _instant_error(status: int, message: str, code: str | None = None) -> FakeRe
 
 
 def _json_response(
-    status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    status: int, body: dict[str, JSON], headers: Mapping[str, str] | None = None
 ) -> web.Response:
     all_headers = {"Content-Type": "application/json", **(headers or {})}
     return web.Response(status=status, body=json.dumps(body).encode(), headers=all_headers)
@@ -675,7 +676,7 @@ def _json_response(
 # -- command line (benchmarks run the fake in a separate process) ---------------------------------
 
 
-def _json_dict(text: str) -> dict[str, Any]:
+def _json_dict(text: str) -> dict[str, JSON]:
     value = json.loads(text)
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object")

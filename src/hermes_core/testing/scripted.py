@@ -13,15 +13,16 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.messages import JSON, Message, ModelResponse, ToolCall, Usage
 from ..kernel.model import ModelClient, TextCallback
 
-Tools = list[dict[str, Any]] | None
-Step = ModelResponse | str | BaseException | Callable[[list[Message], Tools], Any]
+Tools = list[dict[str, JSON]] | None
+Answer = ModelResponse | str | BaseException  # a response, a text reply, or an exception the call raises
+StepFunction = Callable[[list[Message], Tools], Answer | Awaitable[Answer]]  # sync or async
+Step = Answer | StepFunction
 
 
 _call_ids = itertools.count(1)  # unique within the process, like a real model's call ids
@@ -33,7 +34,7 @@ def reply(text: str, *, usage: Usage | None = None) -> ModelResponse:
 
 
 def call(
-    name: str, arguments: dict[str, Any] | str = "{}", *more: tuple[str, dict[str, Any] | str]
+    name: str, arguments: dict[str, JSON] | str = "{}", *more: tuple[str, dict[str, JSON] | str]
 ) -> ModelResponse:
     """A turn with one tool call (or several: `call("a", {...}, ("b", {...}))`)."""
     pairs = [(name, arguments), *more]
@@ -53,7 +54,7 @@ class RecordedCall:
 class ScriptedModel(ModelClient):
     name = "scripted"
 
-    def __init__(self, script: Iterable[Step] | Callable[[list[Message], Tools], Any]) -> None:
+    def __init__(self, script: Iterable[Step] | StepFunction) -> None:
         self._function = script if callable(script) else None
         self._steps: list[Step] = [] if callable(script) else list(script)
         self.calls: list[RecordedCall] = []
@@ -69,11 +70,8 @@ class ScriptedModel(ModelClient):
             step = self._steps.pop(0)
         else:
             raise AssertionError(f"ScriptedModel ran out of answers at call {len(self.calls)}")
-        answer: Any = (
-            step(snapshot, tools) if callable(step) and not isinstance(step, ModelResponse) else step
-        )
-        if inspect.isawaitable(answer):
-            answer = await answer
+        given = step(snapshot, tools) if callable(step) and not isinstance(step, ModelResponse) else step
+        answer: Answer = await given if inspect.isawaitable(given) else given
         if isinstance(answer, BaseException):
             raise answer
         response: ModelResponse = reply(answer) if isinstance(answer, str) else answer

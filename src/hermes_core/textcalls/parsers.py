@@ -24,9 +24,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
-from ..kernel.messages import ToolCall
+from ..kernel.messages import JSON, ToolCall
 from ..kernel.tools.arguments import ArgumentError, parse_arguments
 
 # ── What a parse returns ─────────────────────────────────────────────────────────────────────────
@@ -55,7 +54,7 @@ class ParsedText:
         return [ToolCall(f"{id_prefix}_{i}", call.name, call.arguments) for i, call in enumerate(self.calls)]
 
 
-FoundCall = tuple[str, Any]  # a tool name and its arguments as the model wrote them (dict, text or None)
+FoundCall = tuple[str, JSON]  # a tool name and its arguments as the model wrote them (dict, text or None)
 
 # ── How blocks are delimited ─────────────────────────────────────────────────────────────────────
 
@@ -312,7 +311,7 @@ class JsonMessageParser(MessageParser):
             calls += found
         return (calls, rest) if calls else None
 
-    def _values(self, text: str) -> tuple[list[Any], str]:
+    def _values(self, text: str) -> tuple[list[JSON], str]:
         """JSON values separated by `;`, `,` or whitespace, and the text after them. A message that
         is not valid JSON from its first character is loaded leniently as one value."""
         decoder, values, pos = json.JSONDecoder(parse_float=_number, parse_constant=_number), [], 0
@@ -893,7 +892,7 @@ def release(segments: list[Segment], content: ContentBuilder) -> tuple[str, list
 _CALL_KEYS = {"name", "arguments", "parameters", "id", "type"}
 
 
-def _calls_in(value: Any, *, bare: bool) -> list[FoundCall] | None:
+def _calls_in(value: JSON, *, bare: bool) -> list[FoundCall] | None:
     """The calls in a decoded payload (one call object or a list of them).
 
     Untagged (`bare`), every item must be a call, or the payload is data. Inside a tag the tag says
@@ -909,7 +908,7 @@ def _calls_in(value: Any, *, bare: bool) -> list[FoundCall] | None:
     return calls or None
 
 
-def _call_from_object(value: Any, *, bare: bool) -> FoundCall | None:
+def _call_from_object(value: JSON, *, bare: bool) -> FoundCall | None:
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):  # the OpenAI wire shape
@@ -930,15 +929,16 @@ def _text_call(call: FoundCall, span: tuple[int, int], format: str) -> TextCall:
     return TextCall(name, arguments_text(arguments), span, format)
 
 
-def arguments_text(arguments: Any) -> str:
+def arguments_text(arguments: JSON) -> str:
     """Arguments as JSON object text; the model's own text when no object can be recovered from it."""
     if arguments is None:
         return "{}"
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = parse_arguments(arguments)  # JSON-encoded, fenced, single-quoted, truncated…
+            arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
         except ArgumentError:
-            return arguments
+            return text
     try:
         return json.dumps(arguments, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # inf or nan from a Python literal: JSON has no such number
@@ -947,7 +947,7 @@ def arguments_text(arguments: Any) -> str:
         return str(arguments)
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: JSON) -> JSON:
     """`value` with every non-finite float replaced by its text ("inf"), so it is valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
@@ -964,7 +964,7 @@ def _number(text: str) -> float | str:
     return number if math.isfinite(number) else text
 
 
-def _load(text: str) -> Any:
+def _load(text: str) -> JSON:
     """JSON, else a Python literal (single quotes, True/None), else what json_repair recovers."""
     text = text.strip()
     if text.startswith("```"):
@@ -990,7 +990,7 @@ def _load(text: str) -> Any:
 _MISSPELLED_CLOSER = re.compile(r"\s*</pa?r[a-z_]*>?\s*\Z")  # </paramter>, </parameters>, </parameter
 
 
-def _parameter_value(raw: str) -> Any:
+def _parameter_value(raw: str) -> JSON:
     """A Qwen3-Coder or GLM value: trimmed (models indent it), a misspelled closing tag dropped,
     JSON-decoded when it is a number, object or array."""
     value = _MISSPELLED_CLOSER.sub("", raw).strip()

@@ -49,6 +49,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from ..kernel.messages import JSON
 from ..kernel.redaction import cut_text, redact_text
 from ..kernel.tools.declare import Tool, ToolError, tool
 
@@ -105,7 +106,7 @@ class Workspace:
 
     def read_file(
         self, path: str, max_chars: int = 4000, start_line: int | None = None, end_line: int | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """The text of a file (UTF-8, undecodable bytes replaced, secrets redacted), capped at `max_chars`.
 
         Whole lines are shown whenever possible. When the text is cut or a range is asked for,
@@ -133,7 +134,7 @@ class Workspace:
         shown, partial = _fit_lines(lines[first - 1 : last], max_chars)
         shown_last = first + len(shown) - 1
         truncated = partial or shown_last < last
-        result: dict[str, Any] = {"path": _show(relative)}
+        result: dict[str, JSON] = {"path": _show(relative)}
         if truncated or start_line is not None or end_line is not None:
             result.update(
                 total_lines=len(lines),
@@ -147,7 +148,7 @@ class Workspace:
         result["content"] = "".join(shown)
         return result
 
-    def write_file(self, path: str, content: str, append: bool = False) -> dict[str, Any]:
+    def write_file(self, path: str, content: str, append: bool = False) -> dict[str, JSON]:
         """Create, overwrite or append to a file; missing parent directories are created inside the root."""
         data = content.encode("utf-8")
         if len(data) > self.max_write_bytes:
@@ -217,7 +218,7 @@ class Workspace:
         with self._open_directory(relative) as fd, os.scandir(fd) as scan:
             entries = sorted(scan, key=lambda entry: entry.name)
             shown = [_describe(entry) for entry in entries[: self.max_entries]]  # stat() needs fd open
-        result: dict[str, Any] = {"path": _show(relative), "total": len(entries), "entries": shown}
+        result: dict[str, JSON] = {"path": _show(relative), "total": len(entries), "entries": shown}
         if len(entries) > self.max_entries:
             result["more"] = f"… {len(entries) - self.max_entries} more entries not shown"
         return result
@@ -436,7 +437,7 @@ def _fit_lines(lines: list[str], max_chars: int) -> tuple[list[str], bool]:
     return shown, False
 
 
-def _describe(entry: os.DirEntry[str]) -> dict[str, Any]:
+def _describe(entry: os.DirEntry[str]) -> dict[str, JSON]:
     if entry.is_symlink():
         return {"name": entry.name, "type": "symlink"}
     if entry.is_dir(follow_symlinks=False):
@@ -458,7 +459,7 @@ def read_file_tool(workspace: Workspace) -> Tool:
         max_chars: Annotated[int, Field(ge=1, le=100_000, description="Most characters to return")] = 4000,
         start_line: Annotated[int | None, Field(ge=1, description="First line to show (1-based)")] = None,
         end_line: Annotated[int | None, Field(ge=1, description="Last line to show (inclusive)")] = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """Read a text file in the workspace. Long files are cut at max_chars; the result then gives total_lines and the start_line to continue from. 读取工作区里的文本文件，可按行号范围读取；文件太长时会截断并告诉你总行数。"""  # noqa: E501
         return workspace.read_file(path, max_chars, start_line, end_line)
 
@@ -473,7 +474,7 @@ def write_file_tool(workspace: Workspace) -> Tool:
         path: PathArgument,
         content: Annotated[str, Field(description="The full text to write (UTF-8)")],
         append: Annotated[bool, Field(description="Add to the end instead of replacing the file")] = False,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """Create or overwrite a text file in the workspace (append=true adds to the end); parent folders are created. Only use it when the user wants a file saved or changed. 在工作区写入或追加文本文件，仅在用户要求保存或修改文件时使用。"""  # noqa: E501
         return workspace.write_file(path, content, append)
 
@@ -484,7 +485,7 @@ def list_directory_tool(workspace: Workspace) -> Tool:
     @tool(name="list_directory", level=0, idempotent=True)
     def list_directory(
         path: Annotated[str, Field(description="Directory relative to the workspace; '.' is the top")] = ".",
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """List the files and folders in a workspace directory, with their sizes. 列出工作区目录里的文件和文件夹及大小。"""  # noqa: E501
         return workspace.list_directory(path)
 

@@ -40,7 +40,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..config import MCPServerConfig
 
 try:
     import anyio
@@ -645,7 +649,9 @@ class MCPToolset:
             connection.listeners.append(self._changed)
 
     @classmethod
-    def from_config(cls, servers: Iterable[Any], environ: Mapping[str, str] | None = None) -> MCPToolset:
+    def from_config(
+        cls, servers: Iterable[MCPServerConfig | MCPConnection], environ: Mapping[str, str] | None = None
+    ) -> MCPToolset:
         return cls(connection_from_config(server, environ) for server in servers)
 
     async def attach(self, registry: ToolRegistry, wait: float | None = None) -> None:
@@ -785,7 +791,7 @@ class MCPToolset:
         self._registered[declared.name] = connection.name
 
 
-async def attach_mcp(agent: Any, servers: Iterable[Any]) -> MCPToolset:
+async def attach_mcp(agent: Agent, servers: Iterable[MCPServerConfig | MCPConnection]) -> MCPToolset:
     """Connect `servers` (`mcp:` configuration entries or `MCPConnection`s) now and add their tools
     to `agent`. Close the returned toolset when the agent is done: `await toolset.aclose()`."""
     toolset = MCPToolset.from_config(servers)
@@ -793,7 +799,9 @@ async def attach_mcp(agent: Any, servers: Iterable[Any]) -> MCPToolset:
     return toolset
 
 
-def connection_from_config(server: Any, environ: Mapping[str, str] | None = None) -> MCPConnection:
+def connection_from_config(
+    server: MCPServerConfig | MCPConnection, environ: Mapping[str, str] | None = None
+) -> MCPConnection:
     """An `MCPConnection` from one `mcp:` entry of the configuration (config.py, `MCPServerConfig`).
 
     `env` names the variables to pass to the server; `headers` maps each header to the variable

@@ -40,6 +40,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...kernel.messages import JSON
 from ..base import DeliveryError
 from ..seam import OutboundMessage
 from .formatting import Part, approval_card, format_reply
@@ -121,7 +122,7 @@ class _Throttled(Exception):
 class _Response:
     status: int
     headers: dict[str, str]  # names lower-cased: Feishu's header case is not to be relied on (§7)
-    body: dict[str, Any]
+    body: dict[str, JSON]
 
 
 class FeishuAPI:
@@ -169,7 +170,7 @@ class FeishuAPI:
 
     # --- the calls -------------------------------------------------------------------------
 
-    async def bot_info(self, *, once: bool = False) -> dict[str, Any]:
+    async def bot_info(self, *, once: bool = False) -> dict[str, JSON]:
         """The bot's own profile (§4): `open_id`, `app_name`, … — the `bot` object, no `data` wrapper.
 
         `once`: a single attempt, no retry or backoff here (the channel's start-up retries in the
@@ -264,7 +265,7 @@ class FeishuAPI:
         self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str
     ) -> tuple[str, str | None]:
         """Send one part; return its message_id and where the next part should reply to."""
-        body: dict[str, Any] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
+        body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
             path = f"/open-apis/im/v1/messages/{reply_to}/reply"
             try:
@@ -292,7 +293,7 @@ class FeishuAPI:
         path: str,
         *,
         params: dict[str, str] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, JSON] | None = None,
         chat: str | None = None,
         patient: bool = True,
     ) -> dict[str, Any]:
@@ -337,9 +338,9 @@ class FeishuAPI:
         method: str,
         path: str,
         params: dict[str, str] | None,
-        body: dict[str, Any] | None,
+        body: dict[str, JSON] | None,
         chat: str | None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         token = await self._tenant_token()
         async with self.limiter.slot(chat):
             response = await self._http(method, path, token=token, params=params, body=body)
@@ -428,7 +429,7 @@ class FeishuAPI:
         *,
         token: str | None,
         params: Mapping[str, str] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, JSON] | None = None,
     ) -> _Response:
         import aiohttp
 
@@ -504,7 +505,7 @@ def _reset_seconds(headers: Mapping[str, str]) -> float:
         return 1.0
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
+def _json_object(raw: bytes) -> dict[str, JSON]:
     try:
         value = json.loads(raw)
     except ValueError:
@@ -512,7 +513,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _message_id(body: dict[str, Any]) -> str:
+def _message_id(body: dict[str, JSON]) -> str:
     data = body.get("data")
     message_id = data.get("message_id") if isinstance(data, dict) else None
     if not isinstance(message_id, str):

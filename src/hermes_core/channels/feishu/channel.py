@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ...kernel.messages import JSON
 from ...kernel.replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
 from ..media import Fetched
@@ -175,7 +176,7 @@ class FeishuChannel(Channel):
         since = problem.since if problem else time.time()
         self._problems[what] = Problem(detail, since, (problem.attempts if problem else 0) + 1)
 
-    def degraded(self) -> list[dict[str, Any]]:
+    def degraded(self) -> list[dict[str, JSON]]:
         """What does not work yet, for /healthz: empty when the channel is fully up."""
         held = self._held.count()
         problems = dict(self._problems)
@@ -210,7 +211,7 @@ class FeishuChannel(Channel):
                 return web.json_response(answer)
         return web.json_response(check.body)
 
-    async def on_event(self, envelope: dict[str, Any]) -> dict[str, Any] | None:
+    async def on_event(self, envelope: dict[str, JSON]) -> dict[str, JSON] | None:
         """Persist a verified event (both modes). Returns once it is durable: then it may be acked.
         A card click returns the callback's answer (a toast)."""
         if _event_type(envelope) == "card.action.trigger":
@@ -245,7 +246,7 @@ class FeishuChannel(Channel):
             self.bot_open_id = open_id
         log.info("feishu: every held event accepted")
 
-    async def on_card_action(self, envelope: dict[str, Any]) -> dict[str, Any]:
+    async def on_card_action(self, envelope: dict[str, JSON]) -> dict[str, JSON]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""
         from ...kernel.approvals import DecisionRefused
 
@@ -398,9 +399,9 @@ class HeldEvents:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
-        self._events: list[dict[str, Any]] = self._read() if path is not None else []
+        self._events: list[dict[str, JSON]] = self._read() if path is not None else []
 
-    def _read(self) -> list[dict[str, Any]]:
+    def _read(self) -> list[dict[str, JSON]]:
         assert self.path is not None
         if not self.path.exists():
             return []
@@ -415,7 +416,7 @@ class HeldEvents:
     def count(self) -> int:
         return len(self._events)
 
-    def load(self) -> list[dict[str, Any]]:
+    def load(self) -> list[dict[str, JSON]]:
         return list(self._events)
 
     def add(self, envelope: dict[str, Any]) -> None:
@@ -442,7 +443,7 @@ class HeldEvents:
         os.replace(temporary, self.path)
 
 
-def needs_bot_id(envelope: dict[str, Any]) -> bool:
+def needs_bot_id(envelope: dict[str, JSON]) -> bool:
     """Does turning this event into a message depend on the bot's own open_id (mention detection)?"""
     if _event_type(envelope) != "im.message.receive_v1":
         return False
@@ -450,7 +451,7 @@ def needs_bot_id(envelope: dict[str, Any]) -> bool:
     return (message.get("chat_type") or "p2p") != "p2p" or bool(message.get("mentions"))
 
 
-def _event_type(envelope: dict[str, Any]) -> str | None:
+def _event_type(envelope: dict[str, JSON]) -> str | None:
     header = envelope.get("header") or {}
     return header.get("event_type") or (envelope.get("event") or {}).get("type")
 
@@ -459,5 +460,5 @@ def _language(pending: Pending | None) -> Language:
     return detect_language(((pending.resume or {}).get("text", "") if pending else "") or "中")
 
 
-def _toast(kind: str, key: str, language: Language, **fields: str) -> dict[str, Any]:
+def _toast(kind: str, key: str, language: Language, **fields: str) -> dict[str, JSON]:
     return {"toast": {"type": kind, "content": fixed_reply(key, language).format(**fields)}}

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ...kernel.messages import JSON
 from ..base import json_object
 from ..media import MAX_ATTACHMENTS, keyed
 from ..seam import InboundMessage, has_surrogate
@@ -48,8 +49,8 @@ Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, bod
 @dataclass
 class EventCheck:
     status: int
-    body: dict[str, Any]
-    envelope: dict[str, Any] | None = None  # a verified event, to be persisted before the ack
+    body: dict[str, JSON]
+    envelope: dict[str, JSON] | None = None  # a verified event, to be persisted before the ack
 
     @property
     def accepted(self) -> bool:
@@ -106,7 +107,9 @@ class FeishuEventVerifier:
             return _reject(400, f"malformed event: {problem}")
         return EventCheck(200, {"msg": "success"}, data)
 
-    def _check_legacy_card(self, headers: Mapping[str, str], body: bytes, data: dict[str, Any]) -> EventCheck:
+    def _check_legacy_card(
+        self, headers: Mapping[str, str], body: bytes, data: dict[str, JSON]
+    ) -> EventCheck:
         """A card 1.0 callback: SHA-1 signature with the Verification Token, then the same shape
         checks as a `card.action.trigger` event, whose envelope it becomes."""
         if self.verification_token is None:
@@ -120,7 +123,7 @@ class FeishuEventVerifier:
             return _reject(400, f"malformed card callback: {problem}")
         return EventCheck(200, {"msg": "success"}, card_action_envelope(data))
 
-    def _decrypt(self, encrypted: Any) -> dict[str, Any]:
+    def _decrypt(self, encrypted: JSON) -> dict[str, JSON]:
         if self.encrypt_key is None:
             raise ValueError("the event is encrypted but no Encrypt Key is configured")
         if not isinstance(encrypted, str):
@@ -130,7 +133,7 @@ class FeishuEventVerifier:
         except DecryptionError as exc:
             raise ValueError(str(exc)) from None
 
-    def _token_ok(self, token: Any) -> bool:
+    def _token_ok(self, token: JSON) -> bool:
         if self.verification_token is None:
             return self.encrypt_key is not None  # nothing to compare with: only signed requests pass
         return isinstance(token, str) and hmac.compare_digest(token, self.verification_token)
@@ -166,7 +169,7 @@ def legacy_signature(timestamp: str, nonce: str, verification_token: str, body: 
     return hashlib.sha1((timestamp + nonce + verification_token).encode("utf-8") + body).hexdigest()
 
 
-def is_legacy_card(data: dict[str, Any]) -> bool:
+def is_legacy_card(data: dict[str, JSON]) -> bool:
     """Is this body a card 1.0 callback (no envelope; the clicker and the action at the top)?"""
     return "action" in data and ("open_id" in data or "open_message_id" in data)
 
@@ -178,7 +181,7 @@ _LEGACY_CARD_SHAPE: dict[str, type] = {
 }  # fmt: skip
 
 
-def card_action_envelope(card: dict[str, Any]) -> dict[str, Any]:
+def card_action_envelope(card: dict[str, JSON]) -> dict[str, JSON]:
     """A verified card 1.0 callback as the `card.action.trigger` envelope the channel handles."""
     action = _dict(card.get("action"))
     event = {
@@ -214,7 +217,7 @@ _MENTION_SHAPE: dict[str, type] = {"key": str, "name": str, "id": dict, "id.open
 _TYPE_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
 
-def envelope_problem(envelope: Any) -> str | None:
+def envelope_problem(envelope: JSON) -> str | None:
     """What is wrong with the shape of an event envelope (one line), or None when it can be read."""
     if not isinstance(envelope, dict):
         return "the event is not a JSON object"
@@ -231,7 +234,7 @@ def envelope_problem(envelope: Any) -> str | None:
     return None
 
 
-def _shape_problem(data: dict[str, Any], shape: dict[str, type], prefix: str) -> str | None:
+def _shape_problem(data: dict[str, JSON], shape: dict[str, type], prefix: str) -> str | None:
     for path, kind in shape.items():
         value = _at(data, path)
         if value is None:
@@ -243,9 +246,9 @@ def _shape_problem(data: dict[str, Any], shape: dict[str, type], prefix: str) ->
     return None
 
 
-def _at(data: dict[str, Any], path: str) -> Any:
+def _at(data: dict[str, JSON], path: str) -> JSON:
     """The value at a dotted path; None when a step is missing or not an object."""
-    value: Any = data
+    value: JSON = data
     for step in path.split("."):
         if not isinstance(value, dict):
             return None
@@ -253,15 +256,15 @@ def _at(data: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: JSON) -> dict[str, JSON]:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
+def _list(value: JSON) -> list[JSON]:
     return value if isinstance(value, list) else []
 
 
-def _str(value: Any) -> str:
+def _str(value: JSON) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -272,7 +275,7 @@ class Ignored:
     reason: str
 
 
-def inbound_from_event(envelope: dict[str, Any], bot_open_id: str | None) -> InboundMessage | Ignored:
+def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> InboundMessage | Ignored:
     """An `im.message.receive_v1` event as an InboundMessage; anything else is Ignored.
 
     One-to-one chats are always handled (session key: the sender's open_id); group messages only
@@ -338,7 +341,7 @@ def _text_of(
     return "non_text", "", []
 
 
-def strip_mentions(text: str, mentions: list[dict[str, Any]], bot_open_id: str | None) -> str:
+def strip_mentions(text: str, mentions: list[dict[str, JSON]], bot_open_id: str | None) -> str:
     """Remove the bot's mention key; other users' keys become their names. `@_user_1` never
     matches inside `@_user_10`."""
     for mention in mentions:

@@ -47,7 +47,8 @@ from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
 log = logging.getLogger("hermes_core.feishu")
 
-EventHandler = Callable[[dict], Awaitable[Any]]  # a non-None result (a card toast) goes back in the ACK
+# a non-None result (a card toast) goes back in the ACK
+EventHandler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 TRANSIENT_CODES = frozenset({1, 1000040343})  # "system busy", "internal error": worth retrying
 _CLIENT_HANDSHAKE_CODES = frozenset({403, 1000040350})  # forbidden, too many connections

@@ -15,9 +15,14 @@ import ast
 import copy
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
+
+from ..messages import JSON
+
+if TYPE_CHECKING:
+    from .declare import Tool
 
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
@@ -26,7 +31,7 @@ class ArgumentError(ValueError):
     """The arguments cannot be used; the message is written for the model to read."""
 
 
-def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+def parse_arguments(raw: str | dict[str, JSON] | None) -> dict[str, JSON]:
     """Recover a JSON object from a model's argument text, or raise ArgumentError."""
     if isinstance(raw, dict):
         return raw
@@ -45,7 +50,7 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
     raise ArgumentError(f"arguments must be a JSON object, got: {_preview(text)}")
 
 
-def _faithful(text: str, repaired: dict[str, Any]) -> dict[str, Any]:
+def _faithful(text: str, repaired: dict[str, JSON]) -> dict[str, JSON]:
     """The repaired object, only if it says exactly what the text says (kernel/tools/faithful.py)."""
     from .faithful import is_cut_off, is_faithful
 
@@ -74,7 +79,7 @@ def _candidates(text: str) -> list[str]:
     return found
 
 
-def _loads(text: str) -> Any:
+def _loads(text: str) -> JSON:
     try:
         return json.loads(text)
     except ValueError:
@@ -86,7 +91,7 @@ def _loads(text: str) -> Any:
     return value if _json_shaped(value) else None  # a set, tuple, bytes or int key has no JSON reading
 
 
-def _json_shaped(value: Any, depth: int = 0) -> bool:
+def _json_shaped(value: object, depth: int = 0) -> bool:
     if depth > 100:
         return False
     if isinstance(value, dict):
@@ -96,7 +101,7 @@ def _json_shaped(value: Any, depth: int = 0) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
 
 
-def _repair(text: str) -> Any:
+def _repair(text: str) -> JSON:
     """Last resort: a maintained JSON repair library (trailing commas, truncation, bare words)."""
     from json_repair import repair_json  # imported on first broken input only
 
@@ -107,7 +112,7 @@ def _repair(text: str) -> Any:
         return None
 
 
-def validate_arguments(model: type[BaseModel], arguments: dict[str, Any]) -> BaseModel:
+def validate_arguments(model: type[BaseModel], arguments: dict[str, JSON]) -> BaseModel:
     """Validate in pydantic's lax JSON mode; raise ArgumentError naming every bad field."""
     try:
         payload = json.dumps(arguments, ensure_ascii=False, default=str)
@@ -116,7 +121,7 @@ def validate_arguments(model: type[BaseModel], arguments: dict[str, Any]) -> Bas
         raise ArgumentError(describe_validation_error(exc)) from None
 
 
-def bind_arguments(declared: Any, arguments: dict[str, Any]) -> dict[str, Any]:
+def bind_arguments(declared: Tool, arguments: dict[str, JSON]) -> dict[str, object]:
     """The one validation path of every tool (`ToolRegistry` calls it for each call).
 
     A tool declared by a JSON Schema (`declared.arguments_model` is None, or a dict entry) is
@@ -150,12 +155,12 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def required_fields_missing(schema: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
+def required_fields_missing(schema: dict[str, JSON], arguments: dict[str, JSON]) -> list[str]:
     """For dict-style tools without a typed handler: the schema's required keys that are absent."""
     return [name for name in schema.get("required", []) if name not in arguments]
 
 
-def _preview(value: Any, limit: int = 80) -> str:
+def _preview(value: object, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = repr(text) if isinstance(value, str) else text
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -13,12 +13,24 @@ import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Union, cast, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
+from ..messages import JSON, Usage
 from .permissions import Caller
+
+if TYPE_CHECKING:
+    from ..approvals import Interactions
+    from .schema import SchemaArguments
+
+# A tool's function takes what its signature declares and returns anything serialisable: no
+# narrower type exists for "any documented function". Declared once, with what may be registered.
+ToolFunction = Callable[..., Any]
+Extractor = Callable[[Any], object]  # a tool's result → what the model reads of it
+ToolEntry = Mapping[str, Any]  # the dict-style entry: {"description", "parameters", "handler", …}
+ToolLike = Union["Tool", ToolFunction, ToolEntry]  # what a registry (and `Agent(tools=…)`) accepts
 
 _NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SECTION = re.compile(
@@ -59,11 +71,13 @@ class ToolContext:
     tool_name: str
     task_id: str = ""
     session_id: str | None = None
-    scratch: dict[str, Any] = field(default_factory=dict)
+    scratch: dict[str, object] = field(default_factory=dict)
     caller: Caller | None = None  # who the task runs for (permissions)
     model: str = ""  # the model that asked for the call (permissions: allowed_models)
-    interactions: Any = None  # where approvals and questions wait (tasks/pending.py), if anywhere
-    spent: list[Any] | None = None  # tokens a tool spent on the task's behalf (a sub-agent): Usage items
+    interactions: Interactions | None = (
+        None  # where approvals and questions wait (kernel/approvals.py), if anywhere
+    )
+    spent: list[Usage] | None = None  # tokens a tool spent on the task's behalf (a sub-agent)
 
 
 @dataclass
@@ -72,11 +86,11 @@ class Tool:
 
     name: str
     description: str
-    parameters: dict[str, Any]
-    handler: Callable[..., Any]
+    parameters: dict[str, JSON]
+    handler: ToolFunction
     arguments_model: type[BaseModel] | None = None
     timeout: float | None = None
-    extractor: Callable[[Any], Any] | None = None
+    extractor: Extractor | None = None
     max_chars: int | None = None  # its own cap on a result the model reads (the agent's otherwise)
     context_param: str | None = None
     keywords: tuple[str, ...] = ()
@@ -91,7 +105,7 @@ class Tool:
     # a tool declared by a JSON Schema (dict entry, MCP): its checks (kernel/tools/schema.py); built on first
     # use when a Tool is constructed directly. `declared_name` is the name it was declared with when
     # that is not a name the model may see (`pay.out` is offered as `pay_out`).
-    schema_arguments: Any = field(default=None, repr=False)
+    schema_arguments: SchemaArguments | None = field(default=None, repr=False)
     declared_name: str | None = None
 
     @property
@@ -102,7 +116,7 @@ class Tool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.handler)
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, JSON]:
         """The OpenAI `tools` entry for this tool."""
         return {
             "type": "function",
@@ -115,14 +129,14 @@ class Tool:
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> Tool: ...
+def tool(fn: ToolFunction, /) -> Tool: ...
 @overload
 def tool(
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
@@ -130,17 +144,17 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
-) -> Callable[[Callable[..., Any]], Tool]: ...
+) -> Callable[[ToolFunction], Tool]: ...
 
 
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: ToolFunction | None = None,
     /,
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
     level: int = 1,
     idempotent: bool = False,
@@ -148,7 +162,7 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
-) -> Tool | Callable[[Callable[..., Any]], Tool]:
+) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
     `timeout` overrides the agent's per-tool timeout; `extractor` compresses the function's
@@ -162,7 +176,7 @@ def tool(
     many tools, only the groups a message is about are offered (tools/routing.py).
     """
 
-    def decorate(func: Callable[..., Any]) -> Tool:
+    def decorate(func: ToolFunction) -> Tool:
         declared = tool_from_function(
             func, name=name, description=description, timeout=timeout, extractor=extractor, keywords=keywords
         )
@@ -176,12 +190,12 @@ def tool(
 
 
 def tool_from_function(
-    func: Callable[..., Any],
+    func: ToolFunction,
     *,
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
-    extractor: Callable[[Any], Any] | None = None,
+    extractor: Extractor | None = None,
     keywords: tuple[str, ...] | list[str] = (),
 ) -> Tool:
     tool_name = name or func.__name__
@@ -219,7 +233,7 @@ def _groups(groups: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return (groups,) if isinstance(groups, str) else tuple(groups)  # "weather" is one group, not seven
 
 
-def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
+def tool_from_entry(name: str, entry: ToolEntry) -> Tool:
     """Accept the dict-style registry entry of seed 000: {description, parameters, handler}.
 
     `parameters` is checked now (kernel/tools/schema.py: non-standard type names normalised, then the
@@ -259,7 +273,7 @@ def tool_from_entry(name: str, entry: Mapping[str, Any]) -> Tool:
     )
 
 
-def schema_checks(name: str, parameters: Any) -> tuple[dict[str, Any], Any]:
+def schema_checks(name: str, parameters: JSON) -> tuple[dict[str, JSON], SchemaArguments]:
     """The normalised schema of a schema-declared tool and its `SchemaArguments`, or
     ToolDefinitionError naming the tool and the JSON pointer of the problem."""
     from .schema import SchemaArguments, SchemaDefinitionError, declared_schema
@@ -281,7 +295,7 @@ def _wire_name(name: str) -> str:
 
 
 def arguments_model_for(
-    func: Callable[..., Any], tool_name: str, param_docs: Mapping[str, str]
+    func: ToolFunction, tool_name: str, param_docs: Mapping[str, str]
 ) -> tuple[type[BaseModel], str | None]:
     """Build the pydantic model of a function's parameters; find its ToolContext parameter."""
     try:
@@ -316,19 +330,20 @@ def arguments_model_for(
     return cast("type[BaseModel]", model), context_param
 
 
-def _has_description(annotation: Any) -> bool:
+def _has_description(annotation: object) -> bool:
     if typing.get_origin(annotation) is not typing.Annotated:
         return False
-    return any(isinstance(meta, FieldInfo) and meta.description for meta in annotation.__metadata__)
+    metadata: tuple[object, ...] = getattr(annotation, "__metadata__", ())
+    return any(isinstance(meta, FieldInfo) and meta.description for meta in metadata)
 
 
-def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+def schema_of(model: type[BaseModel]) -> dict[str, JSON]:
     """JSON Schema for the model, without pydantic's auto titles (noise that costs prompt bytes)."""
     schema = model.model_json_schema()
-    return cast("dict[str, Any]", _drop_titles(schema))
+    return cast("dict[str, JSON]", _drop_titles(schema))
 
 
-def _drop_titles(node: Any, parent_key: str = "") -> Any:
+def _drop_titles(node: JSON, parent_key: str = "") -> JSON:
     if isinstance(node, dict):
         # "properties" and "$defs" map user names to schemas: a field may legitimately be named "title"
         keep_all = parent_key in ("properties", "$defs")

@@ -36,16 +36,19 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..messages import Message, ToolCall
+from ..messages import JSON, Message, ToolCall
 from ..redaction import redact_text
 from .arguments import ArgumentError, bind_arguments, parse_arguments
-from .declare import TaskPaused, Tool, ToolContext, ToolError, tool_from_entry, tool_from_function
+from .declare import TaskPaused, Tool, ToolContext, ToolError, ToolLike, tool_from_entry, tool_from_function
 from .permissions import Caller, Policy
 from .results import DEFAULT_MAX_CHARS, UnrenderableResult, error_result, is_error_value, render_result
+
+if TYPE_CHECKING:
+    from ..approvals import Interactions
 
 log = logging.getLogger("hermes_core.tools")
 
@@ -63,7 +66,7 @@ class ToolOutcome:
     call: ToolCall
     content: str
     ok: bool
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, JSON] | None = None
     elapsed: float = 0.0
     error: str | None = None  # "unknown_tool", "bad_arguments", "exception", "timeout", "tool_error", …
 
@@ -74,17 +77,17 @@ class ToolOutcome:
 class ToolRegistry:
     def __init__(
         self,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[ToolLike] = (),
         policy: Policy | None = None,
-        interactions: Any = None,
+        interactions: Interactions | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.policy = policy or Policy()
-        self.interactions = interactions  # tasks/pending.Interactions: who approves, who answers
+        self.interactions = interactions  # who approves, who answers (kernel/approvals.py)
         for item in tools:
             self.add(item)
 
-    def add(self, item: Tool | Callable[..., Any] | Mapping[str, Any], name: str | None = None) -> Tool:
+    def add(self, item: ToolLike, name: str | None = None) -> Tool:
         """Register a `@tool`, a plain documented function, or a dict-style entry."""
         if isinstance(item, Tool):
             declared = item
@@ -116,12 +119,12 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._tools)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def schemas(
         self, exclude: Iterable[str] = (), caller: Caller | None = None, model: str | Sequence[str] = ""
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, JSON]]:
         """The tools to offer: not excluded, permitted for this caller and model, and — for tools
         that need a person (approval, a question) — only when there is someone to ask.
 
@@ -210,7 +213,7 @@ class ToolRegistry:
         return self._rendered(call, value, own if own is not None else max_chars, arguments)
 
     @staticmethod
-    def _rendered(call: ToolCall, value: Any, max_chars: int, arguments: dict[str, Any]) -> ToolOutcome:
+    def _rendered(call: ToolCall, value: object, max_chars: int, arguments: dict[str, JSON]) -> ToolOutcome:
         """The outcome for a value the tool returned: its JSON, or an error if it has none."""
         try:
             failed = is_error_value(value)
@@ -225,7 +228,7 @@ class ToolRegistry:
         return ToolOutcome(call, content, True, arguments)
 
     async def _approval(
-        self, declared: Tool, call: ToolCall, arguments: dict[str, Any], context: ToolContext
+        self, declared: Tool, call: ToolCall, arguments: dict[str, JSON], context: ToolContext
     ) -> ToolOutcome | None:
         """None when a person approved this call; otherwise the outcome that stands in for it."""
         if self.interactions is None:
@@ -253,7 +256,7 @@ class ToolRegistry:
         return ToolOutcome(call, error_result(message), False, arguments, error=f"approval_{approval.status}")
 
     @staticmethod
-    def _bind(declared: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _bind(declared: Tool, arguments: dict[str, JSON]) -> dict[str, object]:
         """Validated keyword arguments; a private copy, so concurrent calls cannot share objects."""
         return bind_arguments(declared, arguments)
 
@@ -281,7 +284,7 @@ class ToolThreadsRefused(Exception):
     """A sync call not started because too many threads (of its tool, or in all) are stuck."""
 
 
-async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
+async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
     """Run the tool (and its extractor); every BaseException but a real cancellation becomes an
     Exception here, inside the coroutine, before it can reach a task boundary and the event loop."""
     try:
@@ -316,7 +319,7 @@ def _being_cancelled(exc: BaseException) -> bool:
 @dataclass(eq=False)
 class _Job:
     tool: str
-    run: Callable[[], Any]
+    run: Callable[[], object]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[tuple[bool, Any]]
     state: str = "queued"  # queued → running → done; or cancelled (never started), abandoned
@@ -361,7 +364,7 @@ class ToolThreads:
         with self._lock:
             return self._stuck[tool] if tool is not None else sum(self._stuck.values())
 
-    async def run(self, tool: str, function: Callable[[], Any]) -> Any:
+    async def run(self, tool: str, function: Callable[[], object]) -> Any:
         """`function()` on a worker thread; its exceptions re-raised here (BaseExceptions wrapped)."""
         loop = asyncio.get_running_loop()
         job = _Job(tool, function, loop, loop.create_future())

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
+from ..messages import JSON
 from ..redaction import cut_text
 
 DEFAULT_MAX_CHARS = 3000  # characters of one tool result the model reads (the rest is cut, with a note)
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: object) -> object:
     """Plain data for json.dumps: pydantic models and dataclasses become dicts."""
-    if hasattr(value, "model_dump") and callable(value.model_dump):
-        return value.model_dump(mode="json")
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, (set, frozenset, tuple)):
@@ -34,7 +35,7 @@ class UnrenderableResult(ValueError):
     """A tool's return value has no JSON form; the message says why, for the model to read."""
 
 
-def render_result(value: Any, max_chars: int = DEFAULT_MAX_CHARS) -> str:
+def render_result(value: object, max_chars: int = DEFAULT_MAX_CHARS) -> str:
     """Serialise a tool's return value as JSON (a string stays as it is), then redact and cap it."""
     if isinstance(value, str):
         text = value
@@ -56,16 +57,16 @@ def cap(text: str, max_chars: int) -> str:
     return f"{shown}\n[truncated: shown {max_chars} of {total} chars]"
 
 
-def error_result(message: str, **details: Any) -> str:
+def error_result(message: str, **details: JSON) -> str:
     """A tool failure as the model sees it: a JSON object with an `error` field."""
     return json.dumps({"error": message, **details}, ensure_ascii=False, default=str)
 
 
-def is_error_value(value: Any) -> bool:
+def is_error_value(value: object) -> bool:
     """A business error returned (not raised) by a tool: a mapping with a truthy `error`."""
     return isinstance(value, dict) and bool(value.get("error"))
 
 
-def _fallback(value: Any) -> Any:
+def _fallback(value: object) -> object:
     converted = to_jsonable(value)
     return str(value) if converted is value else converted

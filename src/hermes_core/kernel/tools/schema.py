@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
+from ..messages import JSON
 from .arguments import ArgumentError
 
 WIRE_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -103,7 +104,7 @@ def wire_names(names: Iterable[str]) -> dict[str, str]:
     return mapped
 
 
-def normalise(schema: Any, depth: int = 0) -> Any:
+def normalise(schema: JSON, depth: int = 0) -> JSON:
     """A copy of `schema` with the `NON_STANDARD_TYPES` names replaced where a type is expected
     (and standard names written in capitals, `String`, lowered); property names are left alone."""
     if not isinstance(schema, dict) or depth > _MAX_DEPTH:
@@ -130,7 +131,7 @@ def normalise(schema: Any, depth: int = 0) -> Any:
     return out
 
 
-def _standard(kind: Any) -> Any:
+def _standard(kind: JSON) -> JSON:
     """The standard name of one type name: `float` → `number`, `String` → `string`, `any` → None."""
     if not isinstance(kind, str):
         return kind
@@ -140,13 +141,13 @@ def _standard(kind: Any) -> Any:
     return lowered if lowered in _PYTHON_TYPES else kind
 
 
-def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
+def declared_schema(tool: str, parameters: JSON) -> dict[str, JSON]:
     """The normalised, checked `parameters` of `tool`, or SchemaDefinitionError naming the problem."""
     if not isinstance(parameters, Mapping):
         raise SchemaDefinitionError(
             f"tool {tool!r}: parameters must be a JSON Schema object, got {parameters!r}"
         )
-    schema = normalise(copy.deepcopy(dict(parameters)))
+    schema: dict[str, JSON] = normalise(copy.deepcopy(dict(parameters)))
     if "type" not in schema and "properties" in schema:
         schema["type"] = "object"
     if schema.get("type", "object") != "object":
@@ -160,7 +161,7 @@ def declared_schema(tool: str, parameters: Any) -> dict[str, Any]:
     return schema
 
 
-def _first_schema_error(schema: dict[str, Any]) -> str | None:
+def _first_schema_error(schema: dict[str, JSON]) -> str | None:
     from jsonschema import exceptions, validators
 
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
@@ -171,7 +172,7 @@ def _first_schema_error(schema: dict[str, Any]) -> str | None:
     return f"at '{pointer}': {_short(error.message)}"
 
 
-def _remote_ref(node: Any, pointer: str, depth: int = 0) -> str | None:
+def _remote_ref(node: JSON, pointer: str, depth: int = 0) -> str | None:
     """A `$ref` to another document: refused (no schema is ever fetched), with its pointer."""
     if depth > _MAX_DEPTH:
         return None
@@ -194,7 +195,7 @@ def _remote_ref(node: Any, pointer: str, depth: int = 0) -> str | None:
 class SchemaArguments:
     """The checks of one schema tool's arguments: lax coercion, then JSON Schema validation."""
 
-    def __init__(self, tool: str, schema: dict[str, Any]) -> None:
+    def __init__(self, tool: str, schema: dict[str, JSON]) -> None:
         from jsonschema import validators
 
         self.tool = tool
@@ -205,7 +206,7 @@ class SchemaArguments:
             checked["additionalProperties"] = False  # unknown names are refused (module docstring)
         self._validator = cls(checked, format_checker=_format_checker())
 
-    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, arguments: dict[str, JSON]) -> dict[str, JSON]:
         """The coerced arguments, or ArgumentError naming every bad field and what it expected."""
         coerced = _coerce(arguments, self.schema, self.schema, 0)
         try:
@@ -216,7 +217,7 @@ class SchemaArguments:
             raise ArgumentError("; ".join(self._describe(error) for error in errors))
         return coerced if isinstance(coerced, dict) else arguments
 
-    def _describe(self, error: Any) -> str:
+    def _describe(self, error: Any) -> str:  # a jsonschema ValidationError
         where = ".".join(str(part) for part in error.absolute_path)
         if error.validator == "required":
             missing = error.message.split("'")[1] if error.message.count("'") >= 2 else error.message
@@ -240,7 +241,7 @@ class SchemaArguments:
         return f"field '{where or '(arguments)'}': {_short(error.message)}"
 
 
-def _coerce(value: Any, schema: Any, root: dict[str, Any], depth: int) -> Any:
+def _coerce(value: JSON, schema: JSON, root: dict[str, JSON], depth: int) -> JSON:
     """`value` converted where it does not have the schema's type and pydantic's lax JSON mode
     would convert it; anything else unchanged (validation then says what is wrong)."""
     if not isinstance(schema, dict) or depth > _MAX_DEPTH:
@@ -265,9 +266,11 @@ def _coerce(value: Any, schema: Any, root: dict[str, Any], depth: int) -> Any:
     return value
 
 
-def _coerce_object(value: dict[str, Any], schema: dict[str, Any], root: dict[str, Any], depth: int) -> Any:
+def _coerce_object(
+    value: dict[str, JSON], schema: dict[str, JSON], root: dict[str, JSON], depth: int
+) -> JSON:
     declared = schema.get("properties")
-    properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
+    properties: dict[str, JSON] = declared if isinstance(declared, dict) else {}
     extra = schema.get("additionalProperties")
     out = {}
     for name, item in value.items():
@@ -276,7 +279,7 @@ def _coerce_object(value: dict[str, Any], schema: dict[str, Any], root: dict[str
     return out
 
 
-def _coerce_array(value: list[Any], schema: dict[str, Any], root: dict[str, Any], depth: int) -> Any:
+def _coerce_array(value: list[JSON], schema: dict[str, JSON], root: dict[str, JSON], depth: int) -> JSON:
     prefix = schema.get("prefixItems")
     items = schema.get("items")
     if isinstance(items, list):  # draft-4 tuple form
@@ -288,7 +291,7 @@ def _coerce_array(value: list[Any], schema: dict[str, Any], root: dict[str, Any]
     ]
 
 
-def _kinds(schema: dict[str, Any]) -> list[str]:
+def _kinds(schema: dict[str, JSON]) -> list[str]:
     """The JSON types `schema` allows: its `type`, else those of its anyOf/oneOf branches, else
     those of its enum or const values; empty when it says nothing."""
     declared = schema.get("type")
@@ -310,13 +313,13 @@ def _kinds(schema: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(kind for v in values for kind in _PYTHON_TYPES if _is(v, kind)))
 
 
-def _is(value: Any, kind: str) -> bool:
+def _is(value: JSON, kind: str) -> bool:
     if isinstance(value, bool):
         return kind == "boolean"
     return isinstance(value, _PYTHON_TYPES.get(kind, ()))
 
 
-def _scalar(kind: str, value: Any) -> Any:
+def _scalar(kind: str, value: JSON) -> JSON:
     """pydantic's lax JSON conversion of `value` to `kind`, or _NOT_COERCED."""
     adapter = _adapters().get(kind)
     if adapter is None or isinstance(value, (dict, list)):
@@ -327,7 +330,7 @@ def _scalar(kind: str, value: Any) -> Any:
         return _NOT_COERCED
 
 
-def _formatted(value: Any, schema: dict[str, Any]) -> Any:
+def _formatted(value: JSON, schema: dict[str, JSON]) -> JSON:
     """A date/time string checked by pydantic's parser and written in its ISO form."""
     target = _DATE_FORMATS.get(schema.get("format", "")) if isinstance(value, (str, int, float)) else None
     if target is None or isinstance(value, bool):
@@ -339,11 +342,11 @@ def _formatted(value: Any, schema: dict[str, Any]) -> Any:
         return value  # the format checker refuses it with the field's name
 
 
-def _resolve(ref: str, root: dict[str, Any]) -> dict[str, Any] | None:
+def _resolve(ref: str, root: dict[str, JSON]) -> dict[str, JSON] | None:
     """A local `#/…` reference inside the tool's own schema (no remote fetches, ever)."""
     if not ref.startswith("#"):
         return None
-    node: Any = root
+    node: JSON = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")
         node = node.get(part) if isinstance(node, dict) else None
@@ -375,7 +378,7 @@ def _format_checker() -> Any:
     for name, target in _DATE_FORMATS.items():
         adapter = _date_adapters()[target]
 
-        def check(value: Any, adapter: Any = adapter) -> bool:
+        def check(value: JSON, adapter: Any = adapter) -> bool:
             if not isinstance(value, str):
                 return True
             adapter.validate_python(value)
@@ -385,7 +388,7 @@ def _format_checker() -> Any:
     return checker
 
 
-def _preview(value: Any, limit: int = 80) -> str:
+def _preview(value: JSON, limit: int = 80) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from ...kernel.messages import JSON
 from .._thread import serve_in_thread
 from .api import OpenApi, Patch, RecordedCall, SentMessage, plain_text
 from .pusher import RETRY_DELAYS, PushAttempt, PushResult, redelivery
@@ -174,7 +175,9 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
 
     # -- what users do (events) --------------------------------------------------------------
 
-    def event(self, event_type: str, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+    def event(
+        self, event_type: str, event: dict[str, JSON], *, event_id: str | None = None
+    ) -> dict[str, JSON]:
         """A v2 envelope (§1) around ``event``: fresh ``event_id``, ms ``create_time``, the VT as token."""
         header = {
             "event_id": event_id or uuid.uuid4().hex, "token": self.verification_token,
@@ -193,11 +196,11 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         mention_bot: bool = False,
         mentions: Sequence[str] = (),
         message_type: str = "text",
-        content: dict[str, Any] | None = None,
+        content: dict[str, JSON] | None = None,
         event_id: str | None = None,
         message_id: str | None = None,
         reply_to: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, JSON]:
         """An ``im.message.receive_v1`` envelope (§4) for a message ``sender`` writes in ``chat_id``.
 
         Mentions (the bot first when ``mention_bot``, then ``mentions`` open_ids) get keys
@@ -218,7 +221,7 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
             content = _content_with_mentions(message_type, text, wire_mentions)
         message_id = message_id or "om_" + uuid.uuid4().hex
         now = _millis()
-        message: dict[str, Any] = {
+        message: dict[str, JSON] = {
             "message_id": message_id, "create_time": now, "update_time": now, "chat_id": chat_id,
             "chat_type": chat_type, "message_type": message_type,
             "content": json.dumps(content, ensure_ascii=False),
@@ -292,8 +295,8 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         return envelope
 
     def card_action(
-        self, open_id: str, message_id: str, value: dict[str, Any], *, tag: str = "button"
-    ) -> dict[str, Any]:
+        self, open_id: str, message_id: str, value: dict[str, JSON], *, tag: str = "button"
+    ) -> dict[str, JSON]:
         """A ``card.action.trigger`` envelope: ``open_id`` clicked a component of card ``message_id``.
 
         **UNCONFIRMED** (not in FEISHU.md): the layout follows the public card-callback docs —
@@ -310,18 +313,18 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         }
         return self.event("card.action.trigger", event)
 
-    def redelivery_of(self, envelope: dict[str, Any], *, new_event_id: bool) -> dict[str, Any]:
+    def redelivery_of(self, envelope: dict[str, JSON], *, new_event_id: bool) -> dict[str, JSON]:
         """The same message again: same ``event_id``, or a new one (same ``message_id``) (§3)."""
         return redelivery(envelope, new_event_id=new_event_id)
 
 
-def _content_with_mentions(message_type: str, text: str, mentions: list[dict[str, Any]]) -> dict[str, Any]:
+def _content_with_mentions(message_type: str, text: str, mentions: list[dict[str, JSON]]) -> dict[str, JSON]:
     """Received content (§4): text with the mention keys in front, or a post with ``at`` nodes."""
     if message_type == "text":
         keys = " ".join(mention["key"] for mention in mentions)
         return {"text": f"{keys} {text}" if keys else text}
     if message_type == "post":
-        nodes: list[dict[str, Any]] = [
+        nodes: list[dict[str, JSON]] = [
             {"tag": "at", "user_id": mention["key"], "user_name": mention["name"]} for mention in mentions
         ]
         nodes.append({"tag": "text", "text": f" {text}" if mentions else text, "style": []})

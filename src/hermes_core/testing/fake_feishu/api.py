@@ -60,6 +60,8 @@ from urllib.parse import quote
 from aiohttp import web
 from multidict import CIMultiDict
 
+from ...kernel.messages import JSON
+
 RECEIVE_ID_TYPES = frozenset({"open_id", "union_id", "user_id", "email", "chat_id"})
 SENDABLE_TYPES = frozenset(
     {"text", "post", "image", "file", "audio", "media", "sticker", "interactive", "share_chat", "share_user"}
@@ -112,7 +114,7 @@ class SentMessage:
     message_id: str
     chat_id: str
     msg_type: str
-    content: dict[str, Any]
+    content: dict[str, JSON]
     text: str
     reply_to: str | None = None  # parent_id
     root_id: str | None = None
@@ -135,7 +137,7 @@ class Patch:
     message_id: str
     method: str
     msg_type: str
-    content: dict[str, Any]
+    content: dict[str, JSON]
     text: str
     at: float  # time.monotonic()
 
@@ -186,7 +188,7 @@ class Answer:
     """What a route handler returns: HTTP status, JSON body, extra headers."""
 
     status: int
-    body: dict[str, Any]
+    body: dict[str, JSON]
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -654,7 +656,7 @@ class OpenApi:
         return None
 
     def _store(
-        self, chat_id: str, msg_type: str, content: dict[str, Any], raw: str, uuid: Any
+        self, chat_id: str, msg_type: str, content: dict[str, JSON], raw: str, uuid: Any
     ) -> SentMessage:
         text = plain_text(msg_type, content)
         message = SentMessage(
@@ -669,7 +671,7 @@ class OpenApi:
         return message
 
     def _update(
-        self, message: SentMessage, method: str, msg_type: str, content: dict[str, Any], raw: str
+        self, message: SentMessage, method: str, msg_type: str, content: dict[str, JSON], raw: str
     ) -> None:
         message.msg_type, message.content, message.raw_content = msg_type, content, raw
         message.text, message.updated = plain_text(msg_type, content), True
@@ -681,7 +683,7 @@ class OpenApi:
     def _message_answer(self, message: SentMessage) -> Answer:
         """The §6 message object."""
         millis = str(int(message.created_at * 1000))
-        data: dict[str, Any] = {
+        data: dict[str, JSON] = {
             "message_id": message.message_id, "msg_type": message.msg_type,
             "create_time": millis, "update_time": millis, "deleted": message.recalled,
             "updated": message.updated, "chat_id": message.chat_id,
@@ -705,7 +707,7 @@ class OpenApi:
             self._p2p_chats[message.sender] = message.chat_id
 
 
-def plain_text(msg_type: str, content: dict[str, Any]) -> str:
+def plain_text(msg_type: str, content: dict[str, JSON]) -> str:
     """The readable text of a message, for assertions: text, post (title + paragraphs), card strings.
 
     A card's text is every string under a ``content`` key (plain_text, lark_md, markdown, titles) in
@@ -724,7 +726,7 @@ def plain_text(msg_type: str, content: dict[str, Any]) -> str:
     return ""
 
 
-def _node_text(node: dict[str, Any]) -> str:
+def _node_text(node: dict[str, JSON]) -> str:
     if node.get("tag") == "at":
         return "@" + str(node.get("user_name") or node.get("user_id", ""))
     return str(node.get("text", ""))
@@ -744,7 +746,7 @@ def _card_strings(value: Any) -> list[str]:
     return []
 
 
-def _post_body(content: dict[str, Any]) -> dict[str, Any] | None:
+def _post_body(content: dict[str, JSON]) -> dict[str, JSON] | None:
     """The first locale's post body (``{"zh_cn": {"title", "content"}}``) when sending requires one."""
     for key, value in content.items():
         if _LOCALE.match(key) and isinstance(value, dict) and isinstance(value.get("content"), list):
@@ -752,7 +754,7 @@ def _post_body(content: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _is_shared_card(card: dict[str, Any]) -> bool:
+def _is_shared_card(card: dict[str, JSON]) -> bool:
     """``config.update_multi: true``. JSON 2.0 cards are always shared; templates and CardKit entities
     cannot be inspected here and are accepted (**UNCONFIRMED**)."""
     if card.get("schema") == "2.0" or card.get("type") in ("template", "card"):
@@ -762,8 +764,8 @@ def _is_shared_card(card: dict[str, Any]) -> bool:
 
 
 def _checked_content(
-    body: dict[str, Any], allowed: frozenset[str] | set[str]
-) -> tuple[str, dict[str, Any], str] | Answer:
+    body: dict[str, JSON], allowed: frozenset[str] | set[str]
+) -> tuple[str, dict[str, JSON], str] | Answer:
     """``(msg_type, parsed content, content string)``, or the 230001 / 230025 answer (§6)."""
     msg_type, raw = body.get("msg_type"), body.get("content")
     if not isinstance(msg_type, str) or msg_type not in allowed:
@@ -789,7 +791,7 @@ def _checked_content(
     return msg_type, content, raw
 
 
-def _mentions_of(message: SentMessage, tenant_key: str) -> list[dict[str, Any]]:
+def _mentions_of(message: SentMessage, tenant_key: str) -> list[dict[str, JSON]]:
     """``<at user_id="ou_…">Name</at>`` tags of a sent text message, as the response lists them."""
     if message.msg_type != "text" or "<at" not in message.text:
         return []

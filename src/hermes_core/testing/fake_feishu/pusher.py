@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from hermes_core.channels.feishu import crypto
+from hermes_core.kernel.messages import JSON
 
 T = TypeVar("T")
 
@@ -67,12 +68,12 @@ class PushAttempt:
 
 
 Attempt = Callable[[], Awaitable[PushResult]]
-Prepare = Callable[[dict[str, Any]], Attempt]
+Prepare = Callable[[dict[str, JSON]], Attempt]
 """A transport: ``prepare(envelope)`` fixes what is sent (body bytes, frame ids) and returns the
 function that makes one attempt; every retry calls that same function."""
 
 
-def event_ids(envelope: dict[str, Any]) -> tuple[str | None, str | None]:
+def event_ids(envelope: dict[str, JSON]) -> tuple[str | None, str | None]:
     """``(event_id, message_id)`` of a v2 envelope (``uuid`` for v1); either may be None."""
     header = envelope.get("header")
     event_id = header.get("event_id") if isinstance(header, dict) else envelope.get("uuid")
@@ -82,7 +83,7 @@ def event_ids(envelope: dict[str, Any]) -> tuple[str | None, str | None]:
     return event_id, message_id
 
 
-def redelivery(envelope: dict[str, Any], *, new_event_id: bool) -> dict[str, Any]:
+def redelivery(envelope: dict[str, JSON], *, new_event_id: bool) -> dict[str, JSON]:
     """A copy of ``envelope``: the same event, or (``new_event_id``) the same message under a new event id.
 
     FEISHU.md §3: the platform may re-send a message with a new ``event_id``; only ``message_id``
@@ -140,7 +141,7 @@ class EventPusher:
 
     async def push(
         self,
-        envelope: dict[str, Any],
+        envelope: dict[str, JSON],
         url: str,
         *,
         encrypt: bool | None = None,
@@ -189,7 +190,7 @@ class EventPusher:
             return result
         return PushResult(result.status, result.body, result.elapsed, False, "challenge not echoed")
 
-    def _body(self, envelope: dict[str, Any], encrypt: bool | None, token: str | None) -> bytes:
+    def _body(self, envelope: dict[str, JSON], encrypt: bool | None, token: str | None) -> bytes:
         """The body bytes of a push: the envelope with its token, encrypted if asked (§1, §2)."""
         plaintext = json.dumps(
             _with_token(envelope, self.verification_token if token is None else token), ensure_ascii=False
@@ -234,13 +235,13 @@ class EventPusher:
 
     # -- background delivery -----------------------------------------------------------------
 
-    def deliver(self, envelope: dict[str, Any], url: str) -> None:
+    def deliver(self, envelope: dict[str, JSON], url: str) -> None:
         """Deliver ``envelope`` to ``url`` in the background, retrying on the §3 schedule × ``time_scale``.
 
         Callable from any thread once the fake runs. ``drain()`` waits for every delivery.
         """
 
-        def prepare(env: dict[str, Any]) -> Attempt:
+        def prepare(env: dict[str, JSON]) -> Attempt:
             body = self._body(env, None, None)  # the same bytes on every retry
 
             async def attempt() -> PushResult:
@@ -270,14 +271,14 @@ class EventPusher:
         """Deliveries (webhook and long connection) not yet acked or out of retries."""
         return len(self._deliveries)
 
-    def _start_delivery(self, transport: str, envelope: dict[str, Any], prepare: Prepare) -> None:
+    def _start_delivery(self, transport: str, envelope: dict[str, JSON], prepare: Prepare) -> None:
         self._spawn(self._deliver(transport, "event", envelope, prepare, extras=True))
 
     async def _deliver(
         self,
         transport: str,
         kind: str,
-        envelope: dict[str, Any],
+        envelope: dict[str, JSON],
         prepare: Prepare,
         *,
         extras: bool,
@@ -302,7 +303,7 @@ class EventPusher:
         if delivered and extras:
             self._maybe_send_again(transport, envelope, prepare)
 
-    def _maybe_send_again(self, transport: str, envelope: dict[str, Any], prepare: Prepare) -> None:
+    def _maybe_send_again(self, transport: str, envelope: dict[str, JSON], prepare: Prepare) -> None:
         """At-least-once (§3): an acked event may come again, under the same or a new event_id."""
         chances = ((self.duplicate_after_ack, "duplicate"), (self.redeliver_new_event_id, "new_event_id"))
         for probability, kind in chances:
@@ -312,7 +313,13 @@ class EventPusher:
                 self._spawn(self._deliver(transport, kind, copy_, prepare, extras=False, delay=delay))
 
     def _log(
-        self, transport: str, kind: str, envelope: dict[str, Any], attempt: int, result: PushResult, at: float
+        self,
+        transport: str,
+        kind: str,
+        envelope: dict[str, JSON],
+        attempt: int,
+        result: PushResult,
+        at: float,
     ) -> None:
         event_id, message_id = event_ids(envelope)
         self.push_log.append(
@@ -359,7 +366,7 @@ class EventPusher:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _with_token(envelope: dict[str, Any], token: str) -> dict[str, Any]:
+def _with_token(envelope: dict[str, JSON], token: str) -> dict[str, JSON]:
     """A shallow copy with ``token`` where the platform puts it: ``header.token`` (v2), else top level."""
     if isinstance(envelope.get("header"), dict):
         return {**envelope, "header": {**envelope["header"], "token": token}}

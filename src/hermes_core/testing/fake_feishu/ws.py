@@ -39,6 +39,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from hermes_core.channels.feishu.frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
+from ...kernel.messages import JSON
 from .api import Answer, error
 from .pusher import Attempt, EventPusher, PushResult
 
@@ -66,8 +67,8 @@ class LongConnectionPusher(EventPusher):
         self.ws_client_config: dict[str, int] = {
             "ReconnectCount": -1, "ReconnectInterval": 120, "ReconnectNonce": 0, "PingInterval": 120,
         }  # fmt: skip
-        self.pong_config: dict[str, Any] | None = None
-        self.ws_acks: list[dict[str, Any]] = []
+        self.pong_config: dict[str, JSON] | None = None
+        self.ws_acks: list[dict[str, JSON]] = []
         self.ws_errors: list[str] = []
         self.pings_received = 0
         self.ws_endpoint_calls = 0
@@ -83,12 +84,12 @@ class LongConnectionPusher(EventPusher):
         """How many long-connection clients are connected now."""
         return len(self._connections)
 
-    async def ws_deliver(self, envelope: dict[str, Any], *, parts: int = 1) -> None:
+    async def ws_deliver(self, envelope: dict[str, JSON], *, parts: int = 1) -> None:
         """Queue ``envelope`` for delivery over the long connection (retried until acked); returns at once."""
         if parts < 1:
             raise ValueError("parts must be at least 1")
 
-        def prepare(env: dict[str, Any]) -> Attempt:
+        def prepare(env: dict[str, JSON]) -> Attempt:
             payload = json.dumps(env, ensure_ascii=False).encode()
             delivery_id = uuid.uuid4().hex  # the frames' message_id, the same on every retry
 
