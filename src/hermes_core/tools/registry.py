@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,7 +192,7 @@ class ToolRegistry:
             kwargs[declared.context_param] = context
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
-            value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)
+            value = await _within(limit, _invoke(declared, kwargs))
         except TaskPaused as paused:
             return ToolOutcome(call, paused.message, False, arguments, error=paused.reason)
         except asyncio.TimeoutError:
@@ -301,6 +301,19 @@ async def _invoke(declared: Tool, kwargs: dict[str, Any]) -> Any:
                 raise
             raise asyncio.CancelledError() from exc  # the cancellation goes on; the tool's exit does not
         raise ToolCrashed(exc) from None
+
+
+async def _within(seconds: float | None, work: Coroutine[Any, Any, Any]) -> Any:
+    """`await work`, cancelled after `seconds` (then TimeoutError): `asyncio.wait_for` as Python 3.12
+    has it, run in the calling task rather than in a task of its own (3.11's `wait_for` makes one
+    per call). A limit of 0 or less, and Python 3.10, go through `wait_for` itself."""
+    if _timeout is None or seconds is None or seconds <= 0:
+        return await asyncio.wait_for(work, timeout=seconds)
+    async with _timeout(seconds):
+        return await work
+
+
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 def _being_cancelled(exc: BaseException) -> bool:
