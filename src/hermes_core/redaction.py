@@ -231,11 +231,15 @@ class Redactor:
 
     def _set_pattern(self) -> None:
         """Compile the pattern for the present secrets. Results are cached: a prompt resends the whole
-        history, and each of its messages is redacted once, not at every model call."""
+        history, and each of its messages is redacted once, not at every model call. The pattern for
+        a cut edge is compiled when a text is first cut (most texts are shorter than their limit)."""
         forms = {form for secret in self._secrets for form in _encodings(secret)}
-        main, edge = _compile(forms, _CUT, _SHAPE_BRANCHES), _compile(forms, _EDGE, _EDGE_BRANCHES)
-        self._sub = functools.partial(main.sub, functools.partial(_replacement, frozenset(forms), main))
-        self._edge = functools.partial(edge.sub, functools.partial(_replacement, frozenset(forms), main))
+        main = _compile(forms, _CUT, _SHAPE_BRANCHES)
+        replacement = functools.partial(_replacement, frozenset(forms), main)
+        self._sub = functools.partial(main.sub, replacement)
+        self._edge = _on_first_use(
+            lambda: functools.partial(_compile(forms, _EDGE, _EDGE_BRANCHES).sub, replacement)
+        )
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
         self._cached_short = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._sub)
 
@@ -282,6 +286,18 @@ class Redactor:
         else:
             redacted = value
         return redacted
+
+
+def _on_first_use(build: Callable[[], Callable[[str], str]]) -> Callable[[str], str]:
+    """The function `build()` returns, built when it is first called (two threads may both build it)."""
+    built: list[Callable[[str], str]] = []
+
+    def call(text: str) -> str:
+        if not built:
+            built.append(build())
+        return built[0](text)
+
+    return call
 
 
 def _is_secret_variable(name: str, value: str) -> bool:
