@@ -27,6 +27,7 @@ in a subprocess with a timeout, which *can* be stopped.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import difflib
@@ -414,7 +415,20 @@ class ToolThreads:
         self._workers += 1
         self._idle += 1
         self._serial += 1
-        threading.Thread(target=self._work, name=f"hermes-tool-{self._serial}", daemon=True).start()
+        worker = threading.Thread(target=self._work, name=f"hermes-tool-{self._serial}", daemon=True)
+        # `Thread.start()` waits until the new thread runs, which on a busy machine takes milliseconds;
+        # the event loop must not wait for that (a burst of calls starts up to `max_running` workers,
+        # an abandoned one is replaced): a short-lived helper thread starts the worker and waits.
+        _thread.start_new_thread(self._start, (worker,))
+
+    def _start(self, worker: threading.Thread) -> None:
+        try:
+            worker.start()
+        except BaseException as exc:  # noqa: BLE001 — "can't start new thread": its place is free again
+            with self._lock:
+                self._workers -= 1
+                self._idle -= 1
+            log.error("could not start a thread for sync tools (%s: %s)", type(exc).__name__, exc)
 
     def _work(self) -> None:
         while True:
