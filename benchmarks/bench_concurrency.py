@@ -13,7 +13,7 @@ import argparse
 
 from _common import fake_server, format_table, median, ratio, row, run_workload
 
-TARGETS = {"wall": 1.3, "rss": 1.3}
+TARGETS = {"wall": 1.2, "rss": 1.3, "cpu": 1.3}
 SCRIPTS = {"hermes": "hermes_agent.py", "bare aiohttp": "bare_aiohttp.py"}
 
 
@@ -42,7 +42,8 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
     }
     figures["ratio_wall"] = ratio(figures["wall_s"]["hermes"], figures["wall_s"]["bare aiohttp"])
     figures["ratio_rss"] = ratio(figures["peak_rss_mb"]["hermes"], figures["peak_rss_mb"]["bare aiohttp"])
-    w, m = figures["wall_s"], figures["peak_rss_mb"]
+    figures["ratio_cpu"] = ratio(figures["client_cpu_s"]["hermes"], figures["client_cpu_s"]["bare aiohttp"])
+    w, m, c = figures["wall_s"], figures["peak_rss_mb"], figures["client_cpu_s"]
     label = f"{turns} concurrent turns, {latency * 1e3:.0f} ms latency"
     figures["rows"] = [
         row(
@@ -58,6 +59,13 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
             f"{m['bare aiohttp']:.1f} MB",
             figures["ratio_rss"],
             TARGETS["rss"],
+        ),
+        row(
+            f"{label}: client CPU",
+            f"{c['hermes']:.2f} s",
+            f"{c['bare aiohttp']:.2f} s",
+            figures["ratio_cpu"],
+            TARGETS["cpu"],
         ),
     ]
     return figures

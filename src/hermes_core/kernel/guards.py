@@ -69,7 +69,8 @@ class TaskGuards:
         if call.name in self.withdrawn:
             message = f"tool {call.name} failed {self.limits.max_tool_failures} times in a row and is no "
             return refused(call, message + "longer available in this task; use another approach", "withdrawn")
-        if earlier.get(call.key) == self._changes:
+        key = call.key  # canonical arguments: parsed and encoded again, so computed once
+        if earlier.get(key) == self._changes:
             message = (
                 f"identical call to {call.name} with the same arguments was already made and nothing has "
                 "changed since; its result is above. Do not repeat it: change your strategy or answer "
@@ -79,7 +80,7 @@ class TaskGuards:
         if self.executed >= self.limits.max_tool_calls:
             self.budget_exhausted = True
             return refused(call, f"tool call limit of {self.limits.max_tool_calls} reached", "budget")
-        self._started[call.key] = self._changes
+        self._started[key] = self._changes
         self.executed += 1
         return None
 

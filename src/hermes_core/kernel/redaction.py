@@ -59,8 +59,11 @@ MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text
 PARTIAL_CHARS = 5  # this many first characters of a known value, left at a cut, are redacted too
 # Texts of CACHED_CHARS (e.g. a capped tool result resent with every prompt) are remembered with their
-# redaction, the last CACHED_TEXTS of them: at most ~8 M characters held.
+# redaction, the last CACHED_TEXTS of them: at most ~8 M characters held. Shorter texts (roles, ids,
+# tool names, short messages: most strings of a prompt, each resent with every call) are remembered
+# apart, the last SHORT_CACHED_TEXTS of them (at most ~0.8 M characters), so they never push a long one out.
 CACHED_TEXTS, CACHED_CHARS = 1024, range(201, 8001)
+SHORT_CACHED_TEXTS = 4096
 _NESTED_MAX = 96  # a value's start is matched char by char up to here; beyond, its first 48 suffice
 
 # What follows a cut: the marker a cut appends (`…`, kernel/tools/results.py's `[truncated: …]`,
@@ -228,12 +231,17 @@ class Redactor:
 
     def _set_pattern(self) -> None:
         """Compile the pattern for the present secrets. Results are cached: a prompt resends the whole
-        history, and each of its messages is redacted once, not at every model call."""
+        history, and each of its messages is redacted once, not at every model call. The pattern for
+        a cut edge is compiled when a text is first cut (most texts are shorter than their limit)."""
         forms = {form for secret in self._secrets for form in _encodings(secret)}
-        main, edge = _compile(forms, _CUT, _SHAPE_BRANCHES), _compile(forms, _EDGE, _EDGE_BRANCHES)
-        self._sub = functools.partial(main.sub, functools.partial(_replacement, frozenset(forms), main))
-        self._edge = functools.partial(edge.sub, functools.partial(_replacement, frozenset(forms), main))
+        main = _compile(forms, _CUT, _SHAPE_BRANCHES)
+        replacement = functools.partial(_replacement, frozenset(forms), main)
+        self._sub = functools.partial(main.sub, replacement)
+        self._edge = _on_first_use(
+            lambda: functools.partial(_compile(forms, _EDGE, _EDGE_BRANCHES).sub, replacement)
+        )
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
+        self._cached_short = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._sub)
 
     def __len__(self) -> int:
         return len(self._secrets)
@@ -244,7 +252,10 @@ class Redactor:
     def redact(self, text: str) -> str:
         """`text` with every known secret, every start of one left at a cut, and every credential shape
         replaced (see the module docstring)."""
-        return self._cached(text) if len(text) in CACHED_CHARS else self._sub(text)
+        size = len(text)
+        if size < CACHED_CHARS.start:
+            return self._cached_short(text)
+        return self._cached(text) if size < CACHED_CHARS.stop else self._sub(text)
 
     def cut(self, text: str, limit: int) -> tuple[str, int]:
         """`text` redacted, then cut to its first `limit` characters with nothing of a secret left at
@@ -260,16 +271,33 @@ class Redactor:
         redacted: Any
         if isinstance(value, str):
             redacted = self.redact(value)
-        elif isinstance(value, dict):
-            redacted = {key: self.redact_data(item) for key, item in value.items()}
-            redacted = value if all(redacted[k] is value[k] for k in value) else redacted
+        elif isinstance(value, dict):  # a copy (a plain dict) only once an item has changed
+            redacted = value
+            for key, item in value.items():
+                new = self.redact(item) if isinstance(item, str) else self.redact_data(item)
+                if new is not item:
+                    if redacted is value:
+                        redacted = dict(value)
+                    redacted[key] = new
         elif isinstance(value, (list, tuple)):
-            items = [self.redact_data(item) for item in value]
+            items = [self.redact(item) if isinstance(item, str) else self.redact_data(item) for item in value]
             changed = any(new is not old for new, old in zip(items, value, strict=True))
             redacted = (tuple(items) if isinstance(value, tuple) else items) if changed else value
         else:
             redacted = value
         return redacted
+
+
+def _on_first_use(build: Callable[[], Callable[[str], str]]) -> Callable[[str], str]:
+    """The function `build()` returns, built when it is first called (two threads may both build it)."""
+    built: list[Callable[[str], str]] = []
+
+    def call(text: str) -> str:
+        if not built:
+            built.append(build())
+        return built[0](text)
+
+    return call
 
 
 def _is_secret_variable(name: str, value: str) -> bool:
@@ -517,13 +545,12 @@ class RedactingModelClient(ModelClient):
         redact = self.redactor.redact
         shown = None if on_text is None else (lambda piece: on_text(redact(piece)))
         response = await self.inner.complete(self.redactor.redact_data(messages), tools, on_text=shown)
-        return replace(
-            response,
-            content=None if response.content is None else redact(response.content),
-            tool_calls=[ToolCall(c.id, c.name, redact(c.arguments)) for c in response.tool_calls],
-            refusal=None if response.refusal is None else redact(response.refusal),
-            reasoning=None if response.reasoning is None else redact(response.reasoning),
-        )
+        texts = (response.content, response.refusal, response.reasoning)
+        content, refusal, reasoning = (None if text is None else redact(text) for text in texts)
+        calls = [ToolCall(call.id, call.name, redact(call.arguments)) for call in response.tool_calls]
+        if (content, refusal, reasoning) == texts and calls == response.tool_calls:
+            return response  # nothing to hide: the response as it came
+        return replace(response, content=content, tool_calls=calls, refusal=refusal, reasoning=reasoning)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -31,7 +31,6 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -121,7 +120,8 @@ class OpenAICompatClient(ModelClient):
                 not_found.append(exc)
                 failures.append(f"{model}: HTTP {exc.status}: {exc}")
             else:
-                return name_unnamed_calls(replace(response, answered_by=model), messages)
+                response.answered_by = model  # the response is this call's own (`_attempt` decodes it)
+                return name_unnamed_calls(response, messages)
         summary = "; ".join(failures)
         log.error("model call failed: %s", summary)
         if len(not_found) == len(models):
@@ -212,7 +212,7 @@ class OpenAICompatClient(ModelClient):
         async with self._slots:
             await self._wait_for_rate_limit()
             timeout = self._stream_timeout if stream else self._timeout
-            request = session.post(self._url, data=body, headers=self._headers, timeout=timeout)
+            request = session.post(self._url, data=body, timeout=timeout)  # headers: the session's
             try:
                 async with request as reply:
                     if reply.status >= 400:
@@ -240,7 +240,8 @@ class OpenAICompatClient(ModelClient):
             self._timeout = aiohttp.ClientTimeout(total=seconds)
             self._stream_timeout = aiohttp.ClientTimeout(sock_connect=seconds, sock_read=seconds)
             connector = aiohttp.TCPConnector(limit=self.settings.max_concurrency)
-            self._session = aiohttp.ClientSession(connector=connector)
+            # The headers are the same for every request: merged once here, not at each request.
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
         return self._session
 
     async def _wait_for_rate_limit(self) -> None:

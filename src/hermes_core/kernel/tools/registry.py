@@ -27,6 +27,7 @@ in a subprocess with a timeout, which *can* be stopped.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import difflib
@@ -36,9 +37,9 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..messages import JSON, Message, ToolCall
 from ..redaction import redact_text
@@ -195,7 +196,7 @@ class ToolRegistry:
             kwargs[declared.context_param] = context
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
-            value = await asyncio.wait_for(_invoke(declared, kwargs), timeout=limit)
+            value = await _within(limit, _invoke(declared, kwargs))
         except TaskPaused as paused:
             return ToolOutcome(call, paused.message, False, arguments, error=paused.reason)
         except asyncio.TimeoutError:
@@ -307,6 +308,20 @@ async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
         raise ToolCrashed(exc) from None
 
 
+async def _within(seconds: float | None, work: Coroutine[object, object, _T]) -> _T:
+    """`await work`, cancelled after `seconds` (then TimeoutError): `asyncio.wait_for` as Python 3.12
+    has it, run in the calling task rather than in a task of its own (3.11's `wait_for` makes one
+    per call). A limit of 0 or less, and Python 3.10, go through `wait_for` itself."""
+    if _timeout is None or seconds is None or seconds <= 0:
+        return await asyncio.wait_for(work, timeout=seconds)
+    async with _timeout(seconds):
+        return await work
+
+
+_T = TypeVar("_T")
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
+
+
 def _being_cancelled(exc: BaseException) -> bool:
     """Whether the task running the tool is being cancelled (a shutdown, a stop, its timeout)."""
     task = asyncio.current_task()
@@ -405,7 +420,20 @@ class ToolThreads:
         self._workers += 1
         self._idle += 1
         self._serial += 1
-        threading.Thread(target=self._work, name=f"hermes-tool-{self._serial}", daemon=True).start()
+        worker = threading.Thread(target=self._work, name=f"hermes-tool-{self._serial}", daemon=True)
+        # `Thread.start()` waits until the new thread runs, which on a busy machine takes milliseconds;
+        # the event loop must not wait for that (a burst of calls starts up to `max_running` workers,
+        # an abandoned one is replaced): a short-lived helper thread starts the worker and waits.
+        _thread.start_new_thread(self._start, (worker,))
+
+    def _start(self, worker: threading.Thread) -> None:
+        try:
+            worker.start()
+        except BaseException as exc:  # noqa: BLE001 — "can't start new thread": its place is free again
+            with self._lock:
+                self._workers -= 1
+                self._idle -= 1
+            log.error("could not start a thread for sync tools (%s: %s)", type(exc).__name__, exc)
 
     def _work(self) -> None:
         while True:
