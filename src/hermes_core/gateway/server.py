@@ -50,14 +50,11 @@ from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent
 from ..redaction import Redactor, default_redactor
-from ..sessions import ConversationMemory, SQLiteSessionStore
-from ..tasks import SQLiteTaskJournal
-from ..tasks.pending import SQLiteInteractions
+from ..sessions import ConversationMemory
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .messages import InboundMessage, Reply, Turn
 from .runner import AgentRunner
-from .store import SQLiteGatewayStore
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -126,13 +123,14 @@ class RedactingRunner:
 
 
 def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[web.RouteDef]]:
+    from .. import stores  # the embedded SQLite file, or PostgreSQL with `database.url`
+
     agent = agent or build_agent(settings)
-    database = Path(settings.gateway.data_dir) / "gateway.db"
-    store = SQLiteGatewayStore(database)
+    store = stores.gateway_store(settings)
     if agent.journal is None:  # turns resume from their journal after a crash (tasks/journal.py)
-        agent.journal = SQLiteTaskJournal(database)
+        agent.journal = stores.task_journal(settings)
     if agent.interactions is None:  # approvals and questions wait here (tasks/pending.py)
-        agent.use_interactions(SQLiteInteractions(database, approval_ttl=settings.permissions.approval_ttl))
+        agent.use_interactions(stores.interactions(settings))
     if agent.tracer is None:  # every task's record and log events; failed ones as X-rays (observe/traces.py)
         from ..observe.traces import tracer_for
 
@@ -205,14 +203,12 @@ def retention_pruners(agent: Any, keep_seconds: float) -> list[Callable[[], Awai
 
 
 def build_memory(settings: Settings) -> ConversationMemory:
-    """Conversations in the gateway's database file; long-term outcomes there too, if enabled."""
-    options = settings.memory
-    store = SQLiteSessionStore(Path(settings.gateway.data_dir) / "gateway.db")
-    long_term = None
-    if options.long_term:
-        from ..memory import LongTermMemory
+    """Conversations in the gateway's database; long-term outcomes there too, if enabled."""
+    from .. import stores
 
-        long_term = LongTermMemory(store.db)
+    options = settings.memory
+    store = stores.session_store(settings)
+    long_term = stores.long_term_memory(store) if options.long_term else None
     return ConversationMemory(
         store, window_turns=options.window_turns, budget_tokens=options.budget_tokens, fold=options.fold,
         long_term=long_term, examples=options.examples,

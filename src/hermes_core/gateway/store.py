@@ -35,6 +35,8 @@ import json
 import sqlite3
 import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -197,8 +199,21 @@ class GatewayStore(ABC):
         """Resend every dead letter whose resend was requested; returns them, back in the outbox."""
         raise NotImplementedError
 
+    def turn_claim(self, message: InboundMessage) -> AbstractAsyncContextManager[InboundMessage | None]:
+        """Held while a turn of `message`'s conversation runs: gives the message to run now — the
+        conversation's oldest pending one: `message`, or one before it that another node left —
+        or None when `message` is no longer pending (it ran elsewhere). Where several processes
+        share the store (postgres/gateway.py) it is what keeps one turn per conversation in flight;
+        the embedded store serves one process, whose lanes do that already: it gives `message`."""
+        return _this_one(message)
+
     async def close(self) -> None:
         return None
+
+
+@asynccontextmanager
+async def _this_one(message: InboundMessage) -> AsyncIterator[InboundMessage | None]:
+    yield message
 
 
 class SQLiteGatewayStore(GatewayStore):
