@@ -324,7 +324,10 @@ async def test_nodes_starting_together_migrate_once_and_to_the_expected_versions
 async def test_the_password_is_never_shown(postgres, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
     url = postgres.url("postgres")
     password = url.split(":")[2].split("@")[0]
-    assert password not in redacted_url(url) and "***" in redacted_url(url)
+    assert password not in redacted_url(url) and redacted_url(url) == url.replace(
+        password, "[REDACTED:url-password]"
+    )
+    assert redacted_url("postgresql://u:pw@h/db") == "postgresql://u:[REDACTED:url-password]@h/db"
     assert password not in repr(PostgresDatabase(url))
     wrong_port = url.replace(f":{postgres.port}/", f":{_closed_port()}/")
     store = PostgresGatewayStore(wrong_port, database=PostgresDatabase(wrong_port))

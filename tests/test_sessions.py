@@ -20,6 +20,7 @@ from hermes_core.sessions import (
     ConversationMemory,
     ConversationState,
     InMemorySessionStore,
+    SessionStore,
     SQLiteSessionStore,
 )
 from hermes_core.testing import ScriptedModel, call, reply
@@ -64,8 +65,17 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
         assert db.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0] == 4 + 2 + 2 + 2
 
 
-async def test_sqlite_store_round_trip_and_atomic_state_updates(tmp_path: Path) -> None:
-    store = SQLiteSessionStore(tmp_path / "gateway.db")
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_store_round_trip_and_atomic_state_updates(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """On both stores: SQLite, and PostgreSQL on a private server (tests/pg_server.py)."""
+    if kind == "sqlite":
+        store: SessionStore = SQLiteSessionStore(tmp_path / "gateway.db")
+    else:
+        from hermes_core.postgres.sessions import PostgresSessionStore
+
+        store = PostgresSessionStore(request.getfixturevalue("pg_url"))
     try:
         empty = await store.load("c")
         assert empty.messages == [] and empty.state == ConversationState()

@@ -32,12 +32,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 MIGRATION_LOCK = 0x6865726D6573  # the advisory lock every migration takes ("hermes")
 MIN_SERVER_VERSION = 14
+HIDDEN = "[REDACTED:url-password]"
 _shared: dict[str, PostgresDatabase] = {}
 _shared_lock = threading.Lock()
 
 
 def redacted_url(url: str) -> str:
-    """The URL as it may be shown: its password replaced by `***` (anything else secret redacted)."""
+    """The URL as it may be shown: its password replaced, whatever its length (as redaction.py marks
+    a URL's password, which it finds only from three characters on)."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -46,7 +48,7 @@ def redacted_url(url: str) -> str:
         return redact_text(url)
     host = parts.hostname or ""
     host = f"[{host}]" if ":" in host else host
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:{HIDDEN}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
@@ -163,3 +165,29 @@ async def apply_migrations(
                 "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                 (component, version),
             )
+
+
+async def server_check(url: str, timeout: float = 10.0) -> tuple[str, bool, dict[str, int]]:
+    """For `hermes-core doctor`: the server's version number (e.g. "15.18"), whether it is a
+    read-only standby, and the schema version recorded per component (empty before the first
+    start). Raises ConnectionError (its message without the password) when it cannot connect."""
+    psycopg = driver()
+    try:
+        connection = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)),
+                                                           autocommit=True)  # fmt: skip
+    except psycopg.Error as exc:
+        reason = redact_text(" ".join(str(exc).split()))
+        raise ConnectionError(f"PostgreSQL at {redacted_url(url)} is unreachable ({reason})") from None
+    async with connection:
+        version = connection.info.server_version  # e.g. 150018
+        standby = await (await connection.execute("SELECT pg_is_in_recovery()")).fetchone()
+        table = await (await connection.execute("SELECT to_regclass('schema_versions')")).fetchone()
+        versions: dict[str, int] = {}
+        if table and table[0] is not None:
+            rows = await (
+                await connection.execute("SELECT component, version FROM schema_versions")
+            ).fetchall()
+            versions = {str(component): int(number) for component, number in rows}
+    major, minor = divmod(version, 10000)
+    shown = f"{major}.{minor}" if major >= 10 else f"{version // 10000}.{version // 100 % 100}"
+    return shown, bool(standby and standby[0]), versions

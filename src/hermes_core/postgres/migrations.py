@@ -117,7 +117,7 @@ LONGTERM: dict[int, str] = {
         params TEXT NOT NULL,
         result TEXT NOT NULL,
         at TEXT NOT NULL,
-        -- the searchable text (CJK runs as bigrams), written by the store; weights as SQLite's bm25
+        -- the searchable text (CJK runs as bigrams), written by the store, weighted as SQLite's bm25
         search TSVECTOR NOT NULL
     );
     CREATE INDEX longterm_outcomes_by_owner ON longterm_outcomes (owner, id);
