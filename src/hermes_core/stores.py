@@ -29,6 +29,15 @@ def sqlite_path(settings: Any) -> Path:
     return Path(settings.gateway.data_dir) / "gateway.db"
 
 
+def describe(settings: Any) -> str:
+    """Where the state is, as a log line may say it (a URL's password hidden)."""
+    if url := database_url(settings):
+        from .postgres.database import redacted_url
+
+        return f"PostgreSQL at {redacted_url(url)}"
+    return f"SQLite at {sqlite_path(settings)}"
+
+
 def gateway_store(settings: Any) -> GatewayStore:
     if url := database_url(settings):
         from .postgres.gateway import PostgresGatewayStore

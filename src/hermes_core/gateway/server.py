@@ -274,6 +274,9 @@ async def serve(
         address = _address(site)
         log.info("hermes-core serving on %s", address)
         log_model(settings, agent)
+        from ..stores import describe
+
+        log.info("state: %s", describe(settings))
         if ready is not None:
             ready(address)
         if banner is not None:
