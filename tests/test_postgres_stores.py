@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway_harness import wait_for
 from hermes_core.approvals import DecisionRefused
 from hermes_core.channels.seam import InboundMessage, OutboundMessage
+from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.postgres.database import PostgresDatabase, redacted_url
 from hermes_core.postgres.gateway import PostgresGatewayStore
 from hermes_core.postgres.journal import PostgresTaskJournal
@@ -32,6 +34,7 @@ from hermes_core.postgres.sessions import PostgresSessionStore
 from hermes_core.postgres.traces import PostgresTraceStore
 from hermes_core.sessions.store import TurnAppend
 from hermes_core.tools.permissions import Caller
+from test_gateway import FlakyChannel, inbound
 
 NODE = Path(__file__).with_name("pg_node.py")
 
@@ -91,6 +94,41 @@ async def test_two_nodes_run_one_conversations_turns_one_at_a_time_in_order(node
     assert overlaps == 0
     assert ran == ids  # each once, oldest first
     assert await first.pending_inbound() == []
+
+
+async def test_two_gateways_started_on_one_inbox_run_each_turn_once_in_order(nodes) -> None:  # type: ignore[no-untyped-def]
+    """Two gateways (gateway/dispatcher.py) start on the same pending messages, as two nodes
+    restarting together do: each turn runs once, a conversation's in order, never two at once."""
+    for n in range(8):
+        await nodes[0].accept(inbound(f"flaky:c{n % 2}", f"m{n}", f"id{n}"))
+    ran: list[tuple[str, str]] = []
+    running: set[str] = set()
+    overlaps: list[str] = []
+
+    async def runner(message: InboundMessage) -> list[str]:
+        if message.conversation in running:
+            overlaps.append(message.conversation)
+        running.add(message.conversation)
+        await asyncio.sleep(0.02)
+        ran.append((message.conversation, message.text))
+        running.discard(message.conversation)
+        return [f"echo: {message.text}"]
+
+    gateways = [Gateway(store, runner) for store in nodes]
+    channels = [FlakyChannel(failures=0) for _ in gateways]
+    for gateway, channel in zip(gateways, channels, strict=True):
+        gateway.add_channel(channel)
+    for store in nodes:
+        store.poll_seconds = 0.02
+    await asyncio.gather(*(gateway.start() for gateway in gateways))
+    await wait_for(lambda: sum(len(channel.delivered) for channel in channels) == 8)
+    for gateway in gateways:
+        await gateway.stop(grace=1)
+    assert overlaps == [] and len(ran) == 8
+    for conversation in ("flaky:c0", "flaky:c1"):
+        assert [text for c, text in ran if c == conversation] == [
+            f"m{n}" for n in range(8) if f"c{n % 2}" in conversation
+        ]
 
 
 async def test_another_conversation_is_not_held_up_by_a_claim(nodes) -> None:  # type: ignore[no-untyped-def]
@@ -319,6 +357,10 @@ async def test_nodes_starting_together_migrate_once_and_to_the_expected_versions
     assert dict(await stores[0]._all("SELECT component, version FROM schema_versions"))["gateway"] == 2
     for store in stores:
         await store.close()
+    older = PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url))  # a node of the older release
+    with pytest.raises(RuntimeError, match="gateway schema in PostgreSQL is at version 2, newer than"):
+        await older.counts()
+    await older.close()
 
 
 async def test_the_password_is_never_shown(postgres, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]

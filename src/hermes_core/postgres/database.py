@@ -157,6 +157,10 @@ async def apply_migrations(
         )
         row = await cursor.fetchone()
         current = row[0] if row else 0
+        known = max(migrations, default=0)
+        if current > known:  # a newer release migrated it: this one would misread its tables
+            raise RuntimeError(f"the {component} schema in PostgreSQL is at version {current}, newer than "
+                               f"this release knows ({known}): upgrade hermes-core on this node")  # fmt: skip
         for version in sorted(v for v in migrations if v > current):
             for statement in filter(str.strip, migrations[version].split(";")):
                 await connection.execute(statement)  # our own SQL
