@@ -65,6 +65,19 @@ async def test_the_same_event_delivered_to_two_nodes_is_accepted_once(nodes) -> 
     assert await second.accept(message(3, event="other")) is None
 
 
+async def test_a_nul_character_is_stored_as_on_sqlite_not_refused_at_every_retry(nodes) -> None:  # type: ignore[no-untyped-def]
+    """PostgreSQL's text cannot hold NUL: it is stored as U+FFFD, in keys and texts alike."""
+    first, second = nodes
+    inbound_id = await first.accept(InboundMessage("webhook", "webhook:u\x00", "u", "a\x00b", "m\x00"))
+    assert inbound_id is not None
+    assert await second.accept(InboundMessage("webhook", "webhook:u\x00", "u", "again", "m\x00")) is None
+    [pending] = await second.pending_inbound()
+    assert pending.text == "a\x00b"  # the payload is JSON: its \u0000 escape is kept as it was
+    assert pending.conversation == "webhook:u\x00"
+    earlier = await second.replies_of("webhook", "m\x00")
+    assert earlier is not None and earlier.message.id == inbound_id
+
+
 async def test_two_nodes_run_one_conversations_turns_one_at_a_time_in_order(nodes) -> None:  # type: ignore[no-untyped-def]
     first, second = nodes
     for store in (first, second):

@@ -11,6 +11,10 @@ two nodes may touch the same rows at once the stores say how they are kept apart
 constraints with `ON CONFLICT DO NOTHING`, `FOR UPDATE SKIP LOCKED`, transaction-scoped advisory
 locks keyed by a conversation or task).
 
+PostgreSQL's text cannot hold the NUL character, which SQLite's can: every string sent is stored
+with NUL replaced by U+FFFD (the replacement character, as `clean_text` does for lone surrogates),
+so a message id or a text carrying one is accepted as on SQLite, instead of failing every retry.
+
 The password of the URL is never logged: `redacted_url` is what any message shows. It may also come
 from the environment instead of the URL (`PGPASSWORD`, read by libpq itself).
 """
@@ -111,7 +115,7 @@ class PostgresDatabase:
 
         pool = AsyncConnectionPool(
             self.url, min_size=self.min_size, max_size=self.max_size, timeout=self.timeout, open=False,
-            name="hermes", kwargs={"connect_timeout": max(1, int(self.timeout))},
+            name="hermes", kwargs={"connect_timeout": max(1, int(self.timeout))}, configure=_configure,
         )  # fmt: skip
         try:
             await pool.open(wait=True, timeout=self.timeout)
@@ -139,6 +143,27 @@ class PostgresDatabase:
         self._applied.clear()
         if pool is not None:
             await pool.close()
+
+
+async def _configure(connection: AsyncConnection) -> None:
+    connection.adapters.register_dumper(str, _nul_safe_dumper())
+
+
+_dumper: type | None = None
+
+
+def _nul_safe_dumper() -> type:
+    """psycopg's dumper of str, with NUL replaced by U+FFFD (made once, on first use)."""
+    global _dumper
+    if _dumper is None:
+        from psycopg.types.string import StrDumperUnknown
+
+        class NulSafeStrDumper(StrDumperUnknown):
+            def dump(self, obj: str) -> Any:
+                return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+        _dumper = NulSafeStrDumper
+    return _dumper
 
 
 async def apply_migrations(
