@@ -309,6 +309,8 @@ async def test_poison_counts_and_set_aside(nodes) -> None:  # type: ignore[no-un
     assert await first.begin_attempt(inbound_id) == 1 and await second.begin_attempt(inbound_id) == 2
     [(crashed, attempts)] = await second.crashed_inbound(2)
     assert crashed.id == inbound_id and attempts == 2
+    async with first.turn_claim(crashed):  # running now on a live node: no crash to set aside
+        assert await second.crashed_inbound(2) == []
     reply = OutboundMessage(channel="webhook", conversation="webhook:u1", text="set aside", uuid="u")
     assert len(await second.set_aside(inbound_id, "twice", [reply])) == 1
     assert await first.set_aside(inbound_id, "twice", [reply]) == []  # once

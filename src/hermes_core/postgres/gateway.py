@@ -138,8 +138,10 @@ class PostgresGatewayStore(GatewayStore):
         )
 
     async def crashed_inbound(self, min_attempts: int) -> list[tuple[InboundMessage, int]]:
-        rows = await self._all(
-            "SELECT id, payload, attempts FROM inbox WHERE status = 'pending' AND attempts >= %s ORDER BY id",
+        rows = await self._all(  # not one running now on a live node: that run is no crash
+            "SELECT id, payload, attempts FROM inbox WHERE status = 'pending' AND attempts >= %s "
+            "AND NOT EXISTS (SELECT 1 FROM turn_claims c WHERE c.conversation = inbox.conversation "
+            f"AND c.inbound_id = inbox.id AND c.expires_at >= {NOW}) ORDER BY id",
             (min_attempts,),
         )
         return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
@@ -337,10 +339,15 @@ class PostgresGatewayStore(GatewayStore):
     async def _renew(self, conversation: str) -> None:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
-            kept = await self._count(
-                f"UPDATE turn_claims SET expires_at = {NOW} + %s WHERE conversation = %s AND node = %s",
-                (self.lease_seconds, conversation, self.node),
-            )
+            try:
+                kept = await self._count(
+                    f"UPDATE turn_claims SET expires_at = {NOW} + %s WHERE conversation = %s AND node = %s",
+                    (self.lease_seconds, conversation, self.node),
+                )
+            except Exception as exc:  # the database away for a moment: try again at the next third
+                log.warning("renewing the claim on conversation %s failed: %s", conversation,
+                            redact_text(str(exc)))  # fmt: skip
+                continue
             if not kept:
                 log.warning("the claim on conversation %s expired while its turn ran (another node may "
                             "run it too; its replies are queued once)", conversation)  # fmt: skip
