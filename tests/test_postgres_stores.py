@@ -402,3 +402,43 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_the_cli_lists_and_resends_dead_letters_and_lists_traces_from_postgres(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from hermes_core.cli import main
+
+    async def record() -> int:
+        store = PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url))
+        traces = PostgresTraceStore(pg_url, database=store.db)
+        inbound_id = await store.accept(message(1))
+        reply = OutboundMessage(channel="webhook", conversation="webhook:u1", text="lost reply", uuid="u")
+        [queued] = await store.complete(inbound_id, [reply])  # type: ignore[arg-type]
+        await store.dead_letter(queued.id, "the chat is gone")  # type: ignore[arg-type]
+        await traces.record({"task_id": "webhook:m1~abc", "input": "message 1", "started_at": time.time()})
+        await store.close()
+        return int(queued.id)  # type: ignore[arg-type]
+
+    async def resend_requested() -> bool:
+        store = PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url))
+        [dead] = await store.dead_letters()
+        await store.close()
+        return dead["resend_requested_at"] is not None
+
+    for name in [n for n in os.environ if n.startswith(("HERMES_", "FEISHU_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HERMES_DATABASE_URL", pg_url)
+    monkeypatch.chdir(tmp_path)  # no gateway.db here: the CLI reads PostgreSQL
+    outbox_id = asyncio.run(record())
+    capsys.readouterr()
+    assert main(["deadletters", "--json"]) == 0
+    [dead] = json.loads(capsys.readouterr().out)
+    assert dead["id"] == outbox_id and dead["text"] == "lost reply"
+    assert main(["deadletters", "resend", str(outbox_id)]) == 0 and asyncio.run(resend_requested())
+    capsys.readouterr()
+    assert main(["traces", "--json"]) == 0
+    assert [row["task_id"] for row in json.loads(capsys.readouterr().out)] == ["webhook:m1~abc"]
+    assert not (tmp_path / ".hermes" / "gateway.db").exists()
