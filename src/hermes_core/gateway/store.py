@@ -1,8 +1,9 @@
 """The gateway's durable inbox and outbox: what was received, what is done, what must still be sent.
 
-`GatewayStore` is the seam (a distributed engine can implement it later); `SQLiteGatewayStore` is
-the embedded default, in the process's shared database file (`storage/sqlite.py`: WAL,
-synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
+`GatewayStore` is the seam; `PostgresGatewayStore` (postgres/gateway.py) implements it for several
+nodes on one database (`database.url`); `SQLiteGatewayStore` is the embedded default, in the
+process's shared database file (`storage/sqlite.py`: WAL, synchronous=FULL, every write in
+BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
     accept:   dedup (message_id, event_id) + insert pending   — one transaction, then the ack
