@@ -10,7 +10,8 @@ holds up when several processes use the database at once:
   and the per-conversation turn claim that keeps one turn in flight across nodes).
 - `sessions.py`, `longterm.py`, `journal.py`, `pending.py`, `traces.py`: conversations, long-term
   memory, task journals, approvals and questions, traces.
-- `stores.py`: the set of stores `serve` uses when `database.url` is set.
+
+Which stores a process uses, these or the SQLite ones, is chosen in one place: hermes_core/stores.py.
 
 The driver (psycopg 3, the `postgres` extra) is imported only when a store is used.
 """
