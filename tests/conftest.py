@@ -7,6 +7,9 @@
   for every test, HERMES_*/FEISHU_* are put back as they were afterwards.
 - `serve`: starts `python -m hermes_core … serve` processes (tests/serve_process.py) and stops
   each with SIGTERM after the test.
+- `postgres`: one private PostgreSQL server for the whole run (tests/pg_server.py: initdb + pg_ctl
+  in a temporary folder, 127.0.0.1, a free port), started by the first test that asks for it;
+  `pg_url`: a fresh empty database on it for this test. Without PostgreSQL installed they skip.
 
 A test file that needs another set-up (other credentials, a thread-run server) defines its own
 fixture of the same name, which takes precedence over these. The helpers behind them stay
@@ -30,6 +33,8 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from pg_server import PostgresServer
+from pg_server import missing as postgres_missing
 from serve_process import Serve, start_serve, stop_serve
 
 
@@ -88,3 +93,21 @@ def serve() -> Iterator[Serve]:
     yield start
     for process in started:
         stop_serve(process)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    reason = postgres_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> str:
+    """The URL (password included) of a new empty database, for this test alone."""
+    return postgres.fresh_database()

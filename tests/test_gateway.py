@@ -1,4 +1,7 @@
-"""The gateway over real HTTP: webhook channel, durable inbox/outbox, per-conversation order."""
+"""The gateway over real HTTP: webhook channel, durable inbox/outbox, per-conversation order.
+
+The tests taking `new_store` run on both stores: SQLite, and PostgreSQL on a private server
+(tests/pg_server.py; skipped where none can start)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from hermes_core.channels.base import Channel, DeliveryError
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway, reply_for
 from hermes_core.gateway.messages import InboundMessage, OutboundMessage
-from hermes_core.gateway.store import SQLiteGatewayStore
+from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
+from hermes_core.postgres.gateway import PostgresGatewayStore
 from virtual_clock import VirtualClock
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
@@ -28,6 +32,18 @@ async def echo(message: InboundMessage) -> list[str]:
     return [f"echo: {message.text}"]
 
 
+NewStore = Callable[[], GatewayStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> NewStore:
+    """Opens the test's store (each call a new handle on the same data): SQLite, or PostgreSQL."""
+    if request.param == "sqlite":
+        return lambda: SQLiteGatewayStore(tmp_path / "g.db")
+    url = request.getfixturevalue("pg_url")
+    return lambda: PostgresGatewayStore(url)
+
+
 @asynccontextmanager
 async def running_gateway(
     tmp_path: Path,
@@ -35,9 +51,11 @@ async def running_gateway(
     *,
     secret: str | None = None,
     callback_hosts: tuple[str, ...] = (),
+    store: GatewayStore | None = None,
     **options: float,
 ) -> AsyncIterator[tuple[Gateway, str]]:
-    gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), runner, **options)  # type: ignore[arg-type]
+    store = store or SQLiteGatewayStore(tmp_path / "gateway.db")
+    gateway = Gateway(store, runner, **options)  # type: ignore[arg-type]
     webhook = WebhookChannel(gateway, secret=secret, reply_timeout=5, callback_hosts=callback_hosts)
     gateway.add_channel(webhook)
     async with serving(gateway, webhook.routes()) as url:
@@ -50,8 +68,8 @@ async def post(url: str, body: bytes | dict, headers: dict[str, str] | None = No
         return response.status, await response.json()
 
 
-async def test_webhook_round_trip_in_utf8(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path) as (_, url):
+async def test_webhook_round_trip_in_utf8(tmp_path: Path, new_store: NewStore) -> None:
+    async with running_gateway(tmp_path, store=new_store()) as (_, url):
         status, body = await post(f"{url}/webhook", {"message": "你好，世界", "user_id": "u1"})
     assert status == 200 and body["reply"] == "echo: 你好，世界"
 
@@ -107,14 +125,14 @@ async def test_hmac_authentication(tmp_path: Path) -> None:
     assert good == (200, {"reply": "echo: hi there", "ok": True, "message_id": good[1]["message_id"]})
 
 
-async def test_resent_message_id_is_answered_once(tmp_path: Path) -> None:
+async def test_resent_message_id_is_answered_once(tmp_path: Path, new_store: NewStore) -> None:
     ran: list[str] = []
 
     async def runner(message: InboundMessage) -> list[str]:
         ran.append(message.message_id)
         return ["ok"]
 
-    async with running_gateway(tmp_path, runner) as (_, url):
+    async with running_gateway(tmp_path, runner, store=new_store()) as (_, url):
         first = await post(f"{url}/webhook", {"message": "hi", "user_id": "u", "message_id": "m-1"})
         second = await post(f"{url}/webhook", {"message": "hi", "user_id": "u", "message_id": "m-1"})
     assert first[1] == {"reply": "ok", "ok": True, "message_id": "m-1"}
@@ -231,8 +249,8 @@ def inbound(conversation: str, text: str, message_id: str, channel: str = "flaky
     )
 
 
-async def test_transient_send_failures_are_retried_in_order(tmp_path: Path) -> None:
-    gateway = Gateway(SQLiteGatewayStore(tmp_path / "g.db"), echo)
+async def test_transient_send_failures_are_retried_in_order(new_store: NewStore) -> None:
+    gateway = Gateway(new_store(), echo)
     channel = FlakyChannel(failures=2)
     gateway.add_channel(channel)
     await gateway.start()
@@ -243,8 +261,8 @@ async def test_transient_send_failures_are_retried_in_order(tmp_path: Path) -> N
     assert channel.delivered == [f"echo: m{i}" for i in range(5)]
 
 
-async def test_undeliverable_reply_goes_to_the_dead_letter_table(tmp_path: Path) -> None:
-    store = SQLiteGatewayStore(tmp_path / "g.db")
+async def test_undeliverable_reply_goes_to_the_dead_letter_table(new_store: NewStore) -> None:
+    store = new_store()
     gateway = Gateway(store, echo, send_attempts=3)
     gateway.add_channel(FlakyChannel(failures=99))
     await gateway.start()
@@ -258,8 +276,8 @@ async def test_undeliverable_reply_goes_to_the_dead_letter_table(tmp_path: Path)
     assert json.loads(dead[0]["payload"])["text"] == "echo: hello"
 
 
-async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_path: Path) -> None:
-    store = SQLiteGatewayStore(tmp_path / "g.db")
+async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(new_store: NewStore) -> None:
+    store = new_store()
     # a previous process accepted two messages, completed one (its reply unsent), then died
     first = inbound("c1", "one", "id1")
     await store.accept(first)
@@ -269,7 +287,7 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_p
     await store.close()
 
     channel = FlakyChannel(failures=0)
-    gateway = Gateway(SQLiteGatewayStore(tmp_path / "g.db"), echo)
+    gateway = Gateway(new_store(), echo)
     gateway.add_channel(channel)
     await gateway.start()
     await wait_for(lambda: len(channel.delivered) == 2)
@@ -277,12 +295,23 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(tmp_p
     assert channel.delivered == ["reply one", "echo: two"]
 
 
-async def test_graceful_stop_lets_an_inflight_turn_finish(tmp_path: Path) -> None:
+async def test_duplicates_by_event_id_and_message_id(new_store: NewStore) -> None:
+    store = new_store()
+    original = InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")
+    assert await store.accept(original) is not None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_1")) is None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_1", event_id="ev_2")) is None
+    assert await store.accept(InboundMessage("feishu", "c", "u", "hi", "om_2", event_id="ev_1")) is None
+    assert await store.accept(InboundMessage("webhook", "c", "u", "hi", "om_1")) is not None  # other channel
+    await store.close()
+
+
+async def test_graceful_stop_lets_an_inflight_turn_finish(new_store: NewStore) -> None:
     async def slow(message: InboundMessage) -> list[str]:
         await asyncio.sleep(0.3)
         return ["finished"]
 
-    store = SQLiteGatewayStore(tmp_path / "g.db")
+    store = new_store()
     gateway = Gateway(store, slow)
     channel = FlakyChannel(failures=0)
     gateway.add_channel(channel)
@@ -291,6 +320,6 @@ async def test_graceful_stop_lets_an_inflight_turn_finish(tmp_path: Path) -> Non
     await asyncio.sleep(0.05)
     await gateway.stop(grace=2)
     assert channel.delivered == ["finished"]
-    reopened = SQLiteGatewayStore(tmp_path / "g.db")
+    reopened = new_store()
     assert await reopened.pending_inbound() == [] and await reopened.pending_outbound() == []
     await reopened.close()

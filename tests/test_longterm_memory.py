@@ -1,4 +1,7 @@
-"""Long-term memory (S6): past outcomes stored per owner, found by FTS5, offered as dated examples."""
+"""Long-term memory (S6): past outcomes stored per owner, found by FTS5, offered as dated examples.
+
+The tests taking `db` run twice: on SQLite (FTS5) and on PostgreSQL (its full-text search,
+postgres/longterm.py, on a private server: tests/pg_server.py; skipped where none can start)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,15 @@ import random
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_core.memory import LongTermMemory, Outcome
+from hermes_core.postgres.database import PostgresDatabase
+from hermes_core.postgres.longterm import PostgresLongTermMemory
 from hermes_core.storage import SQLiteDatabase
 
 NOV_2 = datetime(2026, 11, 2, 9, 30, tzinfo=timezone.utc)
@@ -20,11 +26,21 @@ HOSTILE = ['"', '""', "AND", "OR NOT", "NEAR(", "NEAR(a b, 3)", "*", "sales*", "
 HOSTILE += ["(((", "^sales", "a -b +c", "🙂🔥", "", "   ", "\x00", '华东 AND "上海', 'col:"x" OR']
 
 
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[SQLiteDatabase]:
-    database = SQLiteDatabase(tmp_path / "hermes.db")
+@pytest.fixture(params=["sqlite", "postgres"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        database: Any = SQLiteDatabase(tmp_path / "hermes.db")
+    else:
+        database = PostgresDatabase(request.getfixturevalue("pg_url"))
     yield database
     await database.close()
+
+
+def long_term(db: Any, **options: Any) -> LongTermMemory:
+    """The long-term memory of the database's kind."""
+    if isinstance(db, SQLiteDatabase):
+        return LongTermMemory(db, **options)
+    return PostgresLongTermMemory(db, **options)
 
 
 def ticking_clock(start: datetime = NOV_2) -> Callable[[], datetime]:
@@ -33,8 +49,8 @@ def ticking_clock(start: datetime = NOV_2) -> Callable[[], datetime]:
     return lambda: start + timedelta(minutes=next(ticks))
 
 
-async def test_record_and_relevant_round_trip(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=lambda: NOV_2)
+async def test_record_and_relevant_round_trip(db: Any) -> None:
+    memory = long_term(db, clock=lambda: NOV_2)
     recorded = await memory.record(
         "feishu:ou_a", "make_report+query_sales", {"region": "East China", "period": "weekly"}, "Sales up 12%"
     )
@@ -46,16 +62,16 @@ async def test_record_and_relevant_round_trip(db: SQLiteDatabase) -> None:
     assert await memory.relevant("feishu:ou_a", "reporting?") == [recorded]  # stemmed, like "make_report"
 
 
-async def test_task_type_and_params_outweigh_the_result(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock())
+async def test_task_type_and_params_outweigh_the_result(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock())
     await memory.record("u", "query_inventory", {"sku": "HX-4471"}, "done")
     await memory.record("u", "send_email", {"to": "li"}, "HX-4471")  # newer: it would win a tie
     [best, _] = await memory.relevant("u", "HX-4471")
     assert best.task_type == "query_inventory"
 
 
-async def test_naive_clock_is_refused(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=lambda: datetime(2026, 11, 2))
+async def test_naive_clock_is_refused(db: Any) -> None:
+    memory = long_term(db, clock=lambda: datetime(2026, 11, 2))
     with pytest.raises(ValueError, match="timezone-aware"):
         await memory.record("u", "query_sales", {}, "x")
 
@@ -81,8 +97,8 @@ def realistic_outcome(rng: random.Random) -> tuple[str, dict[str, str], str]:
     )
 
 
-async def test_the_relevant_outcome_is_first_among_a_thousand(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock())
+async def test_the_relevant_outcome_is_first_among_a_thousand(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock())
     rng = random.Random(6)
     for i in range(1_000):
         if i == 417:
@@ -101,8 +117,8 @@ async def test_the_relevant_outcome_is_first_among_a_thousand(db: SQLiteDatabase
     assert best.result == "西北地区季度销售报表已生成"
 
 
-async def test_chinese_query_matches_chinese_outcomes(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock())
+async def test_chinese_query_matches_chinese_outcomes(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock())
     for region, product, units in [("华东", "耳机", 1200), ("华南", "耳机", 800), ("华东", "手机", 300)]:
         params = {"地区": region, "产品": product}
         await memory.record("u", "query_sales", params, f"{region}{product}销量 {units} 台")
@@ -116,8 +132,8 @@ async def test_chinese_query_matches_chinese_outcomes(db: SQLiteDatabase) -> Non
     assert [o.result for o in await memory.relevant("u", "销售")] == ["Q3销售额 5.2M"]
 
 
-async def test_hostile_query_text_never_raises(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db)
+async def test_hostile_query_text_never_raises(db: Any) -> None:
+    memory = long_term(db)
     for owner in ["u", 'feishu:"ou" AND *', ""]:
         await memory.record(owner, "query_sales", {"region": "华东", "note": 'AND "NEAR(x" *:'}, "sales: OR")
     for text in HOSTILE:
@@ -142,8 +158,8 @@ def test_any_text_is_a_safe_query(tmp_path: Path) -> None:
         asyncio.run(database.close())
 
 
-async def test_owners_never_see_each_others_outcomes(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock())
+async def test_owners_never_see_each_others_outcomes(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock())
     question = "monthly sales report for East China laptops"
     await memory.record("feishu:ou_a", "make_report+query_sales",
                         {"region": "East China", "product": "laptops", "period": "monthly"},
@@ -157,16 +173,16 @@ async def test_owners_never_see_each_others_outcomes(db: SQLiteDatabase) -> None
     assert await memory.count("feishu:ou_a") == 0 and await memory.count("feishu:ou_b") == 1
 
 
-async def test_a_query_without_terms_returns_the_most_recent(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock())
+async def test_a_query_without_terms_returns_the_most_recent(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock())
     for n in range(5):
         await memory.record("u", "query_sales", {"n": n}, f"result {n}")
     assert [o.params["n"] for o in await memory.relevant("u", "👍 ?", k=2)] == [4, 3]
     assert await memory.relevant("u", "weather forecast") == []
 
 
-async def test_examples_are_dated_short_and_in_the_requested_language(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db)
+async def test_examples_are_dated_short_and_in_the_requested_language(db: Any) -> None:
+    memory = long_term(db)
     morning_in_beijing = datetime(2026, 11, 2, 7, 30, tzinfo=timezone(timedelta(hours=8)))  # UTC: Nov 1
     outcome = Outcome("u", "query_sales", {"region": "East China"}, "1.2M\n" + "x" * 900, morning_in_beijing)
 
@@ -181,8 +197,8 @@ async def test_examples_are_dated_short_and_in_the_requested_language(db: SQLite
     assert memory.format_examples([], language="zh") == ""
 
 
-async def test_max_per_owner_keeps_the_newest(db: SQLiteDatabase) -> None:
-    memory = LongTermMemory(db, clock=ticking_clock(), max_per_owner=5)
+async def test_max_per_owner_keeps_the_newest(db: Any) -> None:
+    memory = long_term(db, clock=ticking_clock(), max_per_owner=5)
     for n in range(8):
         await memory.record("a", "query_sales", {"n": n}, f"alpha result {n}")
     for n in range(3):
@@ -191,8 +207,11 @@ async def test_max_per_owner_keeps_the_newest(db: SQLiteDatabase) -> None:
     assert await memory.count("a") == 5 and await memory.count("b") == 3
     kept = await memory.relevant("a", "alpha result", k=10)
     assert sorted(o.params["n"] for o in kept) == [3, 4, 5, 6, 7]
-    indexed = await db.transaction(lambda conn: conn.execute("SELECT count(*) FROM longterm_fts").fetchone())
-    assert indexed == (8,)  # the search index shrinks with the table
+    if isinstance(db, SQLiteDatabase):
+        indexed = await db.transaction(
+            lambda conn: conn.execute("SELECT count(*) FROM longterm_fts").fetchone()
+        )
+        assert indexed == (8,)  # the search index shrinks with the table
 
 
 async def test_memory_survives_reopening_the_file(tmp_path: Path) -> None:

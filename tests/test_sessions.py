@@ -18,7 +18,9 @@ from hermes_core.sessions import (
     REMEMBER,
     SUMMARY_INSTRUCTIONS,
     ConversationMemory,
+    ConversationState,
     InMemorySessionStore,
+    SessionStore,
     SQLiteSessionStore,
 )
 from hermes_core.testing import ScriptedModel, call, reply
@@ -61,6 +63,43 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
         version = db.execute("SELECT version FROM schema_versions WHERE component = 'sessions'").fetchone()
         assert version == (2,)  # 2: session_turns, each turn stored once
         assert db.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0] == 4 + 2 + 2 + 2
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_store_round_trip_and_atomic_state_updates(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    """On both stores: SQLite, and PostgreSQL on a private server (tests/pg_server.py)."""
+    if kind == "sqlite":
+        store: SessionStore = SQLiteSessionStore(tmp_path / "gateway.db")
+    else:
+        from hermes_core.postgres.sessions import PostgresSessionStore
+
+        store = PostgresSessionStore(request.getfixturevalue("pg_url"))
+    try:
+        empty = await store.load("c")
+        assert empty.messages == [] and empty.state == ConversationState()
+        turn: list[Message] = [
+            {"role": "user", "content": "预算 ≤ 5000"},
+            {"role": "assistant", "content": ""},
+        ]
+        await store.append("c", turn)
+        await store.append("c", [{"role": "user", "content": "next"}])
+        state = await store.update_state("c", lambda s: s.facts.append("budget ≤ 5000"))
+        state = await store.update_state("c", lambda s: setattr(s, "folded", 2))
+        assert state.facts == ["budget ≤ 5000"] and state.folded == 2
+        loaded = await store.load("c")
+        assert loaded.messages == [{"role": "user", "content": "next"}] and loaded.state == state
+
+        def clear_then_fail(state: ConversationState) -> None:
+            state.facts.clear()
+            raise ZeroDivisionError
+
+        with pytest.raises(ZeroDivisionError):  # a failing change writes nothing
+            await store.update_state("c", clear_then_fail)
+        assert (await store.load("c")).state.facts == ["budget ≤ 5000"]
+    finally:
+        await store.close()
 
 
 def remember_then_chat(request: RecordedRequest) -> FakeReply:

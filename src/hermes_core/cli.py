@@ -277,16 +277,16 @@ async def deadletters_command(settings: Settings, args: argparse.Namespace) -> i
     The resend is a request in the database, not a send from here: the running gateway (or the
     next one to start) puts the reply back in its outbox, in its conversation's order."""
     import time
-    from pathlib import Path
 
-    from .gateway.store import SQLiteGatewayStore, dead_letter_summary
+    from . import stores
+    from .gateway.store import dead_letter_summary
     from .kernel.redaction import redact_data, redact_text
 
-    database = Path(settings.gateway.data_dir) / "gateway.db"
-    if not database.exists():
+    database = stores.sqlite_path(settings)
+    if stores.database_url(settings) is None and not database.exists():
         print(f"hermes-core: no gateway database at {database} (gateway.data_dir)", file=sys.stderr)
         return 1
-    store = SQLiteGatewayStore(database)
+    store = stores.gateway_store(settings)
     try:
         if getattr(args, "deadletters_command", None) == "resend":
             if not await store.request_resend(args.id):

@@ -58,6 +58,7 @@ ENV_KEYS = {
     "FEISHU_APP_ID": ("feishu", "app_id"),
     "FEISHU_MODE": ("feishu", "mode"),
     "FEISHU_BASE_URL": ("feishu", "base_url"),
+    "HERMES_DATABASE_URL": ("database", "url"),  # may carry the password (the file may not)
 }
 EXAMPLE_TOOLS = "hermes_core.tools.examples"
 
@@ -188,6 +189,22 @@ class WebhookConfig(_Section):
 
 
 _HOST_ENTRY = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
+class DatabaseConfig(_Section):
+    """Where the state lives (stores.py, docs/scale-out.md). `url` unset: the embedded SQLite file
+    under `gateway.data_dir`, as always. A PostgreSQL URL (`postgresql://user@host:5432/hermes`):
+    inbox, outbox, dead letters, sessions, long-term memory, journals, approvals and traces live
+    there, shared by every node (the `postgres` extra). Its password comes from the environment
+    only: `PGPASSWORD`, or the whole URL in `HERMES_DATABASE_URL`."""
+
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _is_postgres(self) -> DatabaseConfig:
+        if self.url is not None and not re.match(r"postgres(ql)?://", self.url):  # never echoed: a password
+            raise ValueError("url: a PostgreSQL URL is postgresql://user@host:port/database")
+        return self
 
 
 class MemoryConfig(_Section):
@@ -352,6 +369,7 @@ class Settings(_Section):
     media: MediaLimits = Field(default_factory=MediaLimits)  # channels/media.py: pictures and files
     permissions: PermissionsConfig = PermissionsConfig()
     memory: MemoryConfig = MemoryConfig()
+    database: DatabaseConfig = DatabaseConfig()
     console: ConsoleConfig = ConsoleConfig()
     skills: SkillsConfig = SkillsConfig()
     observe: ObserveConfig = ObserveConfig()
@@ -663,7 +681,21 @@ def _refuse_secrets(data: JSON, where: str = "") -> None:
                     f"{here}: secrets are read only from the environment (e.g. HERMES_API_KEY or a .env "
                     "file), never from the configuration file; remove it from the file"
                 )
+            if here == "database.url" and isinstance(value, str) and _url_password(value):
+                raise ConfigError(
+                    "database.url: the password is read only from the environment (PGPASSWORD, or the "
+                    "whole URL in HERMES_DATABASE_URL), never from the configuration file; remove it"
+                )
             _refuse_secrets(value, here)
+
+
+def _url_password(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:

@@ -23,6 +23,9 @@ The checks, in order (each returns a `Check`, none raises):
 - webhook: /webhook is not open to anyone: signed (HERMES_WEBHOOK_SECRET), or on a loopback
   `gateway.host`, or unsigned by the configuration's explicit `webhook.allow_unsigned: true`;
 - database: the data folder can be created and written, and SQLite can start a write transaction;
+  with `database.url` set, PostgreSQL instead: reachable (the password from the URL or PGPASSWORD,
+  never shown), version 14 or later, not a read-only standby, and its schema no newer than this
+  release (older: the migrations run at the next start, said so);
 - shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
   bubblewrap, or else a FAIL says they have no filesystem or /proc isolation.
 
@@ -118,7 +121,7 @@ async def diagnose(
         await check_feishu_credentials(settings),
         check_feishu_events(settings),
         check_webhook(settings),
-        check_database(settings),
+        await check_postgres(settings) if settings.database.url else check_database(settings),
     ]
     if settings.agent.shell_allow and settings.agent.workspace:
         checks.append(check_shell_sandbox(settings))
@@ -413,6 +416,42 @@ def check_database(settings: Settings) -> Check:
         return Check("FAIL", "database", f"{database} is not writable ({reason})", fix)
     free = shutil.disk_usage(folder).free / 2**30
     return Check("OK", "database", f"{database} is writable ({free:.1f} GiB free)")
+
+
+async def check_postgres(settings: Settings) -> Check:
+    """The PostgreSQL of `database.url`: reachable, recent enough, writable, schema not newer than ours."""
+    from .postgres.database import MIN_SERVER_VERSION, redacted_url, server_check
+    from .postgres.migrations import expected_versions
+
+    url = settings.database.url or ""
+    shown_url = redacted_url(url)
+    try:
+        version, standby, found = await server_check(url, timeout=PROBE_TIMEOUT)
+    except ImportError as exc:
+        return Check("FAIL", "database", str(exc), "pip install 'hermes-core[postgres]'")
+    except ConnectionError as exc:
+        fix = ("start the server, or correct database.url (HERMES_DATABASE_URL); the password comes "
+               "from PGPASSWORD or HERMES_DATABASE_URL")  # fmt: skip
+        return Check("FAIL", "database", str(exc), fix)
+    if int(version.split(".")[0]) < MIN_SERVER_VERSION:
+        return Check("FAIL", "database", f"PostgreSQL {version} at {shown_url} is too old",
+                     f"use PostgreSQL {MIN_SERVER_VERSION} or later")  # fmt: skip
+    if standby:
+        return Check("FAIL", "database", f"PostgreSQL at {shown_url} is a read-only standby",
+                     "point database.url at the primary")  # fmt: skip
+    expected = expected_versions()
+    newer = {name: level for name, level in found.items() if level > expected.get(name, level)}
+    if newer:
+        levels = ", ".join(f"{name} {level} > {expected[name]}" for name, level in sorted(newer.items()))
+        return Check("FAIL", "database", f"the schema at {shown_url} is newer than this release ({levels})",
+                     "upgrade hermes-core on this node to the release the others run")  # fmt: skip
+    behind = {name: found.get(name, 0) for name, level in expected.items() if found.get(name, 0) < level}
+    levels = ", ".join(f"{name} {level}" for name, level in sorted(expected.items()))
+    state = f"schema at the latest migration ({levels})"
+    if behind:
+        pending = ", ".join(f"{name} {found.get(name, 0)} → {expected[name]}" for name in sorted(behind))
+        state = f"migrations to apply at the next start: {pending}"
+    return Check("OK", "database", f"PostgreSQL {version} at {shown_url}: reachable; {state}")
 
 
 def check_shell_sandbox(settings: Settings) -> Check:

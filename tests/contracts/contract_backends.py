@@ -6,7 +6,9 @@ one again opens another instance onto the same storage — what a restarted proc
 left None is a store the engine does not have; the suites for it skip on that backend.
 
 Registered here: "sqlite" (the embedded default: every store in one database file, as `serve`
-builds them) and "memory" (`InMemorySessionStore`, the terminal's session store). Another engine
+builds them), "memory" (`InMemorySessionStore`, the terminal's session store) and "postgres"
+(hermes_core/postgres/, `database.url`: a fresh database per test on one private server started
+for the run, tests/pg_server.py; skipped where PostgreSQL is not installed). Another engine
 plugs in either way:
 
 - in this repository: add its factory to `BACKENDS` below (skip inside the factory, with
@@ -28,7 +30,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+import pytest
 
 from hermes_core.channels.base import Channel
 from hermes_core.channels.seam import Inbox
@@ -130,7 +134,44 @@ async def memory(folder: Path) -> AsyncIterator[Backend]:
     yield Backend(session_store=lambda: store)
 
 
-BACKENDS: dict[str, BackendFactory] = {"sqlite": sqlite, "memory": memory}
+_SERVER: list[Any] = []  # the run's private PostgreSQL server, started by the first test that needs it
+
+
+def _postgres_url() -> str:
+    import atexit
+
+    from pg_server import PostgresServer
+    from pg_server import missing as postgres_missing
+
+    if not _SERVER:
+        reason = postgres_missing()
+        if reason is not None:
+            pytest.skip(reason)
+        _SERVER.append(PostgresServer().start())
+        atexit.register(_SERVER[0].stop)
+    return str(_SERVER[0].fresh_database())
+
+
+@asynccontextmanager
+async def postgres(folder: Path) -> AsyncIterator[Backend]:
+    """The stores for several nodes on one database (`database.url`, hermes_core/postgres/)."""
+    from hermes_core.postgres.gateway import PostgresGatewayStore
+    from hermes_core.postgres.journal import PostgresTaskJournal
+    from hermes_core.postgres.pending import PostgresInteractions
+    from hermes_core.postgres.sessions import PostgresSessionStore
+    from hermes_core.postgres.traces import PostgresTraceStore
+
+    url = _postgres_url()
+    yield Backend(
+        gateway_store=lambda: PostgresGatewayStore(url),
+        session_store=lambda: PostgresSessionStore(url),
+        journal=lambda: PostgresTaskJournal(url),
+        trace_store=lambda: PostgresTraceStore(url),
+        pending_store=lambda ttl, clock: PostgresInteractions(url, approval_ttl=ttl, now=clock),
+    )
+
+
+BACKENDS: dict[str, BackendFactory] = {"sqlite": sqlite, "memory": memory, "postgres": postgres}
 
 
 def registered() -> dict[str, BackendFactory]:

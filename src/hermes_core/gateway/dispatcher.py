@@ -1,6 +1,8 @@
 """The gateway: accepted messages become agent turns, replies go out through the outbox.
 
 One turn in flight per conversation, in arrival order; different conversations run concurrently.
+Across processes sharing one PostgreSQL store, the store's `turn_claim` keeps that true (each turn
+runs under its conversation's claim, postgres/gateway.py); in one process the lanes do.
 A message that arrives while its conversation is busy waits its turn. Replies of one conversation
 are sent in order too; a reply that cannot be delivered is retried with backoff and finally kept
 in the dead-letter table, never dropped. Only real failures count towards that: while the platform
@@ -439,6 +441,18 @@ class Gateway:
                       reason)  # fmt: skip
 
     async def _process(self, message: InboundMessage) -> None:
+        """Run `message`'s turn under the store's claim on its conversation (`turn_claim`: one turn
+        in flight across every process sharing the store); an earlier message of the conversation
+        that another process left pending runs first."""
+        while True:
+            async with self.store.turn_claim(message) as turn:
+                if turn is None:  # done already, by another process
+                    return
+                await self._run_turn(turn)
+            if turn.id == message.id:
+                return
+
+    async def _run_turn(self, message: InboundMessage) -> None:
         assert message.id is not None
         outcome = "replied"
         async with self.turn_slots.slot(batch=message.kind == "scheduled"):  # jobs after people

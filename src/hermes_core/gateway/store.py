@@ -2,7 +2,8 @@
 
 `GatewayStore` is the seam, a protocol: what the gateway, its channels and the console ask of the
 store, nothing more (docs/seams.md; tests/contracts/ holds the suite every implementation passes).
-`SQLiteGatewayStore` is the embedded default, in the process's shared database file
+`SQLiteGatewayStore` is the embedded default (`PostgresGatewayStore`, postgres/gateway.py, the one
+for several nodes on one database, `database.url`), in the process's shared database file
 (`storage/sqlite.py`: WAL, synchronous=FULL, every write in BEGIN IMMEDIATE on one writer thread).
 
 The order of facts makes "nothing lost, nothing twice" hold across crashes:
@@ -40,6 +41,8 @@ import dataclasses
 import json
 import sqlite3
 import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -254,9 +257,22 @@ class GatewayStore(Records, Protocol):
         messages not done and replies not sent are kept."""
         ...
 
+    def turn_claim(self, message: InboundMessage) -> AbstractAsyncContextManager[InboundMessage | None]:
+        """Held while a turn of `message`'s conversation runs: gives the message to run now — the
+        conversation's oldest pending one: `message`, or one before it that another node left —
+        or None when `message` is no longer pending (it ran elsewhere). Where several processes
+        share the store (postgres/gateway.py) it is what keeps one turn per conversation in flight;
+        the embedded store serves one process, whose lanes do that already: it gives `message`."""
+        return _this_one(message)
+
     async def close(self) -> None:
         """Release the store (another instance may open the same storage again)."""
         ...
+
+
+@asynccontextmanager
+async def _this_one(message: InboundMessage) -> AsyncIterator[InboundMessage | None]:
+    yield message
 
 
 class SQLiteGatewayStore(GatewayStore):

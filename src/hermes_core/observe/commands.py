@@ -1,6 +1,7 @@
 """`hermes-core traces`, `hermes-core trace show ID`, `hermes-core replay TRACE`.
 
-TRACE is a task id in the configured database (`<gateway.data_dir>/gateway.db`) — or any beginning
+TRACE is a task id in the configured database (`<gateway.data_dir>/gateway.db`, or PostgreSQL with
+`database.url`) — or any beginning
 of one that no other id shares, as `traces` prints them whole to be pasted — or the path of a
 JSON file: an X-ray, or a record exported with `trace show ID --json`. Everything printed is
 redacted (the records are redacted when stored; printing redacts again).
@@ -15,12 +16,12 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..kernel.loop import PAUSES
 from ..kernel.messages import JSON
 from ..kernel.redaction import redact_data, redact_text
-from .traces import SQLiteTraceStore, TraceStore, TraceSummary, clip
+from .traces import TraceStore, TraceSummary, clip
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -47,8 +48,22 @@ def observe_command(settings: Settings, agent: Agent, args: argparse.Namespace) 
         return 2
 
 
-def database_of(settings: Settings) -> Path:
-    return Path(settings.gateway.data_dir) / "gateway.db"
+def database_of(settings: Any) -> Path | str:
+    """The SQLite file, or the PostgreSQL URL as it may be shown (no password)."""
+    from ..stores import database_url, sqlite_path
+
+    url = database_url(settings)
+    return redact_text(url) if url else sqlite_path(settings)
+
+
+def _absent(database: Path | str) -> bool:
+    return isinstance(database, Path) and not database.is_file()
+
+
+def open_traces(settings: Any) -> TraceStore:
+    from ..stores import trace_store
+
+    return trace_store(settings)
 
 
 async def load_trace(reference: str, settings: Settings) -> dict[str, JSON]:
@@ -63,9 +78,9 @@ async def load_trace(reference: str, settings: Settings) -> dict[str, JSON]:
             raise ValueError(f"{path}: a trace is a JSON object (task_id, input, history, model_calls…)")
         return record
     database = database_of(settings)
-    if not database.is_file():
+    if _absent(database):
         raise TraceNotFound(f"no trace {reference!r}: no such file, and no database at {database}")
-    store = SQLiteTraceStore(database)
+    store = open_traces(settings)
     try:
         found = await store.get(reference)
         if found is None and reference:  # a pasted beginning of an id names the one task it starts
@@ -77,7 +92,7 @@ async def load_trace(reference: str, settings: Settings) -> dict[str, JSON]:
     return found
 
 
-async def unique_id(store: TraceStore, prefix: str, database: Path) -> str:
+async def unique_id(store: Any, prefix: str, database: Path | str) -> str:
     """The one task id that starts with `prefix`; TraceNotFound naming the candidates if not one."""
     candidates = await store.ids_starting(prefix, limit=AMBIGUOUS_SHOWN + 1)
     if not candidates:
@@ -96,14 +111,14 @@ async def unique_id(store: TraceStore, prefix: str, database: Path) -> str:
 
 async def list_command(settings: Settings, args: argparse.Namespace) -> int:
     database = database_of(settings)
-    if not database.is_file():
+    if _absent(database):
         print(f"no traces yet: no database at {database}")
         return 0
     since, until = parse_when(args.since), parse_when(args.until)
     if args.date:
         since = parse_when(args.date)
         until = since + 86400 if since is not None else None
-    store = SQLiteTraceStore(database)
+    store = open_traces(settings)
     try:
         found = await store.list(
             failed=True if args.failed else None,

@@ -590,11 +590,14 @@ class TaskTrace(TaskHooks):
 
 def tracer_for(settings: Any, *, serving: bool) -> Tracer:
     """The tracer `settings.observe` asks for. Traces (`observe.traces`, default: on when `serving`)
-    go to the gateway's database; X-rays to `observe.xray_dir`, by default `<data_dir>/xray` when
-    traces are on. Without traces the tracer still writes the log events."""
+    go to the gateway's database (SQLite, or PostgreSQL with `database.url`: stores.py); X-rays to
+    `observe.xray_dir`, by default `<data_dir>/xray` when traces are on. Without traces the tracer
+    still writes the log events."""
+    from ..stores import trace_store
+
     observe, data_dir = settings.observe, Path(settings.gateway.data_dir)
     keep = observe.traces if observe.traces is not None else serving
-    store = SQLiteTraceStore(data_dir / "gateway.db") if keep else None
+    store = trace_store(settings) if keep else None
     xray_dir = observe.xray_dir if observe.xray_dir is not None else (str(data_dir / "xray") if keep else "")
     spans = None
     if observe.otel:

@@ -1,0 +1,17 @@
+"""The stores in PostgreSQL, for several gateway nodes sharing one database (`database.url`).
+
+Each module mirrors an embedded SQLite store, with the same public methods and guarantees, and
+holds up when several processes use the database at once:
+
+- `database.py`: `PostgresDatabase`, one connection pool per URL per process, opened on first use;
+  `redacted_url` for logs; `server_check` for `hermes-core doctor`.
+- `migrations.py`: the versioned schema of every component, applied under a lock.
+- `gateway.py`: `PostgresGatewayStore` (inbox, outbox, dead letters, set-aside, replay window,
+  and the per-conversation turn claim that keeps one turn in flight across nodes).
+- `sessions.py`, `longterm.py`, `journal.py`, `pending.py`, `traces.py`: conversations, long-term
+  memory, task journals, approvals and questions, traces.
+
+Which stores a process uses, these or the SQLite ones, is chosen in one place: hermes_core/stores.py.
+
+The driver (psycopg 3, the `postgres` extra) is imported only when a store is used.
+"""

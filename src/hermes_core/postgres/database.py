@@ -1,0 +1,222 @@
+"""One PostgreSQL database shared by the stores of a process: a connection pool, opened on first use.
+
+`PostgresDatabase.shared(url)` is the one pool for a URL in this process (the gateway, sessions,
+journal, approvals and traces stores share it, as they share one SQLite file embedded). Stores
+register their migrations when they are built (`migrate`, synchronous, like SQLite's); the pool
+opens and the migrations run on the first `transaction`, inside the running event loop.
+
+`transaction(fn)` runs `await fn(connection)` in one transaction (READ COMMITTED): committed when
+it returns, rolled back if it raises — a process killed in the middle leaves nothing of it. Where
+two nodes may touch the same rows at once the stores say how they are kept apart (unique
+constraints with `ON CONFLICT DO NOTHING`, `FOR UPDATE SKIP LOCKED`, transaction-scoped advisory
+locks keyed by a conversation or task).
+
+PostgreSQL's text cannot hold the NUL character, which SQLite's can: every string sent is stored
+with NUL replaced by U+FFFD (the replacement character, as `clean_text` does for lone surrogates),
+so a message id or a text carrying one is accepted as on SQLite, instead of failing every retry.
+
+The password of the URL is never logged: `redacted_url` is what any message shows. It may also come
+from the environment instead of the URL (`PGPASSWORD`, read by libpq itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from ..kernel.redaction import redact_text
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg_pool import AsyncConnectionPool
+
+T = TypeVar("T")
+MIGRATION_LOCK = 0x6865726D6573  # the advisory lock every migration takes ("hermes")
+MIN_SERVER_VERSION = 14
+HIDDEN = "[REDACTED:url-password]"
+_shared: dict[str, PostgresDatabase] = {}
+_shared_lock = threading.Lock()
+
+
+def redacted_url(url: str) -> str:
+    """The URL as it may be shown: its password replaced, whatever its length (as kernel/redaction.py marks
+    a URL's password, which it finds only from three characters on)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    if parts.password is None:
+        return redact_text(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{parts.username or ''}:{HIDDEN}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def driver() -> Any:
+    """psycopg, or an ImportError that says which extra to install."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise ImportError(
+            "database.url is set, but psycopg is not installed: pip install 'hermes-core[postgres]'"
+        ) from exc
+    return psycopg
+
+
+class PostgresDatabase:
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 20, timeout: float = 10.0) -> None:
+        self.url = url
+        self.min_size, self.max_size, self.timeout = min_size, max_size, timeout
+        self._migrations: dict[str, Mapping[int, str]] = {}
+        self._applied: set[str] = set()
+        self._pool: AsyncConnectionPool | None = None
+        self._opening: asyncio.Lock | None = None
+        self._users = 0
+
+    def __repr__(self) -> str:
+        return f"PostgresDatabase({redacted_url(self.url)!r})"
+
+    @classmethod
+    def shared(cls, url: str) -> PostgresDatabase:
+        """The one pool for this URL in this process (opened on first use)."""
+        with _shared_lock:
+            database = _shared.get(url)
+            if database is None:
+                database = _shared[url] = cls(url)
+            database._users += 1
+            return database
+
+    def migrate(self, component: str, migrations: Mapping[int, str]) -> None:
+        """Register the component's migrations; they run before its first transaction."""
+        self._migrations[component] = migrations
+        self._applied.discard(component)
+
+    async def _ready(self) -> AsyncConnectionPool:
+        if self._pool is not None and self._applied >= self._migrations.keys():
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._open()
+            for component in sorted(self._migrations.keys() - self._applied):
+                async with self._pool.connection() as connection:
+                    await apply_migrations(connection, component, self._migrations[component])
+                self._applied.add(component)
+        return self._pool
+
+    async def _open(self) -> AsyncConnectionPool:
+        driver()
+        from psycopg_pool import AsyncConnectionPool
+
+        pool = AsyncConnectionPool(
+            self.url, min_size=self.min_size, max_size=self.max_size, timeout=self.timeout, open=False,
+            name="hermes", kwargs={"connect_timeout": max(1, int(self.timeout))}, configure=_configure,
+        )  # fmt: skip
+        try:
+            await pool.open(wait=True, timeout=self.timeout)
+        except Exception as exc:
+            await pool.close()
+            raise ConnectionError(f"PostgreSQL at {redacted_url(self.url)} is unreachable: "
+                                  f"{redact_text(str(exc).strip())}") from None  # fmt: skip
+        return pool
+
+    async def transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+        """Run `await fn(connection)` in one transaction; committed when this returns."""
+        pool = await self._ready()
+        async with pool.connection() as connection, connection.transaction():
+            return await fn(connection)
+
+    async def close(self) -> None:
+        """Release one user; the pool closes when the last user of the shared database leaves."""
+        self._users = max(0, self._users - 1)
+        if self._users:
+            return
+        with _shared_lock:
+            if _shared.get(self.url) is self:
+                del _shared[self.url]
+        pool, self._pool = self._pool, None
+        self._applied.clear()
+        if pool is not None:
+            await pool.close()
+
+
+async def _configure(connection: AsyncConnection) -> None:
+    connection.adapters.register_dumper(str, _nul_safe_dumper())
+
+
+_dumper: type | None = None
+
+
+def _nul_safe_dumper() -> type:
+    """psycopg's dumper of str, with NUL replaced by U+FFFD (made once, on first use)."""
+    global _dumper
+    if _dumper is None:
+        from psycopg.types.string import StrDumperUnknown
+
+        class NulSafeStrDumper(StrDumperUnknown):
+            def dump(self, obj: str) -> Any:
+                return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
+
+        _dumper = NulSafeStrDumper
+    return _dumper
+
+
+async def apply_migrations(
+    connection: AsyncConnection, component: str, migrations: Mapping[int, str]
+) -> None:
+    """Apply `component`'s migrations above its recorded version, in one transaction, under an
+    advisory lock: nodes that start together apply each migration once."""
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        await connection.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        cursor = await connection.execute(
+            "SELECT version FROM schema_versions WHERE component = %s", (component,)
+        )
+        row = await cursor.fetchone()
+        current = row[0] if row else 0
+        known = max(migrations, default=0)
+        if current > known:  # a newer release migrated it: this one would misread its tables
+            raise RuntimeError(f"the {component} schema in PostgreSQL is at version {current}, newer than "
+                               f"this release knows ({known}): upgrade hermes-core on this node")  # fmt: skip
+        for version in sorted(v for v in migrations if v > current):
+            for statement in filter(str.strip, migrations[version].split(";")):
+                await connection.execute(statement)  # our own SQL
+            await connection.execute(
+                "INSERT INTO schema_versions (component, version) VALUES (%s, %s) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (component, version),
+            )
+
+
+async def server_check(url: str, timeout: float = 10.0) -> tuple[str, bool, dict[str, int]]:
+    """For `hermes-core doctor`: the server's version number (e.g. "15.18"), whether it is a
+    read-only standby, and the schema version recorded per component (empty before the first
+    start). Raises ConnectionError (its message without the password) when it cannot connect."""
+    psycopg = driver()
+    try:
+        connection = await psycopg.AsyncConnection.connect(url, connect_timeout=max(1, int(timeout)),
+                                                           autocommit=True)  # fmt: skip
+    except psycopg.Error as exc:
+        reason = redact_text(" ".join(str(exc).split()))
+        raise ConnectionError(f"PostgreSQL at {redacted_url(url)} is unreachable ({reason})") from None
+    async with connection:
+        version = connection.info.server_version  # e.g. 150018
+        standby = await (await connection.execute("SELECT pg_is_in_recovery()")).fetchone()
+        table = await (await connection.execute("SELECT to_regclass('schema_versions')")).fetchone()
+        versions: dict[str, int] = {}
+        if table and table[0] is not None:
+            rows = await (
+                await connection.execute("SELECT component, version FROM schema_versions")
+            ).fetchall()
+            versions = {str(component): int(number) for component, number in rows}
+    major, minor = divmod(version, 10000)
+    shown = f"{major}.{minor}" if major >= 10 else f"{version // 10000}.{version // 100 % 100}"
+    return shown, bool(standby and standby[0]), versions

@@ -1,0 +1,105 @@
+"""Which stores a process keeps its state in: the embedded SQLite file, or PostgreSQL.
+
+`database.url` unset (the default): everything in `<gateway.data_dir>/gateway.db`, as it always
+was, with no other dependency. Set: the gateway's inbox and outbox (dead letters, set-aside
+messages, the replay window of signatures), sessions, long-term memory, task journals, approvals
+and traces live in that PostgreSQL database (hermes_core/postgres/), so every node of a scaled-out
+gateway — and the console on any of them — sees and serves the same state. The URL alone decides
+where state lives; which engine runs the turns is a separate choice (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .gateway.store import GatewayStore
+    from .kernel.approvals import PendingStore
+    from .observe.traces import TraceStore
+    from .sessions.store import SessionStore
+    from .tasks.journal import TaskJournal
+
+
+def database_url(settings: Any) -> str | None:
+    return settings.database.url or None
+
+
+def sqlite_path(settings: Any) -> Path:
+    return Path(settings.gateway.data_dir) / "gateway.db"
+
+
+def describe(settings: Any) -> str:
+    """Where the state is, as a log line may say it (a URL's password hidden)."""
+    if url := database_url(settings):
+        from .postgres.database import redacted_url
+
+        return f"PostgreSQL at {redacted_url(url)}"
+    return f"SQLite at {sqlite_path(settings)}"
+
+
+def gateway_store(settings: Any) -> GatewayStore:
+    if url := database_url(settings):
+        from .postgres.gateway import PostgresGatewayStore
+
+        return PostgresGatewayStore(url)
+    from .gateway.store import SQLiteGatewayStore
+
+    return SQLiteGatewayStore(sqlite_path(settings))
+
+
+def session_store(settings: Any) -> SessionStore:
+    if url := database_url(settings):
+        from .postgres.sessions import PostgresSessionStore
+
+        return PostgresSessionStore(url)
+    from .sessions.store import SQLiteSessionStore
+
+    return SQLiteSessionStore(sqlite_path(settings))
+
+
+def long_term_memory(sessions: SessionStore) -> Any:
+    """Long-term memory in the database of `sessions` (a `LongTermHook`, memory/conversation.py)."""
+    from .sessions.store import SQLiteSessionStore
+
+    if isinstance(sessions, SQLiteSessionStore):
+        from .memory import LongTermMemory
+
+        return LongTermMemory(sessions.db)
+    from .postgres.longterm import PostgresLongTermMemory
+    from .postgres.sessions import PostgresSessionStore
+
+    if not isinstance(sessions, PostgresSessionStore):
+        raise TypeError(f"no long-term memory beside a {type(sessions).__name__}")
+    return PostgresLongTermMemory(sessions.db)
+
+
+def task_journal(settings: Any) -> TaskJournal:
+    if url := database_url(settings):
+        from .postgres.journal import PostgresTaskJournal
+
+        return PostgresTaskJournal(url)
+    from .tasks.journal import SQLiteTaskJournal
+
+    return SQLiteTaskJournal(sqlite_path(settings))
+
+
+def interactions(settings: Any) -> PendingStore:
+    ttl = settings.permissions.approval_ttl
+    if url := database_url(settings):
+        from .postgres.pending import PostgresInteractions
+
+        return PostgresInteractions(url, approval_ttl=ttl)
+    from .tasks.pending import SQLiteInteractions
+
+    return SQLiteInteractions(sqlite_path(settings), approval_ttl=ttl)
+
+
+def trace_store(settings: Any) -> TraceStore:
+    if url := database_url(settings):
+        from .postgres.traces import PostgresTraceStore
+
+        return PostgresTraceStore(url)
+    from .observe.traces import SQLiteTraceStore
+
+    return SQLiteTraceStore(sqlite_path(settings))
