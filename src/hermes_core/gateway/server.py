@@ -144,13 +144,23 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
+    channels, routes = channels_for(settings, gateway)
+    for channel in channels:
+        gateway.add_channel(channel)
+    return gateway, routes
+
+
+def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.RouteDef]]:
+    """The configured channels (webhook; Feishu when its credentials are set), each given `inbox`
+    (the embedded `Gateway`, or engine/temporal's `TemporalInbox`), and their routes."""
+    channels: list[Any] = []
     routes: list[web.RouteDef] = []
     if settings.webhook.enabled:
         webhook = WebhookChannel(
-            gateway, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
+            inbox, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
             callback_hosts=settings.webhook.callback_hosts,
         )  # fmt: skip
-        gateway.add_channel(webhook)
+        channels.append(webhook)
         routes += webhook.routes()
     app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
     if app_id and app_secret:
@@ -165,7 +175,7 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
         )  # fmt: skip
         api = FeishuAPI(app_id, app_secret, base_url=settings.feishu.base_url, limiter=limiter)
         feishu = FeishuChannel(
-            gateway,
+            inbox,
             app_id=app_id,
             app_secret=app_secret,
             verification_token=os.environ.get("FEISHU_VERIFICATION_TOKEN"),
@@ -175,9 +185,9 @@ def build_gateway(settings: Settings, agent: Any = None) -> tuple[Gateway, list[
             api=api,
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
         )
-        gateway.add_channel(feishu)
+        channels.append(feishu)
         routes += feishu.routes()
-    return gateway, routes
+    return channels, routes
 
 
 def refuse_open_webhook(settings: Settings, host: str) -> None:
