@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
@@ -110,7 +111,9 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
 class Cluster:
     """The nodes of one test: `serve` ×2, `worker` ×2, in `folder`, on a task queue of their own."""
 
-    def __init__(self, folder: Path, temporal: str, model: FakeOpenAIServer, feishu: FakeFeishu) -> None:
+    def __init__(
+        self, folder: Path, temporal: str, model: FakeOpenAIServer, feishu: FakeFeishu, **options: Any
+    ) -> None:
         self.folder = folder
         self.log = folder / "steps.jsonl"
         self.log.touch()
@@ -118,7 +121,7 @@ class Cluster:
         config = {
             "engine": "temporal", "tools": ["test_tools_mod"],
             "temporal": {"address": temporal, "task_queue": f"q-{uuid.uuid4().hex[:8]}",
-                         "heartbeat_timeout": 3},
+                         "heartbeat_timeout": 3, **options},
             "agent": {"max_turns": 6},
         }  # fmt: skip
         (folder / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
@@ -272,7 +275,7 @@ async def kill_mid_step(cluster: Cluster, feishu: FakeFeishu, chat: str, tool: s
     """A two-step turn (record, then `tool`); SIGKILL the worker running `tool`; a worker is
     started in its place afterwards."""
     first, second = f"first{kill}", f"second{kill}"
-    envelope = feishu.user_message(f"chain {first} {tool} {second}", chat_id=chat, sender="ou_k")
+    envelope = feishu.user_message(f"chain {first} {tool} {second}", chat_id=chat, sender=f"ou_{chat}")
     message_id = envelope["event"]["message"]["message_id"]
     await feishu.push(envelope, cluster.events(kill % 2))
 
@@ -307,7 +310,8 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
 ) -> None:
     _, feishu = platform
     chat = f"oc_{uuid.uuid4().hex[:6]}_a"
-    envelope = feishu.user_message("call transfer 42", chat_id=chat, sender="ou_payer")
+    payer = f"ou_{chat}"
+    envelope = feishu.user_message("call transfer 42", chat_id=chat, sender=payer)
     await feishu.push(envelope, cluster.events(0))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the approval card")
     card = feishu.messages_in(chat)[0]
@@ -320,7 +324,7 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
     refused = await feishu.push(stranger, cluster.events(1))
     assert json.loads(refused.body)["toast"]["type"] == "error", refused.body  # only the requester decides
     click = feishu.card_action(
-        "ou_payer", card.message_id, {"approval_id": approval_id, "decision": "approve"}
+        payer, card.message_id, {"approval_id": approval_id, "decision": "approve"}
     )
     await feishu.push(click, cluster.events(1))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
@@ -333,3 +337,74 @@ def _approval_id(content: Any) -> str:
     text = json.dumps(content)
     start = text.index('"approval_id": "') + len('"approval_id": "')
     return text[start : text.index('"', start)]
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 60.0) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+async def test_webhook_answers_and_approvals_through_any_node(
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> None:
+    model, _ = platform
+    user, first = f"u{uuid.uuid4().hex[:6]}", cluster.nodes[0] + "/webhook"
+    status, answer = await asyncio.to_thread(
+        post, first, {"message": "hello there", "user_id": user, "message_id": "m1"}
+    )
+    assert (status, answer["reply"]) == (200, "ok: hello there")
+    asked = len(model.requests)
+    retry = {"message": "hello there", "user_id": user, "message_id": "m1"}
+    again = await asyncio.to_thread(post, cluster.nodes[1] + "/webhook", retry)
+    assert again == (200, {"message_id": "m1", "reply": "ok: hello there", "ok": True}), again
+    assert len(model.requests) == asked, "a retry through another node ran the message again"
+    status, answer = await asyncio.to_thread(post, first, {"message": "call transfer 7", "user_id": user})
+    assert status == 200 and answer["approval"]["tool"] == "transfer", answer
+    decisions = cluster.nodes[1] + "/webhook/approvals/" + answer["approval"]["id"]
+    refused = await asyncio.to_thread(post, decisions, {"user_id": "someone-else", "decision": "approve"})
+    assert refused == (403, {"error": "approval_not_allowed"}), refused
+    status, decided = await asyncio.to_thread(post, decisions, {"user_id": user, "decision": "approve"})
+    assert (status, decided["status"], decided["reply"]) == (200, "approved", "done: transferred 7"), decided
+    twice = await asyncio.to_thread(post, decisions, {"user_id": user, "decision": "approve"})
+    assert twice == (409, {"error": "approval_already_decided"}), twice
+    assert [s["arg"] for s in cluster.steps() if s["kind"] == "transfer"] == ["7"]
+
+
+@pytest.fixture
+def short_runs(
+    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> Iterator[Cluster]:
+    nodes = Cluster(tmp_path, temporal_dev, *platform, turns_per_run=2)
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
+    short_runs: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu], temporal_dev: str
+) -> None:
+    from temporalio.client import Client
+
+    model, feishu = platform
+    chat = f"oc_{uuid.uuid4().hex[:6]}_c"
+    envelopes = [feishu.user_message(f"note {i}", chat_id=chat, sender=f"ou_{chat}") for i in range(7)]
+    for i, envelope in enumerate(envelopes[:6]):
+        await feishu.push(envelope, short_runs.events(i % 2))
+        await asyncio.to_thread(wait_until, lambda n=i: len(feishu.messages_in(chat)) > n, 30, f"reply {i}")
+    handle = (await Client.connect(temporal_dev)).get_workflow_handle(f"feishu:ou_{chat}")  # p2p: the sender
+    status = await handle.query("status")
+    assert status["runs"] == 4, status  # 6 turns at 2 per run: continued as new 3 times
+    assert status["turns"] == 6 and status["history_turns"] == 6, status
+    assert status["history_length"] < 150, status  # this run's history only
+    last = model.requests[-1].messages
+    assert [m["content"] for m in last if m["role"] == "user"] == [f"note {i}" for i in range(6)]
+    await feishu.push(feishu.redelivery_of(envelopes[0], new_event_id=True), short_runs.events(1))
+    await feishu.push(envelopes[6], short_runs.events(0))
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 7, 30, "the last reply")
+    assert [m.text for m in feishu.messages_in(chat)] == [f"ok: note {i}" for i in range(7)]

@@ -131,6 +131,7 @@ class ConversationWorkflow:
         self.chat_rate: float = float(state.get("chat_rate", 5.0))
         self.dead_letters: list[dict[str, Any]] = list(state.get("dead_letters", []))
         self.duplicates: int = int(state.get("duplicates", 0))
+        self.runs: int = int(state.get("runs", 1))  # this run's number: 1 + the times it continued as new
         self.pending: dict[str, dict[str, Any]] = {}  # approvals of the turn in flight, and recent ones
         self.turns_this_run = 0
         self.target: InboundMessage | None = None  # whom the turn in flight answers
@@ -197,6 +198,7 @@ class ConversationWorkflow:
             "dead_letters": len(self.dead_letters),
             "in_flight": self.target.message_id if self.target else None,
             "history_turns": len(self.history),
+            "runs": self.runs,
             "history_length": workflow.info().get_current_history_length(),
         }
 
@@ -238,6 +240,7 @@ class ConversationWorkflow:
             "chat_rate": self.chat_rate,
             "dead_letters": self.dead_letters[-100:],
             "duplicates": self.duplicates,
+            "runs": self.runs + 1,
         }
 
     async def _answer(self, message: InboundMessage) -> None:
