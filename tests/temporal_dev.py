@@ -54,6 +54,9 @@ class DevServer:
         command = [
             binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
             "--db-filename", str(folder / "temporal-dev.db"), "--log-level", "warn",
+            # one partition per task queue: its rate limit (the sends' app-wide limit) is exact
+            "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
         ]  # fmt: skip
         self.process = subprocess.Popen(
             command, cwd=folder, stdout=self.log.open("w"), stderr=subprocess.STDOUT,

@@ -112,7 +112,13 @@ class Cluster:
     """The nodes of one test: `serve` ×2, `worker` ×2, in `folder`, on a task queue of their own."""
 
     def __init__(
-        self, folder: Path, temporal: str, model: FakeOpenAIServer, feishu: FakeFeishu, **options: Any
+        self,
+        folder: Path,
+        temporal: str,
+        model: FakeOpenAIServer,
+        feishu: FakeFeishu,
+        sections: dict[str, Any] | None = None,
+        **options: Any,
     ) -> None:
         self.folder = folder
         self.log = folder / "steps.jsonl"
@@ -122,7 +128,7 @@ class Cluster:
             "engine": "temporal", "tools": ["test_tools_mod"],
             "temporal": {"address": temporal, "task_queue": f"q-{uuid.uuid4().hex[:8]}",
                          "heartbeat_timeout": 3, **options},
-            "agent": {"max_turns": 6},
+            "agent": {"max_turns": 6}, **(sections or {}),
         }  # fmt: skip
         (folder / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = clean_environ(
@@ -323,9 +329,7 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
     )
     refused = await feishu.push(stranger, cluster.events(1))
     assert json.loads(refused.body)["toast"]["type"] == "error", refused.body  # only the requester decides
-    click = feishu.card_action(
-        payer, card.message_id, {"approval_id": approval_id, "decision": "approve"}
-    )
+    click = feishu.card_action(payer, card.message_id, {"approval_id": approval_id, "decision": "approve"})
     await feishu.push(click, cluster.events(1))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
     assert feishu.messages_in(chat)[1].text == "done: transferred 42"
@@ -408,3 +412,42 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
     await feishu.push(envelopes[6], short_runs.events(0))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 7, 30, "the last reply")
     assert [m.text for m in feishu.messages_in(chat)] == [f"ok: note {i}" for i in range(7)]
+
+
+@pytest.fixture
+def paced(
+    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> Iterator[Cluster]:
+    sections = {"feishu": {"chat_send_rate": 2, "app_send_rate": 2}}
+    nodes = Cluster(tmp_path, temporal_dev, *platform, sections=sections)
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+async def test_send_pacing_holds_across_nodes_and_workers(
+    paced: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> None:
+    """A chat's replies at most 2 a second, the app's at most 2 a second (the task queue's limit,
+    enforced by the server for all the sending workers together; each worker's own limiter would
+    let 2 a second through each), with messages arriving on both nodes."""
+    _, feishu = platform
+    run = uuid.uuid4().hex[:6]
+    chat = f"oc_{run}_p"
+    burst = [feishu.user_message(f"say {i}", chat_id=chat, sender=f"ou_{chat}") for i in range(4)]
+    for i, envelope in enumerate(burst):
+        await feishu.push(envelope, paced.events(i % 2))
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 4, 30, "the chat's replies")
+    times = [m.created_at for m in feishu.messages_in(chat)]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 0.45, gaps  # 1 / chat_send_rate, the clocks' jitter aside
+    chats = [f"oc_{run}_{n}" for n in range(16)]
+    others = [feishu.user_message("hi all", chat_id=chat, sender=f"ou_{chat}") for chat in chats]
+    await asyncio.gather(*(feishu.push(envelope, paced.events(n % 2)) for n, envelope in enumerate(others)))
+    await asyncio.to_thread(wait_until, lambda: all(feishu.messages_in(c) for c in chats), 60, "every reply")
+    sent = sorted(feishu.messages_in(c)[0].created_at for c in chats)
+    span = sent[-1] - sent[0]
+    print(f"16 sends over {span:.2f} s: {[round(t - sent[0], 2) for t in sent]}")
+    # 2/s after the server's initial burst (up to 3): at least 6.5 s; two workers' own limits: ~3.5 s
+    assert span >= 5.0, [round(t - sent[0], 2) for t in sent]

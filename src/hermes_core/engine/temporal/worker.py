@@ -7,7 +7,9 @@ Two Temporal workers in one process, on the configured cluster:
   it for the embedded engine (model, tools, skills, MCP servers, permissions);
 - on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
   `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
-  workers of the queue together, so the app-wide limit holds however many nodes send.
+  workers of the queue together, so the app-wide limit holds however many nodes send; the
+  per-chat limit (`feishu.chat_send_rate`) is kept by each conversation's workflow, which spaces
+  its replies (workflow.py `_send`).
 
 A workflow's cached state waits `temporal.sticky_timeout` seconds for its worker before another
 worker takes it (the SDK's default is 10 s), and every step heartbeats: a worker killed mid-turn
@@ -30,6 +32,7 @@ from .client import connect
 from .workflow import ConversationWorkflow, sends_queue
 
 log = logging.getLogger("hermes_core.worker")
+UNPACED = 1e6  # sends per second: no spacing of this worker's own
 
 
 def senders(settings: Settings) -> dict[str, Any]:
@@ -46,11 +49,15 @@ def senders(settings: Settings) -> dict[str, Any]:
         from ...channels.feishu.api import FeishuAPI
         from ...channels.feishu.ratelimit import SendLimiter
 
+        # Per chat the workflow spaces its own replies and app-wide the sends' task queue is limited
+        # by the server, for every worker together (module docstring): this worker's own limiter
+        # keeps only the per-minute quota and the optional extra cap (`send_rate`), as the
+        # embedded gateway's does; a platform "wait" is waited for in send_reply.
         pace = settings.feishu
         limiter = SendLimiter(
             rate_per_s=pace.send_rate,
-            chat_per_s=pace.chat_send_rate,
-            app_per_s=pace.app_send_rate,
+            chat_per_s=UNPACED,
+            app_per_s=UNPACED,
             app_per_min=pace.app_send_per_minute,
         )
         found["feishu"] = FeishuAPI(app_id, app_secret, base_url=pace.base_url, limiter=limiter)
