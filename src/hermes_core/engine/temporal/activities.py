@@ -24,6 +24,7 @@ import base64
 import dataclasses
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
@@ -48,6 +49,7 @@ from .workflow import MODEL, PREPARE, SEND, TOOL
 
 log = logging.getLogger("hermes_core.engine.temporal")
 T = TypeVar("T")
+_URLSAFE = re.compile(r"[A-Za-z0-9_-]*")
 HEARTBEAT_EVERY = 1.0  # seconds; the SDK sends at most one per 0.8 × heartbeat_timeout
 
 
@@ -78,9 +80,11 @@ def conversation_of(pending_id: str) -> str | None:
     if not pending_id.startswith("ap_") or "." not in pending_id:
         return None
     where = pending_id[3:].rsplit(".", 1)[0]
+    if not _URLSAFE.fullmatch(where):
+        return None
     try:
-        return base64.urlsafe_b64decode(where + "=" * (-len(where) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
+        return base64.b64decode(where + "=" * (-len(where) % 4), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
         return None
 
 
@@ -167,7 +171,7 @@ class TurnActivities:
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
         agent, text = self.agent, data["text"]
         if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
-            await agent.mcp.attach(agent.registry)
+            await heartbeating(agent.mcp.attach(agent.registry))
         client = agent.client
         offered = {
             s["function"]["name"] for s in agent.registry.schemas((), self._caller(data), client.models)

@@ -164,8 +164,14 @@ class ConversationWorkflow:
             decided_by=data["user_id"],
             decided_at=self._now(),
         )
-        target = self.target.message_id if self.target is not None else ""
-        return {"pending": dict(pending), "message_id": target, "replies": len(self.replies.get(target, []))}
+        target = self.target
+        message_id = target.message_id if target is not None else ""
+        resume = {"text": target.text, "callback_url": target.callback_url} if target is not None else None
+        return {
+            "pending": {**pending, "resume": resume},  # what the channels read of the original message
+            "message_id": message_id,
+            "replies": len(self.replies.get(message_id, [])),
+        }
 
     @decide.validator
     def _decision_allowed(self, data: dict[str, Any]) -> None:
@@ -266,8 +272,9 @@ class ConversationWorkflow:
         prepared = await workflow.execute_activity(
             PREPARE,
             asked,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=5),
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
         self.language = prepared.get("language") or self.language
