@@ -47,17 +47,21 @@ def free_port() -> int:
 class DevServer:
     """One `temporal server start-dev` process; `address` is host:port of its frontend."""
 
-    def __init__(self, binary: str, folder: Path) -> None:
+    def __init__(self, binary: str, folder: Path, *, persistent: bool = True) -> None:
+        """`persistent`: state in a SQLite file of `folder` (each commit waits for the disk);
+        otherwise in memory (benchmarks/bench_temporal.py measures both)."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = folder / "temporal-dev.log"
         command = [
             binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
-            "--db-filename", str(folder / "temporal-dev.db"), "--log-level", "warn",
+            "--log-level", "warn",
             # one partition per task queue: its rate limit (the sends' app-wide limit) is exact
             "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
             "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
         ]  # fmt: skip
+        if persistent:
+            command += ["--db-filename", str(folder / "temporal-dev.db")]
         self.process = subprocess.Popen(
             command, cwd=folder, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
             env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
