@@ -404,7 +404,11 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
         await feishu.push(envelope, short_runs.events(i % 2))
         await asyncio.to_thread(wait_until, lambda n=i: len(feishu.messages_in(chat)) > n, 30, f"reply {i}")
     handle = (await Client.connect(temporal_dev)).get_workflow_handle(f"feishu:ou_{chat}")  # p2p: the sender
+    deadline = time.monotonic() + 20
     status = await handle.query("status")
+    while status["runs"] < 4 and time.monotonic() < deadline:  # the 3rd continues after its reply
+        await asyncio.sleep(0.05)
+        status = await handle.query("status")
     assert status["runs"] == 4, status  # 6 turns at 2 per run: continued as new 3 times
     assert status["turns"] == 6 and status["history_turns"] == 6, status
     assert status["history_length"] < 150, status  # this run's history only

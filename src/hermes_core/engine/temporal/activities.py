@@ -1,7 +1,8 @@
 """The steps a `hermes-core worker` runs for the conversation workflows, with the configured agent.
 
-- `prepare_task`: what the workflow needs to run the loop for one message: the system prompt, the
-  tools this sender may be offered (with their levels), the limits, greeting and language.
+- `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
+  system prompt, the tools this sender may be offered (with their levels), the limits, greeting
+  and language.
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
   the client's own retries), one response in records.py's format.
 - `tool_call`: `ToolRegistry.execute` for one call (permissions, argument checks, approvals,
@@ -13,7 +14,7 @@
   webhook's `Idempotency-Key`), so a send retried after a crash is not a second message. The
   platform's "wait" is waited for here (heartbeating), not counted as a failed attempt.
 
-Every step heartbeats while it runs, so a worker killed mid-step is noticed within the
+Every step but `prepare_task` heartbeats while it runs, so a worker killed mid-step is noticed within the
 `heartbeat_timeout` and the step moves to another worker.
 """
 
@@ -171,7 +172,7 @@ class TurnActivities:
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
         agent, text = self.agent, data["text"]
         if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
-            await heartbeating(agent.mcp.attach(agent.registry))
+            await agent.mcp.attach(agent.registry)
         client = agent.client
         offered = {
             s["function"]["name"] for s in agent.registry.schemas((), self._caller(data), client.models)

@@ -269,11 +269,13 @@ class ConversationWorkflow:
             await self._send(Reply(fixed_reply("how_can_i_help", self.language)))
             return
         asked = {"sender": message.sender, "channel": message.channel, "text": message.text}
-        prepared = await workflow.execute_activity(
+        # a local activity: run by the worker that runs this workflow task, recorded as a marker
+        # (no task queue round trip); a worker that dies in it loses the workflow task, and the
+        # worker that takes it over prepares again (it reads only the configuration)
+        prepared = await workflow.execute_local_activity(
             PREPARE,
             asked,
-            start_to_close_timeout=timedelta(seconds=60),
-            heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
+            start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
