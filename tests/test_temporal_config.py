@@ -63,3 +63,20 @@ def test_the_dedup_keys_of_a_message_are_per_channel() -> None:
         "m:feishu:om_1", "e:feishu:ev_1",
     ]  # fmt: skip
     assert message_keys({"channel": "webhook", "message_id": "om_1", "event_id": None}) == ["m:webhook:om_1"]
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker"]])
+def test_no_cluster_at_the_address_is_one_line_and_exit_1(tmp_path: Path, command: list[str]) -> None:
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    from serve_process import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    (tmp_path / "hermes.yaml").write_text(f"engine: temporal\ntemporal: {{address: '{address}'}}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *command], cwd=tmp_path,
+        env=clean_environ(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"hermes-core: cannot reach Temporal at {address} (namespace default): "), last
+    assert "Traceback" not in result.stderr

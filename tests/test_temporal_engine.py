@@ -179,7 +179,8 @@ class Cluster:
     def steps(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
 
-    def stop(self) -> None:
+    def stop(self) -> list[int]:
+        """SIGTERM to every process still running; their exit codes (a SIGKILLed one: -9)."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -189,6 +190,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        return [process.returncode for process in self.processes]
 
 
 def _healthy(url: str) -> bool:
@@ -218,7 +220,8 @@ def cluster(
     try:
         yield nodes
     finally:
-        nodes.stop()
+        codes = nodes.stop()
+    assert set(codes) <= {0, -signal.SIGKILL}, codes  # a graceful stop exits 0
 
 
 def replies_by_message(feishu: FakeFeishu) -> Counter[str | None]:

@@ -338,8 +338,7 @@ def run_worker(settings: Any, agent: Any) -> int:
     except ImportError as exc:
         print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
         return 2
-    worker.run(settings, agent)
-    return 0
+    return worker.run(settings, agent)
 
 
 def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
@@ -351,8 +350,7 @@ def run_server(settings: Any, agent: Any, args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
             return 2
-        server.run(settings, args)
-        return 0
+        return server.run(settings, args)
 
     def banner(address: str, routes: str) -> None:
         print(f"hermes-core serving on {address} ({routes})", flush=True)

@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import sys
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...channels.seam import Earlier, InboundMessage, OutboundMessage, task_id_of
 from .activities import conversation_of
@@ -39,13 +41,35 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermes_core.engine.temporal")
 REFUSALS = ("approval_unknown", "approval_not_allowed", "approval_expired", "approval_already_decided")
 WORKFLOW_TASK_TIMEOUT = 3.0  # seconds: a workflow task of a worker that died is given to another one
+ACCEPT_TIMEOUT = 2.5  # seconds for the signal-with-start, within Feishu's 3 s: past it a 503, and a retry
+
+
+def leave(code: int) -> NoReturn:
+    """End a `serve` or `worker` process of this engine with `code`, logs and output flushed, but
+    without the interpreter's teardown: the SDK's native threads may still be running then, and
+    finalizing under them aborts the process (temporalio/sdk-python issue 300, open)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Unreachable(Exception):
+    """The configured Temporal cluster cannot be reached (said in one line by the commands)."""
 
 
 async def connect(config: TemporalConfig) -> Client:
-    """A client of the configured cluster (`temporal.address`, `temporal.namespace`)."""
+    """A client of the configured cluster (`temporal.address`, `temporal.namespace`); `Unreachable`
+    saying where and why when there is none."""
     from temporalio.client import Client
 
-    return await Client.connect(config.address, namespace=config.namespace)
+    try:
+        return await Client.connect(config.address, namespace=config.namespace)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        reason = " ".join(str(exc).split())[:300]
+        raise Unreachable(
+            f"cannot reach Temporal at {config.address} (namespace {config.namespace}): {reason}"
+        ) from None
 
 
 def workflow_options(config: TemporalConfig) -> dict[str, Any]:
@@ -108,6 +132,7 @@ class TemporalInbox:
                 start_signal=SIGNAL,
                 start_signal_args=[data],
                 task_timeout=timedelta(seconds=WORKFLOW_TASK_TIMEOUT),
+                rpc_timeout=timedelta(seconds=ACCEPT_TIMEOUT),
             )
         except BaseException:
             ACKS.inc(channel=message.channel, outcome="error")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ...config import Settings, policy
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
@@ -101,8 +102,17 @@ def _on_signals(stop: asyncio.Event) -> None:
             pass
 
 
-def run(settings: Settings, args: Any) -> None:
+def run(settings: Settings, args: Any) -> NoReturn:
+    """`hermes-core serve` on this engine, then exit (a refusal or no cluster: one line, 2 or 1)."""
+    from ...config import ConfigError
+    from .client import Unreachable, leave
+
     def banner(address: str, routes: str) -> None:
         print(f"hermes-core serving on {address} ({routes})", flush=True)
 
-    asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner))
+    try:
+        asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner))
+    except (ConfigError, Unreachable) as exc:
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        leave(2 if isinstance(exc, ConfigError) else 1)
+    leave(0)

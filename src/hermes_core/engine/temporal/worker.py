@@ -22,9 +22,10 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from ...config import Settings, build_agent
 from .activities import TurnActivities
@@ -145,8 +146,16 @@ async def run_worker(
         await agent.aclose()
 
 
-def run(settings: Settings, agent: Any) -> None:
+def run(settings: Settings, agent: Any) -> NoReturn:
+    """`hermes-core worker`, then exit (no cluster: one line, 1)."""
+    from .client import Unreachable, leave
+
     def ready() -> None:
         print(f"hermes-core worker running (task queue {settings.temporal.task_queue})", flush=True)
 
-    asyncio.run(run_worker(settings, agent=agent, ready=ready))
+    try:
+        asyncio.run(run_worker(settings, agent=agent, ready=ready))
+    except Unreachable as exc:
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        leave(1)
+    leave(0)
