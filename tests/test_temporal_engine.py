@@ -11,7 +11,9 @@ nodes' callback URLs and counting what the bot sends, and the fake model.
   15 s, the completed first step is not run again, the interrupted level-1 step is not run again
   (its outcome is unknown to the model), an interrupted read-only step is; one reply;
 - an approval card clicked on the other node resumes the task, on whichever worker is alive;
-- the webhook's synchronous answer through another node, and its approval decided through a third.
+- the webhook's synchronous answer through another node, and its approval decided through a third;
+- continue-as-new keeps order, dedup and the conversation; send pacing per chat and app-wide;
+- a `clarify` question answered by the asker's next message, pushed to the other node.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def steps(request: RecordedRequest) -> FakeReply:
     words = str(user["content"]).split()
     results = [str(m["content"]) for m in messages[messages.index(user) :] if m["role"] == "tool"]
     if words[0] == "call" and not results:
-        return FakeReply.tool_call(words[1], {"arg": words[2]})
+        return FakeReply.tool_call(words[1], {"question" if words[1] == "clarify" else "arg": words[2]})
     if words[0] == "chain" and len(results) < 2:
         return FakeReply.tool_call(
             *(("record", {"arg": words[1]}) if not results else (words[2], {"arg": words[3]}))
@@ -460,3 +462,24 @@ async def test_send_pacing_holds_across_nodes_and_workers(
     print(f"16 sends over {span:.2f} s: {[round(t - sent[0], 2) for t in sent]}")
     # 2/s after the server's initial burst (up to 3): at least 6.5 s; two workers' own limits: ~3.5 s
     assert span >= 5.0, [round(t - sent[0], 2) for t in sent]
+
+
+async def test_a_question_is_answered_by_the_askers_next_message_on_another_node(
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> None:
+    _, feishu = platform
+    chat = f"oc_{uuid.uuid4().hex[:6]}_q"
+    asked = feishu.user_message("call clarify which-city?", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(asked, cluster.events(0))
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the question")
+    assert feishu.messages_in(chat)[0].text == "which-city?"
+    answer = feishu.user_message("Paris", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(answer, cluster.events(1))
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
+    reply = feishu.messages_in(chat)[1]
+    assert reply.reply_to == answer["event"]["message"]["message_id"]  # it answers the answer
+    assert json.loads(reply.text.removeprefix("done: ")) == {"question": "which-city?", "answer": "Paris"}
+    later = feishu.user_message("thanks a lot", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(later, cluster.events(0))
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 3, 30, "the next turn")
+    assert feishu.messages_in(chat)[2].text == "ok: thanks a lot"  # the answer started no turn of its own
