@@ -9,13 +9,15 @@
 # prod.yaml; pass another command to pick another one. See docs/deploy.md.
 
 FROM python:3.11-slim AS build
+# the extras installed: feishu; deploy/compose/ adds temporal (engine: temporal, docs/scale-out.md)
+ARG EXTRAS=feishu
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY src ./src
 RUN python -m venv /opt/hermes-core \
-    && /opt/hermes-core/bin/pip install --constraint constraints.txt ".[feishu]"
+    && /opt/hermes-core/bin/pip install --constraint constraints.txt ".[${EXTRAS}]"
 
 FROM python:3.11-slim
 LABEL org.opencontainers.image.title="hermes-core" \

@@ -111,3 +111,21 @@ def postgres() -> Iterator[PostgresServer]:
 def pg_url(postgres: PostgresServer) -> str:
     """The URL (password included) of a new empty database, for this test alone."""
     return postgres.fresh_database()
+
+
+@pytest.fixture(scope="session")
+def temporal_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Temporal dev server (tests/temporal_dev.py) for the session: its host:port. Skips the test,
+    saying why, when the pinned `temporal` binary or the `temporalio` SDK is not installed."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    from temporal_dev import DevServer, temporal_binary
+
+    binary, why = temporal_binary()
+    if binary is None:
+        pytest.skip(why)
+    server = DevServer(binary, tmp_path_factory.mktemp("temporal"))
+    try:
+        server.wait_ready()
+        yield server.address
+    finally:
+        server.stop()

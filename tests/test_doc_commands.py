@@ -101,7 +101,11 @@ NOT_RUN_HERE = {
 }
 
 # Pages whose examples another test runs as written, against a real serve it starts itself.
-RUN_BY = {"webhook.md": "test_webhook_docs.py", "modes.md": "test_modes_serve.py"}
+RUN_BY = {
+    "webhook.md": "test_webhook_docs.py",
+    "modes.md": "test_modes_serve.py",
+    "scale-out.md": "test_temporal_engine.py",  # needs a Temporal server: two serve nodes, two workers
+}
 
 # Inline mentions that name a command rather than run it: `hermes-core <them> --help` must work.
 NAMES_ONLY = {"hermes-core eval", "hermes-core eval add"}

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway: webhook and Feishu channels, /healthz")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    commands.add_parser(
+        "worker", help="run conversation turns for `engine: temporal` (a Temporal worker; docs/scale-out.md)"
+    )
     evaluate = commands.add_parser("eval", help="run the regression cases and print a pass table")
     evaluate.add_argument("--cases", help="folder of case files, or one file (default: ./evals)")
     evaluate.add_argument("-k", dest="select", help="only the cases whose name contains this")
@@ -179,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         agent = build_agent(settings, model_required=asks_model)  # a recorded replay needs no model
         if args.command in ("run", "chat"):
             announce_model(settings)
-        if args.command in ("run", "chat", "serve") and agent.tracer is None:  # log events, traces (observe/)
+        traced = args.command in ("run", "chat") or (args.command, settings.engine) == ("serve", "embedded")
+        if traced and agent.tracer is None:  # log events, traces (observe/)
             from .observe.traces import tracer_for
 
             agent.tracer = tracer_for(settings, serving=args.command == "serve")
@@ -206,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_tools(agent)
     if args.command == "serve":
         return run_server(settings, agent, args)
+    if args.command == "worker":
+        return run_worker(settings, agent)
     try:
         if args.command == "run":
             return asyncio.run(run_once(agent, args.message, as_json=args.json, quiet=args.quiet))
@@ -401,7 +407,7 @@ def configure_logging(level: str | None, command: str, observe: ObserveConfig | 
 
     from .kernel.redaction import install_log_redaction
 
-    level = level or getattr(observe, "level", None) or ("INFO" if command == "serve" else None)
+    level = level or getattr(observe, "level", None) or ("INFO" if command in ("serve", "worker") else None)
     if level is not None:
         if level.upper() not in LOG_LEVELS:
             raise ValueError(f"HERMES_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
@@ -415,8 +421,33 @@ def configure_logging(level: str | None, command: str, observe: ObserveConfig | 
     install_log_redaction()  # also when nothing is configured: warnings still reach stderr
 
 
+NEEDS_TEMPORAL = 'engine temporal needs its extra: pip install "hermes-core[temporal]"'
+
+
+def run_worker(settings: Settings, agent: Agent) -> int:
+    """`hermes-core worker`: only with `engine: temporal` (and its extra installed)."""
+    if settings.engine != "temporal":
+        print("hermes-core: `worker` runs turns for `engine: temporal`; this configuration's engine is "
+              f"{settings.engine} (serve runs its turns itself)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        from .engine.temporal import worker
+    except ImportError as exc:
+        print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
+        return 2
+    return worker.run(settings, agent)
+
+
 def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
     from .gateway.server import serve
+
+    if settings.engine == "temporal":
+        try:
+            from .engine.temporal import server
+        except ImportError as exc:
+            print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
+            return 2
+        return server.run(settings, args)
 
     def banner(address: str, routes: str) -> None:
         print(f"hermes-core serving on {address} ({routes})", flush=True)

@@ -59,6 +59,9 @@ ENV_KEYS = {
     "FEISHU_MODE": ("feishu", "mode"),
     "FEISHU_BASE_URL": ("feishu", "base_url"),
     "HERMES_DATABASE_URL": ("database", "url"),  # may carry the password (the file may not)
+    "HERMES_TEMPORAL_ADDRESS": ("temporal", "address"),
+    "HERMES_TEMPORAL_NAMESPACE": ("temporal", "namespace"),
+    "HERMES_TEMPORAL_TASK_QUEUE": ("temporal", "task_queue"),
 }
 EXAMPLE_TOOLS = "hermes_core.tools.examples"
 
@@ -144,6 +147,26 @@ class GatewayConfig(_Section):
     retention_days: float = Field(30.0, gt=0)  # task journals and traces older than this are deleted
     header_timeout: float = Field(10.0, gt=0)  # seconds a client has to send a request's headers
     body_timeout: float = Field(30.0, gt=0)  # seconds, once the headers are in, to send the whole body
+
+
+class TemporalConfig(_Section):
+    """`engine: temporal` (engine/temporal/, docs/scale-out.md): conversations run as durable
+    workflows on a Temporal cluster, so `serve` and `worker` may each run on several nodes. The
+    model, tool and send steps are activities; a step whose worker stops heartbeating for
+    `heartbeat_timeout` seconds is retried on another worker (the rule for interrupted level ≥ 1
+    calls is the journal's: tasks/journal.py)."""
+
+    address: str = "127.0.0.1:7233"  # host:port of the Temporal frontend
+    namespace: str = "default"
+    task_queue: str = "hermes-turns"  # workflows, model and tool steps; sends use `<task_queue>-sends`
+    heartbeat_timeout: float = Field(5.0, gt=0, le=60)  # seconds without a heartbeat: the step moves on
+    sticky_timeout: float = Field(2.0, gt=0, le=60)  # seconds a workflow waits for its cached worker
+    model_timeout: float = Field(300.0, gt=0)  # seconds one model step may take, retries included
+    send_attempts: int = Field(8, ge=1, le=100)  # tries of one reply before it is kept as a dead letter
+    turns_per_run: int = Field(100, ge=1, le=10_000)  # turns before the workflow continues as new
+    dedup_ids: int = Field(2000, ge=10, le=100_000)  # message and event ids remembered per conversation
+    window_turns: int = Field(20, ge=1, le=1000)  # past turns of the conversation sent to the model
+    idle_days: float = Field(2.0, gt=0)  # a conversation idle this long continues as new, ids pruned
 
 
 class FeishuConfig(_Section):
@@ -373,6 +396,9 @@ class Settings(_Section):
     console: ConsoleConfig = ConsoleConfig()
     skills: SkillsConfig = SkillsConfig()
     observe: ObserveConfig = ObserveConfig()
+    # embedded: one process, SQLite (gateway/); temporal: durable workflows on a Temporal cluster
+    engine: Literal["embedded", "temporal"] = "embedded"
+    temporal: TemporalConfig = TemporalConfig()
     team: TeamConfig = TeamConfig()
     schedule: ScheduleConfig = ScheduleConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])

@@ -41,7 +41,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 
@@ -160,14 +160,29 @@ def build_gateway(
         add_scheduler(gateway, runner.inner, settings, stores.sqlite_path(settings), clock=clock)
     elif settings.schedule.enabled:  # the jobs' store is SQLite's for now (docs/scale-out.md)
         log.warning("scheduled jobs are not run with database.url (PostgreSQL) yet: schedule is off")
+    channels, routes = channels_for(settings, gateway)
+    for channel in channels:
+        gateway.add_channel(channel)
+    # pictures and files are fetched through the channel they came in on (Feishu's resource API)
+    sources = {
+        channel.name: cast(AttachmentSource, channel) for channel in channels if channel.name == "feishu"
+    }
+    runner.inner.media = media_desk(settings, agent, sources)
+    runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
+    return gateway, routes
+
+
+def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.RouteDef]]:
+    """The configured channels (webhook; Feishu when its credentials are set), each given `inbox`
+    (the embedded `Gateway`, or engine/temporal's `TemporalInbox`), and their routes."""
+    channels: list[Any] = []
     routes: list[web.RouteDef] = []
-    sources: dict[str, AttachmentSource] = {}  # channels whose attachments are fetched for the turn
     if settings.webhook.enabled:
         webhook = WebhookChannel(
-            gateway, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
+            inbox, secret=os.environ.get(SECRET_ENV), allow_unsigned=settings.webhook.allow_unsigned,
             callback_hosts=settings.webhook.callback_hosts, media=settings.media,
         )  # fmt: skip
-        gateway.add_channel(webhook)
+        channels.append(webhook)
         routes += webhook.routes()
     app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
     if app_id and app_secret:
@@ -182,7 +197,7 @@ def build_gateway(
         )  # fmt: skip
         api = FeishuAPI(app_id, app_secret, base_url=settings.feishu.base_url, limiter=limiter)
         feishu = FeishuChannel(
-            gateway,
+            inbox,
             app_id=app_id,
             app_secret=app_secret,
             verification_token=os.environ.get("FEISHU_VERIFICATION_TOKEN"),
@@ -193,12 +208,9 @@ def build_gateway(
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
             stream=settings.feishu.stream,
         )
-        gateway.add_channel(feishu)
+        channels.append(feishu)
         routes += feishu.routes()
-        sources["feishu"] = feishu
-    runner.inner.media = media_desk(settings, agent, sources)
-    runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
-    return gateway, routes
+    return channels, routes
 
 
 def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSource]) -> MediaDesk:

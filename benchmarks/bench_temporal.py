@@ -1,0 +1,404 @@
+"""engine: temporal under load, against a local Temporal dev server (docs/scale-out.md).
+
+    python benchmarks/bench_temporal.py [--quick] [--messages 300] [--chats 30] [--kills 10]
+
+Three measurements, each with real processes (`hermes-core serve` / `worker`), the fake Feishu
+platform and the fake model (200 ms a call):
+
+1. soak: `--messages` over `--chats` chats, every push sent twice (to both gateway nodes, the same
+   event id or the same message id under a new one), while a worker is SIGKILLed `--kills` times
+   (and started again): missing replies, duplicated replies, chats out of order, tool calls run
+   more than once, the slowest reply after a kill;
+2. throughput: turns/s with 1, 2 and 4 workers (one gateway node), and CPU seconds per turn of
+   the workers (and of the Temporal server) vs the embedded gateway (`serve` alone) on the same
+   turns;
+3. acks: events pushed at `--ack-rate` a second for `--ack-seconds` to two gateway nodes: the
+   platform's wait for each HTTP 200 (p50, p99, max), with no worker running (the accept path
+   alone: the turns wait in the cluster) and with two workers running the turns meanwhile.
+
+The dev server keeps its state in memory unless `--server-db`: its SQLite file commits one
+operation at a time and bounds every rate here at about 50 a second, which a production cluster
+(PostgreSQL, Cassandra) does not. The numbers depend on the machine: a 2-core machine runs the
+dev server, the fakes, the nodes and the workers at once. It prints what it measured; `--quick`
+runs smaller counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from hermes_core.testing.fake_feishu import FakeFeishu  # noqa: E402
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest  # noqa: E402
+
+TOOLS = """
+import json, os
+from pathlib import Path
+from hermes_core import tool
+
+@tool(level=1)
+def record(arg: str) -> str:
+    \"\"\"Record a step (a write).\"\"\"
+    with Path(os.environ["STEP_LOG"]).open("a") as f:
+        f.write(json.dumps({"arg": arg, "pid": os.getpid()}) + "\\n")
+    return f"recorded {arg}"
+"""
+
+
+def follow(request: RecordedRequest) -> FakeReply:
+    """ "call record <x>": the tool, then "done: …"; anything else: "ok: …"."""
+    last = request.messages[-1]
+    if last["role"] == "tool":
+        return FakeReply.text(f"done: {last['content']}")
+    words = str(last.get("content") or "").split()
+    if len(words) == 3 and words[0] == "call":
+        return FakeReply.tool_call(words[1], {"arg": words[2]})
+    return FakeReply.text(f"ok: {last.get('content')}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (and its waited-for children) from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Nodes:
+    """`serve` and `worker` processes in one folder on one task queue (or `serve` embedded)."""
+
+    def __init__(
+        self, folder: Path, model: FakeOpenAIServer, feishu: FakeFeishu, temporal: str | None
+    ) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.log = folder / "steps.jsonl"
+        self.log.touch()
+        (folder / "bench_tools_mod.py").write_text(textwrap.dedent(TOOLS), encoding="utf-8")
+        config: dict[str, Any] = {"tools": ["bench_tools_mod"], "gateway": {"metrics": False}}
+        if temporal is not None:
+            config.update(
+                engine="temporal", temporal={"address": temporal, "task_queue": f"b-{uuid.uuid4().hex[:8]}"}
+            )
+            config["feishu"] = {"app_send_rate": 1000, "chat_send_rate": 1000}
+        (folder / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+        self.env.update(
+            PYTHONPATH=str(folder),
+            HERMES_BASE_URL=model.base_url,
+            HERMES_MODEL="m",
+            STEP_LOG=str(self.log),
+            FEISHU_APP_ID=feishu.app_id,
+            FEISHU_APP_SECRET=feishu.app_secret,
+            FEISHU_VERIFICATION_TOKEN=feishu.verification_token,
+            FEISHU_BASE_URL=feishu.base_url,
+            HERMES_LOG_LEVEL="WARNING",
+        )
+        self.nodes: list[tuple[subprocess.Popen[bytes], str]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self._count = 0
+
+    def _start(self, *args: str) -> subprocess.Popen[bytes]:
+        self._count += 1
+        output = (self.folder / f"p{self._count}.log").open("ab")
+        command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *args]
+        return subprocess.Popen(
+            command, cwd=self.folder, env=self.env, stdout=output, stderr=subprocess.STDOUT
+        )
+
+    def serve(self) -> str:
+        from serve_process import free_port
+
+        port = free_port()
+        process = self._start("serve", "--port", str(port))
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _healthy(url) or process.poll() is not None, 60, "serve")
+        self.nodes.append((process, url))
+        return url
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        process = self._start("worker")
+        log = self.folder / f"p{self._count}.log"
+        wait_until(
+            lambda: "worker running" in log.read_text(errors="replace") or process.poll() is not None,
+            60,
+            "worker",
+        )
+        self.workers.append(process)
+        return process
+
+    def events(self, index: int) -> str:
+        return self.nodes[index % len(self.nodes)][1] + "/feishu/events"
+
+    def cpu(self, which: str) -> float:
+        processes = [p for p, _ in self.nodes] if which == "serve" else self.workers
+        return sum(cpu_seconds(p.pid) for p in processes)
+
+    def stop(self) -> None:
+        every = [p for p, _ in self.nodes] + self.workers
+        for process in every:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in every:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+async def soak(
+    folder: Path,
+    temporal: str,
+    model: FakeOpenAIServer,
+    feishu: FakeFeishu,
+    messages: int,
+    chats: int,
+    kills: int,
+) -> dict[str, Any]:
+    nodes = Nodes(folder, model, feishu, temporal)
+    rng = random.Random(20261201)
+    try:
+        nodes.serve(), nodes.serve()
+        nodes.worker(), nodes.worker()
+        run = uuid.uuid4().hex[:6]
+        names = [f"oc_{run}_{n}" for n in range(chats)]
+        sent: dict[str, list[str]] = {name: [] for name in names}
+        per_chat = messages // chats
+
+        async def talk(number: int, chat: str) -> None:
+            for i in range(per_chat):
+                envelope = feishu.user_message(f"call record {chat}-{i}", chat_id=chat, sender=f"ou_{chat}")
+                sent[chat].append(envelope["event"]["message"]["message_id"])
+                again = feishu.redelivery_of(envelope, new_event_id=i % 2 == 1)
+                first = (number + i) % 2
+                await asyncio.gather(
+                    feishu.push(envelope, nodes.events(first)), feishu.push(again, nodes.events(first + 1))
+                )
+                await asyncio.sleep(rng.uniform(0.05, 0.3))
+
+        async def killer() -> None:
+            for _ in range(kills):
+                await asyncio.sleep(rng.uniform(1.0, 2.5))
+                victim = rng.choice(nodes.workers)
+                os.kill(victim.pid, signal.SIGKILL)
+                victim.wait()
+                nodes.workers.remove(victim)
+                await asyncio.to_thread(nodes.worker)
+
+        started = time.monotonic()
+        await asyncio.gather(*(talk(n, chat) for n, chat in enumerate(names)), killer())
+        everything = {mid for ids in sent.values() for mid in ids}
+        answered = lambda: {m.reply_to for m in feishu.sent} >= everything  # noqa: E731
+        await asyncio.to_thread(wait_until, answered, 180, "every reply")
+        took = time.monotonic() - started
+        replies = Counter(m.reply_to for m in feishu.sent if m.reply_to in everything)
+        order = sum(1 for chat in names if [m.reply_to for m in feishu.messages_in(chat)] != sent[chat])
+        runs = Counter(json.loads(line)["arg"] for line in nodes.log.read_text().splitlines() if line)
+        return {
+            "messages": len(everything),
+            "pushes": 2 * len(everything),
+            "kills": kills,
+            "seconds": round(took, 1),
+            "missing": len(everything - set(replies)),
+            "duplicated_replies": sum(n - 1 for n in replies.values()),
+            "chats_out_of_order": order,
+            "tool_runs": sum(runs.values()),
+            "tool_calls_run_twice": sum(1 for n in runs.values() if n > 1),
+        }
+    finally:
+        nodes.stop()
+
+
+async def throughput(
+    folder: Path,
+    temporal: str | None,
+    model: FakeOpenAIServer,
+    feishu: FakeFeishu,
+    workers: int,
+    turns: int,
+    temporal_pid: int | None,
+) -> dict[str, Any]:
+    nodes = Nodes(folder, model, feishu, temporal)
+    try:
+        nodes.serve()
+        for _ in range(workers):
+            nodes.worker()
+        run = uuid.uuid4().hex[:6]
+        names = [f"oc_{run}_{n}" for n in range(turns)]  # one message per chat: turns run concurrently
+        cpu_before = nodes.cpu("serve") + nodes.cpu("workers")
+        server_before = cpu_seconds(temporal_pid) if temporal_pid else 0.0
+        started = time.monotonic()
+        envelopes = [
+            feishu.user_message(f"hello {n}", chat_id=chat, sender=f"ou_{chat}")
+            for n, chat in enumerate(names)
+        ]
+        await asyncio.gather(*(feishu.push(envelope, nodes.events(0)) for envelope in envelopes))
+        ids = {e["event"]["message"]["message_id"] for e in envelopes}
+        await asyncio.to_thread(
+            wait_until, lambda: {m.reply_to for m in feishu.sent} >= ids, 300, "the turns"
+        )
+        took = time.monotonic() - started
+        cpu = nodes.cpu("serve") + nodes.cpu("workers") - cpu_before
+        server = (cpu_seconds(temporal_pid) - server_before) if temporal_pid else 0.0
+        return {
+            "engine": "temporal" if temporal else "embedded",
+            "workers": workers if temporal else 0,
+            "turns": turns,
+            "turns_per_s": round(turns / took, 1),
+            "cpu_ms_per_turn": round(1000 * cpu / turns, 1),
+            "temporal_server_cpu_ms_per_turn": round(1000 * server / turns, 1) if temporal else None,
+        }
+    finally:
+        nodes.stop()
+
+
+async def acks(
+    folder: Path,
+    temporal: str,
+    model: FakeOpenAIServer,
+    feishu: FakeFeishu,
+    rate: float,
+    seconds: float,
+    workers: int,
+) -> dict[str, Any]:
+    nodes = Nodes(folder, model, feishu, temporal)
+    try:
+        nodes.serve(), nodes.serve()
+        for _ in range(workers):  # 0: the accept path alone, the turns wait in the cluster
+            nodes.worker()
+        run = uuid.uuid4().hex[:6]
+        count = int(rate * seconds)
+        pushes = []
+        started = time.monotonic()
+        for n in range(count):
+            chat = f"oc_{run}_{n % 50}"
+            envelope = feishu.user_message(f"hello {n}", chat_id=chat, sender=f"ou_{chat}")
+            pushes.append(asyncio.ensure_future(feishu.push(envelope, nodes.events(n))))
+            await asyncio.sleep(max(0.0, started + (n + 1) / rate - time.monotonic()))
+        results = await asyncio.gather(*pushes)
+        waits = sorted(result.elapsed for result in results)
+        return {
+            "workers": workers,
+            "events": count,
+            "rate_per_s": rate,
+            "ok": sum(1 for r in results if r.ok),
+            "ack_p50_ms": round(1000 * waits[len(waits) // 2], 1),
+            "ack_p99_ms": round(1000 * waits[int(len(waits) * 0.99) - 1], 1),
+            "ack_max_ms": round(1000 * waits[-1], 1),
+        }
+    finally:
+        nodes.stop()
+
+
+async def main(args: argparse.Namespace) -> None:
+    from temporal_dev import DevServer, temporal_binary
+
+    binary, why = temporal_binary()
+    if binary is None:
+        print(f"bench_temporal: {why}")
+        return
+    folder = Path(tempfile.mkdtemp(prefix="bench-temporal-"))
+    server = DevServer(binary, folder, persistent=args.server_db)
+    model = FakeOpenAIServer(handler=follow, latency=args.latency, record_requests=False).start_in_thread()
+    feishu = FakeFeishu(time_scale=0.01).start_in_thread()
+    try:
+        await asyncio.to_thread(server.wait_ready)
+        parts = set(args.only.split(",")) if args.only else {"soak", "throughput", "acks"}
+        if "soak" in parts:
+            result = await soak(
+                folder / "soak", server.address, model, feishu, args.messages, args.chats, args.kills
+            )
+            print("soak", json.dumps(result), flush=True)
+        if "throughput" in parts:
+            embedded = await throughput(folder / "embedded", None, model, feishu, 0, args.turns, None)
+            print("throughput", json.dumps(embedded), flush=True)
+            for workers in [int(w) for w in args.workers.split(",")]:
+                result = await throughput(
+                    folder / f"w{workers}",
+                    server.address,
+                    model,
+                    feishu,
+                    workers,
+                    args.turns,
+                    server.process.pid,
+                )
+                print("throughput", json.dumps(result), flush=True)
+        if "acks" in parts:
+            for workers in (0, 2):
+                result = await acks(
+                    folder / f"acks{workers}",
+                    server.address,
+                    model,
+                    feishu,
+                    args.ack_rate,
+                    args.ack_seconds,
+                    workers,
+                )
+                print("acks", json.dumps(result), flush=True)
+    finally:
+        feishu.stop()
+        model.stop()
+        server.stop()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="30 messages over 6 chats, 3 kills, 60 turns")
+    parser.add_argument("--messages", type=int, default=300)
+    parser.add_argument("--chats", type=int, default=30)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--turns", type=int, default=200, help="turns of the throughput runs")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts of the throughput runs")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds per model call")
+    parser.add_argument("--ack-rate", type=float, default=200.0)
+    parser.add_argument("--ack-seconds", type=float, default=5.0)
+    parser.add_argument("--only", help="soak, throughput, acks (comma-separated)")
+    parser.add_argument(
+        "--server-db",
+        action="store_true",
+        help="the dev server keeps its state in a SQLite file (each commit waits for the disk: about 50 "
+        "signal-with-starts a second here); default: in memory",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.chats, args.kills, args.turns, args.ack_seconds = 30, 6, 3, 60, 2.0
+    return args
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))

@@ -1,0 +1,268 @@
+"""The steps a `hermes-core worker` runs for the conversation workflows, with the configured agent.
+
+- `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
+  system prompt, the tools this sender may be offered (with their levels), the limits, greeting
+  and language.
+- `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
+  the client's own retries), one response in kernel/records.py's format.
+- `tool_call`: `ToolRegistry.execute` for one call (permissions, argument checks, approvals,
+  timeouts), its outcome in kernel/records.py's format. The journal's rule for interrupted calls
+  (tasks/journal.py) holds: an attempt after the first one — the worker that ran it died or lost
+  its heartbeat — runs again only a read-only (level 0) or idempotent tool; any other answers
+  `outcome_unknown`, and the model decides what to do.
+- `send_reply`: one reply through its channel, with its idempotency key (Feishu `uuid`, the
+  webhook's `Idempotency-Key`), so a send retried after a crash is not a second message. The
+  platform's "wait" is waited for here (heartbeating), not counted as a failed attempt.
+
+Every step but `prepare_task` heartbeats while it runs, so a worker killed mid-step is noticed within the
+`heartbeat_timeout` and the step moves to another worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ...channels.base import DeliveryError
+from ...channels.seam import OutboundMessage
+from ...kernel.approvals import APPROVAL_TTL, Interactions, Pending
+from ...kernel.messages import ToolCall
+from ...kernel.model import offering
+from ...kernel.records import outcome_record, record_of
+from ...kernel.replies import detect_language
+from ...kernel.tools.permissions import Caller
+from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
+from ...kernel.tools.results import error_result
+from ...tasks.journal import UNKNOWN_OUTCOME
+from ...tools import ToolContext
+from .workflow import MODEL, PREPARE, SEND, TOOL
+
+log = logging.getLogger("hermes_core.engine.temporal")
+T = TypeVar("T")
+_URLSAFE = re.compile(r"[A-Za-z0-9_-]*")
+HEARTBEAT_EVERY = 1.0  # seconds; the SDK sends at most one per 0.8 × heartbeat_timeout
+
+
+async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
+    """Await `step`, heartbeating meanwhile: the server sees that this worker is alive."""
+    task = asyncio.ensure_future(step)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            activity.heartbeat()
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def approval_id(conversation: str, task_id: str, call_id: str) -> str:
+    """An approval's id: its conversation (so any node finds the workflow that waits for it) and
+    a digest of its task and call (the same call asks under the same id when run again)."""
+    where = base64.urlsafe_b64encode(conversation.encode()).decode().rstrip("=")
+    digest = hashlib.sha256(f"{task_id}|{call_id}".encode()).hexdigest()[:16]
+    return f"ap_{where}.{digest}"
+
+
+def conversation_of(pending_id: str) -> str | None:
+    """The conversation an approval id names (`approval_id`), or None when it names none."""
+    if not pending_id.startswith("ap_") or "." not in pending_id:
+        return None
+    where = pending_id[3:].rsplit(".", 1)[0]
+    if not _URLSAFE.fullmatch(where):
+        return None
+    try:
+        return base64.b64decode(where + "=" * (-len(where) % 4), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        return None
+
+
+class StepInteractions(Interactions):
+    """Approvals and questions of one tool step: the decision or answer the workflow holds (given
+    with the step), else a new pending record that the step hands back to the workflow."""
+
+    def __init__(
+        self, ttl: float = APPROVAL_TTL, decision: dict[str, Any] | None = None, answer: str | None = None
+    ) -> None:
+        self.ttl, self.decision, self.answer = ttl, decision, answer
+        self.asked: dict[str, Any] | None = None
+
+    async def approval(
+        self,
+        task_id: str,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        caller: Caller | None,
+        conversation: str | None,
+    ) -> Pending:
+        if self.decision is not None and self.decision.get("call_id") == call_id:
+            return Pending(**self.decision)
+        now = time.time()
+        pending = Pending(
+            approval_id(conversation or "", task_id, call_id),
+            "approval",
+            task_id,
+            call_id,
+            tool,
+            arguments,
+            caller.user_id if caller else "",
+            caller.channel if caller else "",
+            conversation,
+            now,
+            now + self.ttl,
+        )
+        self.asked = dataclasses.asdict(pending)
+        return pending
+
+    async def question(
+        self, task_id: str, call_id: str, question: str, caller: Caller | None, conversation: str | None
+    ) -> Pending:
+        asker, channel = (caller.user_id, caller.channel) if caller else ("", "")
+        pending_id = "q" + approval_id(conversation or "", task_id, call_id)[2:]
+        pending = Pending(
+            pending_id, "question", task_id, call_id, "clarify", question, asker, channel, conversation
+        )
+        if self.answer is not None:
+            pending.status, pending.answer = "answered", self.answer
+            return pending
+        self.asked = dataclasses.asdict(pending)
+        return pending
+
+
+class TurnActivities:
+    """The activities, bound to the worker's agent and its senders (channel name → `send`)."""
+
+    def __init__(
+        self,
+        agent: Any,
+        senders: dict[str, Any],
+        *,
+        chat_rate: float = 5.0,
+        approval_ttl: float = APPROVAL_TTL,
+    ) -> None:
+        self.agent, self.senders = agent, senders
+        self.chat_rate, self.approval_ttl = chat_rate, approval_ttl
+        if agent.interactions is None:  # tools that need a person are offered: the workflow asks
+            agent.use_interactions(StepInteractions(approval_ttl))
+
+    def turn_steps(self) -> list[Any]:
+        return [self.prepare_task, self.model_call, self.tool_call]
+
+    def send_steps(self) -> list[Any]:
+        return [self.send_reply]
+
+    def _caller(self, data: dict[str, Any]) -> Caller:
+        caller: Caller = self.agent.permissions.caller(data["sender"], data["channel"])
+        return caller
+
+    @activity.defn(name=PREPARE)
+    async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
+        agent, text = self.agent, data["text"]
+        if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
+            await agent.mcp.attach(agent.registry)
+        client = agent.client
+        offered = {
+            s["function"]["name"] for s in agent.registry.schemas((), self._caller(data), client.models)
+        }
+        tools = [
+            {
+                "name": t.name,
+                "schema": t.schema(),
+                "level": t.level,
+                "idempotent": t.idempotent,
+                "read_only_hint": t.read_only_hint,
+                "timeout": t.timeout,
+            }
+            for t in agent.registry
+            if t.name in offered
+        ]
+        prompt = agent.system_prompt
+        if agent.skills is not None:
+            prompt = agent.skills.system_prompt(prompt, text)
+        return {
+            "system": prompt,
+            "tools": tools,
+            "limits": dataclasses.asdict(agent.limits),
+            "greeting": agent.is_greeting(text),
+            "language": agent.language or detect_language(text),
+            "model": client.name,
+            "models": list(client.models),
+            "chat_rate": self.chat_rate,
+        }
+
+    @activity.defn(name=MODEL)
+    async def model_call(self, data: dict[str, Any]) -> dict[str, Any]:
+        registry = self.agent.registry
+        with offering(registry.offer(set(data["withdrawn"]), self._caller(data))):
+            response = await heartbeating(self.agent.client.complete(data["messages"], data["tools"]))
+        return record_of(response)
+
+    @activity.defn(name=TOOL)
+    async def tool_call(self, data: dict[str, Any]) -> dict[str, Any]:
+        call = ToolCall(**data["call"])
+        registry = self.agent.registry
+        declared = registry.get(call.name)
+        attempt = activity.info().attempt
+        if attempt > 1 and declared is not None and not (declared.level == 0 or declared.idempotent):
+            log.warning(
+                "tool %s (%s) was interrupted mid-call: its outcome is unknown, not run again",
+                call.name,
+                call.id,
+            )
+            unknown = ToolOutcome(call, error_result(UNKNOWN_OUTCOME), ok=False, error="outcome_unknown")
+            return {"outcome": outcome_record(unknown), "pending": None}
+        asks = StepInteractions(self.approval_ttl, data.get("decision"), data.get("answer"))
+        tools = RegistryWrapper(registry)
+        tools.interactions = asks  # this step's decisions only: concurrent steps share the registry
+        context = ToolContext(
+            call.id,
+            call.name,
+            data["task_id"],
+            data["conversation"],
+            caller=self._caller(data),
+            model=data["model"],
+            spent=[],
+        )
+        outcome = await heartbeating(
+            tools.execute(call, timeout=data["timeout"], max_chars=data["max_chars"], context=context)
+        )
+        return {"outcome": outcome_record(outcome), "pending": asks.asked}
+
+    @activity.defn(name=SEND)
+    async def send_reply(self, data: dict[str, Any]) -> str | None:
+        reply = OutboundMessage(**data)
+        sender = self.senders.get(reply.channel)
+        if sender is None:
+            raise ApplicationError(
+                f"no channel named {reply.channel!r} is configured on this worker",
+                type="PermanentDelivery",
+                non_retryable=True,
+            )
+        while True:
+            try:
+                sent: str | None = await heartbeating(sender.send(reply))
+                return sent
+            except DeliveryError as exc:
+                if exc.throttled:  # the platform said wait: not a failed attempt
+                    await heartbeating(asyncio.sleep(min(exc.retry_after or 1.0, 60.0)))
+                    continue
+                if exc.permanent:
+                    raise ApplicationError(str(exc), type="PermanentDelivery", non_retryable=True) from None
+                delay = timedelta(seconds=exc.retry_after) if exc.retry_after else None
+                raise ApplicationError(str(exc), type="DeliveryError", next_retry_delay=delay) from None
+
+
+__all__ = ["StepInteractions", "TurnActivities", "approval_id", "conversation_of", "heartbeating"]

@@ -1,0 +1,248 @@
+"""The gateway node's side of `engine: temporal`: `TemporalInbox` is what the channels are given
+instead of the embedded `Gateway` (channels/seam.py `Inbox`), so the webhook and Feishu channels
+work unchanged on any number of nodes.
+
+- `accept`: signal-with-start of the conversation's workflow (id: the conversation key). It is
+  durable once it returns and needs no worker, so acks stay fast while workers are busy or down.
+  Duplicates are dropped by the workflow, whichever node they reached (workflow.py), so `accept`
+  never answers None: a webhook retry of a message id then waits for that message's reply.
+- The webhook's synchronous answer: the reply is recorded in the workflow, and the node that holds
+  the request reads it with the `replies` query and hands it to its channel's waiter.
+- `decide`: the `decide` update of the workflow the approval id names; its validator refuses what
+  `DecisionRefused` refuses (who may decide, expiry, decided already), from any node.
+- Signed webhook requests taken once (`claim_nonce`): remembered by this node only; a replay sent
+  to another node within the signature window is a new message id only if the client chose none
+  (docs/scale-out.md, limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ...channels.seam import Earlier, InboundMessage, OutboundMessage, task_id_of
+from .activities import conversation_of
+from .workflow import DECIDE, REPLIES_QUERY, SIGNAL, STATUS_QUERY, WORKFLOW, Options
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from ...channels.base import Channel
+    from ...config import TemporalConfig
+    from ...kernel.approvals import Pending
+    from ...kernel.tools.permissions import Policy
+
+log = logging.getLogger("hermes_core.engine.temporal")
+REFUSALS = ("approval_unknown", "approval_not_allowed", "approval_expired", "approval_already_decided")
+WORKFLOW_TASK_TIMEOUT = 3.0  # seconds: a workflow task of a worker that died is given to another one
+ACCEPT_TIMEOUT = 2.5  # seconds for the signal-with-start, within Feishu's 3 s: past it a 503, and a retry
+
+
+def leave(code: int) -> NoReturn:
+    """End a `serve` or `worker` process of this engine with `code`, logs and output flushed, but
+    without the interpreter's teardown: the SDK's native threads may still be running then, and
+    finalizing under them aborts the process (temporalio/sdk-python issue 300, open)."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Unreachable(Exception):
+    """The configured Temporal cluster cannot be reached (said in one line by the commands)."""
+
+
+async def connect(config: TemporalConfig) -> Client:
+    """A client of the configured cluster (`temporal.address`, `temporal.namespace`); `Unreachable`
+    saying where and why when there is none."""
+    from temporalio.client import Client
+
+    try:
+        return await Client.connect(config.address, namespace=config.namespace)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        reason = " ".join(str(exc).split())[:300]
+        raise Unreachable(
+            f"cannot reach Temporal at {config.address} (namespace {config.namespace}): {reason}"
+        ) from None
+
+
+def workflow_options(config: TemporalConfig) -> dict[str, Any]:
+    """The `Options` every conversation workflow starts with (workflow.py)."""
+    fields = {f.name for f in dataclasses.fields(Options)}
+    return {name: value for name, value in config.model_dump().items() if name in fields}
+
+
+class TemporalInbox:
+    """The channels' `Inbox` on a gateway node of `engine: temporal`."""
+
+    def __init__(
+        self, client: Client, config: TemporalConfig, policy: Policy, *, reply_timeout: float = 120.0
+    ):
+        self.client, self.config, self.policy = client, config, policy
+        self.reply_timeout = reply_timeout
+        self.accepting = False
+        self.channels: dict[str, Channel] = {}
+        self.accepted = 0
+        self._last_id = 0
+        self._nonces: dict[str, float] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    @property
+    def store(self) -> TemporalInbox:  # channels/seam.py `Records`: replies_of, claim_nonce
+        return self
+
+    def add_channel(self, channel: Channel) -> None:
+        self.channels[channel.name] = channel
+
+    async def start(self) -> None:
+        for channel in self.channels.values():
+            await channel.start()
+        self.accepting = True
+
+    async def stop(self) -> None:
+        self.accepting = False
+        for watcher in list(self._watchers):
+            watcher.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        for channel in self.channels.values():
+            await channel.stop()
+
+    async def accept(self, message: InboundMessage) -> int | None:
+        from ...observe.metrics import ACKS
+
+        if not self.accepting:
+            ACKS.inc(channel=message.channel, outcome="refused")
+            raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
+        message.received_at = message.received_at or time.time()
+        task_id_of(message)
+        data = dataclasses.asdict(message)
+        data["id"] = None
+        try:
+            await self.client.start_workflow(
+                WORKFLOW,
+                {"options": workflow_options(self.config), "state": {}},
+                id=workflow_id(message.conversation),
+                task_queue=self.config.task_queue,
+                start_signal=SIGNAL,
+                start_signal_args=[data],
+                task_timeout=timedelta(seconds=WORKFLOW_TASK_TIMEOUT),
+                rpc_timeout=timedelta(seconds=ACCEPT_TIMEOUT),
+            )
+        except BaseException:
+            ACKS.inc(channel=message.channel, outcome="error")
+            raise
+        ACKS.inc(channel=message.channel, outcome="accepted")
+        self.accepted += 1
+        local = self._next_id()
+        if message.channel == "webhook" and not message.callback_url:
+            self._watch(local, message.conversation, message.message_id, 0)
+        return local
+
+    async def decide(
+        self, pending_id: str, user_id: str, channel: str, approve: bool
+    ) -> tuple[Pending, int | None]:
+        from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.service import RPCError
+
+        from ...kernel.approvals import DecisionRefused, Pending
+
+        conversation = conversation_of(pending_id)
+        if conversation is None:
+            raise DecisionRefused("approval_unknown")
+        decider = self.policy.caller(user_id, channel)
+        asked = {
+            "id": pending_id,
+            "user_id": user_id,
+            "channel": channel,
+            "role": decider.role,
+            "approve": approve,
+        }
+        handle = self.client.get_workflow_handle(workflow_id(conversation))
+        try:
+            result = await handle.execute_update(DECIDE, asked)
+        except WorkflowUpdateFailedError as exc:
+            reason = str(getattr(exc.cause, "message", "") or "")
+            raise DecisionRefused(reason if reason in REFUSALS else "approval_unknown") from None
+        except RPCError:  # no such workflow (any more)
+            raise DecisionRefused("approval_unknown") from None
+        pending = Pending(**result["pending"])
+        local = self._next_id()
+        self._watch(local, conversation, str(result["message_id"]), int(result["replies"]))
+        return pending, local
+
+    async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
+        return None  # `accept` never reports a duplicate: the workflow drops it (module docstring)
+
+    async def claim_nonce(self, channel: str, nonce: str, keep_seconds: float) -> bool:
+        now = time.time()
+        if len(self._nonces) > 10_000:
+            self._nonces = {key: until for key, until in self._nonces.items() if until > now}
+        if self._nonces.get(f"{channel}:{nonce}", 0.0) > now:
+            return False
+        self._nonces[f"{channel}:{nonce}"] = now + keep_seconds
+        return True
+
+    async def conversation_status(self, conversation: str) -> dict[str, Any]:
+        """The workflow's own account (queued, turns, duplicates dropped, history length)."""
+        status: dict[str, Any] = await self.client.get_workflow_handle(workflow_id(conversation)).query(
+            STATUS_QUERY
+        )
+        return status
+
+    def _next_id(self) -> int:
+        self._last_id += 1
+        return self._last_id
+
+    def _watch(self, local: int, conversation: str, message_id: str, first: int) -> None:
+        """Hand the first reply (index ≥ `first`) of `message_id` to this node's webhook waiter."""
+        channel = self.channels.get("webhook")
+        if channel is None:
+            return
+        task = asyncio.create_task(self._read_reply(channel, local, conversation, message_id, first))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _read_reply(
+        self, channel: Channel, local: int, conversation: str, message_id: str, first: int
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        handle = self.client.get_workflow_handle(workflow_id(conversation))
+        deadline, delay = loop.time() + self.reply_timeout, 0.05
+        while loop.time() < deadline:
+            try:
+                replies = await handle.query(REPLIES_QUERY, message_id)
+            except Exception as exc:  # not started yet, no worker right now: ask again
+                log.debug("replies of %s not readable yet: %s", message_id, exc)
+                replies = []
+            fresh = [reply for reply in replies if reply["index"] >= first]
+            if fresh:
+                reply = fresh[0]
+                outbound = OutboundMessage(
+                    channel="webhook",
+                    conversation=conversation,
+                    text=reply["text"],
+                    uuid=reply["uuid"],
+                    inbound_id=local,
+                    index=reply["index"],
+                    approval=reply["approval"],
+                    message_id=message_id,
+                    error=reply["error"],
+                )
+                await channel.send(outbound)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+
+def workflow_id(conversation: str) -> str:
+    """A conversation's workflow: its key (one workflow per conversation, on every node)."""
+    return conversation
+
+
+__all__ = ["TemporalInbox", "connect", "workflow_id", "workflow_options"]

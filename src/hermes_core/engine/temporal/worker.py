@@ -1,0 +1,161 @@
+"""`hermes-core worker`: runs the conversation workflows and their steps (engine: temporal).
+
+Two Temporal workers in one process, on the configured cluster:
+
+- on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call` and
+  `tool_call` activities, with the agent built from the configuration exactly as `serve` builds
+  it for the embedded engine (model, tools, skills, MCP servers, permissions);
+- on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
+  `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
+  workers of the queue together, so the app-wide limit holds however many nodes send; the
+  per-chat limit (`feishu.chat_send_rate`) is kept by each conversation's workflow, which spaces
+  its replies (workflow.py `_send`).
+
+A workflow's cached state waits `temporal.sticky_timeout` seconds for its worker before another
+worker takes it (the SDK's default is 10 s), and every step heartbeats: a worker killed mid-turn
+is replaced well within 15 s (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, NoReturn, cast
+
+from ...config import Settings, build_agent
+from .activities import TurnActivities
+from .client import connect
+from .workflow import ConversationWorkflow, sends_queue
+
+log = logging.getLogger("hermes_core.worker")
+UNPACED = 1e6  # sends per second: no spacing of this worker's own
+
+
+def senders(settings: Settings) -> dict[str, Any]:
+    """Channel name → what sends its replies from a worker (the same code as the gateway's)."""
+    from ...channels.webhook import SECRET_ENV, WebhookChannel
+
+    found: dict[str, Any] = {
+        "webhook": WebhookChannel(
+            cast(Any, None), secret=os.environ.get(SECRET_ENV), callback_hosts=settings.webhook.callback_hosts
+        )
+    }
+    app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
+    if app_id and app_secret:
+        from ...channels.feishu.api import FeishuAPI
+        from ...channels.feishu.ratelimit import SendLimiter
+
+        # Per chat the workflow spaces its own replies and app-wide the sends' task queue is limited
+        # by the server, for every worker together (module docstring): this worker's own limiter
+        # keeps only the per-minute quota and the optional extra cap (`send_rate`), as the
+        # embedded gateway's does; a platform "wait" is waited for in send_reply.
+        pace = settings.feishu
+        limiter = SendLimiter(
+            rate_per_s=pace.send_rate,
+            chat_per_s=UNPACED,
+            app_per_s=UNPACED,
+            app_per_min=pace.app_send_per_minute,
+        )
+        found["feishu"] = FeishuAPI(app_id, app_secret, base_url=pace.base_url, limiter=limiter)
+    return found
+
+
+def sandbox_runner() -> Any:
+    """The workflow sandbox, with the kernel's modules passed through (they are deterministic
+    code, imported once rather than again for every workflow run)."""
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    passed = (
+        "hermes_core",
+        "pydantic",
+        "pydantic_core",
+        "annotated_types",
+        "yaml",
+        "json_repair",
+        "jsonschema",
+    )
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*passed))
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    agent: Any = None,
+    ready: Callable[[], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    from temporalio.worker import Worker
+
+    agent = agent or build_agent(settings)
+    client = await connect(settings.temporal)
+    if agent.mcp is not None:
+        await agent.mcp.start(agent.registry)
+    outlets = senders(settings)
+    steps = TurnActivities(
+        agent,
+        outlets,
+        chat_rate=settings.feishu.chat_send_rate,
+        approval_ttl=settings.permissions.approval_ttl,
+    )
+    queue = settings.temporal.task_queue
+    turns = Worker(
+        client,
+        task_queue=queue,
+        workflows=[ConversationWorkflow],
+        activities=steps.turn_steps(),
+        workflow_runner=sandbox_runner(),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.temporal.sticky_timeout),
+        graceful_shutdown_timeout=timedelta(seconds=settings.gateway.shutdown_grace),
+    )
+    sends = Worker(
+        client,
+        task_queue=sends_queue(queue),
+        activities=steps.send_steps(),
+        max_task_queue_activities_per_second=settings.feishu.app_send_rate,
+        graceful_shutdown_timeout=timedelta(seconds=settings.gateway.shutdown_grace),
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        async with turns, sends:
+            log.info(
+                "hermes-core worker on %s (%s), task queues %s and %s",
+                settings.temporal.address,
+                settings.temporal.namespace,
+                queue,
+                sends_queue(queue),
+            )
+            if ready is not None:
+                ready()
+            await stop.wait()
+    finally:
+        for outlet in outlets.values():
+            closer = getattr(outlet, "aclose", None) or getattr(outlet, "stop", None)
+            if closer is not None:
+                await closer()
+        await agent.aclose()
+
+
+def run(settings: Settings, agent: Any) -> NoReturn:
+    """`hermes-core worker`, then exit (no cluster: one line, 1)."""
+    from .client import Unreachable, leave
+
+    def ready() -> None:
+        print(f"hermes-core worker running (task queue {settings.temporal.task_queue})", flush=True)
+
+    try:
+        asyncio.run(run_worker(settings, agent=agent, ready=ready))
+    except Unreachable as exc:
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        leave(1)
+    leave(0)

@@ -1,0 +1,525 @@
+"""`ConversationWorkflow`: one conversation, as durable workflow code.
+
+Its id is the conversation key (`feishu:oc_…`, `webhook:u1`), so every node that receives an
+event of a conversation reaches the same workflow: `serve` delivers each message by
+signal-with-start (client.py), which needs no worker and is durable once it returns.
+
+- Duplicates: the message id and the event id (per channel) are remembered, the last `dedup_ids`
+  of them, across continue-as-new; a second push of a message — same event id, or the same
+  message id under a new event id, on any node — is dropped here.
+- Order: messages wait in `queue` and are answered one at a time, in arrival order.
+- A turn is the kernel's `run_loop` (kernel/loop.py) itself, with its guards and limits. Its model client
+  (`ActivityModel`) and its tools (`ActivityTools`) make each model call and each tool call an
+  activity (activities.py) run by whichever worker is alive: a worker that dies mid-step stops
+  heartbeating, and the step is retried on another one; completed steps are in the history and
+  never run again, and a level ≥ 1 call interrupted mid-way answers "outcome unknown"
+  (activities.py, the journal's rule).
+- Approvals and questions pause inside the workflow: the request goes out as a reply, then the
+  workflow waits for the `decide` update (any node, checked by its validator: who may decide,
+  expiry) or for the asker's next message, and the same call runs on with the decision. Meanwhile
+  the conversation's other messages wait: one turn in flight.
+- Replies go out through the `send_reply` activity on the `<task_queue>-sends` queue (whose
+  workers are rate-limited app-wide by the server), each with its idempotency key, spaced per chat
+  here; the webhook's synchronous replies are read by the node that holds the request (`replies`).
+- History: after `turns_per_run` turns (or when the server suggests it) the workflow continues as
+  new with its state — queue, remembered ids, the conversation's last `window_turns` turns, recent
+  replies — so its history stays bounded however long the conversation lasts.
+
+Workflow code must be deterministic: the kernel's modules are passed through the sandbox (they
+are replayed as they ran: no clock, randomness or I/O is consulted in the loop's decisions), and
+everything that reads the configuration, the clock or the network runs in activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from ...channels.seam import InboundMessage, Reply, inbound_of
+    from ...gateway.dispatcher import reply_for
+    from ...kernel.approvals import Pending, may_decide
+    from ...kernel.loop import Limits, pause_reply, run_loop
+    from ...kernel.messages import Message, ModelResponse, ToolCall
+    from ...kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
+    from ...kernel.records import outcome_from, response_from
+    from ...kernel.replies import REPLIES, Language, detect_language, fixed_reply
+    from ...kernel.tools.permissions import MEMBER, Caller
+    from ...kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
+    from ...kernel.tools.results import DEFAULT_MAX_CHARS, error_result
+    from ...tools import ToolContext, ToolRegistry
+
+WORKFLOW = "HermesConversation"
+SIGNAL = "message"
+DECIDE = "decide"
+REPLIES_QUERY = "replies"
+STATUS_QUERY = "status"
+PREPARE, MODEL, TOOL, SEND = (
+    "hermes.prepare_task",
+    "hermes.model_call",
+    "hermes.tool_call",
+    "hermes.send_reply",
+)
+KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
+KEPT_DECISIONS = 100
+DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
+
+
+def sends_queue(task_queue: str) -> str:
+    """The task queue of the send step: its workers are limited app-wide (worker.py)."""
+    return f"{task_queue}-sends"
+
+
+@dataclasses.dataclass
+class Options:
+    """What the workflow needs of `temporal:` (config.py TemporalConfig), passed at its start."""
+
+    task_queue: str = "hermes-turns"
+    heartbeat_timeout: float = 5.0
+    model_timeout: float = 300.0
+    send_attempts: int = 8
+    turns_per_run: int = 100
+    dedup_ids: int = 2000
+    window_turns: int = 20
+    idle_days: float = 2.0
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Options:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass
+class ToolFacts:
+    """What the workflow knows of a tool (prepare_task): enough for the loop's guards and the
+    journal's rule, never the tool itself."""
+
+    name: str
+    schema: dict[str, Any]
+    level: int = 1
+    idempotent: bool = False
+    read_only_hint: bool | None = None
+    timeout: float | None = None
+
+
+def message_keys(data: dict[str, Any]) -> list[str]:
+    """The dedup keys of a message: its message id and its event id, per channel."""
+    keys = [f"m:{data['channel']}:{data['message_id']}"]
+    if data.get("event_id"):
+        keys.append(f"e:{data['channel']}:{data['event_id']}")
+    return keys
+
+
+@workflow.defn(name=WORKFLOW)
+class ConversationWorkflow:
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.options = Options.of(start.get("options") or {})
+        state = start.get("state") or {}
+        self.queue: list[dict[str, Any]] = list(state.get("queue", []))
+        self.seen: dict[str, float] = dict(state.get("seen", {}))  # key → when; oldest first
+        self.history: list[list[Message]] = list(state.get("history", []))
+        self.replies: dict[str, list[dict[str, Any]]] = dict(state.get("replies", {}))
+        self.turns: int = int(state.get("turns", 0))
+        self.last_sent: float = float(state.get("last_sent", 0.0))
+        self.chat_rate: float = float(state.get("chat_rate", 5.0))
+        self.dead_letters: list[dict[str, Any]] = list(state.get("dead_letters", []))
+        self.duplicates: int = int(state.get("duplicates", 0))
+        self.runs: int = int(state.get("runs", 1))  # this run's number: 1 + the times it continued as new
+        self.pending: dict[str, dict[str, Any]] = {}  # approvals of the turn in flight, and recent ones
+        self.turns_this_run = 0
+        self.target: InboundMessage | None = None  # whom the turn in flight answers
+        self.language: Language = "en"
+
+    # --- what the nodes send ------------------------------------------------------------------
+
+    @workflow.signal(name=SIGNAL)
+    def message(self, data: dict[str, Any]) -> None:
+        keys = message_keys(data)
+        if any(key in self.seen for key in keys):
+            self.duplicates += 1
+            workflow.logger.info("duplicate %s message %s dropped", data["channel"], data["message_id"])
+            return
+        now = self._now()
+        for key in keys:
+            self.seen[key] = now
+        while len(self.seen) > self.options.dedup_ids:
+            del self.seen[next(iter(self.seen))]
+        extra = data.setdefault("extra", {})
+        if not extra.get("task_id"):  # the gateway assigns one; a message sent without gets its own
+            extra["task_id"] = f"{data['channel']}:{str(data['message_id'])[:64]}~{workflow.uuid4().hex[:12]}"
+        self.queue.append(data)
+
+    @workflow.update(name=DECIDE)
+    async def decide(self, data: dict[str, Any]) -> dict[str, Any]:
+        pending = self.pending[data["id"]]
+        pending.update(
+            status="approved" if data["approve"] else "rejected",
+            decided_by=data["user_id"],
+            decided_at=self._now(),
+        )
+        target = self.target
+        message_id = target.message_id if target is not None else ""
+        resume = {"text": target.text, "callback_url": target.callback_url} if target is not None else None
+        return {
+            "pending": {**pending, "resume": resume},  # what the channels read of the original message
+            "message_id": message_id,
+            "replies": len(self.replies.get(message_id, [])),
+        }
+
+    @decide.validator
+    def _decision_allowed(self, data: dict[str, Any]) -> None:
+        """Refusals name a key of kernel/replies.py, as `DecisionRefused` does (kernel/approvals.py)."""
+        pending = self.pending.get(str(data.get("id")))
+        if pending is None or pending.get("kind") != "approval":
+            raise ValueError("approval_unknown")
+        decider = Caller(
+            str(data.get("user_id", "")), str(data.get("role") or MEMBER), str(data.get("channel", ""))
+        )
+        if not may_decide(Pending(**pending), decider):
+            raise ValueError("approval_not_allowed")
+        if pending["status"] == "expired" or (
+            pending["status"] == "pending" and (pending.get("expires_at") or float("inf")) <= self._now()
+        ):
+            raise ValueError("approval_expired")
+        if pending["status"] != "pending":
+            raise ValueError("approval_already_decided")
+
+    @workflow.query(name=REPLIES_QUERY)
+    def replies_of(self, message_id: str) -> list[dict[str, Any]]:
+        return list(self.replies.get(message_id, []))
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> dict[str, Any]:
+        return {
+            "queued": len(self.queue),
+            "turns": self.turns,
+            "duplicates": self.duplicates,
+            "dead_letters": len(self.dead_letters),
+            "in_flight": self.target.message_id if self.target else None,
+            "history_turns": len(self.history),
+            "runs": self.runs,
+            "history_length": workflow.info().get_current_history_length(),
+        }
+
+    # --- the conversation ---------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: dict[str, Any]) -> None:
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self.queue), timeout=self.options.idle_days * 86400
+                )
+            except asyncio.TimeoutError:  # idle: forget old ids, start a fresh history
+                cutoff = self._now() - max(DEDUP_AGE, self.options.idle_days * 86400)
+                self.seen = {key: at for key, at in self.seen.items() if at >= cutoff}
+                await self._continue_as_new()
+            message = self.queue.pop(0)
+            await self._answer(inbound_of(message))
+            self.turns += 1
+            self.turns_this_run += 1
+            if (
+                self.turns_this_run >= self.options.turns_per_run
+                or workflow.info().is_continue_as_new_suggested()
+            ):
+                await self._continue_as_new()
+
+    async def _continue_as_new(self) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new({"options": dataclasses.asdict(self.options), "state": self._state()})
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "seen": self.seen,
+            "history": self.history,
+            "replies": self.replies,
+            "turns": self.turns,
+            "last_sent": self.last_sent,
+            "chat_rate": self.chat_rate,
+            "dead_letters": self.dead_letters[-100:],
+            "duplicates": self.duplicates,
+            "runs": self.runs + 1,
+        }
+
+    async def _answer(self, message: InboundMessage) -> None:
+        self.target = message
+        self.language = detect_language(message.text)
+        try:
+            await self._turn(message)
+        except Exception:  # the loop does not raise; this guards a broken step or worker
+            workflow.logger.exception("turn for %s message %s failed", message.channel, message.message_id)
+            apology = fixed_reply("internal_error", self.language)
+            await self._send(Reply(apology, error="internal_error"))
+        finally:
+            self.target = None
+
+    async def _turn(self, message: InboundMessage) -> None:
+        if message.kind != "text":  # images, files…: we cannot read them
+            await self._send(Reply(f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"))
+            return
+        if not message.text.strip():  # a bare @mention
+            await self._send(Reply(fixed_reply("how_can_i_help", self.language)))
+            return
+        asked = {"sender": message.sender, "channel": message.channel, "text": message.text}
+        # a local activity: run by the worker that runs this workflow task, recorded as a marker
+        # (no task queue round trip); a worker that dies in it loses the workflow task, and the
+        # worker that takes it over prepares again (it reads only the configuration)
+        prepared = await workflow.execute_local_activity(
+            PREPARE,
+            asked,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+        )
+        self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
+        self.language = prepared.get("language") or self.language
+        limits = Limits(**prepared["limits"]) if not prepared["greeting"] else Limits(max_turns=1)
+        earlier = [m for turn in self.history for m in turn]
+        messages: list[Message] = [{"role": "system", "content": prepared["system"]}, *earlier]
+        first = len(messages)
+        messages.append({"role": "user", "content": message.text})
+        tools = ActivityTools(self, [ToolFacts(**facts) for facts in prepared["tools"]], message)
+        model = ActivityModel(self, prepared["model"], tuple(prepared["models"]), tools)
+        task_id = str(message.extra["task_id"])
+        result = await run_loop(
+            model,
+            tools,
+            messages,
+            limits,
+            self.language,
+            offer_tools=not prepared["greeting"],
+            task_id=task_id,
+            session_id=message.conversation,
+        )
+        turn = messages[first:]
+        if not result.ok:  # keep the history answerable: close the turn with what the user saw
+            turn.append({"role": "assistant", "content": result.reply})
+        self.history.append(turn)
+        del self.history[: -self.options.window_turns]
+        await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason))
+
+    # --- steps --------------------------------------------------------------------------------
+
+    async def run_tool(self, call: ToolCall, facts: ToolFacts | None, payload: dict[str, Any]) -> ToolOutcome:
+        """One tool call as an activity; a pause (approval, question) is waited for here and the
+        same call run again with the decision or the answer."""
+        limit = (facts.timeout if facts is not None and facts.timeout else payload["timeout"]) + 30
+        while True:
+            try:
+                result = await workflow.execute_activity(
+                    TOOL,
+                    payload,
+                    start_to_close_timeout=timedelta(seconds=limit),
+                    heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(milliseconds=200), maximum_attempts=4
+                    ),
+                )
+            except ActivityError as exc:
+                message = f"tool {call.name} could not be run: {exc.cause or exc}"
+                return ToolOutcome(call, error_result(message), ok=False, error="exception")
+            outcome = outcome_from(result["outcome"])
+            if outcome.error == "awaiting_approval":
+                payload = {**payload, "decision": await self._decision(result["pending"], outcome)}
+            elif outcome.error == "awaiting_answer":
+                payload = {**payload, "answer": await self._answer_to(result["pending"], outcome)}
+            else:
+                return outcome
+
+    async def _decision(self, pending: dict[str, Any], outcome: ToolOutcome) -> dict[str, Any]:
+        """Send the approval request, wait for the `decide` update or the expiry; the record."""
+        pending_id = str(pending["id"])
+        self.pending[pending_id] = pending
+        while len(self.pending) > KEPT_DECISIONS:
+            del self.pending[next(iter(self.pending))]
+        summary = {key: value for key, value in pending.items() if key != "resume"}
+        await self._send(Reply(pause_reply(outcome, self.language), approval=summary))
+        left = (pending.get("expires_at") or self._now() + 600.0) - self._now()
+        try:
+            await workflow.wait_condition(lambda: pending["status"] != "pending", timeout=max(left, 0.001))
+        except asyncio.TimeoutError:
+            pending["status"] = "expired"
+        return dict(pending)
+
+    async def _answer_to(self, pending: dict[str, Any], outcome: ToolOutcome) -> str:
+        """Send the question; the asker's next message in the conversation is the answer (and
+        the one the turn's reply then answers)."""
+        asker = self.target
+        assert asker is not None
+        await self._send(Reply(outcome.content))
+
+        def answer_at() -> int | None:
+            return next(
+                (
+                    i
+                    for i, m in enumerate(self.queue)
+                    if m.get("kind", "text") == "text"
+                    and (m["sender"], m["channel"]) == (asker.sender, asker.channel)
+                ),
+                None,
+            )
+
+        left = (pending.get("expires_at") or self._now() + self.options.idle_days * 86400) - self._now()
+        try:
+            await workflow.wait_condition(lambda: answer_at() is not None, timeout=max(left, 0.001))
+        except asyncio.TimeoutError:
+            return ""
+        index = answer_at()
+        assert index is not None
+        answer = inbound_of(self.queue.pop(index))
+        self.target = answer
+        return answer.text
+
+    async def _send(self, reply: Reply) -> None:
+        """Record reply (its index the next of the message it answers) and send it, paced per chat."""
+        message = self.target
+        assert message is not None
+        kept = self.replies.setdefault(message.message_id, [])
+        outbound = reply_for(message, reply, len(kept))
+        kept.append(
+            {
+                "index": outbound.index,
+                "text": outbound.text,
+                "approval": outbound.approval,
+                "error": outbound.error,
+                "uuid": outbound.uuid,
+            }
+        )
+        while len(self.replies) > KEPT_REPLIES:
+            del self.replies[next(iter(self.replies))]
+        if message.channel == "webhook" and not message.callback_url:
+            return  # the synchronous answer: the node that holds the request reads it (client.py)
+        wait = self.last_sent + 1.0 / self.chat_rate - self._now()
+        if wait > 0:
+            await workflow.sleep(wait)
+        try:
+            await workflow.execute_activity(
+                SEND,
+                dataclasses.asdict(outbound),
+                task_queue=sends_queue(self.options.task_queue),
+                start_to_close_timeout=timedelta(seconds=120),
+                heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    maximum_interval=timedelta(seconds=300),
+                    maximum_attempts=self.options.send_attempts,
+                    non_retryable_error_types=["PermanentDelivery"],
+                ),
+            )
+        except ActivityError as exc:  # kept, never dropped silently
+            error = str(exc.cause or exc)[:500]
+            self.dead_letters.append(
+                {"uuid": outbound.uuid, "message_id": message.message_id, "error": error}
+            )
+            workflow.logger.error(
+                "reply %s to %s dead-lettered: %s", outbound.uuid, message.conversation, error
+            )
+        self.last_sent = self._now()
+
+    def _now(self) -> float:
+        return workflow.now().timestamp()
+
+
+class ActivityModel(ModelClient):
+    """The loop's model client: each `complete` is a `model_call` activity (the worker's agent
+    stack: text tool calls, redaction, fallbacks, retries)."""
+
+    def __init__(self, flow: ConversationWorkflow, name: str, models: tuple[str, ...], tools: ActivityTools):
+        self.flow, self.name, self._models, self.tools = flow, name, models, tools
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self._models
+
+    async def complete(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextCallback | None = None,
+    ) -> ModelResponse:
+        target = self.tools.message
+        payload = {
+            "messages": messages,
+            "tools": tools,
+            "withdrawn": sorted(self.tools.withdrawn),
+            "sender": target.sender,
+            "channel": target.channel,
+        }
+        options = self.flow.options
+        try:
+            record = await workflow.execute_activity(
+                MODEL,
+                payload,
+                start_to_close_timeout=timedelta(seconds=options.model_timeout),
+                heartbeat_timeout=timedelta(seconds=options.heartbeat_timeout),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=200),
+                    maximum_attempts=5,
+                    non_retryable_error_types=["ModelUnavailable", "ModelRequestRejected"],
+                ),
+            )
+        except ActivityError as exc:
+            cause = exc.cause
+            if getattr(cause, "type", None) == "ModelRequestRejected":
+                raise ModelRequestRejected(str(getattr(cause, "message", cause))) from None
+            raise ModelUnavailable(str(getattr(cause, "message", None) or cause or exc)) from None
+        return response_from(record)
+
+
+class ActivityTools(ToolRegistry):
+    """The loop's registry: the worker's tools as `prepare_task` described them; each `execute`
+    is a `tool_call` activity (ToolRegistry.execute on the worker: permissions, approvals,
+    timeouts)."""
+
+    def __init__(self, flow: ConversationWorkflow, catalog: list[ToolFacts], message: InboundMessage) -> None:
+        super().__init__()
+        self.flow, self.message = flow, message
+        self.catalog = {facts.name: facts for facts in catalog}
+        self.withdrawn: set[str] = set()
+
+    def get(self, name: str) -> Any:  # ToolFacts: the level and hints the guards read
+        return self.catalog.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.catalog)
+
+    def schemas(
+        self, exclude: Any = (), caller: Caller | None = None, model: Any = ""
+    ) -> list[dict[str, Any]]:
+        self.withdrawn = set(exclude)
+        return [facts.schema for name, facts in self.catalog.items() if name not in self.withdrawn]
+
+    async def execute(
+        self,
+        call: ToolCall,
+        *,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        context: ToolContext | None = None,
+    ) -> ToolOutcome:
+        target = self.flow.target or self.message
+        payload = {
+            "call": {"id": call.id, "name": call.name, "arguments": call.arguments},
+            "task_id": context.task_id if context is not None else "",
+            "conversation": target.conversation,
+            "sender": self.message.sender,
+            "channel": self.message.channel,
+            "model": context.model if context is not None else "",
+            "timeout": timeout,
+            "max_chars": max_chars,
+            "decision": None,
+            "answer": None,
+        }
+        return await self.flow.run_tool(call, self.catalog.get(call.name), payload)
+
+
+__all__ = ["DECIDE", "SIGNAL", "WORKFLOW", "ConversationWorkflow", "Options", "message_keys", "sends_queue"]
