@@ -115,6 +115,7 @@ EXIT_CODES = {
     "hermes-core doctor": (0, 1),  # 1: the offline demo model is not a model endpoint
     "hermes-core replay webhook:m1~3f9a0c2b71de --live": (0, 1),  # 1: today's model diverges
     "hermes-core deadletters resend 1": (1,),  # the fresh folder has no dead letter 1: one line, exit 1
+    "hermes-core worker": (2,),  # the embedded engine runs its turns in serve: one line, exit 2
 }
 
 
