@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:  # imported by the commands that need them (see above)
     from .agent import Agent
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "schedule":
         return asyncio.run(schedule_command(settings, agent, args))
     if args.command == "tools":
-        return print_tools(agent)
+        return print_tools(agent, settings)
     if args.command == "serve":
         return run_server(settings, agent, args)
     if args.command == "worker":
@@ -268,12 +268,22 @@ OFFLINE_NOTICE = (
 )
 
 
-def offered_tools(agent: Agent) -> ToolRegistry:
+def offered_tools(agent: Agent, settings: Settings | None = None) -> ToolRegistry:
     """The agent's tools as serve and chat offer them: with what a conversation adds (the memory's
-    `remember`), attached by the same `AgentRunner` serve and chat run the agent through."""
+    `remember`), attached by the same `AgentRunner` serve and chat run the agent through, and, given
+    the settings, the scheduling tools serve adds (gateway/server.py `add_scheduler`)."""
+    from . import stores
     from .gateway.runner import AgentRunner
 
     AgentRunner(agent)
+    if settings is not None and settings.schedule.enabled and stores.database_url(settings) is None:
+        from .schedule.jobs import ScheduleStore
+        from .schedule.tools import schedule_tools
+
+        unopened = cast(ScheduleStore, object())  # listed, never called: no database is opened
+        for declared in schedule_tools(unopened, timezone=settings.schedule.timezone):
+            if agent.registry.get(declared.name) is None:
+                agent.register_tool(declared)
     return agent.registry
 
 
@@ -377,8 +387,8 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
         await store.close()
 
 
-def print_tools(agent: Agent) -> int:
-    offered_tools(agent)
+def print_tools(agent: Agent, settings: Settings | None = None) -> int:
+    offered_tools(agent, settings)
     mcp = agent.mcp
     if mcp is not None:  # MCP servers' tools are known once connected
         from .config import ConfigError

@@ -153,7 +153,7 @@ def check_configuration(
         return None, Check("FAIL", "configuration", str(exc), f"correct it in {where} and run doctor again")
     if not logging.getLogger().handlers:  # no log level asked for: library warnings would repeat the lines
         logging.getLogger("hermes_core").addHandler(logging.NullHandler())
-    tools = len(offered_tools(agent).names)  # as serve offers them
+    tools = len(offered_tools(agent, settings).names)  # as serve offers them
     model_text = f"model {endpoint.model}" if endpoint else "offline demo model"
     if endpoint and endpoint.provider:
         model_text += f" (provider {endpoint.provider})"
