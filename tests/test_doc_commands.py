@@ -108,7 +108,7 @@ RUN_BY = {
 }
 
 # Inline mentions that name a command rather than run it: `hermes-core <them> --help` must work.
-NAMES_ONLY = {"hermes-core eval", "hermes-core eval add"}
+NAMES_ONLY = {"hermes-core eval", "hermes-core eval add", "hermes-core schedule"}
 
 # Exit codes a command may end with in the folder below, when not 0 (and why).
 EXIT_CODES = {

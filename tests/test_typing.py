@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import hermes_core
-
-ROOT = Path(hermes_core.__file__).parent
-PROJECT = ROOT.parent.parent
+PROJECT = Path(__file__).resolve().parents[1]  # the checkout (the package may be installed elsewhere)
+ROOT = PROJECT / "src" / "hermes_core"
 
 KERNEL = [
     "agent.py", "stack.py", "kernel/loop.py", "kernel/messages.py", "kernel/approvals.py", "kernel/hooks.py",
