@@ -128,12 +128,15 @@ class PostgresDatabase:
                                   f"{redact_text(str(exc).strip())}") from None  # fmt: skip
         return pool
 
-    async def transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `await fn(connection)` in one transaction; committed when this returns."""
+    async def transaction(
+        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, wait: float | None = None
+    ) -> T:
+        """Run `await fn(connection)` in one transaction; committed when this returns. `wait`: the
+        longest wait for a connection (default the pool's `timeout`), then `StoreUnavailable`."""
         psycopg = driver()
         try:
             pool = await self._ready()
-            async with pool.connection() as connection, connection.transaction():
+            async with pool.connection(timeout=wait) as connection, connection.transaction():
                 return await fn(connection)
         except psycopg.OperationalError as exc:  # the server is down or restarting, connections cut
             reason = redact_text(" ".join(str(exc).split()))
