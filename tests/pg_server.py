@@ -4,7 +4,8 @@
 the password really is checked), listening on a free loopback port and on a Unix socket in its own
 folder (nothing under /var/run is touched), small and bounded (`max_connections`, `shared_buffers`);
 `stop()` stops it (`pg_ctl stop -m immediate`) and removes the folder. `fresh_database()` creates an
-empty database per test and returns its URL.
+empty database per test and returns its URL. `shut_down()` and `start_again()` stop the server
+(`pg_ctl stop -m fast`: every connection is cut) and start it on the same port and data folder.
 
 The binaries are found on PATH or under /usr/lib/postgresql/<version>/bin (Debian's `postgresql`
 package). `initdb` refuses to run as root: as root, the cluster belongs to the `postgres` user
@@ -90,14 +91,22 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.data), "-U", USER, f"--pwfile={secret}", "--auth=scram-sha-256",
                   "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")  # fmt: skip
         secret.unlink()
-        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+        self._options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                    f"-c unix_socket_directories={self.folder} "
                    "-c max_connections=60 -c shared_buffers=16MB -c fsync=off -c synchronous_commit=off "
                    "-c full_page_writes=off")  # fmt: skip
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w",
-                  "-t", "60", "start")  # fmt: skip
-        self._wait_ready()
+        self.start_again()
         return self
+
+    def start_again(self) -> None:
+        """Start the server (again) on the same port and data folder; returns once it answers."""
+        self._run("pg_ctl", "-D", str(self.data), "-o", self._options, "-l", str(self.folder / "log"),
+                  "-w", "-t", "60", "start")  # fmt: skip
+        self._wait_ready()
+
+    def shut_down(self, mode: str = "fast") -> None:
+        """`pg_ctl stop -m fast`: sessions are ended, the server is down until `start_again`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
 
     def _wait_ready(self, timeout: float = 30.0) -> None:
         import psycopg

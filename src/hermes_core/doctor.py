@@ -26,6 +26,9 @@ The checks, in order (each returns a `Check`, none raises):
   with `database.url` set, PostgreSQL instead: reachable (the password from the URL or PGPASSWORD,
   never shown), version 14 or later, not a read-only standby, and its schema no newer than this
   release (older: the migrations run at the next start, said so);
+- temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s,
+  `temporal.namespace` exists there, and the server's version (GetSystemInfo); without the
+  `temporal` extra a FAIL naming it;
 - shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
   bubblewrap, or else a FAIL says they have no filesystem or /proc isolation.
 
@@ -55,6 +58,7 @@ from .kernel.redaction import Redactor
 from .models.providers import Endpoint, without_credentials
 
 PROBE_TIMEOUT = 10.0  # seconds: a doctor should answer quickly even when a host does not
+TEMPORAL_TIMEOUT = 5.0  # seconds for the Temporal frontend to accept a connection and answer
 MODEL_UNAVAILABLE_PREFIX = "every model failed after retries: "
 
 
@@ -123,6 +127,8 @@ async def diagnose(
         check_webhook(settings),
         await check_postgres(settings) if settings.database.url else check_database(settings),
     ]
+    if settings.engine == "temporal":
+        checks.append(await check_temporal(settings))
     if settings.agent.shell_allow and settings.agent.workspace:
         checks.append(check_shell_sandbox(settings))
     return checks
@@ -452,6 +458,49 @@ async def check_postgres(settings: Settings) -> Check:
         pending = ", ".join(f"{name} {found.get(name, 0)} → {expected[name]}" for name in sorted(behind))
         state = f"migrations to apply at the next start: {pending}"
     return Check("OK", "database", f"PostgreSQL {version} at {shown_url}: reachable; {state}")
+
+
+async def check_temporal(settings: Settings) -> Check:
+    """`engine: temporal`: the frontend answers, the namespace exists, and which server it is."""
+    name, address, namespace = "temporal", settings.temporal.address, settings.temporal.namespace
+    try:
+        from temporalio.api.enums.v1 import NamespaceState
+        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
+        from temporalio.client import Client
+        from temporalio.service import RPCError, RPCStatusCode
+    except ImportError as exc:
+        detail = f"engine: temporal, but the Temporal SDK is not installed ({exc})"
+        return Check("FAIL", name, detail, 'pip install "hermes-core[temporal]"')
+    from datetime import timedelta
+
+    timeout = timedelta(seconds=TEMPORAL_TIMEOUT)
+    fix = "start the Temporal server, or correct temporal.address (HERMES_TEMPORAL_ADDRESS)"
+    try:
+        client = await asyncio.wait_for(
+            Client.connect(address, namespace=namespace, connect_timeout=timeout), TEMPORAL_TIMEOUT
+        )
+        info = await client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=timeout)
+        asked = DescribeNamespaceRequest(namespace=namespace)
+        described = await client.workflow_service.describe_namespace(asked, timeout=timeout)
+    except asyncio.TimeoutError:
+        return Check("FAIL", name, f"no answer from {address} within {TEMPORAL_TIMEOUT:.0f} s", fix)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            detail = f"{address} answers, but has no namespace {namespace!r} ({exc.message})"
+            create = f"temporal operator namespace create --namespace {namespace} --address {address}"
+            return Check("FAIL", name, detail, f"create it ({create}) or correct temporal.namespace")
+        return Check("FAIL", name, f"{address} refused the request ({exc.status.name}: {exc.message})", fix)
+    except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+        reason = " ".join(str(exc).split())[:300]
+        return Check("FAIL", name, f"cannot reach {address} ({reason})", fix)
+    version = info.server_version or "of an unknown version"
+    state = described.namespace_info.state
+    if state != NamespaceState.NAMESPACE_STATE_REGISTERED:  # deprecated or deleted: no new workflows
+        detail = f"the namespace {namespace!r} at {address} is not registered (state {state})"
+        return Check("FAIL", name, detail, "use a registered namespace (temporal.namespace)")
+    return Check(
+        "OK", name, f"Temporal {version} at {address}: reachable; namespace {namespace!r} registered"
+    )
 
 
 def check_shell_sandbox(settings: Settings) -> Check:

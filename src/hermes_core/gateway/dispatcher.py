@@ -10,6 +10,10 @@ answers "wait" (rate limited, `DeliveryError.throttled`) the reply waits as long
 however long that takes. A dead letter can be sent again (`resend`; from another process through
 `store.request_resend`, which the gateway picks up every `resend_interval` seconds).
 
+While the store's database cannot be reached (`StoreUnavailable`, PostgreSQL restarting) a lane
+waits and tries its first item again — the turn under its claim, or the send with its same uuid —
+instead of failing it: nothing is apologised for or dropped, and the order holds.
+
 A message that takes the process down (a tool that kills it, a native crash) would run again at
 every start and take it down again. So each run is counted durably before it starts; at start-up,
 a message that was run `poison_attempts` times (2) and never finished is set aside — an ERROR log
@@ -43,6 +47,7 @@ from ..kernel.approvals import ApprovalDesk, Pending
 from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
+from ..storage import StoreUnavailable
 from .commands import is_stop
 from .messages import Turn
 from .store import GatewayStore
@@ -50,6 +55,7 @@ from .store import GatewayStore
 log = logging.getLogger("hermes_core.gateway")
 
 T = TypeVar("T")
+UNAVAILABLE_BACKOFF = (0.2, 5.0)  # seconds: first and longest wait before a lane tries its item again
 DEDUP_RETENTION = 48 * 3600.0  # ≥ 24 h: Feishu retries for about 7 h, redeliveries can come later
 
 
@@ -89,9 +95,17 @@ class Lanes(Generic[T]):
 
     async def _drain(self, key: str) -> None:
         queue = self._queues[key]
+        delay = UNAVAILABLE_BACKOFF[0]
         try:
             while queue:
-                await self._handle(queue[0])
+                try:
+                    await self._handle(queue[0])
+                except StoreUnavailable as exc:  # the database is back soon: the same item again
+                    log.warning("lane %s waits %.1fs for the database: %s", key, delay, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, UNAVAILABLE_BACKOFF[1])
+                    continue
+                delay = UNAVAILABLE_BACKOFF[0]
                 queue.popleft()
         finally:
             del self._tasks[key]
@@ -472,6 +486,8 @@ class Gateway:
                 self._stopped.discard(message.id)  # a person's /stop: the message is answered, done
                 stopped = fixed_reply("task_stopped", detect_language(message.text))
                 texts, outcome = [Reply(stopped, error="stopped")], "stopped"
+            except StoreUnavailable:  # not the turn's failure: its lane runs it again later
+                raise
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)
                 apology = fixed_reply("internal_error", detect_language(message.text))
@@ -479,12 +495,28 @@ class Gateway:
                 outcome = "failed"
         turn = texts if isinstance(texts, Turn) else Turn(list(texts))
         replies = [reply_for(message, text, index) for index, text in enumerate(turn.replies)]
-        queued = await self.store.complete(message.id, replies, turn.history)
+        queued = await self._complete(message.id, replies, turn)
         for reply in queued:
             self._outbound.push(reply.conversation, reply)
         self.turns_done += 1
         TURNS.inc(channel=message.channel, outcome=outcome if queued or not replies else "already_done")
         TURN_SECONDS.observe(time.perf_counter() - started, channel=message.channel)
+
+    async def _complete(
+        self, inbound_id: int, replies: list[OutboundMessage], turn: Turn
+    ) -> list[OutboundMessage]:
+        """Store the finished turn; while the database cannot be reached, wait and try again, so
+        the turn's result is kept rather than the turn run again (`complete` is idempotent)."""
+        delay = UNAVAILABLE_BACKOFF[0]
+        while True:
+            try:
+                return await self.store.complete(inbound_id, replies, turn.history)
+            except StoreUnavailable as exc:
+                log.warning(
+                    "storing the turn of inbox %s waits %.1fs for the database: %s", inbound_id, delay, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, UNAVAILABLE_BACKOFF[1])
 
     async def _deliver(self, reply: OutboundMessage) -> None:
         assert reply.id is not None

@@ -6,7 +6,9 @@ register their migrations when they are built (`migrate`, synchronous, like SQLi
 opens and the migrations run on the first `transaction`, inside the running event loop.
 
 `transaction(fn)` runs `await fn(connection)` in one transaction (READ COMMITTED): committed when
-it returns, rolled back if it raises — a process killed in the middle leaves nothing of it. Where
+it returns, rolled back if it raises — a process killed in the middle leaves nothing of it. While
+the server is down or restarting it raises `StoreUnavailable` (storage/): the pool reconnects by
+itself, and the gateway tries the step again. Where
 two nodes may touch the same rows at once the stores say how they are kept apart (unique
 constraints with `ON CONFLICT DO NOTHING`, `FOR UPDATE SKIP LOCKED`, transaction-scoped advisory
 locks keyed by a conversation or task).
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..kernel.redaction import redact_text
+from ..storage import StoreUnavailable
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -121,15 +124,24 @@ class PostgresDatabase:
             await pool.open(wait=True, timeout=self.timeout)
         except Exception as exc:
             await pool.close()
-            raise ConnectionError(f"PostgreSQL at {redacted_url(self.url)} is unreachable: "
+            raise StoreUnavailable(f"PostgreSQL at {redacted_url(self.url)} is unreachable: "
                                   f"{redact_text(str(exc).strip())}") from None  # fmt: skip
         return pool
 
-    async def transaction(self, fn: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run `await fn(connection)` in one transaction; committed when this returns."""
-        pool = await self._ready()
-        async with pool.connection() as connection, connection.transaction():
-            return await fn(connection)
+    async def transaction(
+        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, wait: float | None = None
+    ) -> T:
+        """Run `await fn(connection)` in one transaction; committed when this returns. `wait`: the
+        longest wait for a connection (default the pool's `timeout`), then `StoreUnavailable`."""
+        psycopg = driver()
+        try:
+            pool = await self._ready()
+            async with pool.connection(timeout=wait) as connection, connection.transaction():
+                return await fn(connection)
+        except psycopg.OperationalError as exc:  # the server is down or restarting, connections cut
+            reason = redact_text(" ".join(str(exc).split()))
+            shown = redacted_url(self.url)
+            raise StoreUnavailable(f"PostgreSQL at {shown} is unavailable: {reason}") from exc
 
     async def close(self) -> None:
         """Release one user; the pool closes when the last user of the shared database leaves."""

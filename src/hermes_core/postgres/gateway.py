@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from ..sessions.store import TurnAppend
 
+ACCEPT_WAIT = 2.0  # seconds for a connection to store a message: past it a 503 within Feishu's 3 s
 log = logging.getLogger("hermes_core.postgres")
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: nodes' clocks may differ
 _WAIT = object()
@@ -96,7 +97,7 @@ class PostgresGatewayStore(GatewayStore):
             ).fetchone()
             return int(row[0]) if row else None
 
-        inbound_id = await self.db.transaction(accept)
+        inbound_id = await self.db.transaction(accept, wait=ACCEPT_WAIT)
         if inbound_id is not None:
             message.id = inbound_id
         return inbound_id

@@ -6,6 +6,8 @@ work unchanged on any number of nodes.
   durable once it returns and needs no worker, so acks stay fast while workers are busy or down.
   Duplicates are dropped by the workflow, whichever node they reached (workflow.py), so `accept`
   never answers None: a webhook retry of a message id then waits for that message's reply.
+  With the cluster down or restarting, `accept` gives up after `ACCEPT_TIMEOUT` (`NotAccepted`):
+  the channel answers 503 within the platform's deadline and the platform delivers it again.
 - The webhook's synchronous answer: the reply is recorded in the workflow, and the node that holds
   the request reads it with the `replies` query and hands it to its channel's waiter.
 - `decide`: the `decide` update of the workflow the approval id names; its validator refuses what
@@ -52,6 +54,10 @@ def leave(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class NotAccepted(RuntimeError):
+    """The cluster did not take a message in time: the channel answers 503, the sender retries."""
 
 
 class Unreachable(Exception):
@@ -123,17 +129,25 @@ class TemporalInbox:
         task_id_of(message)
         data = dataclasses.asdict(message)
         data["id"] = None
+        started = self.client.start_workflow(
+            WORKFLOW,
+            {"options": workflow_options(self.config), "state": {}},
+            id=workflow_id(message.conversation),
+            task_queue=self.config.task_queue,
+            start_signal=SIGNAL,
+            start_signal_args=[data],
+            task_timeout=timedelta(seconds=WORKFLOW_TASK_TIMEOUT),
+            rpc_timeout=timedelta(seconds=ACCEPT_TIMEOUT),
+        )
         try:
-            await self.client.start_workflow(
-                WORKFLOW,
-                {"options": workflow_options(self.config), "state": {}},
-                id=workflow_id(message.conversation),
-                task_queue=self.config.task_queue,
-                start_signal=SIGNAL,
-                start_signal_args=[data],
-                task_timeout=timedelta(seconds=WORKFLOW_TASK_TIMEOUT),
-                rpc_timeout=timedelta(seconds=ACCEPT_TIMEOUT),
-            )
+            # rpc_timeout bounds one attempt only: with the server down the SDK keeps retrying the
+            # connection for seconds, past the platform's deadline; the caller gets its 503 in time
+            await asyncio.wait_for(started, ACCEPT_TIMEOUT)
+        except asyncio.TimeoutError:
+            ACKS.inc(channel=message.channel, outcome="error")
+            raise NotAccepted(
+                f"Temporal at {self.config.address} did not take the message within {ACCEPT_TIMEOUT} s"
+            ) from None
         except BaseException:
             ACKS.inc(channel=message.channel, outcome="error")
             raise

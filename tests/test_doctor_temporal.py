@@ -1,0 +1,84 @@
+"""`hermes-core doctor` with `engine: temporal`: the frontend at `temporal.address` answers, the
+namespace exists, the server's version is named — against a Temporal dev server (tests/temporal_dev.py),
+a closed port, an unknown namespace, and an environment without the SDK."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_core.cli import main
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith(("HERMES_", "FEISHU_", "TEMPORAL_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def doctor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str, namespace: str = "default"
+) -> tuple[int, str, str]:
+    """Exit code, the `temporal` line, everything printed."""
+    config = tmp_path / "hermes.yaml"
+    config.write_text(
+        f"engine: temporal\ntemporal:\n  address: '{address}'\n  namespace: {namespace}\n"
+        f"gateway:\n  data_dir: {tmp_path / 'data'}\n",
+        encoding="utf-8",
+    )
+    code = main(["--config", str(config), "doctor"])
+    out = capsys.readouterr()
+    found = [line for line in out.out.splitlines() if line.partition("  ")[2].strip().startswith("temporal:")]
+    return code, (found[0] if found else ""), out.out + out.err
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow  # a Temporal dev server process
+def test_a_reachable_server_its_version_and_namespace(
+    temporal_dev: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, line, output = doctor(tmp_path, capsys, temporal_dev)
+    assert code == 0 and line.startswith("OK "), output
+    assert "Temporal 1." in line and f"at {temporal_dev}: reachable; namespace 'default' registered" in line
+
+
+@pytest.mark.slow
+def test_an_unknown_namespace_is_a_fail_naming_it(
+    temporal_dev: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, line, output = doctor(tmp_path, capsys, temporal_dev, namespace="no-such-ns")
+    assert code == 1 and line.startswith("FAIL") and "has no namespace 'no-such-ns'" in line, output
+    assert "temporal operator namespace create --namespace no-such-ns" in line
+
+
+def test_a_closed_port_is_a_fail_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    address = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    code, line, output = doctor(tmp_path, capsys, address)
+    assert code == 1 and line.startswith(f"FAIL  temporal: cannot reach {address}"), output
+    assert "Connection refused" in line and "correct temporal.address (HERMES_TEMPORAL_ADDRESS)" in line
+    assert time.monotonic() - started < 5
+
+
+def test_without_the_sdk_a_fail_names_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for module in [name for name in sys.modules if name == "temporalio" or name.startswith("temporalio.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "temporalio", None)  # `import temporalio` raises ImportError
+    code, line, output = doctor(tmp_path, capsys, f"127.0.0.1:{closed_port()}")
+    assert code == 1 and line.startswith("FAIL  temporal: engine: temporal, but the Temporal SDK"), output
+    assert line.endswith('— pip install "hermes-core[temporal]"')
