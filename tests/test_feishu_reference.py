@@ -114,6 +114,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
     assert RAN == ["invoice ACME 120"]
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_a_silently_dead_connection_is_replaced_within_two_ping_intervals(tmp_path: Path) -> None:
     """Attack: the link dies without a FIN (a NAT or proxy drops it): the server stops answering
     pings and reading, but the TCP connection stays open. The SDK notices (its websockets
@@ -135,6 +136,7 @@ async def test_a_silently_dead_connection_is_replaced_within_two_ping_intervals(
         await wait_for(lambda: any(m.text == "echo: still there?" for m in feishu.sent))
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_reconnect_attempts_follow_the_platforms_nonce_and_interval(tmp_path: Path) -> None:
     """Attack: a platform outage. The SDK waits a random part of `ReconnectNonce` before its first
     attempt and `ReconnectInterval` (120 s from the real platform) between attempts

@@ -489,6 +489,7 @@ def print_figures(name: str, report: FuzzReport) -> None:
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+@pytest.mark.slow  # several seconds of real time
 async def test_a_fuzz_run_gets_no_500_and_legit_events_are_answered_once_in_time(
     tmp_path: Path, signed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:

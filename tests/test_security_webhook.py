@@ -433,6 +433,7 @@ async def test_thirty_trickling_connections_are_closed_and_do_not_slow_a_real_re
         assert 0.9 < elapsed < 5, elapsed
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_a_trickled_body_is_cut_off_and_an_idle_kept_alive_connection_is_not(tmp_path: Path) -> None:
     """Attack 5, the body: complete headers, then one body byte a second. Now the connection is
     closed after body_timeout. A kept-alive connection that is merely idle between two requests longer than

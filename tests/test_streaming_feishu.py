@@ -215,6 +215,7 @@ def test_a_secret_split_across_streamed_pieces_never_reaches_the_card() -> None:
     assert "[REDACTED" in shown[-1] and "it works." in shown[-1]
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the_next_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -266,6 +267,7 @@ async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_
     )
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_a_reply_longer_than_a_card_fills_the_card_and_goes_on_in_messages_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -93,6 +93,7 @@ async def test_an_80_second_throttling_storm_delays_the_reply_but_never_dead_let
     assert counters["send_waits"] >= 1 and counters["dead_letters"] == 0
 
 
+@pytest.mark.slow  # several seconds of real time
 async def test_only_real_failures_count_towards_dead_lettering(tmp_path: Path) -> None:
     """Attack: a storm of "wait" answers mixed with real failures (HTTP 500s, each exhausting one
     call's retries). With `send_attempts = 2`, one real failure plus any number of waits still
