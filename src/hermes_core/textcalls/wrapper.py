@@ -27,7 +27,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 from ..kernel.messages import Message, ModelResponse, request_digest
 from ..kernel.model import (
@@ -40,7 +40,7 @@ from ..kernel.model import (
     offered_to_all,
 )
 
-TOOL_MODES: tuple[str, ...] = ("native", "text", "auto")
+TOOL_MODES: tuple[str, ...] = get_args(ToolMode)  # declared once, in kernel/model.py
 
 log = logging.getLogger("hermes_core.model")
 
