@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import Field
@@ -128,14 +128,17 @@ async def run_tool_calls(
     planned = guards.admit(response.tool_calls)
 
     async def execute(call: ToolCall) -> ToolOutcome:
-        context = replace(task, call_id=call.id, tool_name=call.name, scratch={})  # each call its own
+        context = task.for_call(call.id, call.name)  # each call its own
         timeout, chars = limits.tool_timeout, limits.max_result_chars
         outcome = await call_tool(hooks, registry, call, timeout=timeout, max_chars=chars, context=context)
         guards.record(outcome)
         return outcome
 
     runnable = [(i, call) for i, call in enumerate(response.tool_calls) if planned[i] is None]
-    results = await asyncio.gather(*(execute(call) for _, call in runnable))
+    if len(runnable) == 1:  # a task of its own all the same (its context changes stay its own), no gather
+        results = [await asyncio.ensure_future(execute(runnable[0][1]))]
+    else:
+        results = await asyncio.gather(*(execute(call) for _, call in runnable))
     for (i, _), outcome in zip(runnable, results, strict=True):
         planned[i] = outcome
     return [outcome for outcome in planned if outcome is not None]

@@ -6,6 +6,7 @@ is what every OpenAI-compatible endpoint reads and what a person debugging a run
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -35,9 +36,10 @@ class ToolCall:
             "function": {"name": self.name, "arguments": self.arguments},
         }
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[str, str]:
-        """What the call does, whatever its id: an approval covers exactly this (tasks/pending.py)."""
+        """What the call does, whatever its id: an approval covers exactly this (tasks/pending.py).
+        Worked out once per call (the guards ask at admission and again at its outcome)."""
         return self.name, canonical_arguments(self.arguments)
 
 

@@ -8,11 +8,10 @@ one model (fallbacks) says which in `models`, offers each model only the tools t
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Literal
 
@@ -100,14 +99,20 @@ async def emit_text(on_text: TextCallback, piece: str) -> None:
         await result
 
 
-@contextlib.contextmanager
-def offering(offer: ToolOffer) -> Iterator[None]:
-    """Within this block, a request to model M offers only the tools `offer(M)` names."""
-    token = _offer.set(offer)
-    try:
-        yield
-    finally:
-        _offer.reset(token)
+class offering:  # noqa: N801 — used as `with offering(…):`, like a contextlib manager
+    """Within this block, a request to model M offers only the tools `offer(M)` names. (A class,
+    not a `contextlib.contextmanager`: it is entered for every model call.)"""
+
+    __slots__ = ("offer", "token")
+
+    def __init__(self, offer: ToolOffer) -> None:
+        self.offer = offer
+
+    def __enter__(self) -> None:
+        self.token = _offer.set(self.offer)
+
+    def __exit__(self, *exc: object) -> None:
+        _offer.reset(self.token)
 
 
 def offered_to(model: str, tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]] | None:

@@ -85,6 +85,8 @@ class OpenAICompatClient(ModelClient):
         self._next_start = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._retries_of: ModelSettings | None = None
+        self._retries = 0
         self._slots = asyncio.Semaphore(settings.max_concurrency)
         self._timeout: aiohttp.ClientTimeout | None = None
         self._stream_timeout: aiohttp.ClientTimeout | None = None
@@ -188,7 +190,8 @@ class OpenAICompatClient(ModelClient):
     async def _with_retries(
         self, model: str, body: bytes, stream: bool, on_text: TextCallback | None
     ) -> ModelResponse:
-        settings, attempt, retries = self.settings, 0, self.settings.effective_retries
+        settings, attempt = self.settings, 0
+        retries = self._retries if self._retries_of is settings else self._count_retries()
         while True:
             try:
                 return await self._attempt(body, stream, on_text)
@@ -225,6 +228,11 @@ class OpenAICompatClient(ModelClient):
         if on_text is not None and response.content:  # the server ignored stream=true
             await emit_text(on_text, response.content)
         return response
+
+    def _count_retries(self) -> int:
+        """`settings.effective_retries`, worked out again only when the settings are replaced."""
+        self._retries_of, self._retries = self.settings, self.settings.effective_retries
+        return self._retries
 
     def _session_for_running_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -309,7 +317,7 @@ def _parse_completion(raw: bytes) -> ModelResponse:
     """Decode a non-streamed body. A 200 that is not a completion is garbage from an overloaded
     server or proxy, so it is treated as transient rather than read as an empty reply."""
     try:
-        data = json.loads(raw)
+        data = json.loads(_utf8_or_as_is(raw))
     except ValueError:
         raise _Transient(f"response body is not JSON: {_clip(repr(raw), 100)}") from None
     choices = data.get("choices") if isinstance(data, dict) else None
@@ -331,6 +339,16 @@ def _parse_completion(raw: bytes) -> ModelResponse:
         finish_reason=choice.get("finish_reason"),
         refusal=refusal if isinstance(refusal, str) else None,
     )
+
+
+def _utf8_or_as_is(raw: bytes) -> str | bytes:
+    """JSON over HTTP is UTF-8 (RFC 8259): decoded here, which costs less than `json.loads`
+    sniffing the bytes; a body with a BOM or in UTF-16/32 is left for it to sniff, as before."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+    return raw if text.startswith("\ufeff") or "\x00" in text else text
 
 
 def _tool_calls(items: Any) -> list[ToolCall]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import json
 import re
 from typing import TYPE_CHECKING
@@ -140,8 +141,13 @@ def bind_arguments(declared: Tool, arguments: dict[str, JSON]) -> dict[str, obje
     if declared.arguments_model is None:
         return copy.deepcopy(arguments)
     validated = validate_arguments(declared.arguments_model, arguments)
-    fields = type(validated).model_fields
-    return {(info.alias or name): getattr(validated, name) for name, info in fields.items()}
+    return {keyword: getattr(validated, name) for name, keyword in _keywords(type(validated))}
+
+
+@functools.lru_cache(maxsize=1024)
+def _keywords(model: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(field, the handler's keyword) of an arguments model, read once per model."""
+    return tuple((name, info.alias or name) for name, info in model.model_fields.items())
 
 
 def describe_validation_error(exc: ValidationError) -> str:

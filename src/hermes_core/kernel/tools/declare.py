@@ -79,6 +79,14 @@ class ToolContext:
     )
     spent: list[Usage] | None = None  # tokens a tool spent on the task's behalf (a sub-agent)
 
+    def for_call(self, call_id: str, tool_name: str) -> ToolContext:
+        """This task's context for one call, with a scratch of its own (`dataclasses.replace`,
+        without its cost: this runs for every call)."""
+        context = object.__new__(type(self))
+        context.__dict__.update(self.__dict__)
+        context.call_id, context.tool_name, context.scratch = call_id, tool_name, {}
+        return context
+
 
 @dataclass
 class Tool:

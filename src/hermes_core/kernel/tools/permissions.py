@@ -59,6 +59,9 @@ class Caller:
         return qualified(self.channel, self.user_id) if self.user_id else ""
 
 
+NOBODY = Caller()  # a call with no caller named (read only)
+
+
 @dataclass
 class Policy:
     admins: frozenset[str] = frozenset()  # qualified identities: "feishu:ou_abc"
@@ -96,14 +99,15 @@ class Policy:
 
     def refusal(self, tool: Tool, caller: Caller | None, model: str) -> str | None:
         """Why `caller` may not run `tool` through `model`, or None if it may."""
-        caller = caller or Caller()
-        denied = f"you do not have permission to call {tool.name}"
+        caller = caller or NOBODY
         if tool.level >= 2 and tool.name not in self.allow_irreversible:
-            return f"{denied}: irreversible tools are disabled unless the operator allows them"
-        if not caller.interactive and tool.level > self.batch_max_level:
-            return f"{denied} in a non-interactive run"
-        if tool.required_role and caller.role not in (tool.required_role, ADMIN):
-            return f"{denied}: it requires the {tool.required_role} role"
-        if tool.allowed_models and model not in tool.allowed_models:
-            return f"{denied} with this model"
-        return None
+            why = ": irreversible tools are disabled unless the operator allows them"
+        elif not caller.interactive and tool.level > self.batch_max_level:
+            why = " in a non-interactive run"
+        elif tool.required_role and caller.role not in (tool.required_role, ADMIN):
+            why = f": it requires the {tool.required_role} role"
+        elif tool.allowed_models and model not in tool.allowed_models:
+            why = " with this model"
+        else:
+            return None
+        return f"you do not have permission to call {tool.name}{why}"

@@ -142,12 +142,23 @@ class ToolRegistry:
 
     def permitted(self, declared: Tool, caller: Caller | None, model: str | Sequence[str]) -> bool:
         """Whether the policy lets `caller` run `declared` with `model` (or with one of several)."""
-        models = (model,) if isinstance(model, str) else tuple(model) or ("",)
-        return any(self.policy.refusal(declared, caller, name) is None for name in models)
+        refusal = self.policy.refusal
+        if isinstance(model, str):
+            return refusal(declared, caller, model) is None
+        return any(refusal(declared, caller, name) is None for name in model or ("",))
 
     def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:
-        """Per model, the names of the tools `schemas` offers it (for kernel/model.py `offering`)."""
-        return lambda model: {schema["function"]["name"] for schema in self.schemas(exclude, caller, model)}
+        """Per model, the names of the tools `schemas` offers it (for kernel/model.py `offering`);
+        worked out once per model for the life of the offer (one model call)."""
+        exclude, known = tuple(exclude), dict[str, set[str]]()
+
+        def offered(model: str) -> set[str]:
+            names = known.get(model)
+            if names is None:
+                names = known[model] = {s["function"]["name"] for s in self.schemas(exclude, caller, model)}
+            return names
+
+        return offered
 
     def closest(self, name: str, limit: int = 3) -> list[str]:
         close = difflib.get_close_matches(name, self.names, n=limit, cutoff=0.4)
