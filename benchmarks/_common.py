@@ -80,16 +80,17 @@ def ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline else float("nan")
 
 
-def row(metric: str, hermes: str, baseline: str, value: float, target: float, unit: str = "") -> dict:
+def row(metric: str, hermes: str, baseline: str, value: float, target: float | None, unit: str = "") -> dict:
     """One line of a summary table. `value` is compared with `target`: the hermes/baseline ratio,
-    or, with a `unit`, an absolute figure (then shown in the hermes column, not as a ratio)."""
+    or, with a `unit`, an absolute figure (then shown in the hermes column, not as a ratio).
+    A `target` of None: a figure shown for reference, with nothing to meet."""
     return {
         "metric": metric,
         "hermes": hermes,
         "baseline": baseline,
         "ratio": "" if unit else f"{value:.2f}",
-        "target": f"<= {target:g}{unit}",
-        "ok": "yes" if value <= target else "NO",
+        "target": "" if target is None else f"<= {target:g}{unit}",
+        "ok": "" if target is None else ("yes" if value <= target else "NO"),
     }
 
 

@@ -5,6 +5,8 @@ its 500 `asyncio.gather`-ed turns and its own peak RSS (`ru_maxrss`), so memory 
 Two round trips of 0.2 s make the ideal ~0.4 s. The Agent is built with max_concurrency=1000
 (its aiohttp connector limit follows it), the bare session with TCPConnector(limit=1000), so
 neither the client's in-flight cap (default 64) nor a connection pool limit is what is measured.
+The guarded floor (workloads/guarded_aiohttp.py, bench_overhead.py says what it keeps) is shown
+for reference: hermes against it is the kernel's own cost.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import argparse
 from _common import fake_server, format_table, median, ratio, row, run_workload
 
 TARGETS = {"wall": 1.2, "rss": 1.3, "cpu": 1.3}
-SCRIPTS = {"hermes": "hermes_agent.py", "bare aiohttp": "bare_aiohttp.py"}
+SCRIPTS = {
+    "hermes": "hermes_agent.py",
+    "bare aiohttp": "bare_aiohttp.py",
+    "guarded floor": "guarded_aiohttp.py",
+}
 
 
 def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
@@ -66,6 +72,20 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
             f"{c['bare aiohttp']:.2f} s",
             figures["ratio_cpu"],
             TARGETS["cpu"],
+        ),
+        row(
+            f"{label}: wall, hermes vs the guarded floor",
+            f"{w['hermes']:.2f} s",
+            f"{w['guarded floor']:.2f} s",
+            ratio(w["hermes"], w["guarded floor"]),
+            None,
+        ),
+        row(
+            f"{label}: client CPU, hermes vs the guarded floor",
+            f"{c['hermes']:.2f} s",
+            f"{c['guarded floor']:.2f} s",
+            ratio(c["hermes"], c["guarded floor"]),
+            None,
         ),
     ]
     return figures

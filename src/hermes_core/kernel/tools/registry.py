@@ -145,6 +145,8 @@ class ToolRegistry:
         refusal = self.policy.refusal
         if isinstance(model, str):
             return refusal(declared, caller, model) is None
+        if len(model) == 1:  # a client without fallbacks
+            return refusal(declared, caller, model[0]) is None
         return any(refusal(declared, caller, name) is None for name in model or ("",))
 
     def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:

@@ -1,0 +1,76 @@
+"""The floor with the kernel's guarantees: bare aiohttp plus only what a turn must do safely.
+
+The same two POSTs as bare_aiohttp.py, and in between the least code that keeps the guarantees
+the kernel gives every turn (docs/benchmarks.md): the arguments validated by a pydantic model,
+the sync tool run on a worker thread (a tool that hangs must not hold the event loop), and every
+text that goes to the model or comes back passed through a secret pattern. No loop, guards,
+hooks, permissions or fallbacks: what is left between hermes and this line is the kernel's own.
+
+    python guarded_aiohttp.py BASE_URL [CONCURRENT_TURNS]
+
+prints the reply of the first turn, then one JSON line as bare_aiohttp.py does.
+"""
+
+import asyncio
+import concurrent.futures
+import json
+import re
+import resource
+import sys
+import time
+
+import aiohttp
+from bare_aiohttp import ADD_SCHEMA, EXPECTED, SYSTEM, add, new_session  # noqa: F401  (EXPECTED: the bench)
+from pydantic import BaseModel
+
+SECRET = re.compile(r"sk-[A-Za-z0-9_-]{20,}|xox[abp]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{36}")
+THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="tool")
+
+
+class AddArguments(BaseModel):
+    a: int
+    b: int
+
+
+def redacted(text: str) -> str:
+    return SECRET.sub("[redacted]", text)
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
+    data = redacted(json.dumps(body, ensure_ascii=False)).encode()
+    async with session.post(url, data=data, headers={"Content-Type": "application/json"}) as response:
+        response.raise_for_status()
+        return (await response.json())["choices"][0]["message"]
+
+
+async def turn(session: aiohttp.ClientSession, base_url: str, question: str = "what is 1 + 2?") -> str:
+    url = base_url + "/chat/completions"
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    body = {"model": "m", "messages": messages, "temperature": 0.2, "tools": [ADD_SCHEMA]}
+    message = await post(session, url, body)
+    messages.append(message)
+    loop = asyncio.get_running_loop()
+    for call in message.get("tool_calls") or []:
+        arguments = AddArguments.model_validate_json(call["function"]["arguments"])
+        result = await loop.run_in_executor(THREADS, add, arguments.a, arguments.b)
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": redacted(json.dumps(result))})
+    body = {"model": "m", "messages": messages, "temperature": 0.2, "tools": [ADD_SCHEMA]}
+    message = await post(session, url, body)
+    return redacted(message["content"])
+
+
+async def main(base_url: str, turns: int) -> tuple[list[str], float, float]:
+    async with new_session() as session:
+        started, cpu = time.perf_counter(), time.process_time()
+        replies = await asyncio.gather(*(turn(session, base_url) for _ in range(turns)))
+        return replies, time.perf_counter() - started, time.process_time() - cpu
+
+
+if __name__ == "__main__":
+    turns = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    replies, seconds, cpu_seconds = asyncio.run(main(sys.argv[1], turns))
+    if any(reply != EXPECTED for reply in replies):
+        sys.exit(f"unexpected replies: {sorted(set(replies) - {EXPECTED})[:3]}")
+    print(replies[0])
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"turns": turns, "seconds": seconds, "cpu_seconds": cpu_seconds, "maxrss_kb": maxrss}))
