@@ -257,6 +257,16 @@ class GatewayStore(Records, Protocol):
         messages not done and replies not sent are kept."""
         ...
 
+    # how often (seconds) a process looks for messages another process left unfinished; None: this
+    # store serves one process, which resumes them at its start (the embedded one)
+    sweep_seconds: float | None = None
+
+    async def orphaned_inbound(self, older_than: float) -> list[tuple[InboundMessage, int]]:
+        """Pending messages received before `older_than` (a time.time() value) whose conversation
+        no process is running (no live claim: its node died mid-turn, or never took it up), with
+        their counted runs, oldest first. None where one process serves the store."""
+        return []
+
     def turn_claim(self, message: InboundMessage) -> AbstractAsyncContextManager[InboundMessage | None]:
         """Held while a turn of `message`'s conversation runs: gives the message to run now — the
         conversation's oldest pending one: `message`, or one before it that another node left —
