@@ -114,6 +114,7 @@ class SendLimiter:
     - `idle_after`: how often (seconds) per-chat state that no longer matters is dropped; a chat
       whose bucket is full and whose pause is over is indistinguishable from a new one.
     - `shared`: the same limits counted across processes (module docstring); None: this process's.
+    - `minute`: the per-minute window's length in seconds (a test shortens it).
     """
 
     def __init__(
@@ -128,6 +129,7 @@ class SendLimiter:
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         shared: SharedQuota | None = None,
+        minute: float = 60.0,
     ) -> None:
         self._clock, self._sleep = clock, sleep
         self.shared = shared
@@ -136,7 +138,7 @@ class SendLimiter:
         minute_burst = max(1.0, min(app_per_s, app_per_min / 2))  # at most half a minute's worth at once
         self._app_buckets = [
             self._platform_limit(app_per_s, 1.0),
-            self._platform_limit(app_per_min, 60.0, minute_burst),
+            self._platform_limit(app_per_min, minute, minute_burst),
         ]
         if rate_per_s is not None:
             self._app_buckets.append(TokenBucket(rate_per_s, 1))
