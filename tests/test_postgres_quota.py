@@ -152,3 +152,30 @@ async def test_sends_wait_while_the_database_is_down_and_go_out_once_it_is_back(
         await api.aclose()
     finally:
         server.stop()
+
+
+async def test_serve_and_worker_share_the_limits_they_do_not_keep_elsewhere(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With database.url, serve's Feishu limiter counts all three limits in PostgreSQL; a Temporal
+    worker's only the per-minute one (the per-second one is its task queue's, a chat's its
+    workflow's). Without database.url neither shares anything."""
+    from hermes_core.config import load_settings
+    from hermes_core.engine.temporal.worker import senders
+    from hermes_core.gateway.server import channels_for
+
+    monkeypatch.setenv("FEISHU_APP_SECRET", "s")
+    for url, serve_scopes, worker_scopes in (
+        (pg_url, {"cli_q:second", "cli_q:minute", "cli_q:chat:oc_1"}, {"cli_q:minute"}),
+        (None, None, None),
+    ):
+        env = {"FEISHU_APP_ID": "cli_q", **({"HERMES_DATABASE_URL": url} if url else {})}
+        settings = load_settings(None, env=env, dotenv=None)
+        channels, _ = channels_for(settings, inbox=None)
+        [feishu] = [channel for channel in channels if channel.name == "feishu"]
+        api = senders(settings)["feishu"]
+        for limiter, scopes in ((feishu.api.limiter, serve_scopes), (api.limiter, worker_scopes)):
+            shared = limiter.shared
+            assert (None if shared is None else set(shared.buckets("oc_1"))) == scopes
+        await feishu.api.aclose()
+        await api.aclose()

@@ -28,7 +28,10 @@ Poison messages: every run of a message is counted (`begin_attempt`, durable bef
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
 with two counted runs took the process down twice: at the next start it is `set_aside` — marked,
 with why, and a polite reply queued in the same transaction — instead of running a third time.
-`set_aside_messages` lists them for the operator; `counts` has their number.
+`set_aside_messages` lists them for the operator; `counts` has their number. A store that several
+processes share (PostgreSQL) also names the messages no process is running (`orphaned_inbound`,
+every `sweep_seconds`): a process that died mid-turn leaves them to another one, which takes them up
+with the same counting and setting aside (gateway/dispatcher.py `sweep`).
 
 Nothing is stored unredacted (kernel/redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the

@@ -152,8 +152,9 @@ class SendLimiter:
         """Wait for a turn to send one request to `chat_id` (None: app-wide limits only).
 
         The turn is taken from every bucket at the same moment, so a wait imposed by one limit
-        never makes the others burst afterwards. A pause announced while we waited for our turn
-        sends us back to the start. Nothing is held once the block is entered.
+        never makes the others burst afterwards; then, with a `shared` quota, from the limits of
+        every process together. A pause announced while we waited for our turn sends us back to
+        the start. Nothing is held once the block is entered.
         """
         while True:
             while (pause := self._pause_left(chat_id)) > 0:
@@ -167,10 +168,10 @@ class SendLimiter:
                 bucket.take(at)
             if at > now:
                 await self._sleep(at - now)
+            if self.shared is not None:  # then the turn among every process of the app
+                await self.shared.take(chat_id)
             if self._pause_left(chat_id) <= 0:
                 break
-        if self.shared is not None:  # then the turn among every process of the app
-            await self.shared.take(chat_id)
         yield
 
     def now(self) -> float:
