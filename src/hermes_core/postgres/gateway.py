@@ -368,7 +368,10 @@ class PostgresGatewayStore(GatewayStore):
                 (message.conversation,),
             )
         ).fetchone()
-        assert row is not None  # `message` itself is pending
+        if row is None:  # set aside just now, by a node starting up (not under a claim): let go
+            await db.execute("DELETE FROM turn_claims WHERE conversation = %s AND node = %s",
+                             (message.conversation, self.node))  # fmt: skip
+            return None
         if row[0] == message.id:
             return message
         await db.execute(
