@@ -219,9 +219,13 @@ class DatabaseConfig(_Section):
     under `gateway.data_dir`, as always. A PostgreSQL URL (`postgresql://user@host:5432/hermes`):
     inbox, outbox, dead letters, sessions, long-term memory, journals, approvals and traces live
     there, shared by every node (the `postgres` extra). Its password comes from the environment
-    only: `PGPASSWORD`, or the whole URL in `HERMES_DATABASE_URL`."""
+    only: `PGPASSWORD`, or the whole URL in `HERMES_DATABASE_URL`. `lease_seconds`: how long a
+    node's claim on a conversation lasts unless renewed (every third of it, while the turn runs);
+    a node killed mid-turn has its turn taken up by another node within about 1.4 times that (every
+    node sweeps every third of it, postgres/gateway.py)."""
 
     url: str | None = None
+    lease_seconds: float = Field(30.0, ge=1.0, le=3600.0)
 
     @model_validator(mode="after")
     def _is_postgres(self) -> DatabaseConfig:

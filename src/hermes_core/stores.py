@@ -5,7 +5,8 @@ was, with no other dependency. Set: the gateway's inbox and outbox (dead letters
 messages, the replay window of signatures), sessions, long-term memory, task journals, approvals
 and traces live in that PostgreSQL database (hermes_core/postgres/), so every node of a scaled-out
 gateway — and the console on any of them — sees and serves the same state. The URL alone decides
-where state lives; which engine runs the turns is a separate choice (docs/scale-out.md).
+where state lives; which engine runs the turns is a separate choice (docs/scale-out.md). With it,
+Feishu's send limits are counted there too, for every node and worker together (`send_quota`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def gateway_store(settings: Any) -> GatewayStore:
     if url := database_url(settings):
         from .postgres.gateway import PostgresGatewayStore
 
-        return PostgresGatewayStore(url)
+        return PostgresGatewayStore(url, lease_seconds=settings.database.lease_seconds)
     from .gateway.store import SQLiteGatewayStore
 
     return SQLiteGatewayStore(sqlite_path(settings))
@@ -103,3 +104,20 @@ def trace_store(settings: Any) -> TraceStore:
     from .observe.traces import SQLiteTraceStore
 
     return SQLiteTraceStore(sqlite_path(settings))
+
+
+def send_quota(settings: Any, app_id: str, *, per_chat: bool = True, per_second: bool = True) -> Any:
+    """With `database.url`: the app's Feishu send limits counted in PostgreSQL for every node and
+    worker together (postgres/quota.py `SharedSendQuota`); without it None (each process keeps its
+    own). `per_chat`, `per_second`: share those limits too (a Temporal worker's are kept elsewhere)."""
+    url = database_url(settings)
+    if url is None:
+        return None
+    from .postgres.database import PostgresDatabase
+    from .postgres.quota import SharedSendQuota
+
+    pace = settings.feishu
+    return SharedSendQuota(
+        PostgresDatabase.shared(url), app_id, chat_per_s=pace.chat_send_rate if per_chat else None,
+        app_per_s=pace.app_send_rate if per_second else None, app_per_min=pace.app_send_per_minute,
+    )  # fmt: skip

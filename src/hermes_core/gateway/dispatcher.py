@@ -14,6 +14,15 @@ While the store's database cannot be reached (`StoreUnavailable`, PostgreSQL res
 waits and tries its first item again — the turn under its claim, or the send with its same uuid —
 instead of failing it: nothing is apologised for or dropped, and the order holds.
 
+Where several processes share the store (PostgreSQL), a node can die mid-turn with no node
+restarting and no new message coming for that conversation: every `store.sweep_seconds` (a third of
+the claim's lease, jittered) each node looks for pending messages whose conversation has no live
+claim and that are not in its own lanes (`store.orphaned_inbound`), and runs them as a restart
+would: in their conversation's lane, under `turn_claim` — so a turn is run once however many nodes
+sweep at once, or a new message races the sweep — with the attempt counted, the journal replaying
+what the dead turn had done (a tool call cut off at level ≥ 1 is not run again: its outcome is
+unknown), and a message already run `poison_attempts` times set aside instead, under the claim.
+
 A message that takes the process down (a tool that kills it, a native crash) would run again at
 every start and take it down again. So each run is counted durably before it starts; at start-up,
 a message that was run `poison_attempts` times (2) and never finished is set aside — an ERROR log
@@ -36,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -111,6 +121,9 @@ class Lanes(Generic[T]):
             del self._tasks[key]
             if not queue:
                 del self._queues[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._queues
 
     @property
     def busy(self) -> int:
@@ -304,6 +317,9 @@ class Gateway:
         # the turn running in each conversation, for /stop: (its message, the runner's task)
         self._running: dict[str, tuple[InboundMessage, asyncio.Task[list[str | Reply] | Turn]]] = {}
         self._stopped: set[int] = set()  # inbox ids of turns a /stop cancelled
+        self._sweeper: asyncio.Task[None] | None = None
+        self._suspects: dict[int, int] = {}  # inbox id → runs counted, of messages a sweep took up
+        self.swept = 0  # messages other processes left unfinished that this one took up
         self.scheduler: Background | None = None  # fires scheduled jobs (gateway/schedules.py)
 
     def add_channel(self, channel: Channel) -> None:
@@ -326,6 +342,8 @@ class Gateway:
         self._resender = asyncio.create_task(self._resend_periodically())
         if self.desk is not None:
             self._expirer = asyncio.create_task(self._expire_periodically())
+        if getattr(self.store, "sweep_seconds", None):  # other processes share the store
+            self._sweeper = asyncio.create_task(self._sweep_periodically())
         self.accepting = True
         if self.scheduler is not None:  # after the inbox is loaded: a fire claimed before a crash is in it
             self.scheduler.start()
@@ -383,7 +401,7 @@ class Gateway:
         self.accepting = False
         if self.scheduler is not None:
             await self.scheduler.stop()
-        for task in (self._pruner, self._expirer, self._resender):
+        for task in (self._pruner, self._expirer, self._resender, self._sweeper):
             if task is not None:
                 task.cancel()
         await self._inbound.stop(grace)
@@ -446,23 +464,70 @@ class Gateway:
     async def _set_aside_poison(self) -> None:
         """Set aside the messages whose runs took the process down `poison_attempts` times."""
         for message, attempts in await self.store.crashed_inbound(self.poison_attempts):
-            assert message.id is not None
-            reason = f"the process stopped during each of its {attempts} runs; not run again"
-            reply = reply_for(message, fixed_reply("set_aside", detect_language(message.text)), 0)
-            await self.store.set_aside(message.id, reason, [reply])
+            await self._set_aside(message, attempts)
+
+    async def _set_aside(self, message: InboundMessage, attempts: int) -> list[OutboundMessage]:
+        assert message.id is not None
+        reason = f"the process stopped during each of its {attempts} runs; not run again"
+        reply = reply_for(message, fixed_reply("set_aside", detect_language(message.text)), 0)
+        queued = await self.store.set_aside(message.id, reason, [reply])
+        if queued:
             log.error("message %s (inbox %s) from %s in %s set aside: %s; its sender was told",
                       message.message_id, message.id, message.sender, message.conversation,
                       reason)  # fmt: skip
+        return queued
+
+    async def sweep(self) -> list[InboundMessage]:
+        """Take up the messages other processes left unfinished (module docstring): those pending
+        for a sweep period whose conversation no process runs and that are not in this one's
+        lanes. Returns the messages queued."""
+        interval = getattr(self.store, "sweep_seconds", None) or 0.0
+        found = await self.store.orphaned_inbound(time.time() - interval)
+        here = {message.conversation for message, _ in found if message.conversation in self._inbound}
+        taken: list[InboundMessage] = []
+        for message, attempts in found:
+            if message.conversation in here:  # this process has it in hand already
+                continue
+            assert message.id is not None
+            if attempts >= self.poison_attempts:  # decided under the claim, in the lane (_process)
+                self._suspects[message.id] = attempts
+            self._inbound.push(message.conversation, message)
+            taken.append(message)
+        if taken:
+            self.swept += len(taken)
+            log.warning("taking up %d message(s) no node is running (a node stopped mid-turn?): inbox %s",
+                        len(taken), ", ".join(str(m.id) for m in taken))  # fmt: skip
+        return taken
+
+    async def _sweep_periodically(self) -> None:
+        interval = getattr(self.store, "sweep_seconds", None) or 10.0
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.75, 1.25))  # nodes apart: fewer collisions
+            try:
+                await self.sweep()
+            except StoreUnavailable as exc:  # the next sweep tries again
+                log.warning("looking for unfinished messages failed: %s", exc)
+            except Exception:
+                log.exception("looking for unfinished messages failed")
 
     async def _process(self, message: InboundMessage) -> None:
         """Run `message`'s turn under the store's claim on its conversation (`turn_claim`: one turn
         in flight across every process sharing the store); an earlier message of the conversation
-        that another process left pending runs first."""
+        that another process left pending runs first. A message a sweep found already run
+        `poison_attempts` times is set aside instead, under the claim: no other process runs it
+        meanwhile."""
         while True:
             async with self.store.turn_claim(message) as turn:
                 if turn is None:  # done already, by another process
+                    self._suspects.pop(message.id or 0, None)
                     return
-                await self._run_turn(turn)
+                assert turn.id is not None
+                runs = self._suspects.pop(turn.id, None)
+                if runs is not None and runs >= self.poison_attempts:
+                    for reply in await self._set_aside(turn, runs):
+                        self._outbound.push(reply.conversation, reply)
+                else:
+                    await self._run_turn(turn)
             if turn.id == message.id:
                 return
 

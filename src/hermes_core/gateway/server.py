@@ -186,6 +186,7 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
         routes += webhook.routes()
     app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
     if app_id and app_secret:
+        from .. import stores  # with database.url the limits are counted for every node together
         from ..channels.feishu.api import FeishuAPI
         from ..channels.feishu.channel import FeishuChannel
         from ..channels.feishu.ratelimit import SendLimiter
@@ -193,7 +194,7 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
         pace = settings.feishu
         limiter = SendLimiter(
             rate_per_s=pace.send_rate, chat_per_s=pace.chat_send_rate, app_per_s=pace.app_send_rate,
-            app_per_min=pace.app_send_per_minute,
+            app_per_min=pace.app_send_per_minute, shared=stores.send_quota(settings, app_id),
         )  # fmt: skip
         api = FeishuAPI(app_id, app_secret, base_url=settings.feishu.base_url, limiter=limiter)
         feishu = FeishuChannel(

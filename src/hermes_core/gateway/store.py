@@ -28,7 +28,10 @@ Poison messages: every run of a message is counted (`begin_attempt`, durable bef
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
 with two counted runs took the process down twice: at the next start it is `set_aside` — marked,
 with why, and a polite reply queued in the same transaction — instead of running a third time.
-`set_aside_messages` lists them for the operator; `counts` has their number.
+`set_aside_messages` lists them for the operator; `counts` has their number. A store that several
+processes share (PostgreSQL) also names the messages no process is running (`orphaned_inbound`,
+every `sweep_seconds`): a process that died mid-turn leaves them to another one, which takes them up
+with the same counting and setting aside (gateway/dispatcher.py `sweep`).
 
 Nothing is stored unredacted (kernel/redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
@@ -256,6 +259,16 @@ class GatewayStore(Records, Protocol):
         """Forget dedup keys and finished rows older than `older_than` (a time.time() value);
         messages not done and replies not sent are kept."""
         ...
+
+    # how often (seconds) a process looks for messages another process left unfinished; None: this
+    # store serves one process, which resumes them at its start (the embedded one)
+    sweep_seconds: float | None = None
+
+    async def orphaned_inbound(self, older_than: float) -> list[tuple[InboundMessage, int]]:
+        """Pending messages received before `older_than` (a time.time() value) whose conversation
+        no process is running (no live claim: its node died mid-turn, or never took it up), with
+        their counted runs, oldest first. None where one process serves the store."""
+        return []
 
     def turn_claim(self, message: InboundMessage) -> AbstractAsyncContextManager[InboundMessage | None]:
         """Held while a turn of `message`'s conversation runs: gives the message to run now — the

@@ -7,7 +7,10 @@ holds up when several processes use the database at once:
   `redacted_url` for logs; `server_check` for `hermes-core doctor`.
 - `migrations.py`: the versioned schema of every component, applied under a lock.
 - `gateway.py`: `PostgresGatewayStore` (inbox, outbox, dead letters, set-aside, replay window,
-  and the per-conversation turn claim that keeps one turn in flight across nodes).
+  the per-conversation turn claim that keeps one turn in flight across nodes, and the messages no
+  node is running that every node's sweep takes up).
+- `quota.py`: `SharedSendQuota`, Feishu's send limits (the app's per second and per minute, each
+  chat's) counted for every node and worker of the app together.
 - `sessions.py`, `longterm.py`, `journal.py`, `pending.py`, `traces.py`: conversations, long-term
   memory, task journals, approvals and questions, traces.
 

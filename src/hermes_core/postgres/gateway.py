@@ -13,6 +13,11 @@ that other processes run the same statements at the same moment:
   then runs the conversation's oldest pending message; another node waits until the row is free.
   A node killed mid-turn stops renewing: after `lease_seconds` another node may take the
   conversation up again (its journal replays what the dead turn had done);
+- orphaned_inbound: what every node's sweep looks for, every `sweep_seconds` (a third of the
+  lease): pending messages whose conversation has no live claim — a node died mid-turn, or
+  between accepting a message and taking it up. The sweeping node runs them through the same
+  `turn_claim` as any turn, so two nodes sweeping at once, or a sweep racing a new message of the
+  conversation, still run each turn once (gateway/dispatcher.py);
 - claim_resends: `FOR UPDATE SKIP LOCKED`, so a requested resend is taken up by one node.
 """
 
@@ -51,7 +56,11 @@ class PostgresGatewayStore(GatewayStore):
     lease_seconds = 30.0  # a turn's claim on its conversation, renewed every third of it
     poll_seconds = 0.5  # at most this long between tries for a conversation another node runs
 
-    def __init__(self, url: str, *, database: PostgresDatabase | None = None) -> None:
+    def __init__(
+        self, url: str, *, database: PostgresDatabase | None = None, lease_seconds: float | None = None
+    ) -> None:
+        if lease_seconds is not None:
+            self.lease_seconds = lease_seconds
         self.db = database or PostgresDatabase.shared(url)
         self.db.migrate("gateway", GATEWAY)
         self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -145,6 +154,19 @@ class PostgresGatewayStore(GatewayStore):
             "AND NOT EXISTS (SELECT 1 FROM turn_claims c WHERE c.conversation = inbox.conversation "
             f"AND c.inbound_id = inbox.id AND c.expires_at >= {NOW}) ORDER BY id",
             (min_attempts,),
+        )
+        return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
+
+    @property
+    def sweep_seconds(self) -> float:  # type: ignore[override]
+        return self.lease_seconds / 3
+
+    async def orphaned_inbound(self, older_than: float) -> list[tuple[InboundMessage, int]]:
+        rows = await self._all(
+            "SELECT id, payload, attempts FROM inbox WHERE status = 'pending' AND received_at < %s "
+            "AND NOT EXISTS (SELECT 1 FROM turn_claims c WHERE c.conversation = inbox.conversation "
+            f"AND c.expires_at >= {NOW}) ORDER BY id LIMIT 1000",
+            (older_than,),
         )
         return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
 
@@ -346,7 +368,10 @@ class PostgresGatewayStore(GatewayStore):
                 (message.conversation,),
             )
         ).fetchone()
-        assert row is not None  # `message` itself is pending
+        if row is None:  # set aside just now, by a node starting up (not under a claim): let go
+            await db.execute("DELETE FROM turn_claims WHERE conversation = %s AND node = %s",
+                             (message.conversation, self.node))  # fmt: skip
+            return None
         if row[0] == message.id:
             return message
         await db.execute(

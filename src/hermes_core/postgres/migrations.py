@@ -90,6 +90,15 @@ GATEWAY: dict[int, str] = {
         created_at DOUBLE PRECISION NOT NULL
     )
     """,
+    # 3: the Feishu send limits counted for every node and worker together (postgres/quota.py): per
+    # scope (an app's per-second or per-minute limit, a chat) the moment its bucket is full again
+    3: """
+    CREATE TABLE send_quota (
+        scope TEXT PRIMARY KEY,
+        due DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX send_quota_by_due ON send_quota (due)
+    """,
 }
 
 SESSIONS: dict[int, str] = {

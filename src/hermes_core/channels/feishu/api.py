@@ -258,6 +258,7 @@ class FeishuAPI:
         # A session can only be closed from its own loop; one left on a dead loop is just dropped.
         if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
             await session.close()
+        await self.limiter.close()  # a shared quota lets go of its database (postgres/quota.py)
 
     # --- sending ---------------------------------------------------------------------------
 

@@ -15,6 +15,12 @@ through span at least `(n - b) / r` seconds, so "at most L requests in any W sec
 `r = (L + 1 - b) / W`. The platform counts requests when they arrive, and arrivals jitter (a large
 body takes longer to upload than a small one), so each platform limit is kept over `W + margin`
 seconds: a request sent exactly on time would otherwise be refused now and then.
+
+A `SendLimiter` counts what its own process sends. Where several processes send for one app (serve
+nodes sharing PostgreSQL, several workers) it is also given a `SharedQuota`
+(postgres/quota.py `SharedSendQuota`): after the process's own buckets — the fast path, which also
+spreads this process's sends — each request takes its turn from the same limits counted in the
+database for every process together, so the app-wide limits (and a chat's) hold across them all.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[object]]
@@ -73,6 +80,22 @@ class TokenBucket:
             await self._sleep(at - now)
 
 
+def platform_limit(limit: float, window: float, margin: float, burst: float = 1.0) -> tuple[float, float]:
+    """The `(rate_per_s, burst)` of a bucket letting at most `limit` requests start in any
+    `window + margin` seconds (module docstring), e.g. the app's 1,000 a minute."""
+    return (limit + 1 - burst) / (window + margin), burst
+
+
+class SharedQuota(Protocol):
+    """Limits counted for every process of the app together (postgres/quota.py)."""
+
+    async def take(self, chat_id: str | None) -> None:
+        """Wait for this request's turn under the shared limits (the app's, and `chat_id`'s)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
 @dataclass
 class _ChatState:
     bucket: TokenBucket
@@ -90,6 +113,8 @@ class SendLimiter:
     - `margin`: seconds added to each platform window to absorb network jitter.
     - `idle_after`: how often (seconds) per-chat state that no longer matters is dropped; a chat
       whose bucket is full and whose pause is over is indistinguishable from a new one.
+    - `shared`: the same limits counted across processes (module docstring); None: this process's.
+    - `minute`: the per-minute window's length in seconds (a test shortens it).
     """
 
     def __init__(
@@ -103,14 +128,17 @@ class SendLimiter:
         idle_after: float = 60.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        shared: SharedQuota | None = None,
+        minute: float = 60.0,
     ) -> None:
         self._clock, self._sleep = clock, sleep
+        self.shared = shared
         self._margin = margin
         self._chat_per_s = chat_per_s
         minute_burst = max(1.0, min(app_per_s, app_per_min / 2))  # at most half a minute's worth at once
         self._app_buckets = [
             self._platform_limit(app_per_s, 1.0),
-            self._platform_limit(app_per_min, 60.0, minute_burst),
+            self._platform_limit(app_per_min, minute, minute_burst),
         ]
         if rate_per_s is not None:
             self._app_buckets.append(TokenBucket(rate_per_s, 1))
@@ -124,8 +152,9 @@ class SendLimiter:
         """Wait for a turn to send one request to `chat_id` (None: app-wide limits only).
 
         The turn is taken from every bucket at the same moment, so a wait imposed by one limit
-        never makes the others burst afterwards. A pause announced while we waited for our turn
-        sends us back to the start. Nothing is held once the block is entered.
+        never makes the others burst afterwards; then, with a `shared` quota, from the limits of
+        every process together. A pause announced while we waited for our turn sends us back to
+        the start. Nothing is held once the block is entered.
         """
         while True:
             while (pause := self._pause_left(chat_id)) > 0:
@@ -139,6 +168,8 @@ class SendLimiter:
                 bucket.take(at)
             if at > now:
                 await self._sleep(at - now)
+            if self.shared is not None:  # then the turn among every process of the app
+                await self.shared.take(chat_id)
             if self._pause_left(chat_id) <= 0:
                 break
         yield
@@ -156,15 +187,19 @@ class SendLimiter:
         state = self._chat(chat_id)
         state.paused_until = max(state.paused_until, deadline)
 
+    async def close(self) -> None:
+        """Release the shared quota's hold on its database (nothing else to release)."""
+        if self.shared is not None:
+            await self.shared.close()
+
     def tracked_chats(self) -> int:
         """How many chats the limiter currently remembers (idle ones are dropped)."""
         return len(self._chats)
 
     def _platform_limit(self, limit: float, window: float, burst: float = 1.0) -> TokenBucket:
         """A bucket letting at most `limit` requests start in any `window + margin` seconds."""
-        return TokenBucket(
-            (limit + 1 - burst) / (window + self._margin), burst, clock=self._clock, sleep=self._sleep
-        )
+        rate, burst = platform_limit(limit, window, self._margin, burst)
+        return TokenBucket(rate, burst, clock=self._clock, sleep=self._sleep)
 
     def _chat(self, chat_id: str) -> _ChatState:
         now = self._clock()

@@ -9,7 +9,9 @@ Two Temporal workers in one process, on the configured cluster:
   `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
   workers of the queue together, so the app-wide limit holds however many nodes send; the
   per-chat limit (`feishu.chat_send_rate`) is kept by each conversation's workflow, which spaces
-  its replies (workflow.py `_send`).
+  its replies (workflow.py `_send`). The per-minute quota (`feishu.app_send_per_minute`) is
+  counted by each worker's limiter and, with `database.url` set, in PostgreSQL for every worker
+  together (postgres/quota.py).
 
 A workflow's cached state waits `temporal.sticky_timeout` seconds for its worker before another
 worker takes it (the SDK's default is 10 s), and every step heartbeats: a worker killed mid-turn
@@ -47,19 +49,22 @@ def senders(settings: Settings) -> dict[str, Any]:
     }
     app_id, app_secret = settings.feishu.app_id, os.environ.get("FEISHU_APP_SECRET")
     if app_id and app_secret:
+        from ... import stores
         from ...channels.feishu.api import FeishuAPI
         from ...channels.feishu.ratelimit import SendLimiter
 
         # Per chat the workflow spaces its own replies and app-wide the sends' task queue is limited
         # by the server, for every worker together (module docstring): this worker's own limiter
         # keeps only the per-minute quota and the optional extra cap (`send_rate`), as the
-        # embedded gateway's does; a platform "wait" is waited for in send_reply.
+        # embedded gateway's does; a platform "wait" is waited for in send_reply. With database.url
+        # the per-minute quota is counted for every worker together too.
         pace = settings.feishu
         limiter = SendLimiter(
             rate_per_s=pace.send_rate,
             chat_per_s=UNPACED,
             app_per_s=UNPACED,
             app_per_min=pace.app_send_per_minute,
+            shared=stores.send_quota(settings, app_id, per_chat=False, per_second=False),
         )
         found["feishu"] = FeishuAPI(app_id, app_secret, base_url=pace.base_url, limiter=limiter)
     return found

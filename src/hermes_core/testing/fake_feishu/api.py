@@ -20,7 +20,9 @@ What is modelled, and from where:
   after sending."; a recalled one → 230011. The codes for "not a card", "not shared" and "not your
   message" are **UNCONFIRMED**: 230001 with a message saying which rule failed. Every successful
   PATCH/PUT is kept in ``patches`` (with its monotonic time), every call in ``requests``.
-- §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min → HTTP 429 code 99991400 with
+- §7 throttling: per-(API, app) sliding windows, 50/s and 1000/min (the minute shortened by
+  ``set_limits(minute=…)`` for tests), counted for every client of the app together, whichever
+  process it is in → HTTP 429 code 99991400 with
   ``x-ogw-ratelimit-limit`` / ``x-ogw-ratelimit-reset`` (HTTP 400 in legacy mode); 5 QPS per chat
   or user → HTTP 400 code 230020. Every error body carries ``"error": {"log_id": …}``.
   ``throttle_for(seconds)`` is a storm: every matching call answers 429 / 99991400 (or 230020)
@@ -268,10 +270,13 @@ class OpenApi:
         chat_qps: int = 5,
         legacy_status_400: bool = False,
         message_qps: int = 5,
+        minute: float = 60.0,
     ) -> None:
-        """Throttling (§7): per-(API, app) QPS/QPM, per chat/user QPS, per-message card-patch QPS."""
+        """Throttling (§7): per-(API, app) QPS/QPM, per chat/user QPS, per-message card-patch QPS.
+        ``minute``: the length of the QPM window in seconds (a test shortens it, not the count)."""
         self.app_qps, self.app_qpm, self.chat_qps = app_qps, app_qpm, chat_qps
         self.legacy_status_400, self.message_qps = legacy_status_400, message_qps
+        self.minute = minute
 
     def fail_next(
         self,
@@ -484,7 +489,7 @@ class OpenApi:
         """Per-(API, app) QPS and QPM (§7); a rejected call does not count."""
         now = self._now()
         per_second, per_minute = self._app_windows.setdefault(api, (deque(), deque()))
-        for times, limit, span in ((per_second, self.app_qps, 1.0), (per_minute, self.app_qpm, 60.0)):
+        for times, limit, span in ((per_second, self.app_qps, 1.0), (per_minute, self.app_qpm, self.minute)):
             wait = _window_wait(times, now, limit, span)
             if wait:
                 return self._rate_limited(limit, math.ceil(wait))
