@@ -84,10 +84,13 @@ async def run_loop(
     model_seconds = 0.0
     for _ in range(limits.max_turns):
         # Offered: what any of the client's models may use; each request narrows it to its model's.
-        tools = registry.schemas(guards.withdrawn, caller, model.models) if offer_tools else []
+        models = model.models
+        tools = registry.schemas(guards.withdrawn, caller, models) if offer_tools else []
+        # a one-model client is offered exactly these: not worked out again for the request
+        known = {models[0]: {t["function"]["name"] for t in tools}} if len(models) == 1 else None
         call_started = time.perf_counter()
         try:
-            with offering(registry.offer(guards.withdrawn, caller)):
+            with offering(registry.offer(guards.withdrawn, caller, known)):
                 response = await call_model(hooks, model, messages, tools or None, on_text=on_text)
         except (ModelUnavailable, ModelRequestRejected) as exc:
             reason = "model_unavailable" if isinstance(exc, ModelUnavailable) else "model_rejected"

@@ -149,10 +149,16 @@ class ToolRegistry:
             return refusal(declared, caller, model[0]) is None
         return any(refusal(declared, caller, name) is None for name in model or ("",))
 
-    def offer(self, exclude: Iterable[str] = (), caller: Caller | None = None) -> Callable[[str], set[str]]:
+    def offer(
+        self,
+        exclude: Iterable[str] = (),
+        caller: Caller | None = None,
+        known: dict[str, set[str]] | None = None,
+    ) -> Callable[[str], set[str]]:
         """Per model, the names of the tools `schemas` offers it (for kernel/model.py `offering`);
-        worked out once per model for the life of the offer (one model call)."""
-        exclude, known = tuple(exclude), dict[str, set[str]]()
+        worked out once per model for the life of the offer (one model call). `known`: the names
+        already worked out for some models (the loop's own `schemas` for a one-model client)."""
+        exclude, known = tuple(exclude), dict(known or {})
 
         def offered(model: str) -> set[str]:
             names = known.get(model)
