@@ -2,10 +2,11 @@
 
 `database.url` unset (the default): everything in `<gateway.data_dir>/gateway.db`, as it always
 was, with no other dependency. Set: the gateway's inbox and outbox (dead letters, set-aside
-messages, the replay window of signatures), sessions, long-term memory, task journals, approvals
-and traces live in that PostgreSQL database (hermes_core/postgres/), so every node of a scaled-out
-gateway — and the console on any of them — sees and serves the same state. The URL alone decides
-where state lives; which engine runs the turns is a separate choice (docs/scale-out.md).
+messages, the replay window of signatures), sessions, long-term memory, task journals, approvals,
+traces and scheduled jobs live in that PostgreSQL database (hermes_core/postgres/), so every node
+of a scaled-out gateway — and the console on any of them — sees and serves the same state. The URL
+alone decides where state lives; which engine runs the turns is a separate choice
+(docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from .gateway.store import GatewayStore
     from .kernel.approvals import PendingStore
     from .observe.traces import TraceStore
+    from .schedule.jobs import ScheduleStore
     from .sessions.store import SessionStore
     from .tasks.journal import TaskJournal
 
@@ -103,3 +105,18 @@ def trace_store(settings: Any) -> TraceStore:
     from .observe.traces import SQLiteTraceStore
 
     return SQLiteTraceStore(sqlite_path(settings))
+
+
+def schedule_store(settings: Any, *, inbox: bool = True) -> ScheduleStore:
+    """The scheduled jobs (docs/scheduling.md). `inbox`: a claimed fire's message goes into the
+    gateway's inbox in the claiming transaction (engine embedded); False: it is recorded with the
+    fire, to be signalled to its workflow (engine temporal, PostgreSQL only)."""
+    if url := database_url(settings):
+        from .postgres.schedules import PostgresScheduleStore
+
+        return PostgresScheduleStore(url, inbox=inbox)
+    if not inbox:
+        raise ValueError("scheduled jobs with engine temporal live in PostgreSQL: set database.url")
+    from .gateway.schedules import SQLiteScheduleStore
+
+    return SQLiteScheduleStore(sqlite_path(settings))

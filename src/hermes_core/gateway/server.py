@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ..agent import Agent
     from ..observe.metrics import Sample
     from ..observe.traces import TraceStore
+    from ..schedule.jobs import ScheduleStore
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -156,10 +157,8 @@ def build_gateway(
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
-    if settings.schedule.enabled and stores.database_url(settings) is None:
-        add_scheduler(gateway, runner.inner, settings, stores.sqlite_path(settings), clock=clock)
-    elif settings.schedule.enabled:  # the jobs' store is SQLite's for now (docs/scale-out.md)
-        log.warning("scheduled jobs are not run with database.url (PostgreSQL) yet: schedule is off")
+    if settings.schedule.enabled:  # with database.url every node fires; the claims keep it once
+        add_scheduler(gateway, runner.inner, settings, stores.schedule_store(settings), clock=clock)
     channels, routes = channels_for(settings, gateway)
     for channel in channels:
         gateway.add_channel(channel)
@@ -221,28 +220,40 @@ def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSour
 
 
 def add_scheduler(
-    gateway: Gateway, runner: AgentRunner, settings: Settings, database: Path, *, clock: Any = None
+    gateway: Gateway, runner: AgentRunner, settings: Settings, store: ScheduleStore, *, clock: Any = None
 ) -> Any:
-    """Scheduled jobs (gateway/schedules.py): the store in the gateway's database, the chat tools on
-    the agent, `/jobs` on the runner, the operator's `schedule.jobs`, the firing loop on the gateway."""
+    """Scheduled jobs (gateway/schedules.py): the store (the gateway's database: SQLite, or the
+    PostgreSQL every node shares), the chat tools on the agent, `/jobs` on the runner, the operator's
+    `schedule.jobs`, the firing loop on the gateway."""
     import time as clocks
 
-    from .schedules import Scheduler, SQLiteScheduleStore, declare_jobs, role_refusal
+    from .schedules import Scheduler, declare_jobs, role_refusal
 
     options, agent = settings.schedule, runner.agent
-    store = SQLiteScheduleStore(database)
     now = clock or clocks.time
     scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
                           refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
-    from ..schedule.tools import schedule_tools
-
-    for declared in schedule_tools(store, timezone=options.timezone, clock=now, on_change=scheduler.wake):
-        if agent.registry.get(declared.name) is None:
-            agent.register_tool(declared)
+    add_schedule_tools(agent, store, settings, clock=now, on_change=scheduler.wake)
     runner.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     gateway.scheduler = scheduler
     return scheduler
+
+
+def add_schedule_tools(
+    agent: Agent, store: ScheduleStore, settings: Settings, *, clock: Any = None, on_change: Any = None
+) -> None:
+    """`schedule_task`, `list_scheduled`, `cancel_scheduled` over `store`, on the agent (unless it has
+    tools of those names already): serve's agent, and a worker's with engine temporal."""
+    import time as clocks
+
+    from ..schedule.tools import schedule_tools
+
+    tools = schedule_tools(store, timezone=settings.schedule.timezone, clock=clock or clocks.time,
+                           on_change=on_change)  # fmt: skip
+    for declared in tools:
+        if agent.registry.get(declared.name) is None:
+            agent.register_tool(declared)
 
 
 def watcher_of(gateway: Gateway, message: InboundMessage) -> TurnWatcher | None:
