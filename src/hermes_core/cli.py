@@ -276,11 +276,11 @@ def offered_tools(agent: Agent, settings: Settings | None = None) -> ToolRegistr
 
     AgentRunner(agent)
     if settings is not None and settings.schedule.enabled and schedules_served(settings):
-        from .gateway.server import add_schedule_tools
         from .schedule.jobs import ScheduleStore
+        from .schedule.tools import register_schedule_tools
 
         unopened = cast(ScheduleStore, object())  # listed, never called: no database is opened
-        add_schedule_tools(agent, unopened, settings)
+        register_schedule_tools(agent, unopened, timezone=settings.schedule.timezone)
     return agent.registry
 
 

@@ -233,27 +233,13 @@ def add_scheduler(
     now = clock or clocks.time
     scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
                           refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
-    add_schedule_tools(agent, store, settings, clock=now, on_change=scheduler.wake)
+    from ..schedule.tools import register_schedule_tools
+
+    register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake)
     runner.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     gateway.scheduler = scheduler
     return scheduler
-
-
-def add_schedule_tools(
-    agent: Agent, store: ScheduleStore, settings: Settings, *, clock: Any = None, on_change: Any = None
-) -> None:
-    """`schedule_task`, `list_scheduled`, `cancel_scheduled` over `store`, on the agent (unless it has
-    tools of those names already): serve's agent, and a worker's with engine temporal."""
-    import time as clocks
-
-    from ..schedule.tools import schedule_tools
-
-    tools = schedule_tools(store, timezone=settings.schedule.timezone, clock=clock or clocks.time,
-                           on_change=on_change)  # fmt: skip
-    for declared in tools:
-        if agent.registry.get(declared.name) is None:
-            agent.register_tool(declared)
 
 
 def watcher_of(gateway: Gateway, message: InboundMessage) -> TurnWatcher | None:

@@ -35,6 +35,9 @@ from ..channels.seam import InboundMessage
 JobStatus = Literal["active", "done", "cancelled"]
 FireStatus = Literal["queued", "skipped", "refused"]
 MAX_CATCH_UP = 10_000  # missed fire times counted one by one; beyond, the count says "at least"
+# how a fire's prompt reaches the model (gateway/runner.py, engine/temporal/workflow.py): said to be a
+# job's, never read as a command
+SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
 
 
 class ScheduleError(ValueError):
