@@ -233,6 +233,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.declared: Callable[[], Awaitable[None]] | None = None  # the operator's jobs, synced at start
+        self.owns_store = False  # closed by `stop` (serve builds the store for it)
 
     async def run_due(self) -> list[Fire]:
         """Claim every fire due now and queue its task; returns the fires (queued, skipped, refused)."""
@@ -272,6 +273,9 @@ class Scheduler:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self.owns_store:
+            self.owns_store = False
+            await self.store.close()
 
     async def _run(self) -> None:
         if self.declared is not None:

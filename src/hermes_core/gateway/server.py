@@ -238,6 +238,7 @@ def add_scheduler(
     register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake)
     runner.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
+    scheduler.owns_store = True  # closed when the gateway stops
     gateway.scheduler = scheduler
     return scheduler
 

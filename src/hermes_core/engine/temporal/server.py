@@ -102,7 +102,6 @@ async def serve(
     finally:
         if scheduler is not None:
             await scheduler.stop()
-            await scheduler.store.close()
         await inbox.stop()
         await runner.cleanup()
 
@@ -137,6 +136,7 @@ def scheduler_for(settings: Settings, inbox: TemporalInbox, permissions: Policy)
     scheduler = TemporalScheduler(store, inbox, misfire_grace=options.misfire_grace, tick=options.tick,
                                   refusal=role_refusal(permissions))  # fmt: skip
     scheduler.declared = lambda: declare_jobs(store, options, permissions, time.time())
+    scheduler.owns_store = True
     return scheduler
 
 
