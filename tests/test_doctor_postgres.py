@@ -13,8 +13,8 @@ import pytest
 
 from hermes_core.cli import main
 from hermes_core.postgres.gateway import PostgresGatewayStore
-from hermes_core.postgres.migrations import GATEWAY
-from hermes_core.stores import interactions, session_store, task_journal, trace_store
+from hermes_core.postgres.migrations import GATEWAY, SCHEDULES
+from hermes_core.stores import interactions, schedule_store, session_store, task_journal, trace_store
 from pg_server import PASSWORD, PostgresServer
 
 
@@ -51,6 +51,7 @@ def migrate_everything(url: str) -> None:
             task_journal(settings),
             interactions(settings),
             trace_store(settings),
+            schedule_store(settings),
         ]
         store = PostgresGatewayStore(url)
         await store.counts()  # the first transaction applies every registered migration
@@ -75,6 +76,7 @@ def test_a_reachable_server_its_version_and_its_migration_level(
     assert (
         line.startswith("OK ")
         and f"schema at the latest migration (gateway {max(GATEWAY)}, journal 1" in line
+        and f"schedules {max(SCHEDULES)}" in line
     ), output
     assert PASSWORD not in output and ":[REDACTED:url-password]@" in line
 

@@ -272,19 +272,24 @@ def offered_tools(agent: Agent, settings: Settings | None = None) -> ToolRegistr
     """The agent's tools as serve and chat offer them: with what a conversation adds (the memory's
     `remember`), attached by the same `AgentRunner` serve and chat run the agent through, and, given
     the settings, the scheduling tools serve adds (gateway/server.py `add_scheduler`)."""
-    from . import stores
     from .gateway.runner import AgentRunner
 
     AgentRunner(agent)
-    if settings is not None and settings.schedule.enabled and stores.database_url(settings) is None:
+    if settings is not None and settings.schedule.enabled and schedules_served(settings):
         from .schedule.jobs import ScheduleStore
-        from .schedule.tools import schedule_tools
+        from .schedule.tools import register_schedule_tools
 
         unopened = cast(ScheduleStore, object())  # listed, never called: no database is opened
-        for declared in schedule_tools(unopened, timezone=settings.schedule.timezone):
-            if agent.registry.get(declared.name) is None:
-                agent.register_tool(declared)
+        register_schedule_tools(agent, unopened, timezone=settings.schedule.timezone)
     return agent.registry
+
+
+def schedules_served(settings: Settings) -> bool:
+    """Whether serve (or, with engine temporal, a worker) offers the scheduling tools: always on the
+    embedded engine; with engine temporal when the jobs have a shared store (database.url)."""
+    from . import stores
+
+    return settings.engine == "embedded" or stores.database_url(settings) is not None
 
 
 async def deadletters_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -328,17 +333,19 @@ async def deadletters_command(settings: Settings, args: argparse.Namespace) -> i
 
 
 async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
-    """`schedule list | add | cancel`, on the gateway's database: a running gateway sees a change
-    within `schedule.tick` seconds (it reads the next fire time from the database)."""
+    """`schedule list | add | cancel`, on the gateway's database (SQLite, or PostgreSQL with
+    database.url): a running gateway sees a change within `schedule.tick` seconds (it reads the next
+    fire time from the database)."""
     import time
     import uuid
-    from pathlib import Path
 
-    from .gateway.schedules import SQLiteScheduleStore, conversation_of
+    from . import stores
+    from .gateway.schedules import conversation_of
     from .schedule.jobs import Job, ScheduleError, check_cron, first_fire, parse_at, zone
     from .schedule.tools import job_lines
+    from .storage import StoreUnavailable
 
-    store = SQLiteScheduleStore(Path(settings.gateway.data_dir) / "gateway.db")
+    store = stores.schedule_store(settings)
     try:
         if args.schedule_command == "list":
             jobs = await store.jobs(active_only=not args.all)
@@ -383,6 +390,9 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
     except ScheduleError as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
         return 2
+    except (StoreUnavailable, ImportError) as exc:  # the database down, or no driver for it
+        print(f"hermes-core: {exc}", file=sys.stderr)
+        return 1
     finally:
         await store.close()
 

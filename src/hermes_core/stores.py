@@ -2,11 +2,13 @@
 
 `database.url` unset (the default): everything in `<gateway.data_dir>/gateway.db`, as it always
 was, with no other dependency. Set: the gateway's inbox and outbox (dead letters, set-aside
-messages, the replay window of signatures), sessions, long-term memory, task journals, approvals
-and traces live in that PostgreSQL database (hermes_core/postgres/), so every node of a scaled-out
-gateway — and the console on any of them — sees and serves the same state. The URL alone decides
-where state lives; which engine runs the turns is a separate choice (docs/scale-out.md). With it,
-Feishu's send limits are counted there too, for every node and worker together (`send_quota`).
+messages, the replay window of signatures), sessions, long-term memory, task journals, approvals,
+traces and scheduled jobs live in that PostgreSQL database (hermes_core/postgres/), so every node
+of a scaled-out gateway — and the console on any of them — sees and serves the same state. The URL
+alone decides where state lives; which engine runs the turns is a separate choice
+(docs/scale-out.md).
+With it, Feishu's send limits are counted there too, for every node and worker together
+(`send_quota`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from .gateway.store import GatewayStore
     from .kernel.approvals import PendingStore
     from .observe.traces import TraceStore
+    from .schedule.jobs import ScheduleStore
     from .sessions.store import SessionStore
     from .tasks.journal import TaskJournal
 
@@ -121,3 +124,18 @@ def send_quota(settings: Any, app_id: str, *, per_chat: bool = True, per_second:
         PostgresDatabase.shared(url), app_id, chat_per_s=pace.chat_send_rate if per_chat else None,
         app_per_s=pace.app_send_rate if per_second else None, app_per_min=pace.app_send_per_minute,
     )  # fmt: skip
+
+
+def schedule_store(settings: Any, *, inbox: bool = True) -> ScheduleStore:
+    """The scheduled jobs (docs/scheduling.md). `inbox`: a claimed fire's message goes into the
+    gateway's inbox in the claiming transaction (engine embedded); False: it is recorded with the
+    fire, to be signalled to its workflow (engine temporal, PostgreSQL only)."""
+    if url := database_url(settings):
+        from .postgres.schedules import PostgresScheduleStore
+
+        return PostgresScheduleStore(url, inbox=inbox)
+    if not inbox:
+        raise ValueError("scheduled jobs with engine temporal live in PostgreSQL: set database.url")
+    from .gateway.schedules import SQLiteScheduleStore
+
+    return SQLiteScheduleStore(sqlite_path(settings))

@@ -1,6 +1,6 @@
 """Implementations with one bug each, so that every contract test is seen to fail.
 
-Each class is a real store (the SQLite one, or the in-memory session store) with one plausible
+Each class is a real store (a SQLite one, or the in-memory session store) with one plausible
 mistake a second implementation could make: deduplicating by one key only, checking and then
 writing in two steps, marking a message done apart from its replies, a prefix matched with LIKE…
 `BROKEN` registers each as a backend named `broken-<seam>-<bug>`;
@@ -29,11 +29,13 @@ from contract_backends import Backend, BackendFactory, Dispatcher, gateway_dispa
 from hermes_core.channels.seam import Earlier, InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway, Lanes, Runner
 from hermes_core.gateway.messages import Turn
+from hermes_core.gateway.schedules import SQLiteScheduleStore, _claim, _job_of
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
 from hermes_core.kernel.approvals import ApprovalDesk, Pending
 from hermes_core.kernel.messages import Message
 from hermes_core.kernel.tools.permissions import ADMIN, Caller
 from hermes_core.observe.traces import SQLiteTraceStore, TraceSummary
+from hermes_core.schedule.jobs import Fire, Job, RefusalCheck
 from hermes_core.sessions.store import (
     Conversation,
     ConversationState,
@@ -625,6 +627,126 @@ class ApprovalsForgetOnClose(SQLiteInteractions):
         await super().close()
 
 
+# --- schedule stores -------------------------------------------------------------------------------
+
+
+class AddReplaces(SQLiteScheduleStore):
+    """`add` overwrites: a tool call run again after a crash reschedules the job it created."""
+
+    async def add(self, job: Job) -> Job:
+        return await self.replace(job)
+
+
+class ReplaceKeepsTheOld(SQLiteScheduleStore):
+    """`replace` adds only: an operator's changed job keeps its old definition."""
+
+    async def replace(self, job: Job) -> Job:
+        return await self.add(job)
+
+
+class JobsByCreation(SQLiteScheduleStore):
+    """Lists jobs in the order they were created, not by their next fire time."""
+
+    async def jobs(self, conversation: str | None = None, *, active_only: bool = True) -> list[Job]:
+        return sorted(await super().jobs(conversation, active_only=active_only), key=lambda j: j.created_at)
+
+
+class ListsEveryStatus(SQLiteScheduleStore):
+    """Lists cancelled and finished jobs among the active ones."""
+
+    async def jobs(self, conversation: str | None = None, *, active_only: bool = True) -> list[Job]:
+        return await super().jobs(conversation, active_only=False)
+
+
+class CancelNotStored(SQLiteScheduleStore):
+    """Answers "cancelled" but never writes it: the job fires on."""
+
+    async def cancel(self, job_id: str) -> Job | None:
+        job = await self.get(job_id)
+        if job is None or job.status != "active":
+            return None
+        job.status, job.next_fire = "cancelled", None
+        return job
+
+
+class MessageNotKept(SQLiteScheduleStore):
+    """Hands the fire's message to the caller but keeps it out of the inbox: a crash after the claim
+    loses the fire."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        fires = await super().claim_due(now, grace, limit, refusal)
+        ids = [fire.message.id for fire in fires if fire.message is not None]
+        await self.db.transaction(
+            lambda db: db.executemany("DELETE FROM inbox WHERE id = ?", [(i,) for i in ids])
+        )
+        return fires
+
+
+class ClaimsEarly(SQLiteScheduleStore):
+    """Fires what is due within the next minute, early."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        return await super().claim_due(now + 60, grace, limit, refusal)
+
+
+class GraceIgnored(SQLiteScheduleStore):
+    """Runs a missed fire however late it is."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        return await super().claim_due(now, float("inf"), limit, refusal)
+
+
+class RefusalIgnored(SQLiteScheduleStore):
+    """Never asks whether the creator still holds the role the job was created with."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        return await super().claim_due(now, grace, limit, None)
+
+
+class LimitIgnored(SQLiteScheduleStore):
+    """Claims everything due in one transaction, however many."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        return await super().claim_due(now, grace, 1_000_000, refusal)
+
+
+class FiresOldestFirst(SQLiteScheduleStore):
+    async def fires(self, job_id: str, limit: int = 20) -> list[Fire]:
+        return list(reversed(await super().fires(job_id, limit)))
+
+
+class DueReadThenClaimed(SQLiteScheduleStore):
+    """Reads the due jobs in one transaction and claims each in another, from what it read: a
+    claimer racing it in between has moved the job on, and this one claims the fire again."""
+
+    async def claim_due(
+        self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
+    ) -> list[Fire]:
+        rows = await self.db.transaction(
+            lambda db: db.execute(
+                "SELECT job FROM schedule_jobs WHERE status = 'active' AND next_fire <= ? "
+                "ORDER BY next_fire, id LIMIT ?",
+                (now, limit),
+            ).fetchall()
+        )
+        fires: list[Fire] = []
+        for (data,) in rows:
+            await asyncio.sleep(0)
+            job = _job_of(data)
+            fires += await self.db.transaction(lambda db, job=job: _claim(db, job, now, grace, refusal))
+        return fires
+
+
 # --- the backends ----------------------------------------------------------------------------------
 
 
@@ -683,6 +805,18 @@ def approvals(store: type[SQLiteInteractions]) -> BackendFactory:
     return factory
 
 
+def schedules(store: type[SQLiteScheduleStore]) -> BackendFactory:
+    """The SQLite backend with `store` for its schedule store (its gateway store is the real one:
+    the suite reads the inbox through it)."""
+
+    @asynccontextmanager
+    async def factory(folder: Path) -> AsyncIterator[Backend]:
+        path = folder / "gateway.db"
+        yield Backend(schedule_store=lambda: store(path), gateway_store=lambda: SQLiteGatewayStore(path))
+
+    return factory
+
+
 def _named(
     seam: str, classes: list[type[Any]], wrap: Callable[[Any], BackendFactory]
 ) -> dict[str, BackendFactory]:
@@ -714,6 +848,10 @@ APPROVALS_STORES: list[type[SQLiteInteractions]] = [
     NeverExpires, ExpiryOnlyBySweep, AnyoneAnswers, ListedOldestFirst, ResumeOnEveryRecord,
     ApprovalsForgetOnClose,
 ]  # fmt: skip
+SCHEDULE_STORES: list[type[SQLiteScheduleStore]] = [
+    AddReplaces, ReplaceKeepsTheOld, JobsByCreation, ListsEveryStatus, CancelNotStored, MessageNotKept,
+    ClaimsEarly, GraceIgnored, RefusalIgnored, LimitIgnored, FiresOldestFirst, DueReadThenClaimed,
+]  # fmt: skip
 DISPATCHERS: dict[str, Dispatch] = {
     "TwoTurnsAtOnce": two_turns_at_once, "AlwaysAccepting": AlwaysAccepting,
     "RepliesBackwards": replies_backwards, "DecisionWithoutResume": DecisionWithoutResume,
@@ -724,6 +862,7 @@ SUITES = {
     "gw": "test_gateway_store_contract", "dispatch": "test_inbox_contract",
     "sessions": "test_session_store_contract", "journal": "test_journal_contract",
     "traces": "test_trace_store_contract", "approvals": "test_approvals_desk_contract",
+    "schedules": "test_schedule_store_contract",
 }  # fmt: skip
 BROKEN: dict[str, BackendFactory] = {
     **_named("gw", GATEWAY_STORES, gateway),
@@ -734,4 +873,5 @@ BROKEN: dict[str, BackendFactory] = {
     **_named("journal", JOURNALS, journal),
     **_named("traces", TRACE_STORES, traces),
     **_named("approvals", APPROVALS_STORES, approvals),
+    **_named("schedules", SCHEDULE_STORES, schedules),
 }

@@ -20,6 +20,7 @@ from contract_backends import Backend, Clock, Closes, Opener, registered
 from hermes_core.gateway.store import GatewayStore
 from hermes_core.kernel.approvals import PendingStore
 from hermes_core.observe.traces import TraceStore
+from hermes_core.schedule.jobs import ScheduleStore
 from hermes_core.sessions.store import SessionStore
 from hermes_core.tasks.journal import TaskJournal
 
@@ -63,6 +64,12 @@ async def journals(backend: Backend) -> AsyncIterator[Opener[TaskJournal]]:
 @pytest.fixture
 async def trace_stores(backend: Backend) -> AsyncIterator[Opener[TraceStore]]:
     async for opener in _opener(backend.trace_store, "trace store"):
+        yield opener
+
+
+@pytest.fixture
+async def schedule_stores(backend: Backend) -> AsyncIterator[Opener[ScheduleStore]]:
+    async for opener in _opener(backend.schedule_store, "schedule store"):
         yield opener
 
 

@@ -37,9 +37,11 @@ import pytest
 from hermes_core.channels.base import Channel
 from hermes_core.channels.seam import Inbox
 from hermes_core.gateway.dispatcher import Gateway, Runner
+from hermes_core.gateway.schedules import SQLiteScheduleStore
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
 from hermes_core.kernel.approvals import ApprovalDesk, PendingStore
 from hermes_core.observe.traces import SQLiteTraceStore, TraceStore
+from hermes_core.schedule.jobs import ScheduleStore
 from hermes_core.sessions.store import InMemorySessionStore, SessionStore, SQLiteSessionStore
 from hermes_core.tasks.journal import SQLiteTaskJournal, TaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
@@ -108,6 +110,7 @@ class Backend:
     journal: Callable[[], TaskJournal] | None = None
     trace_store: Callable[[], TraceStore] | None = None
     pending_store: Callable[[float, Callable[[], float]], PendingStore] | None = None  # (ttl, clock)
+    schedule_store: Callable[[], ScheduleStore] | None = None  # its fires go into gateway_store's inbox
     dispatcher: Callable[[GatewayStore, Runner, ApprovalDesk | None], Dispatcher] = gateway_dispatcher
 
 
@@ -124,6 +127,7 @@ async def sqlite(folder: Path) -> AsyncIterator[Backend]:
         journal=lambda: SQLiteTaskJournal(path),
         trace_store=lambda: SQLiteTraceStore(path),
         pending_store=lambda ttl, clock: SQLiteInteractions(path, approval_ttl=ttl, now=clock),
+        schedule_store=lambda: SQLiteScheduleStore(path),
     )
 
 
@@ -158,6 +162,7 @@ async def postgres(folder: Path) -> AsyncIterator[Backend]:
     from hermes_core.postgres.gateway import PostgresGatewayStore
     from hermes_core.postgres.journal import PostgresTaskJournal
     from hermes_core.postgres.pending import PostgresInteractions
+    from hermes_core.postgres.schedules import PostgresScheduleStore
     from hermes_core.postgres.sessions import PostgresSessionStore
     from hermes_core.postgres.traces import PostgresTraceStore
 
@@ -168,6 +173,7 @@ async def postgres(folder: Path) -> AsyncIterator[Backend]:
         journal=lambda: PostgresTaskJournal(url),
         trace_store=lambda: PostgresTraceStore(url),
         pending_store=lambda ttl, clock: PostgresInteractions(url, approval_ttl=ttl, now=clock),
+        schedule_store=lambda: PostgresScheduleStore(url),
     )
 
 

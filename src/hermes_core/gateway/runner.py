@@ -49,7 +49,7 @@ from ..kernel.replies import REPLIES, detect_language, fixed_reply
 from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..modes import run_task
-from ..schedule.jobs import ScheduleStore
+from ..schedule.jobs import SCHEDULED_PROMPT, ScheduleStore
 from ..schedule.tools import CURRENT_MESSAGE
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from . import commands
@@ -59,7 +59,6 @@ from .messages import InboundMessage, Reply, Turn
 __all__ = ["AgentRunner", "WatchedSteps", "resume_message"]  # resume_message: channels/seam.py
 
 log = logging.getLogger("hermes_core.gateway")
-SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
 
 
 class AgentRunner:

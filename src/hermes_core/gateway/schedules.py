@@ -27,17 +27,25 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..channels.seam import task_id_of
+from ..channels.seam import InboundMessage, task_id_of
 from ..kernel.tools.permissions import ADMIN, MEMBER, Policy
-from ..schedule.jobs import Fire, Job, RefusalCheck, ScheduleStore, catch_up, first_fire, parse_at, utc_iso
+from ..schedule.jobs import (
+    Fire,
+    Job,
+    RefusalCheck,
+    ScheduleStore,
+    first_fire,
+    parse_at,
+    plan_claim,
+    utc_iso,
+)
 from ..storage import SQLiteDatabase
 from .store import MIGRATIONS, _dump
 
 if TYPE_CHECKING:
     from ..config import ScheduleConfig
-    from .dispatcher import Gateway
 
 log = logging.getLogger("hermes_core.schedule")
 
@@ -143,24 +151,7 @@ def _claim(
 ) -> list[Fire]:
     """One due job's fires (inside the claiming transaction): the missed ones recorded, the latest
     queued, skipped or refused, the job moved on."""
-    latest, missed, following = catch_up(job, now)
-    fires: list[Fire] = []
-    if missed:
-        assert job.next_fire is not None
-        reason = f"{missed} fire time(s) from {utc_iso(job.next_fire)} missed while the service was down"
-        fires.append(_record(db, Fire(job.id, job.next_fire, "skipped", reason)))
-    if now - latest > grace:
-        late = f"{now - latest:.0f}s late (the service was down), beyond misfire_grace {grace:.0f}s"
-        fire = Fire(job.id, latest, "skipped", late)
-    elif (why := refusal(job) if refusal is not None else None) is not None:
-        fire = Fire(job.id, latest, "refused", why)
-    else:
-        fire = Fire(job.id, latest, "queued", message=job.message(latest))
-    fires.append(_record(db, fire))
-    job.last_fire, job.last_outcome = latest, fire.status
-    job.next_fire = following
-    if following is None:
-        job.status = "done"
+    fires = [_record(db, fire) for fire in plan_claim(job, now, grace, refusal)]
     _write(db, job)
     return fires
 
@@ -214,13 +205,19 @@ def _job_of(data: str) -> Job:
     return Job(**{k: v for k, v in fields.items() if k in known})
 
 
+class Enqueue(Protocol):
+    """Where a fire's stored message is handed to be run: the gateway's lanes (`Gateway.enqueue`)."""
+
+    def enqueue(self, message: InboundMessage) -> None: ...
+
+
 class Scheduler:
     """Fires due jobs into the gateway (see the module docstring)."""
 
     def __init__(
         self,
         store: ScheduleStore,
-        gateway: Gateway,
+        gateway: Enqueue,
         *,
         misfire_grace: float = 300.0,
         refusal: RefusalCheck | None = None,
@@ -236,6 +233,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.declared: Callable[[], Awaitable[None]] | None = None  # the operator's jobs, synced at start
+        self.owns_store = False  # closed by `stop` (serve builds the store for it)
 
     async def run_due(self) -> list[Fire]:
         """Claim every fire due now and queue its task; returns the fires (queued, skipped, refused)."""
@@ -244,14 +242,24 @@ class Scheduler:
             claimed = await self.store.claim_due(self.clock(), self.misfire_grace, self.batch, self.refusal)
             for fire in claimed:
                 self.counts[fire.status] += 1
-                if fire.message is not None:
-                    self.gateway.enqueue(fire.message)
-                else:
+                if fire.message is None:
                     log.warning("scheduled job %s: the fire at %s was %s: %s",
                                 fire.job_id, utc_iso(fire.fire_at), fire.status, fire.reason)  # fmt: skip
+            await self.deliver([fire for fire in claimed if fire.message is not None])
             fires += claimed
             if len({fire.job_id for fire in claimed}) < self.batch:
                 return fires
+
+    async def deliver(self, fires: list[Fire]) -> None:
+        """Hand the queued fires, their messages stored in the inbox by the claim, to the gateway's
+        lanes (engine temporal signals them to their workflows instead: engine/temporal/schedules.py)."""
+        for fire in fires:
+            assert fire.message is not None
+            self.gateway.enqueue(fire.message)
+
+    async def sweep(self) -> None:
+        """Deliver what a claim recorded but did not hand over (nothing here: the inbox row is the
+        delivery, and the gateway resumes it at start)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="scheduler")
@@ -265,6 +273,9 @@ class Scheduler:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self.owns_store:
+            self.owns_store = False
+            await self.store.close()
 
     async def _run(self) -> None:
         if self.declared is not None:
@@ -275,6 +286,7 @@ class Scheduler:
         while True:
             try:
                 await self.run_due()
+                await self.sweep()
                 due = await self.store.next_due()
             except Exception:
                 log.exception("firing scheduled jobs failed; trying again")

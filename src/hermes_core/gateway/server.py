@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ..agent import Agent
     from ..observe.metrics import Sample
     from ..observe.traces import TraceStore
+    from ..schedule.jobs import ScheduleStore
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -156,10 +157,8 @@ def build_gateway(
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
-    if settings.schedule.enabled and stores.database_url(settings) is None:
-        add_scheduler(gateway, runner.inner, settings, stores.sqlite_path(settings), clock=clock)
-    elif settings.schedule.enabled:  # the jobs' store is SQLite's for now (docs/scale-out.md)
-        log.warning("scheduled jobs are not run with database.url (PostgreSQL) yet: schedule is off")
+    if settings.schedule.enabled:  # with database.url every node fires; the claims keep it once
+        add_scheduler(gateway, runner.inner, settings, stores.schedule_store(settings), clock=clock)
     channels, routes = channels_for(settings, gateway)
     for channel in channels:
         gateway.add_channel(channel)
@@ -222,26 +221,25 @@ def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSour
 
 
 def add_scheduler(
-    gateway: Gateway, runner: AgentRunner, settings: Settings, database: Path, *, clock: Any = None
+    gateway: Gateway, runner: AgentRunner, settings: Settings, store: ScheduleStore, *, clock: Any = None
 ) -> Any:
-    """Scheduled jobs (gateway/schedules.py): the store in the gateway's database, the chat tools on
-    the agent, `/jobs` on the runner, the operator's `schedule.jobs`, the firing loop on the gateway."""
+    """Scheduled jobs (gateway/schedules.py): the store (the gateway's database: SQLite, or the
+    PostgreSQL every node shares), the chat tools on the agent, `/jobs` on the runner, the operator's
+    `schedule.jobs`, the firing loop on the gateway."""
     import time as clocks
 
-    from .schedules import Scheduler, SQLiteScheduleStore, declare_jobs, role_refusal
+    from .schedules import Scheduler, declare_jobs, role_refusal
 
     options, agent = settings.schedule, runner.agent
-    store = SQLiteScheduleStore(database)
     now = clock or clocks.time
     scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
                           refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
-    from ..schedule.tools import schedule_tools
+    from ..schedule.tools import register_schedule_tools
 
-    for declared in schedule_tools(store, timezone=options.timezone, clock=now, on_change=scheduler.wake):
-        if agent.registry.get(declared.name) is None:
-            agent.register_tool(declared)
+    register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake)
     runner.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
+    scheduler.owns_store = True  # closed when the gateway stops
     gateway.scheduler = scheduler
     return scheduler
 

@@ -1,7 +1,8 @@
 """The PostgreSQL schema, versioned per component like the SQLite one (storage/sqlite.py).
 
 Each component (the same names as in SQLite: gateway, sessions, longterm, journal, pending,
-traces) has numbered migrations; `schema_versions` records the highest applied, and a store applies
+traces; and schedules, whose tables SQLite keeps in its gateway component) has numbered
+migrations; `schema_versions` records the highest applied, and a store applies
 those above it before its first transaction (postgres/database.py: one transaction per component,
 under an advisory lock, so nodes that start together apply each once). A released migration is
 never edited: a change is a new number. `hermes-core doctor` compares the recorded versions with
@@ -210,6 +211,40 @@ TRACES: dict[int, str] = {
     """,
 }
 
+# scheduled jobs (postgres/schedules.py): in SQLite they are gateway migration 6; here a component of
+# their own. A fire is claimed by inserting its `schedule_fires` row (job, fire time) in the
+# transaction that locks the job's row (FOR UPDATE SKIP LOCKED) and moves its next_fire on; the
+# embedded engine inserts its inbox row (`inbox_id`) there too, the Temporal engine keeps its
+# message (`payload`) until the fire is signalled to its workflow (`delivered_at`).
+SCHEDULES: dict[int, str] = {
+    1: """
+    CREATE TABLE schedule_jobs (
+        id TEXT PRIMARY KEY,
+        job TEXT NOT NULL,                           -- JSON of schedule.jobs.Job
+        conversation TEXT NOT NULL,
+        status TEXT NOT NULL,                        -- active | done | cancelled
+        next_fire DOUBLE PRECISION,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX schedule_jobs_due ON schedule_jobs (status, next_fire);
+    CREATE INDEX schedule_jobs_by_conversation ON schedule_jobs (conversation, status);
+    CREATE TABLE schedule_fires (
+        job_id TEXT NOT NULL,
+        fire_at DOUBLE PRECISION NOT NULL,
+        status TEXT NOT NULL,                        -- queued | skipped | refused
+        reason TEXT NOT NULL DEFAULT '',
+        inbox_id BIGINT,
+        claimed_at DOUBLE PRECISION NOT NULL,
+        claimed_by TEXT NOT NULL DEFAULT '',         -- the node that claimed it
+        payload TEXT,                                -- engine temporal: the message to signal
+        delivered_at DOUBLE PRECISION,               -- engine temporal: signalled to its workflow
+        PRIMARY KEY (job_id, fire_at)
+    );
+    CREATE INDEX schedule_fires_undelivered ON schedule_fires (claimed_at)
+        WHERE payload IS NOT NULL AND delivered_at IS NULL
+    """,
+}
+
 COMPONENTS: dict[str, dict[int, str]] = {
     "gateway": GATEWAY,
     "sessions": SESSIONS,
@@ -217,6 +252,7 @@ COMPONENTS: dict[str, dict[int, str]] = {
     "journal": JOURNAL,
     "pending": PENDING,
     "traces": TRACES,
+    "schedules": SCHEDULES,
 }
 
 

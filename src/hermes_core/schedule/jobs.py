@@ -9,7 +9,8 @@ A job is a prompt that runs as a task in the conversation it was created in, at 
 `next_fire` is always a UTC timestamp; the time zone matters only for reading cron fields and naive
 datetimes. croniter and zoneinfo are imported by the functions that need them, not at import.
 
-Firing (gateway/schedules.py has the SQLite implementation): `claim_due(now)` takes each job whose
+Firing (gateway/schedules.py has the SQLite implementation, postgres/schedules.py the one several
+nodes share): `claim_due(now)` takes each job whose
 `next_fire` has come and, in ONE transaction, records the fire (job id, fire time: the primary key of
 `schedule_fires`), inserts the task's message into the gateway's inbox (keyed by the same pair) and
 moves `next_fire` on. A crash before the commit leaves nothing (the fire is claimed again at the next
@@ -34,6 +35,9 @@ from ..channels.seam import InboundMessage
 JobStatus = Literal["active", "done", "cancelled"]
 FireStatus = Literal["queued", "skipped", "refused"]
 MAX_CATCH_UP = 10_000  # missed fire times counted one by one; beyond, the count says "at least"
+# how a fire's prompt reaches the model (gateway/runner.py, engine/temporal/workflow.py): said to be a
+# job's, never read as a command
+SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
 
 
 class ScheduleError(ValueError):
@@ -188,6 +192,32 @@ def catch_up(job: Job, now: float) -> tuple[float, int, float | None]:
     return latest, missed, next_cron(job.cron, job.timezone, now)
 
 
+def plan_claim(job: Job, now: float, grace: float, refusal: RefusalCheck | None) -> list[Fire]:
+    """What claiming a due `job` at `now` records (every store's claim writes these, in its one
+    transaction): the missed fire times as one skipped row, the latest queued (with its message),
+    skipped (beyond `grace`) or refused (`refusal`); `job` itself is moved on to its next fire time,
+    or done."""
+    latest, missed, following = catch_up(job, now)
+    fires: list[Fire] = []
+    if missed:
+        assert job.next_fire is not None
+        reason = f"{missed} fire time(s) from {utc_iso(job.next_fire)} missed while the service was down"
+        fires.append(Fire(job.id, job.next_fire, "skipped", reason))
+    if now - latest > grace:
+        late = f"{now - latest:.0f}s late (the service was down), beyond misfire_grace {grace:.0f}s"
+        fire = Fire(job.id, latest, "skipped", late)
+    elif (why := refusal(job) if refusal is not None else None) is not None:
+        fire = Fire(job.id, latest, "refused", why)
+    else:
+        fire = Fire(job.id, latest, "queued", message=job.message(latest))
+    fires.append(fire)
+    job.last_fire, job.last_outcome = latest, fire.status
+    job.next_fire = following
+    if following is None:
+        job.status = "done"
+    return fires
+
+
 def _previous_cron(expression: str, zone_name: str, now: float) -> float:
     from croniter import croniter
 
@@ -200,8 +230,9 @@ def utc_iso(timestamp: float) -> str:
 
 
 class ScheduleStore(Protocol):
-    """Where jobs live and how fires are claimed; SQLite (gateway/schedules.py) is the embedded one.
-    Each method is one atomic step; a distributed engine can implement the same eight."""
+    """Where jobs live and how fires are claimed: SQLite (gateway/schedules.py) embedded, PostgreSQL
+    (postgres/schedules.py) shared by several nodes. Each method is one atomic step;
+    tests/contracts/test_schedule_store_contract.py is what every implementation must pass."""
 
     async def add(self, job: Job) -> Job:
         """Store a new job (a job with this id already stored is returned as it is: idempotent)."""
@@ -234,6 +265,8 @@ class ScheduleStore(Protocol):
     async def next_due(self) -> float | None:
         """The earliest next fire time of an active job (None: nothing scheduled)."""
         ...
+
+    async def close(self) -> None: ...
 
 
 class RefusalCheck(Protocol):

@@ -151,6 +151,21 @@ def schedule_tools(
     return [schedule_task, list_scheduled, cancel_scheduled]
 
 
+def register_schedule_tools(
+    agent: Any,
+    store: ScheduleStore,
+    *,
+    timezone: str = "UTC",
+    clock: Callable[[], float] = time.time,
+    on_change: Callable[[], None] | None = None,
+) -> None:
+    """The three tools on `agent` (unless it has tools of those names already): serve's agent, and
+    with engine temporal a worker's, whose tool steps set `CURRENT_MESSAGE` (engine/temporal/)."""
+    for declared in schedule_tools(store, timezone=timezone, clock=clock, on_change=on_change):
+        if agent.registry.get(declared.name) is None:
+            agent.register_tool(declared)
+
+
 def _current() -> InboundMessage:
     message = CURRENT_MESSAGE.get()
     if message is None:

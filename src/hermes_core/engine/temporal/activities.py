@@ -35,7 +35,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...channels.base import DeliveryError
-from ...channels.seam import OutboundMessage
+from ...channels.seam import OutboundMessage, inbound_of
 from ...kernel.approvals import APPROVAL_TTL, Interactions, Pending
 from ...kernel.messages import ToolCall
 from ...kernel.model import offering
@@ -44,6 +44,7 @@ from ...kernel.replies import detect_language
 from ...kernel.tools.permissions import Caller
 from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
 from ...kernel.tools.results import error_result
+from ...schedule.tools import CURRENT_MESSAGE
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
 from .workflow import MODEL, PREPARE, SEND, TOOL
@@ -236,9 +237,15 @@ class TurnActivities:
             model=data["model"],
             spent=[],
         )
-        outcome = await heartbeating(
-            tools.execute(call, timeout=data["timeout"], max_chars=data["max_chars"], context=context)
-        )
+        origin = data.get("origin")  # the message whose turn this is: for the scheduling tools
+        token = CURRENT_MESSAGE.set(inbound_of({"text": "", **origin})) if origin else None
+        try:
+            outcome = await heartbeating(
+                tools.execute(call, timeout=data["timeout"], max_chars=data["max_chars"], context=context)
+            )
+        finally:
+            if token is not None:
+                CURRENT_MESSAGE.reset(token)
         return {"outcome": outcome_record(outcome), "pending": asks.asked}
 
     @activity.defn(name=SEND)

@@ -126,6 +126,21 @@ class TemporalInbox:
             ACKS.inc(channel=message.channel, outcome="refused")
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
+        try:
+            await self.signal(message)
+        except BaseException:
+            ACKS.inc(channel=message.channel, outcome="error")
+            raise
+        ACKS.inc(channel=message.channel, outcome="accepted")
+        self.accepted += 1
+        local = self._next_id()
+        if message.channel == "webhook" and not message.callback_url:
+            self._watch(local, message.conversation, message.message_id, 0)
+        return local
+
+    async def signal(self, message: InboundMessage) -> None:
+        """Signal-with-start `message` into its conversation's workflow: durable once this returns
+        (a message id seen before is dropped there). `NotAccepted` past `ACCEPT_TIMEOUT`."""
         task_id_of(message)
         data = dataclasses.asdict(message)
         data["id"] = None
@@ -144,19 +159,9 @@ class TemporalInbox:
             # connection for seconds, past the platform's deadline; the caller gets its 503 in time
             await asyncio.wait_for(started, ACCEPT_TIMEOUT)
         except asyncio.TimeoutError:
-            ACKS.inc(channel=message.channel, outcome="error")
             raise NotAccepted(
                 f"Temporal at {self.config.address} did not take the message within {ACCEPT_TIMEOUT} s"
             ) from None
-        except BaseException:
-            ACKS.inc(channel=message.channel, outcome="error")
-            raise
-        ACKS.inc(channel=message.channel, outcome="accepted")
-        self.accepted += 1
-        local = self._next_id()
-        if message.channel == "webhook" and not message.callback_url:
-            self._watch(local, message.conversation, message.message_id, 0)
-        return local
 
     async def decide(
         self, pending_id: str, user_id: str, channel: str, approve: bool

@@ -4,7 +4,8 @@ Two Temporal workers in one process, on the configured cluster:
 
 - on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call` and
   `tool_call` activities, with the agent built from the configuration exactly as `serve` builds
-  it for the embedded engine (model, tools, skills, MCP servers, permissions);
+  it for the embedded engine (model, tools, skills, MCP servers, permissions; with `database.url`
+  the scheduling tools too, over the jobs in PostgreSQL that the serve nodes fire);
 - on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
   `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
   workers of the queue together, so the app-wide limit holds however many nodes send; the
@@ -100,6 +101,7 @@ async def run_worker(
     client = await connect(settings.temporal)
     if agent.mcp is not None:
         await agent.mcp.start(agent.registry)
+    schedules = schedule_tools_for(agent, settings)
     outlets = senders(settings)
     steps = TurnActivities(
         agent,
@@ -148,7 +150,23 @@ async def run_worker(
             closer = getattr(outlet, "aclose", None) or getattr(outlet, "stop", None)
             if closer is not None:
                 await closer()
+        if schedules is not None:
+            await schedules.close()
         await agent.aclose()
+
+
+def schedule_tools_for(agent: Any, settings: Settings) -> Any:
+    """`schedule_task`, `list_scheduled`, `cancel_scheduled` on this worker's agent, over the jobs in
+    PostgreSQL (database.url) that the serve nodes fire (engine/temporal/schedules.py); their store,
+    or None when scheduling is off or there is no database.url (then no tool is offered)."""
+    from ... import stores
+    from ...schedule.tools import register_schedule_tools
+
+    if not settings.schedule.enabled or stores.database_url(settings) is None:
+        return None
+    store = stores.schedule_store(settings)
+    register_schedule_tools(agent, store, timezone=settings.schedule.timezone)
+    return store
 
 
 def run(settings: Settings, agent: Any) -> NoReturn:

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from ...kernel.tools.permissions import MEMBER, Caller
     from ...kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
     from ...kernel.tools.results import DEFAULT_MAX_CHARS, error_result
+    from ...schedule.jobs import SCHEDULED_PROMPT
     from ...tools import ToolContext, ToolRegistry
 
 WORKFLOW = "HermesConversation"
@@ -69,6 +70,7 @@ PREPARE, MODEL, TOOL, SEND = (
 KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
+ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
 
 
 def sends_queue(task_queue: str) -> str:
@@ -262,13 +264,16 @@ class ConversationWorkflow:
             self.target = None
 
     async def _turn(self, message: InboundMessage) -> None:
-        if message.kind != "text":  # images, files…: we cannot read them
+        if message.kind not in ("text", "scheduled"):  # images, files…: we cannot read them
             await self._send(Reply(f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"))
             return
         if not message.text.strip():  # a bare @mention
             await self._send(Reply(fixed_reply("how_can_i_help", self.language)))
             return
-        asked = {"sender": message.sender, "channel": message.channel, "text": message.text}
+        text = message.text
+        if message.kind == "scheduled":  # a job's fire (schedules.py): its prompt, said to be one
+            text = SCHEDULED_PROMPT.format(job=message.extra.get("job", "?"), prompt=message.text)
+        asked = {"sender": message.sender, "channel": message.channel, "text": text}
         # a local activity: run by the worker that runs this workflow task, recorded as a marker
         # (no task queue round trip); a worker that dies in it loses the workflow task, and the
         # worker that takes it over prepares again (it reads only the configuration)
@@ -284,7 +289,7 @@ class ConversationWorkflow:
         earlier = [m for turn in self.history for m in turn]
         messages: list[Message] = [{"role": "system", "content": prepared["system"]}, *earlier]
         first = len(messages)
-        messages.append({"role": "user", "content": message.text})
+        messages.append({"role": "user", "content": text})
         tools = ActivityTools(self, [ToolFacts(**facts) for facts in prepared["tools"]], message)
         model = ActivityModel(self, prepared["model"], tuple(prepared["models"]), tools)
         task_id = str(message.extra["task_id"])
@@ -518,6 +523,8 @@ class ActivityTools(ToolRegistry):
             "max_chars": max_chars,
             "decision": None,
             "answer": None,
+            # where the scheduling tools create a job (schedule/tools.py CURRENT_MESSAGE)
+            "origin": {key: getattr(target, key) for key in ORIGIN},
         }
         return await self.flow.run_tool(call, self.catalog.get(call.name), payload)
 
