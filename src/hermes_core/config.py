@@ -531,6 +531,20 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
                     delegate_timeout=team.delegate_timeout)  # fmt: skip
 
 
+def require_database(settings: Settings) -> str:
+    """The PostgreSQL URL `engine: temporal` keeps its state in (engine/temporal/state.py: sessions,
+    long-term memory, traces, approvals, dead letters, shared by every node); a ConfigError naming
+    `database.url` when there is none."""
+    url = settings.database.url
+    if not url:
+        raise ConfigError(
+            "engine: temporal keeps conversations, traces, approvals and dead letters in PostgreSQL: "
+            "set database.url (HERMES_DATABASE_URL, e.g. postgresql://hermes@db:5432/hermes; "
+            "docs/scale-out.md)"
+        )
+    return url
+
+
 def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Endpoint | None:
     """The `Endpoint` the model section names (models/providers.py), None for the offline demo
     model; a ConfigError in one sentence for a half configuration."""

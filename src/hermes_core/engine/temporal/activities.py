@@ -29,13 +29,13 @@ import re
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ...channels.base import DeliveryError
-from ...channels.seam import OutboundMessage
+from ...channels.seam import OutboundMessage, inbound_of
 from ...kernel.approvals import APPROVAL_TTL, Interactions, Pending
 from ...kernel.messages import ToolCall
 from ...kernel.model import offering
@@ -46,7 +46,10 @@ from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
 from ...kernel.tools.results import error_result
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
-from .workflow import MODEL, PREPARE, SEND, TOOL
+from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, SEND, TOOL
+
+if TYPE_CHECKING:
+    from .state import SharedState
 
 log = logging.getLogger("hermes_core.engine.temporal")
 T = TypeVar("T")
@@ -152,14 +155,21 @@ class TurnActivities:
         *,
         chat_rate: float = 5.0,
         approval_ttl: float = APPROVAL_TTL,
+        state: SharedState | None = None,
     ) -> None:
         self.agent, self.senders = agent, senders
         self.chat_rate, self.approval_ttl = chat_rate, approval_ttl
+        self.state = state
         if agent.interactions is None:  # tools that need a person are offered: the workflow asks
             agent.use_interactions(StepInteractions(approval_ttl))
+        if state is not None:  # the `remember` tool, on the conversation's stored state
+            state.memory.attach(agent)
 
     def turn_steps(self) -> list[Any]:
-        return [self.prepare_task, self.model_call, self.tool_call]
+        return [
+            self.prepare_task, self.model_call, self.tool_call, self.command,
+            self.record_turn, self.record_pending, self.dead_letter,
+        ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:
         return [self.send_reply]
@@ -192,8 +202,16 @@ class TurnActivities:
         prompt = agent.system_prompt
         if agent.skills is not None:
             prompt = agent.skills.system_prompt(prompt, text)
+        window: list[Any] = []
+        notes = ""
+        if self.state is not None and data.get("conversation"):  # the stored conversation, folded
+            loaded = await self.state.memory.prepare(str(data["conversation"]), text, client)
+            window, notes = loaded.window, loaded.notes
         return {
             "system": prompt,
+            "window": window,
+            "notes": notes,
+            "caller": dataclasses.asdict(self._caller(data)),
             "tools": tools,
             "limits": dataclasses.asdict(agent.limits),
             "greeting": agent.is_greeting(text),
@@ -241,6 +259,42 @@ class TurnActivities:
         )
         return {"outcome": outcome_record(outcome), "pending": asks.asked}
 
+    @activity.defn(name=COMMAND)
+    async def command(self, data: dict[str, Any]) -> str:
+        """A conversation command's fixed reply (gateway/commands.py, as the embedded runner answers it)."""
+        from ...gateway import commands
+
+        if self.state is None:
+            raise ApplicationError("this worker keeps no conversations (database.url)", non_retryable=True)
+        message = inbound_of(data["message"])
+        agent = self.agent
+        caller = self._caller({"sender": message.sender, "channel": message.channel})
+        answer = await commands.answer(
+            message.text, conversation=message.conversation, memory=self.state.memory,
+            registry=agent.registry, caller=caller,
+            models=agent.client.models, language=agent.language, schedules=None, message=message,
+        )  # fmt: skip
+        return answer or ""
+
+    @activity.defn(name=RECORD)
+    async def record_turn(self, data: dict[str, Any]) -> None:
+        """A finished turn in the shared store: its messages, long-term outcome and trace (state.py)."""
+        if self.state is not None:
+            await self.state.record_turn(data)
+
+    @activity.defn(name=PENDING)
+    async def record_pending(self, data: dict[str, Any]) -> None:
+        """An approval or question as the approvals list shows it: asked, decided, answered, expired."""
+        if self.state is not None:
+            await self.state.record_pending(data)
+
+    @activity.defn(name=DEAD)
+    async def dead_letter(self, data: dict[str, Any]) -> int | None:
+        """A reply given up on, kept in the dead letters every node's console lists."""
+        if self.state is None:
+            return None
+        return await self.state.dead_letter(data["reply"], str(data["error"]))
+
     @activity.defn(name=SEND)
     async def send_reply(self, data: dict[str, Any]) -> str | None:
         reply = OutboundMessage(**data)
@@ -254,6 +308,8 @@ class TurnActivities:
         while True:
             try:
                 sent: str | None = await heartbeating(sender.send(reply))
+                if reply.id is not None and self.state is not None:  # a dead letter sent again
+                    await self.state.mark_sent(reply.id, sent)
                 return sent
             except DeliveryError as exc:
                 if exc.throttled:  # the platform said wait: not a failed attempt

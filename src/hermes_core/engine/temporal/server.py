@@ -4,20 +4,28 @@ A gateway node takes events (webhook, Feishu callbacks or its own Feishu long co
 verifies them as the embedded gateway does (the same channel code), and hands each to its
 conversation's workflow (client.py `TemporalInbox`); `hermes-core worker` nodes run the turns.
 The HTTP safety net (400/503, never 500), the read deadlines and the refusal of an unsigned
-webhook on a public address are the embedded server's own (gateway/server.py). The console and
-/metrics are served by the embedded engine only (docs/scale-out.md).
+webhook on a public address are the embedded server's own (gateway/server.py).
+
+The console (console/app.py, under /console/ with the embedded engine's access rules: a token, or
+this machine only) reads what the workers keep in PostgreSQL (state.py): tasks and their traces,
+the approvals list, dead letters. A decision taken there is the workflow's `decide` update
+(`TemporalInbox.decide`, as an admin), a Resend hands the reply back to its conversation's
+workflow, and the console's chat is answered like the webhook's synchronous requests. GET /metrics
+(`gateway.metrics`) is guarded as the embedded one: the counters of this node and the dead letters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ...config import Settings, policy
+from ...config import Settings, policy, require_database
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
 from ...gateway.server import (
     KEEPALIVE_TIMEOUT,
@@ -25,10 +33,20 @@ from ...gateway.server import (
     _address,
     channels_for,
     error_middleware,
+    metrics_route,
     refuse_open_webhook,
     route_summary,
 )
+from ...kernel.approvals import DecisionRefused, Pending, PendingStore
+from ...kernel.messages import JSON
+from ...kernel.tools.permissions import Caller
 from .client import TemporalInbox, connect
+
+if TYPE_CHECKING:
+    from ...channels.seam import InboundMessage, OutboundMessage
+    from ...observe.metrics import Sample
+    from ...postgres.gateway import PostgresGatewayStore
+    from .state import SharedState
 
 log = logging.getLogger("hermes_core.server")
 
@@ -45,13 +63,20 @@ async def serve(
     """Run a gateway node until SIGTERM/SIGINT (or `stop`); see the module docstring."""
     from aiohttp import web
 
+    from ...console.app import mount_console
+    from ...gateway.server import to_console, what_is_served
+    from .state import SharedState
+
     bind = host or settings.gateway.host
     refuse_open_webhook(settings, bind)
+    require_database(settings)
     client = await connect(settings.temporal)
     inbox = TemporalInbox(client, settings.temporal, policy(settings.permissions))
     channels, routes = channels_for(settings, inbox)
     for channel in channels:
         inbox.add_channel(channel)
+    state = SharedState.of(settings)
+    gateway = ConsoleGateway(inbox, state)
 
     async def healthz(request: web.Request) -> web.Response:
         body = {
@@ -67,6 +92,10 @@ async def serve(
         client_max_size=WEBHOOK_MAX_BODY, middlewares=[error_middleware, deadlines.middleware]
     )
     app.add_routes([*routes, web.get("/healthz", healthz)])
+    if settings.gateway.metrics:
+        app.add_routes([metrics_route(gateway, settings, bind, os.environ, samples=gateway.samples)])
+    console = mount_console(app, gateway, ConsoleView(state, inbox), settings, host=bind)  # type: ignore[arg-type]
+    app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
     stop = stop or asyncio.Event()
@@ -91,6 +120,107 @@ async def serve(
     finally:
         await inbox.stop()
         await runner.cleanup()
+        await state.close()
+
+
+class ConsoleGateway:
+    """What the console reads of a gateway (console/app.py `Console.gateway`), on this engine: the
+    channels are the inbox's, the dead letters and queue depths the shared store's."""
+
+    runner = None  # no turns run here: nothing to stream from
+    scheduler = None
+    turns_done = 0  # this node runs no turns; the workers do
+    replies_sent = 0
+
+    def __init__(self, inbox: TemporalInbox, state: SharedState) -> None:
+        self.inbox, self.state = inbox, state
+
+    @property
+    def accepting(self) -> bool:
+        return self.inbox.accepting
+
+    @property
+    def store(self) -> PostgresGatewayStore:
+        return self.state.gateway
+
+    def status(self) -> dict[str, JSON]:
+        return {"engine": "temporal", "accepted": self.inbox.accepted}
+
+    def add_channel(self, channel: Any) -> None:
+        self.inbox.add_channel(channel)
+
+    async def accept(self, message: InboundMessage) -> int | None:
+        return await self.inbox.accept(message)
+
+    async def resend(self, outbox_id: int) -> OutboundMessage | None:
+        """A dead letter back to its conversation's workflow, which sends it again (same uuid)."""
+        reply = await self.state.take_dead_letter(outbox_id)
+        if reply is not None:
+            await self.inbox.resend(reply)
+        return reply
+
+    async def samples(self) -> list[Sample]:
+        """/metrics gauges read when scraped: the dead letters of every node (the shared store)."""
+        from ...observe.metrics import Sample
+
+        counts = await self.state.gateway.counts()
+        text = "Replies given up on (the dead-letter table)."
+        return [Sample("hermes_dead_letters", text, counts.get("dead_letters"))]
+
+
+class ConsoleView:
+    """The console's `agent` (console/app.py reads its `tracer` and `interactions`): the shared
+    store's traces, and the approvals list whose decisions go to the workflows."""
+
+    def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
+        from ...observe.traces import Tracer
+
+        self.tracer = Tracer(state.traces) if state.traces is not None else None
+        self.interactions = WorkflowApprovals(state, inbox)
+
+
+class WorkflowApprovals(PendingStore):
+    """The approvals list of the shared store (state.py keeps it current); a decision is the
+    workflow's `decide` update, which refuses what the embedded store refuses."""
+
+    def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
+        self.store, self.inbox = state.pending, inbox
+
+    async def decide(self, pending_id: str, decider: Caller, approve: bool) -> Pending:
+        pending, _ = await self.inbox.decide(
+            pending_id, decider.user_id, decider.channel, approve, role=decider.role
+        )
+        pending.resume = None  # the workflow goes on by itself: there is no message to run again
+        return pending
+
+    async def get(self, pending_id: str) -> Pending | None:
+        return await self.store.get(pending_id)
+
+    async def open_for_task(self, task_id: str) -> builtins.list[Pending]:
+        return await self.store.open_for_task(task_id)
+
+    async def list(self, status: str | None = "pending", limit: int = 100) -> builtins.list[Pending]:
+        return await self.store.list(status, limit)
+
+    async def approval(self, task_id: str, call_id: str, tool: str, arguments: str, caller: Caller | None,
+                       conversation: str | None) -> Pending:  # fmt: skip
+        raise DecisionRefused("approval_unknown")  # asked by the workflows, never by a gateway node
+
+    async def question(self, task_id: str, call_id: str, question: str, caller: Caller | None,
+                       conversation: str | None) -> Pending:  # fmt: skip
+        raise DecisionRefused("approval_unknown")
+
+    async def answer(self, conversation: str, sender: str, text: str, *, channel: str) -> Pending | None:
+        return None  # the workflow reads the asker's next message itself
+
+    async def expire_due(self, now: float | None = None) -> builtins.list[Pending]:
+        return []  # each workflow expires its own
+
+    async def set_resume(self, task_id: str, resume: dict[str, JSON]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 def _on_signals(stop: asyncio.Event) -> None:

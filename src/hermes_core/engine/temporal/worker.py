@@ -27,7 +27,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn, cast
 
-from ...config import Settings, build_agent
+from ...config import Settings, build_agent, require_database
 from .activities import TurnActivities
 from .client import connect
 from .workflow import ConversationWorkflow, sends_queue
@@ -91,8 +91,12 @@ async def run_worker(
 ) -> None:
     from temporalio.worker import Worker
 
+    from .state import SharedState
+
+    require_database(settings)  # before anything connects: the refusal is one line
     agent = agent or build_agent(settings)
     client = await connect(settings.temporal)
+    state = SharedState.of(settings)
     if agent.mcp is not None:
         await agent.mcp.start(agent.registry)
     outlets = senders(settings)
@@ -101,6 +105,7 @@ async def run_worker(
         outlets,
         chat_rate=settings.feishu.chat_send_rate,
         approval_ttl=settings.permissions.approval_ttl,
+        state=state,
     )
     queue = settings.temporal.task_queue
     turns = Worker(
@@ -143,11 +148,13 @@ async def run_worker(
             closer = getattr(outlet, "aclose", None) or getattr(outlet, "stop", None)
             if closer is not None:
                 await closer()
+        await state.close()
         await agent.aclose()
 
 
 def run(settings: Settings, agent: Any) -> NoReturn:
     """`hermes-core worker`, then exit (no cluster: one line, 1)."""
+    from ...config import ConfigError
     from .client import Unreachable, leave
 
     def ready() -> None:
@@ -155,7 +162,7 @@ def run(settings: Settings, agent: Any) -> NoReturn:
 
     try:
         asyncio.run(run_worker(settings, agent=agent, ready=ready))
-    except Unreachable as exc:
+    except (ConfigError, Unreachable) as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
-        leave(1)
+        leave(2 if isinstance(exc, ConfigError) else 1)
     leave(0)
