@@ -128,6 +128,7 @@ class Cluster:
         *,
         database: str,
         workers: int = 2,
+        env: dict[str, str] | None = None,
         **options: Any,
     ) -> None:
         self.folder = folder
@@ -145,7 +146,7 @@ class Cluster:
             PYTHONPATH=str(folder), HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", STEP_LOG=str(self.log),
             FEISHU_APP_ID=feishu.app_id, FEISHU_APP_SECRET=feishu.app_secret,
             FEISHU_VERIFICATION_TOKEN=feishu.verification_token, FEISHU_BASE_URL=feishu.base_url,
-            SLOW_SECONDS="4", HERMES_DATABASE_URL=database,
+            SLOW_SECONDS="4", HERMES_DATABASE_URL=database, **(env or {}),
         )  # fmt: skip
         self.processes: list[subprocess.Popen[bytes]] = []
         self.nodes = [self.serve(i) for i in range(2)]

@@ -147,6 +147,9 @@ class ConversationWorkflow:
         self.language: Language = "en"
         self.turn_task: asyncio.Task[None] | None = None
         self.stop_requested = False  # a /stop of the asker cancels the turn in flight
+        self.stoppable = (
+            False  # while the turn's loop runs (a command's reply, or a sent one, is not stopped)
+        )
         self.resends: list[dict[str, Any]] = list(state.get("resends", []))  # dead letters sent again
         self.recorded: int = int(state.get("recorded", 0))  # turns recorded in the shared store
 
@@ -171,7 +174,7 @@ class ConversationWorkflow:
             and is_stop(str(data.get("text", "")))
             and target is not None
             and task is not None
-            and not task.done()
+            and self.stoppable
             and (target.sender, target.channel) == (data.get("sender"), data.get("channel"))
         ):  # said before the turn is cancelled: its reply says what it stopped
             extra["stopping"] = target.extra.get("task_id") or target.message_id
@@ -265,7 +268,7 @@ class ConversationWorkflow:
                     "turn for %s message %s stopped", message["channel"], message["message_id"]
                 )
             finally:
-                self.stop_requested, self.turn_task, self.target = False, None, None
+                self.stop_requested, self.stoppable, self.turn_task, self.target = False, False, None, None
             self.turns += 1
             self.turns_this_run += 1
             if (
@@ -299,6 +302,8 @@ class ConversationWorkflow:
         try:
             await self._turn(message)
         except Exception:  # the loop does not raise; this guards a broken step or worker
+            if self.stop_requested:  # a step cancelled by /stop: the turn ends here, unanswered
+                raise asyncio.CancelledError() from None
             workflow.logger.exception("turn for %s message %s failed", message.channel, message.message_id)
             apology = fixed_reply("internal_error", self.language)
             await self._send(Reply(apology, error="internal_error"))
@@ -350,17 +355,21 @@ class ConversationWorkflow:
         model = ActivityModel(self, prepared["model"], tuple(prepared["models"]), tools)
         task_id = str(message.extra["task_id"])
         trace = TurnTrace(self, task_id, message, messages, prepared)
-        result = await run_loop(
-            model,
-            tools,
-            messages,
-            limits,
-            self.language,
-            offer_tools=not prepared["greeting"],
-            task_id=task_id,
-            session_id=message.conversation,
-            hooks=trace,
-        )
+        self.stoppable = True
+        try:
+            result = await run_loop(
+                model,
+                tools,
+                messages,
+                limits,
+                self.language,
+                offer_tools=not prepared["greeting"],
+                task_id=task_id,
+                session_id=message.conversation,
+                hooks=trace,
+            )
+        finally:
+            self.stoppable = False
         turn = messages[first:]
         if not result.ok:  # keep the history answerable: close the turn with what the user saw
             turn.append({"role": "assistant", "content": result.reply})
@@ -408,6 +417,8 @@ class ConversationWorkflow:
                     ),
                 )
             except ActivityError as exc:
+                if self.stop_requested:  # cancelled by /stop (the step was told to stop)
+                    raise asyncio.CancelledError() from None
                 message = f"tool {call.name} could not be run: {exc.cause or exc}"
                 return ToolOutcome(call, error_result(message), ok=False, error="exception")
             outcome = outcome_from(result["outcome"])
@@ -646,6 +657,8 @@ class ActivityModel(ModelClient):
                 ),
             )
         except ActivityError as exc:
+            if self.flow.stop_requested:  # cancelled by /stop
+                raise asyncio.CancelledError() from None
             cause = exc.cause
             if getattr(cause, "type", None) == "ModelRequestRejected":
                 raise ModelRequestRejected(str(getattr(cause, "message", cause))) from None
