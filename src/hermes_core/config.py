@@ -165,7 +165,9 @@ class TemporalConfig(_Section):
     send_attempts: int = Field(8, ge=1, le=100)  # tries of one reply before it is kept as a dead letter
     turns_per_run: int = Field(100, ge=1, le=10_000)  # turns before the workflow continues as new
     dedup_ids: int = Field(2000, ge=10, le=100_000)  # message and event ids remembered per conversation
-    window_turns: int = Field(20, ge=1, le=1000)  # past turns of the conversation sent to the model
+    # not read any more: the window is `memory.window_turns` of the stored conversation (kept so
+    # that configurations setting it still load)
+    window_turns: int = Field(20, ge=1, le=1000)
     idle_days: float = Field(2.0, gt=0)  # a conversation idle this long continues as new, ids pruned
 
 

@@ -1,8 +1,9 @@
 """The steps a `hermes-core worker` runs for the conversation workflows, with the configured agent.
 
 - `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
-  system prompt, the tools this sender may be offered (with their levels), the limits, greeting
-  and language.
+  system prompt, the window and notes of the conversation stored in PostgreSQL (`ConversationMemory.
+  prepare`: folded when it no longer fits, long-term examples), the tools this sender may be
+  offered (with their levels), the limits, greeting and language.
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
   the client's own retries), one response in kernel/records.py's format.
 - `tool_call`: `ToolRegistry.execute` for one call (permissions, argument checks, approvals,
@@ -14,7 +15,14 @@
   webhook's `Idempotency-Key`), so a send retried after a crash is not a second message. The
   platform's "wait" is waited for here (heartbeating), not counted as a failed attempt.
 
-Every step but `prepare_task` heartbeats while it runs, so a worker killed mid-step is noticed within the
+- `command`: a conversation command's fixed reply (gateway/commands.py `answer`, on the stored
+  conversation: `/new`, `/memory`, `/forget` change it), as the embedded runner gives it.
+- `record_turn`, `record_pending`, `dead_letter`: what the workflow hands over to be kept in
+  PostgreSQL (state.py): a finished turn (messages, long-term outcome, trace), an approval or
+  question as asked and decided, a reply given up on. A dead letter sent again is marked sent by
+  `send_reply`.
+
+The model, tool and send steps heartbeat while it runs, so a worker killed mid-step is noticed within the
 `heartbeat_timeout` and the step moves to another worker.
 """
 

@@ -2,9 +2,11 @@
 
 Two Temporal workers in one process, on the configured cluster:
 
-- on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call` and
-  `tool_call` activities, with the agent built from the configuration exactly as `serve` builds
-  it for the embedded engine (model, tools, skills, MCP servers, permissions);
+- on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call`,
+  `tool_call`, `command`, `record_turn`, `record_pending` and `dead_letter` activities, with the
+  agent built from the configuration exactly as `serve` builds it for the embedded engine (model,
+  tools, skills, MCP servers, permissions, the `remember` tool) and the PostgreSQL stores of
+  `database.url` (state.py; required: without it the worker refuses to start);
 - on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
   `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
   workers of the queue together, so the app-wide limit holds however many nodes send; the

@@ -21,9 +21,18 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
 - Replies go out through the `send_reply` activity on the `<task_queue>-sends` queue (whose
   workers are rate-limited app-wide by the server), each with its idempotency key, spaced per chat
   here; the webhook's synchronous replies are read by the node that holds the request (`replies`).
+- The conversation lives in PostgreSQL (state.py), not here: `prepare_task` builds each turn's
+  window and notes from it, and `record_turn` stores the finished turn — its messages once per
+  task id, its long-term outcome, its trace (`TurnTrace`, observe/traces.py's record) — before the
+  reply goes out. Approvals and questions are `pending` rows (`record_pending`) as they are asked
+  and decided; a reply given up on is a dead letter there (`dead_letter`), which the console's
+  Resend hands back (`resend` signal).
+- Commands (gateway/commands.py) are answered by the `command` activity, with no model call; a
+  `/stop` from the asker cancels the turn in flight (`message`: the turn's task is cancelled, so
+  are its steps) and is answered as the embedded gateway answers it.
 - History: after `turns_per_run` turns (or when the server suggests it) the workflow continues as
-  new with its state — queue, remembered ids, the conversation's last `window_turns` turns, recent
-  replies — so its history stays bounded however long the conversation lasts.
+  new with its state — queue, remembered ids, recent replies — so its history stays bounded
+  however long the conversation lasts.
 
 Workflow code must be deterministic: the kernel's modules are passed through the sandbox (they
 are replayed as they ran: no clock, randomness or I/O is consulted in the loop's decisions), and
