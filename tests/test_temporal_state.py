@@ -258,3 +258,19 @@ async def test_stop_cancels_the_askers_turn_in_flight(
     assert await say(cluster, feishu, chat, "/停止", node=1) == fixed_reply("stop_done", "zh")
     assert await say(cluster, feishu, chat, "call record s2") == "done: recorded s2"
     assert [m.text for m in feishu.messages_in(chat)] == [fixed_reply("stop_done", "zh"), "done: recorded s2"]
+
+
+async def test_the_consoles_chat_is_answered_through_the_workflows(cluster: Cluster, database: str) -> None:
+    """A message typed in the console of a node: its turn runs on a worker, the reply comes back to
+    the browser that waits on that node, and the turn is stored like any other."""
+    body = json.dumps({"message": "call record w1", "conversation": "w1"}).encode()
+    request = urllib.request.Request(f"{cluster.nodes[1]}/console/api/chat", data=body, method="POST")
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        events = [json.loads(line) for line in response.read().decode().splitlines() if line.strip()]
+    assert events[0]["type"] == "accepted" and events[-1] == {
+        "type": "reply", "text": "done: recorded w1", "approval": None,
+    }, events  # fmt: skip
+    task = "SELECT task_id FROM traces WHERE conversation = 'web:w1'"
+    await until(lambda: rows(database, task) == [(events[0]["task_id"],)], "the console turn's trace")

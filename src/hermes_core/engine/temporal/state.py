@@ -73,9 +73,14 @@ class SharedState:
     # -- a finished turn ------------------------------------------------------------------------
 
     async def record_turn(self, data: dict[str, Any]) -> None:
-        """The turn's messages (once per task id), its long-term outcome, its trace."""
+        """The turn's trace, its messages and its long-term outcome — once per task id, however
+        often the step runs (a worker that died after writing is replaced, and the step retried)."""
         conversation, task_id = str(data["conversation"]), str(data["task_id"])
         messages: list[Message] = data["messages"]
+        if self.traces is not None and data.get("trace"):  # stored again under its task id: replaced
+            await self.traces.record(data["trace"])
+        if await self._stored(conversation, task_id):  # this step run again: learned already
+            return
         await self.memory.store.append(conversation, messages, turn_id=task_id)
         result = RunResult(
             str(data["reply"]),
@@ -84,8 +89,25 @@ class SharedState:
             stop_reason=str(data["stop_reason"]),
         )
         await self.memory.learn(conversation, result)
-        if self.traces is not None and data.get("trace"):
-            await self.traces.record(data["trace"])
+
+    async def _stored(self, conversation: str, task_id: str) -> bool:
+        """Whether the turn of `task_id` is in the conversation's log already."""
+        store = self.memory.store
+        database = getattr(store, "db", None)
+        if database is None or not hasattr(database, "transaction"):
+            return False
+
+        async def find(db: AsyncConnection) -> bool:
+            row = await (
+                await db.execute(
+                    "SELECT 1 FROM session_turns WHERE conversation = %s AND turn_id = %s",
+                    (conversation, task_id),
+                )
+            ).fetchone()
+            return row is not None
+
+        found: bool = await database.transaction(find)
+        return found
 
     # -- approvals and questions ----------------------------------------------------------------
 
