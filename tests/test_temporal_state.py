@@ -31,6 +31,7 @@ import pytest
 from hermes_core import sessions  # before memory.conversation, which it imports
 from hermes_core.kernel.replies import fixed_reply
 from hermes_core.memory.conversation import describe_memory
+from hermes_core.observe.traces import xray_path
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from pg_server import PostgresServer
@@ -49,6 +50,8 @@ def answers(request: RecordedRequest) -> FakeReply:
     done = any(m["role"] == "tool" for m in messages[messages.index(user) :])
     if text.startswith("remember ") and not done:
         return FakeReply.tool_call("remember", {"note": text.removeprefix("remember ")})
+    if text == "refuse this":  # the provider refuses the request: the task fails
+        return FakeReply.error(400, "this request is refused")
     return steps(request)
 
 
@@ -156,11 +159,22 @@ async def test_a_turn_is_stored_in_postgresql_and_shown_by_the_other_nodes_conso
     status, page = console(other, f"/console/tasks?conversation={conversation}")
     assert status == 200 and task_id in page, page
 
+    # a failed task: listed as failed by the console, and its X-ray written by the worker
+    apology = await say(cluster, feishu, chat, "refuse this")
+    assert apology == fixed_reply("model_rejected", "en"), apology
+    failed = "SELECT task_id FROM traces WHERE conversation = %s AND failed"
+    await until(lambda: rows(database, failed, conversation), "the failed task's trace")
+    [(failed_id,)] = rows(database, failed, conversation)
+    status, page = console(other, "/console/tasks?failed=1")
+    assert status == 200 and failed_id in page and task_id not in page
+    xray = json.loads(xray_path(cluster.folder / "xray", failed_id).read_text(encoding="utf-8"))
+    assert (xray["input"], xray["stop_reason"]) == ("refuse this", "model_rejected"), xray
+
     # the next turn's window is the stored conversation
     model, _ = platform
     assert await say(cluster, feishu, chat, "call record t2", node=1) == "done: recorded t2"
     sent = [m["content"] for m in model.requests[-1].messages if m["role"] == "user"]
-    assert sent == ["call record t1", "call record t2"]
+    assert sent == ["call record t1", "refuse this", "call record t2"]
 
 
 async def test_an_approval_is_listed_and_decided_in_the_other_nodes_console(

@@ -8,6 +8,7 @@ show the Temporal engine's conversations as they show the embedded one's.
   `/forget`, `/new` change the conversation's state, long-term outcomes are recorded and offered
   as examples (`memory.long_term`);
 - traces: the record of each finished turn (observe/traces.py's format) in `PostgresTraceStore`;
+  a failed one also as an X-ray file on the worker (`observe.xray_dir`, as `serve` writes them);
 - approvals and questions: one `pending` row per request (tasks/pending.py's record), its status
   set when the workflow gets the decision, the answer or the expiry — the approvals list reads it;
   the decision itself is the workflow's (`decide` update, client.py);
@@ -20,9 +21,12 @@ Only activities (activities.py) and `serve` (server.py) call this: workflow code
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...channels.seam import OutboundMessage
@@ -30,6 +34,7 @@ from ...kernel.approvals import Pending
 from ...kernel.loop import RunResult
 from ...kernel.messages import Message
 from ...kernel.records import outcome_from
+from ...observe.traces import is_failure, write_xray
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -41,6 +46,9 @@ if TYPE_CHECKING:
     from ...postgres.traces import PostgresTraceStore
 
 
+log = logging.getLogger("hermes_core.engine.temporal")
+
+
 class SharedState:
     """The PostgreSQL stores a worker or gateway node of this engine writes and reads."""
 
@@ -50,8 +58,11 @@ class SharedState:
         traces: PostgresTraceStore | None,
         pending: PostgresInteractions,
         gateway: PostgresGatewayStore,
+        *,
+        xray_dir: str | None = None,
     ) -> None:
         self.memory, self.traces, self.pending, self.gateway = memory, traces, pending, gateway
+        self.xray_dir = xray_dir
 
     @classmethod
     def of(cls, settings: Settings) -> SharedState:
@@ -62,12 +73,17 @@ class SharedState:
         from ...postgres.traces import PostgresTraceStore
 
         url = require_database(settings)
-        keep_traces = settings.observe.traces is not False  # on by default, as for `serve`
+        observe = settings.observe
+        keep_traces = observe.traces is not False  # on by default, as for `serve` (tracer_for)
+        xray_dir = observe.xray_dir
+        if xray_dir is None:
+            xray_dir = str(Path(settings.gateway.data_dir) / "xray") if keep_traces else ""
         return cls(
             build_memory(settings),
             PostgresTraceStore(url) if keep_traces else None,
             PostgresInteractions(url, approval_ttl=settings.permissions.approval_ttl),
             PostgresGatewayStore(url),
+            xray_dir=xray_dir or None,
         )
 
     # -- a finished turn ------------------------------------------------------------------------
@@ -77,8 +93,12 @@ class SharedState:
         often the step runs (a worker that died after writing is replaced, and the step retried)."""
         conversation, task_id = str(data["conversation"]), str(data["task_id"])
         messages: list[Message] = data["messages"]
-        if self.traces is not None and data.get("trace"):  # stored again under its task id: replaced
-            await self.traces.record(data["trace"])
+        trace = data.get("trace")
+        if self.traces is not None and trace:  # stored again under its task id: replaced
+            await self.traces.record(trace)
+        if self.xray_dir is not None and trace and is_failure(trace):
+            path = await asyncio.to_thread(write_xray, self.xray_dir, trace)
+            log.info("failed task %s: X-ray written to %s", task_id, path)
         if await self._stored(conversation, task_id):  # this step run again: learned already
             return
         await self.memory.store.append(conversation, messages, turn_id=task_id)
