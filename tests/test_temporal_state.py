@@ -9,7 +9,7 @@ Temporal dev server and a private PostgreSQL server, the fake Feishu platform an
   task goes on and the list shows the decision;
 - a reply the platform refuses for good is a dead letter in the other node's console and /metrics,
   and its Resend delivers it (same uuid) and takes it off the list;
-- /memory, /new, /help, /jobs and /stop answer as the embedded engine does (gateway/commands.py),
+- /memory, /forget, /new, /help, /jobs and /stop answer as the embedded engine does (gateway/commands.py),
   in English and Chinese, and the model gets no request for any of them; after /new the next turn
   starts with an empty window.
 
@@ -246,6 +246,9 @@ async def test_conversation_commands_answer_as_embedded_without_a_model_request(
     asked = len(model.requests)
     state = sessions.ConversationState(facts=["budget is 5000"])
     assert await say(cluster, feishu, chat, "/memory", node=1) == describe_memory(state, "en")
+    forgot = fixed_reply("memory_forgot_one", "en").format(n=1, text="budget is 5000")
+    assert await say(cluster, feishu, chat, "/forget 1") == forgot
+    assert await say(cluster, feishu, chat, "/记忆", node=1) == fixed_reply("memory_empty", "zh")
     assert (await say(cluster, feishu, chat, "/help")).startswith(fixed_reply("help_header", "en"))
     assert await say(cluster, feishu, chat, "/jobs") == fixed_reply("jobs_unavailable", "en")
     assert await say(cluster, feishu, chat, "/stop") == fixed_reply("stop_nothing", "en")
