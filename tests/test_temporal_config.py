@@ -83,6 +83,7 @@ def test_no_cluster_at_the_address_is_one_line_and_exit_1(tmp_path: Path, comman
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # a hermes-core process per command
 @pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker"]])
 def test_engine_temporal_without_database_url_is_refused_in_one_line(
     tmp_path: Path, command: list[str]

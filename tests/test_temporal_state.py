@@ -262,7 +262,7 @@ async def test_conversation_commands_answer_as_embedded_without_a_model_request(
 
 
 async def test_stop_cancels_the_askers_turn_in_flight(
-    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu], database: str
 ) -> None:
     _, feishu = platform
     chat = f"oc_{uuid.uuid4().hex[:6]}_s"
@@ -275,6 +275,17 @@ async def test_stop_cancels_the_askers_turn_in_flight(
     assert await say(cluster, feishu, chat, "/停止", node=1) == fixed_reply("stop_done", "zh")
     assert await say(cluster, feishu, chat, "call record s2") == "done: recorded s2"
     assert [m.text for m in feishu.messages_in(chat)] == [fixed_reply("stop_done", "zh"), "done: recorded s2"]
+    # a turn waiting for an approval is stopped too: the approval leaves the list
+    envelope = feishu.user_message("call transfer 9", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(envelope, cluster.events(1))
+    query = "SELECT status FROM pending WHERE conversation = %s AND kind = 'approval'"
+    await until(lambda: rows(database, query, f"feishu:ou_{chat}") == [("pending",)], "the approval")
+    await until(lambda: len(feishu.messages_in(chat)) == 3, "the approval request")
+    assert await say(cluster, feishu, chat, "/stop") == fixed_reply("stop_done", "en")
+    await until(
+        lambda: rows(database, query, f"feishu:ou_{chat}") == [("expired",)], "the approval withdrawn"
+    )
+    assert [s for s in cluster.steps() if (s["kind"], s["arg"]) == ("transfer", "9")] == []
 
 
 async def test_the_consoles_chat_is_answered_through_the_workflows(cluster: Cluster, database: str) -> None:

@@ -156,9 +156,8 @@ class ConversationWorkflow:
         self.language: Language = "en"
         self.turn_task: asyncio.Task[None] | None = None
         self.stop_requested = False  # a /stop of the asker cancels the turn in flight
-        self.stoppable = (
-            False  # while the turn's loop runs (a command's reply, or a sent one, is not stopped)
-        )
+        # while the turn's loop runs: a command's reply, or a reply already sent, is not stopped
+        self.stoppable = False
         self.resends: list[dict[str, Any]] = list(state.get("resends", []))  # dead letters sent again
         self.recorded: int = int(state.get("recorded", 0))  # turns recorded in the shared store
 
@@ -276,6 +275,7 @@ class ConversationWorkflow:
                 workflow.logger.info(
                     "turn for %s message %s stopped", message["channel"], message["message_id"]
                 )
+                await self._withdraw(str(message["extra"]["task_id"]))
             finally:
                 self.stop_requested, self.stoppable, self.turn_task, self.target = False, False, None, None
             self.turns += 1
@@ -285,6 +285,13 @@ class ConversationWorkflow:
                 or workflow.info().is_continue_as_new_suggested()
             ):
                 await self._continue_as_new()
+
+    async def _withdraw(self, task_id: str) -> None:
+        """The approvals and questions a stopped turn waited for: expired, in the list too."""
+        for pending in list(self.pending.values()):
+            if pending.get("task_id") == task_id and pending.get("status") == "pending":
+                pending.update(status="expired", decided_at=self._now())
+                await self._step(PENDING, {key: value for key, value in pending.items() if key != "resume"})
 
     async def _continue_as_new(self) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -568,7 +575,7 @@ class TurnTrace(TaskHooks):
     ) -> None:
         self.flow, self.task_id, self.message, self.messages = flow, task_id, message, messages
         self.prepared = prepared
-        self.history = list(messages)  # before the input is appended
+        self.history = list(messages[:-1])  # the messages before the input, as sent
         self.started_at = flow._now()
         self.turn = 0
         self.model_calls: list[dict[str, Any]] = []
@@ -610,7 +617,7 @@ class TurnTrace(TaskHooks):
             "caller": self.prepared.get("caller"),
             "model": self.prepared.get("model", ""),
             "input": message.text,
-            "history": self.history[: len(self.history) - 1] if self.history else [],
+            "history": self.history,
             "messages": list(self.messages),
             "model_calls": self.model_calls,
             "tool_calls": calls,
