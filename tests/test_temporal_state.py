@@ -8,7 +8,8 @@ Temporal dev server and a private PostgreSQL server, the fake Feishu platform an
 - an approval waiting in a workflow is in the other node's approvals list, is decided there, the
   task goes on and the list shows the decision;
 - a reply the platform refuses for good is a dead letter in the other node's console and /metrics,
-  and its Resend delivers it (same uuid) and takes it off the list;
+  and its Resend — or `hermes-core deadletters resend ID` — delivers it (same uuid) and takes it
+  off the list;
 - /memory, /forget, /new, /help, /jobs and /stop answer as the embedded engine does (gateway/commands.py),
   in English and Chinese, and the model gets no request for any of them; after /new the next turn
   starts with an empty window.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -233,8 +236,25 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
     await until(lambda: len(feishu.messages_in(chat)) >= 1, "the resent reply")
     assert [m.text for m in feishu.messages_in(chat)] == ["done: recorded d1"]
     assert listed() == []
-    sent = "SELECT status FROM outbox WHERE conversation = %s"
+    sent = "SELECT status FROM outbox WHERE conversation = %s ORDER BY id"
     await until(lambda: rows(database, sent, conversation) == [("sent",)], "the outbox row marked sent")
+
+    # the same through `hermes-core deadletters resend ID`: a request any serve node takes up
+    feishu.fail_next(1, code=230002)
+    envelope = feishu.user_message("call record d2", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(envelope, cluster.events(1))
+    await until(lambda: listed(), "the second dead letter")
+    [letter] = listed()
+    command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "deadletters", "resend",
+               str(letter["id"])]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=cluster.folder, env=cluster.env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "resend requested" in done.stdout, done.stderr
+    await until(lambda: len(feishu.messages_in(chat)) >= 2, "the reply resent on request")
+    assert [m.text for m in feishu.messages_in(chat)] == ["done: recorded d1", "done: recorded d2"]
+    await until(lambda: rows(database, sent, conversation) == [("sent",), ("sent",)], "both marked sent")
+    assert listed() == []
 
 
 async def test_conversation_commands_answer_as_embedded_without_a_model_request(

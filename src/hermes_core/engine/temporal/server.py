@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .state import SharedState
 
 log = logging.getLogger("hermes_core.server")
+RESEND_INTERVAL = 2.0  # seconds between looks for resends asked for from another process
 
 
 async def serve(
@@ -100,8 +101,10 @@ async def serve(
     await runner.setup()
     stop = stop or asyncio.Event()
     _on_signals(stop)
+    resender: asyncio.Task[None] | None = None
     try:
         await inbox.start()
+        resender = asyncio.create_task(gateway.resend_requested())
         site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
         address = _address(site)
@@ -118,6 +121,8 @@ async def serve(
             banner(address, route_summary(app))
         await stop.wait()
     finally:
+        if resender is not None:
+            resender.cancel()
         await inbox.stop()
         await runner.cleanup()
         await state.close()
@@ -154,10 +159,30 @@ class ConsoleGateway:
 
     async def resend(self, outbox_id: int) -> OutboundMessage | None:
         """A dead letter back to its conversation's workflow, which sends it again (same uuid)."""
-        reply = await self.state.take_dead_letter(outbox_id)
+        reply = await self.state.gateway.resend(outbox_id)
         if reply is not None:
-            await self.inbox.resend(reply)
+            await self._hand_back(reply)
         return reply
+
+    async def _hand_back(self, reply: OutboundMessage) -> None:
+        try:
+            await self.inbox.resend(reply)
+        except Exception as exc:  # Temporal unreachable: it stays a dead letter, nothing lost
+            assert reply.id is not None
+            await self.state.gateway.dead_letter(reply.id, f"could not be handed back to resend: {exc}")
+            raise
+        log.info("dead letter %s to %s is sent again", reply.id, reply.conversation)
+
+    async def resend_requested(self, every: float = RESEND_INTERVAL) -> None:
+        """Take up the resends asked for through the store (`hermes-core deadletters resend`), on
+        whichever node claims them first (postgres/gateway.py `claim_resends`)."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                for reply in await self.state.gateway.claim_resends():
+                    await self._hand_back(reply)
+            except Exception:
+                log.exception("picking up dead letters to resend failed")
 
     async def samples(self) -> list[Sample]:
         """/metrics gauges read when scraped: the dead letters of every node (the shared store)."""

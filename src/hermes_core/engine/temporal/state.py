@@ -13,8 +13,9 @@ show the Temporal engine's conversations as they show the embedded one's.
   set when the workflow gets the decision, the answer or the expiry — the approvals list reads it;
   the decision itself is the workflow's (`decide` update, client.py);
 - dead letters: a reply whose every send attempt failed becomes an `outbox` row marked dead and a
-  `dead_letters` row (postgres/gateway.py's tables), listed by the console; its Resend hands it
-  back to the conversation's workflow (`resend` signal) under the same uuid.
+  `dead_letters` row (postgres/gateway.py's tables), listed by the console; its Resend (or
+  `hermes-core deadletters resend`) hands it back to the conversation's workflow (`resend`
+  signal, server.py) under the same uuid, and `send_reply` marks it sent.
 
 Only activities (activities.py) and `serve` (server.py) call this: workflow code does no I/O.
 """
@@ -193,23 +194,6 @@ class SharedState:
         outbox_id = await self.gateway.db.transaction(bury)
         await self.gateway.dead_letter(outbox_id, error)
         return outbox_id
-
-    async def take_dead_letter(self, outbox_id: int) -> OutboundMessage | None:
-        """A dead letter taken off the list to be sent again (the console's Resend), or None."""
-        from ...gateway.store import _load
-
-        async def take(db: AsyncConnection) -> OutboundMessage | None:
-            row = await (
-                await db.execute(
-                    "DELETE FROM dead_letters WHERE outbox_id = %s RETURNING payload", (outbox_id,)
-                )
-            ).fetchone()
-            if row is None:
-                return None
-            await db.execute("UPDATE outbox SET status = 'resending' WHERE id = %s", (outbox_id,))
-            return _load(OutboundMessage, row[0], id=outbox_id, attempts=0)
-
-        return await self.gateway.db.transaction(take)
 
     async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None:
         await self.gateway.mark_sent(outbox_id, platform_id)
