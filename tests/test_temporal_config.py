@@ -100,3 +100,23 @@ def test_engine_temporal_without_database_url_is_refused_in_one_line(
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("hermes-core: engine: temporal keeps conversations, traces, approvals"), last
     assert "set database.url (HERMES_DATABASE_URL" in last and "Traceback" not in result.stderr
+
+
+def test_a_run_recorded_by_the_release_before_the_shared_state_replays_on_this_code() -> None:
+    """A conversation's run started by the release without the command and record steps (three
+    webhook turns: a tool call, `/new` answered by the model, a text) replays on this workflow
+    code without a nondeterminism error: it finishes as it began (`workflow.patched`)."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    import asyncio
+
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from hermes_core.engine.temporal.worker import sandbox_runner
+    from hermes_core.engine.temporal.workflow import ConversationWorkflow
+
+    recorded = Path(__file__).parent / "data" / "temporal_history" / "three_turns_before_shared_state.json"
+    history = WorkflowHistory.from_json("webhook:u1", recorded.read_text(encoding="utf-8"))
+    replayer = Replayer(workflows=[ConversationWorkflow], workflow_runner=sandbox_runner())
+    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+    assert result.replay_failure is None, result.replay_failure

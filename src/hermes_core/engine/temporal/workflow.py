@@ -84,6 +84,7 @@ COMMAND, RECORD, PENDING, DEAD = (
     "hermes.record_pending",
     "hermes.dead_letter",
 )
+SHARED_STATE = "shared-state"  # the patch that added the command and record steps (`_shared`)
 SYNCHRONOUS = ("webhook", "web")  # channels whose reply the node holding the request reads (client.py)
 KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
 KEPT_DECISIONS = 100
@@ -333,7 +334,7 @@ class ConversationWorkflow:
         if not message.text.strip():  # a bare @mention
             await self._send(Reply(fixed_reply("how_can_i_help", self.language)))
             return
-        if parse(message.text) is not None:  # /new, /help, /stop, /jobs, /memory, /forget: no model call
+        if parse(message.text) is not None and self._shared():  # /new, /help, /stop, /jobs, /memory…
             answer = await workflow.execute_activity(
                 COMMAND,
                 {"message": dataclasses.asdict(message)},
@@ -403,9 +404,17 @@ class ConversationWorkflow:
         self.recorded += 1
         await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason))
 
+    def _shared(self) -> bool:
+        """Whether this run keeps its state in the shared store: False only while a run started by
+        a release without these steps is replayed (`workflow.patched`), which then finishes as it
+        began; its next run (continue-as-new) has them."""
+        return workflow.patched(SHARED_STATE)
+
     async def _step(self, name: str, data: Any) -> Any:
         """A step that writes the shared store: retried until PostgreSQL takes it (a database down
         for a while delays the conversation, loses nothing)."""
+        if not self._shared():
+            return None
         return await workflow.execute_activity(
             name,
             data,
