@@ -62,6 +62,15 @@ def test_the_configuration_loads_as_engine_temporal_and_names_the_temporal_servi
     assert host in compose()["services"] and port == "7233"
     environment = compose()["services"]["gateway-1"]["environment"]
     assert environment["HERMES_TEMPORAL_ADDRESS"] == settings.temporal.address
+    # the engine's state is in PostgreSQL (database.url is required): the stack's own server
+    services = compose()["services"]
+    for name in HERMES:
+        url = services[name]["environment"]["HERMES_DATABASE_URL"]
+        assert url.startswith("postgresql://temporal:${POSTGRES_PASSWORD") and url.endswith(
+            "@postgresql:5432/hermes"
+        )
+        assert services[name]["depends_on"]["postgresql"]["condition"] == "service_healthy", name
+    assert services["postgresql"]["environment"]["POSTGRES_DB"] == "hermes"
 
 
 def test_the_commands_are_accepted_by_hermes_core() -> None:

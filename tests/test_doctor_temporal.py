@@ -26,7 +26,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def doctor(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str, namespace: str = "default"
 ) -> tuple[int, str, str]:
-    """Exit code, the `temporal` line, everything printed."""
+    """Exit code, the `temporal` line, everything printed (the database: HERMES_DATABASE_URL)."""
     config = tmp_path / "hermes.yaml"
     config.write_text(
         f"engine: temporal\ntemporal:\n  address: '{address}'\n  namespace: {namespace}\n"
@@ -47,8 +47,10 @@ def closed_port() -> int:
 
 @pytest.mark.slow  # a Temporal dev server process
 def test_a_reachable_server_its_version_and_namespace(
-    temporal_dev: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    temporal_dev: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], pg_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("HERMES_DATABASE_URL", pg_url)  # the engine's state (database.url is required)
     code, line, output = doctor(tmp_path, capsys, temporal_dev)
     assert code == 0 and line.startswith("OK "), output
     assert "Temporal 1." in line and f"at {temporal_dev}: reachable; namespace 'default' registered" in line
@@ -82,3 +84,15 @@ def test_without_the_sdk_a_fail_names_the_extra(
     code, line, output = doctor(tmp_path, capsys, f"127.0.0.1:{closed_port()}")
     assert code == 1 and line.startswith("FAIL  temporal: engine: temporal, but the Temporal SDK"), output
     assert line.endswith('— pip install "hermes-core[temporal]"')
+
+
+def test_engine_temporal_without_a_database_url_is_a_fail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve and worker refuse to start without it: doctor says so, not that SQLite is fine."""
+    code, _, output = doctor(tmp_path, capsys, f"127.0.0.1:{closed_port()}")
+    [line] = [line for line in output.splitlines() if line.partition("  ")[2].startswith("database:")]
+    assert code == 1 and line.startswith("FAIL  database: engine: temporal keeps its state in PostgreSQL"), (
+        line
+    )
+    assert "set database.url (HERMES_DATABASE_URL" in line

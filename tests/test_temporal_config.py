@@ -72,11 +72,51 @@ def test_no_cluster_at_the_address_is_one_line_and_exit_1(tmp_path: Path, comman
 
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     (tmp_path / "hermes.yaml").write_text(f"engine: temporal\ntemporal: {{address: '{address}'}}\n")
+    database = f"postgresql://hermes@127.0.0.1:{free_port()}/hermes"  # not reached: Temporal is first
     result = subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *command], cwd=tmp_path,
-        env=clean_environ(), capture_output=True, text=True, timeout=60,
+        env=clean_environ(HERMES_DATABASE_URL=database), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"hermes-core: cannot reach Temporal at {address} (namespace default): "), last
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # a hermes-core process per command
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker"]])
+def test_engine_temporal_without_database_url_is_refused_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """The engine keeps its conversations, traces, approvals and dead letters in PostgreSQL: no
+    `database.url`, no start (exit 2), before any connection is tried."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    (tmp_path / "hermes.yaml").write_text("engine: temporal\ntemporal: {address: '127.0.0.1:1'}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *command], cwd=tmp_path,
+        env=clean_environ(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("hermes-core: engine: temporal keeps conversations, traces, approvals"), last
+    assert "set database.url (HERMES_DATABASE_URL" in last and "Traceback" not in result.stderr
+
+
+def test_a_run_recorded_by_the_release_before_the_shared_state_replays_on_this_code() -> None:
+    """A conversation's run started by the release without the command and record steps (three
+    webhook turns: a tool call, `/new` answered by the model, a text) replays on this workflow
+    code without a nondeterminism error: it finishes as it began (`workflow.patched`)."""
+    pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
+    import asyncio
+
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from hermes_core.engine.temporal.worker import sandbox_runner
+    from hermes_core.engine.temporal.workflow import ConversationWorkflow
+
+    recorded = Path(__file__).parent / "data" / "temporal_history" / "three_turns_before_shared_state.json"
+    history = WorkflowHistory.from_json("webhook:u1", recorded.read_text(encoding="utf-8"))
+    replayer = Replayer(workflows=[ConversationWorkflow], workflow_runner=sandbox_runner())
+    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+    assert result.replay_failure is None, result.replay_failure

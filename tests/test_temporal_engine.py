@@ -125,6 +125,10 @@ class Cluster:
         model: FakeOpenAIServer,
         feishu: FakeFeishu,
         sections: dict[str, Any] | None = None,
+        *,
+        database: str,
+        workers: int = 2,
+        env: dict[str, str] | None = None,
         **options: Any,
     ) -> None:
         self.folder = folder
@@ -142,11 +146,11 @@ class Cluster:
             PYTHONPATH=str(folder), HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", STEP_LOG=str(self.log),
             FEISHU_APP_ID=feishu.app_id, FEISHU_APP_SECRET=feishu.app_secret,
             FEISHU_VERIFICATION_TOKEN=feishu.verification_token, FEISHU_BASE_URL=feishu.base_url,
-            SLOW_SECONDS="4",
+            SLOW_SECONDS="4", HERMES_DATABASE_URL=database, **(env or {}),
         )  # fmt: skip
         self.processes: list[subprocess.Popen[bytes]] = []
         self.nodes = [self.serve(i) for i in range(2)]
-        self.workers = [self.worker(i) for i in range(2)]
+        self.workers = [self.worker(i) for i in range(workers)]
 
     def _start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", *args]
@@ -219,9 +223,9 @@ def platform() -> Iterator[tuple[FakeOpenAIServer, FakeFeishu]]:
 
 @pytest.fixture
 def cluster(
-    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu]
+    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu], pg_url: str
 ) -> Iterator[Cluster]:
-    nodes = Cluster(tmp_path, temporal_dev, *platform)
+    nodes = Cluster(tmp_path, temporal_dev, *platform, database=pg_url)
     try:
         yield nodes
     finally:
@@ -391,9 +395,9 @@ async def test_webhook_answers_and_approvals_through_any_node(
 
 @pytest.fixture
 def short_runs(
-    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu]
+    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu], pg_url: str
 ) -> Iterator[Cluster]:
-    nodes = Cluster(tmp_path, temporal_dev, *platform, turns_per_run=2)
+    nodes = Cluster(tmp_path, temporal_dev, *platform, database=pg_url, turns_per_run=2)
     try:
         yield nodes
     finally:
@@ -418,7 +422,7 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
         await asyncio.sleep(0.05)
         status = await handle.query("status")
     assert status["runs"] == 4, status  # 6 turns at 2 per run: continued as new 3 times
-    assert status["turns"] == 6 and status["history_turns"] == 6, status
+    assert status["turns"] == 6 and status["recorded_turns"] == 6, status
     assert status["history_length"] < 150, status  # this run's history only
     last = model.requests[-1].messages
     assert [m["content"] for m in last if m["role"] == "user"] == [f"note {i}" for i in range(6)]
@@ -430,10 +434,10 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
 
 @pytest.fixture
 def paced(
-    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu]
+    tmp_path: Path, temporal_dev: str, platform: tuple[FakeOpenAIServer, FakeFeishu], pg_url: str
 ) -> Iterator[Cluster]:
     sections = {"feishu": {"chat_send_rate": 2, "app_send_rate": 2}}
-    nodes = Cluster(tmp_path, temporal_dev, *platform, sections=sections)
+    nodes = Cluster(tmp_path, temporal_dev, *platform, sections=sections, database=pg_url)
     try:
         yield nodes
     finally:
@@ -520,14 +524,14 @@ def slow_retries() -> Iterator[tuple[FakeOpenAIServer, FakeFeishu]]:
 
 
 async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
-    tmp_path: Path, restartable: Any, slow_retries: tuple[FakeOpenAIServer, FakeFeishu]
+    tmp_path: Path, restartable: Any, slow_retries: tuple[FakeOpenAIServer, FakeFeishu], pg_url: str
 ) -> None:
     """The Temporal server SIGKILLed while messages arrive on both nodes and turns run, then
     started again on the same address and state file: every push refused meanwhile got a 503 and
     was delivered again by the platform, every message answered exactly once, in each chat's
     order, each tool call run at most once; no node or worker exited."""
     _, feishu = slow_retries
-    cluster = Cluster(tmp_path, restartable.address, *slow_retries)
+    cluster = Cluster(tmp_path, restartable.address, *slow_retries, database=pg_url)
     chats = [f"oc_{uuid.uuid4().hex[:6]}_{n}" for n in range(4)]
     sent: dict[str, list[str]] = {chat: [] for chat in chats}
     per_chat, killed_at, down, in_flight = 6, [0.0], threading.Event(), [-1]

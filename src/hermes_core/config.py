@@ -165,7 +165,9 @@ class TemporalConfig(_Section):
     send_attempts: int = Field(8, ge=1, le=100)  # tries of one reply before it is kept as a dead letter
     turns_per_run: int = Field(100, ge=1, le=10_000)  # turns before the workflow continues as new
     dedup_ids: int = Field(2000, ge=10, le=100_000)  # message and event ids remembered per conversation
-    window_turns: int = Field(20, ge=1, le=1000)  # past turns of the conversation sent to the model
+    # not read any more: the window is `memory.window_turns` of the stored conversation (kept so
+    # that configurations setting it still load)
+    window_turns: int = Field(20, ge=1, le=1000)
     idle_days: float = Field(2.0, gt=0)  # a conversation idle this long continues as new, ids pruned
 
 
@@ -533,6 +535,20 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
     return TaskMode("team", experts=experts, max_depth=team.max_depth, concurrency=team.concurrency,
                     requests_per_second=team.requests_per_second,
                     delegate_timeout=team.delegate_timeout)  # fmt: skip
+
+
+def require_database(settings: Settings) -> str:
+    """The PostgreSQL URL `engine: temporal` keeps its state in (engine/temporal/state.py: sessions,
+    long-term memory, traces, approvals, dead letters, shared by every node); a ConfigError naming
+    `database.url` when there is none."""
+    url = settings.database.url
+    if not url:
+        raise ConfigError(
+            "engine: temporal keeps conversations, traces, approvals and dead letters in PostgreSQL: "
+            "set database.url (HERMES_DATABASE_URL, e.g. postgresql://hermes@db:5432/hermes; "
+            "docs/scale-out.md)"
+        )
+    return url
 
 
 def model_endpoint(settings: Settings, environ: Mapping[str, str] | None = None) -> Endpoint | None:

@@ -25,7 +25,8 @@ The checks, in order (each returns a `Check`, none raises):
 - database: the data folder can be created and written, and SQLite can start a write transaction;
   with `database.url` set, PostgreSQL instead: reachable (the password from the URL or PGPASSWORD,
   never shown), version 14 or later, not a read-only standby, and its schema no newer than this
-  release (older: the migrations run at the next start, said so);
+  release (older: the migrations run at the next start, said so); `engine: temporal` without
+  `database.url` is a FAIL (the engine keeps its state in PostgreSQL: serve and worker refuse);
 - temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s,
   `temporal.namespace` exists there, and the server's version (GetSystemInfo); without the
   `temporal` extra a FAIL naming it;
@@ -125,7 +126,11 @@ async def diagnose(
         await check_feishu_credentials(settings),
         check_feishu_events(settings),
         check_webhook(settings),
-        await check_postgres(settings) if settings.database.url else check_database(settings),
+        await check_postgres(settings)
+        if settings.database.url
+        else check_database(settings)
+        if settings.engine != "temporal"
+        else _temporal_without_database(),
     ]
     if settings.engine == "temporal":
         checks.append(await check_temporal(settings))
@@ -458,6 +463,11 @@ async def check_postgres(settings: Settings) -> Check:
         pending = ", ".join(f"{name} {found.get(name, 0)} → {expected[name]}" for name in sorted(behind))
         state = f"migrations to apply at the next start: {pending}"
     return Check("OK", "database", f"PostgreSQL {version} at {shown_url}: reachable; {state}")
+
+
+def _temporal_without_database() -> Check:
+    said = "engine: temporal keeps its state in PostgreSQL, and database.url is not set"
+    return Check("FAIL", "database", said, "set database.url (HERMES_DATABASE_URL; docs/scale-out.md)")
 
 
 async def check_temporal(settings: Settings) -> Check:

@@ -419,9 +419,15 @@ async def what_is_served(request: web.Request) -> web.Response:
 
 
 def metrics_route(
-    gateway: Gateway, settings: Settings, bind: str, environ: Mapping[str, str]
+    gateway: Any,
+    settings: Settings,
+    bind: str,
+    environ: Mapping[str, str],
+    *,
+    samples: Callable[[], Awaitable[list[Sample]]] | None = None,
 ) -> web.RouteDef:
-    """GET /metrics, guarded as the module docstring says."""
+    """GET /metrics, guarded as the module docstring says; `samples`: the gauges read at scrape
+    time (default: the embedded gateway's, `gateway_samples`)."""
     from ..channels.base import is_local, is_loopback
     from ..console.access import FAILED_LOGIN_DELAY
     from ..observe.metrics import CONTENT_TYPE, REGISTRY
@@ -445,7 +451,7 @@ def metrics_route(
             hint = "local requests only" if status == 403 and is_loopback(bind) else (
                 f"send Authorization: Bearer ${METRICS_TOKEN_ENV}")  # fmt: skip
             return web.json_response({"error": f"metrics: not allowed ({hint})"}, status=status)
-        text = REGISTRY.render(await gateway_samples(gateway))
+        text = REGISTRY.render(await (samples() if samples is not None else gateway_samples(gateway)))
         return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
 
     return web.get("/metrics", metrics)

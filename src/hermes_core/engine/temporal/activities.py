@@ -1,8 +1,9 @@
 """The steps a `hermes-core worker` runs for the conversation workflows, with the configured agent.
 
 - `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
-  system prompt, the tools this sender may be offered (with their levels), the limits, greeting
-  and language.
+  system prompt, the window and notes of the conversation stored in PostgreSQL (`ConversationMemory.
+  prepare`: folded when it no longer fits, long-term examples), the tools this sender may be
+  offered (with their levels), the limits, greeting and language.
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
   the client's own retries), one response in kernel/records.py's format.
 - `tool_call`: `ToolRegistry.execute` for one call (permissions, argument checks, approvals,
@@ -14,7 +15,14 @@
   webhook's `Idempotency-Key`), so a send retried after a crash is not a second message. The
   platform's "wait" is waited for here (heartbeating), not counted as a failed attempt.
 
-Every step but `prepare_task` heartbeats while it runs, so a worker killed mid-step is noticed within the
+- `command`: a conversation command's fixed reply (gateway/commands.py `answer`, on the stored
+  conversation: `/new`, `/memory`, `/forget` change it), as the embedded runner gives it.
+- `record_turn`, `record_pending`, `dead_letter`: what the workflow hands over to be kept in
+  PostgreSQL (state.py): a finished turn (messages, long-term outcome, trace), an approval or
+  question as asked and decided, a reply given up on. A dead letter sent again is marked sent by
+  `send_reply`.
+
+The model, tool and send steps heartbeat while it runs, so a worker killed mid-step is noticed within the
 `heartbeat_timeout` and the step moves to another worker.
 """
 
@@ -29,7 +37,7 @@ import re
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -44,10 +52,14 @@ from ...kernel.replies import detect_language
 from ...kernel.tools.permissions import Caller
 from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
 from ...kernel.tools.results import error_result
+from ...schedule.jobs import ScheduleStore
 from ...schedule.tools import CURRENT_MESSAGE
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
-from .workflow import MODEL, PREPARE, SEND, TOOL
+from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, SEND, TOOL
+
+if TYPE_CHECKING:
+    from .state import SharedState
 
 log = logging.getLogger("hermes_core.engine.temporal")
 T = TypeVar("T")
@@ -153,14 +165,23 @@ class TurnActivities:
         *,
         chat_rate: float = 5.0,
         approval_ttl: float = APPROVAL_TTL,
+        state: SharedState | None = None,
+        schedules: ScheduleStore | None = None,
     ) -> None:
         self.agent, self.senders = agent, senders
         self.chat_rate, self.approval_ttl = chat_rate, approval_ttl
+        self.state = state
+        self.schedules = schedules  # the jobs in PostgreSQL (`/jobs`), when scheduling is on
         if agent.interactions is None:  # tools that need a person are offered: the workflow asks
             agent.use_interactions(StepInteractions(approval_ttl))
+        if state is not None:  # the `remember` tool, on the conversation's stored state
+            state.memory.attach(agent)
 
     def turn_steps(self) -> list[Any]:
-        return [self.prepare_task, self.model_call, self.tool_call]
+        return [
+            self.prepare_task, self.model_call, self.tool_call, self.command,
+            self.record_turn, self.record_pending, self.dead_letter,
+        ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:
         return [self.send_reply]
@@ -193,8 +214,16 @@ class TurnActivities:
         prompt = agent.system_prompt
         if agent.skills is not None:
             prompt = agent.skills.system_prompt(prompt, text)
+        window: list[Any] = []
+        notes = ""
+        if self.state is not None and data.get("conversation"):  # the stored conversation, folded
+            loaded = await self.state.memory.prepare(str(data["conversation"]), text, client)
+            window, notes = loaded.window, loaded.notes
         return {
             "system": prompt,
+            "window": window,
+            "notes": notes,
+            "caller": dataclasses.asdict(self._caller(data)),
             "tools": tools,
             "limits": dataclasses.asdict(agent.limits),
             "greeting": agent.is_greeting(text),
@@ -248,6 +277,42 @@ class TurnActivities:
                 CURRENT_MESSAGE.reset(token)
         return {"outcome": outcome_record(outcome), "pending": asks.asked}
 
+    @activity.defn(name=COMMAND)
+    async def command(self, data: dict[str, Any]) -> str:
+        """A conversation command's fixed reply (gateway/commands.py, as the embedded runner answers it)."""
+        from ...gateway import commands
+
+        if self.state is None:
+            raise ApplicationError("this worker keeps no conversations (database.url)", non_retryable=True)
+        message = inbound_of(data["message"])
+        agent = self.agent
+        caller = self._caller({"sender": message.sender, "channel": message.channel})
+        answer = await commands.answer(
+            message.text, conversation=message.conversation, memory=self.state.memory,
+            registry=agent.registry, caller=caller,
+            models=agent.client.models, language=agent.language, schedules=self.schedules, message=message,
+        )  # fmt: skip
+        return answer or ""
+
+    @activity.defn(name=RECORD)
+    async def record_turn(self, data: dict[str, Any]) -> None:
+        """A finished turn in the shared store: its messages, long-term outcome and trace (state.py)."""
+        if self.state is not None:
+            await self.state.record_turn(data)
+
+    @activity.defn(name=PENDING)
+    async def record_pending(self, data: dict[str, Any]) -> None:
+        """An approval or question as the approvals list shows it: asked, decided, answered, expired."""
+        if self.state is not None:
+            await self.state.record_pending(data)
+
+    @activity.defn(name=DEAD)
+    async def dead_letter(self, data: dict[str, Any]) -> int | None:
+        """A reply given up on, kept in the dead letters every node's console lists."""
+        if self.state is None:
+            return None
+        return await self.state.dead_letter(data["reply"], str(data["error"]))
+
     @activity.defn(name=SEND)
     async def send_reply(self, data: dict[str, Any]) -> str | None:
         reply = OutboundMessage(**data)
@@ -261,6 +326,8 @@ class TurnActivities:
         while True:
             try:
                 sent: str | None = await heartbeating(sender.send(reply))
+                if reply.id is not None and self.state is not None:  # a dead letter sent again
+                    await self.state.mark_sent(reply.id, sent)
                 return sent
             except DeliveryError as exc:
                 if exc.throttled:  # the platform said wait: not a failed attempt

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...channels.seam import Earlier, InboundMessage, OutboundMessage, task_id_of
 from .activities import conversation_of
-from .workflow import DECIDE, REPLIES_QUERY, SIGNAL, STATUS_QUERY, WORKFLOW, Options
+from .workflow import DECIDE, REPLIES_QUERY, RESEND, SIGNAL, STATUS_QUERY, SYNCHRONOUS, WORKFLOW, Options
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -134,8 +134,8 @@ class TemporalInbox:
         ACKS.inc(channel=message.channel, outcome="accepted")
         self.accepted += 1
         local = self._next_id()
-        if message.channel == "webhook" and not message.callback_url:
-            self._watch(local, message.conversation, message.message_id, 0)
+        if message.channel in SYNCHRONOUS and not message.callback_url:
+            self._watch(local, message.channel, message.conversation, message.message_id, 0)
         return local
 
     async def signal(self, message: InboundMessage) -> None:
@@ -164,8 +164,10 @@ class TemporalInbox:
             ) from None
 
     async def decide(
-        self, pending_id: str, user_id: str, channel: str, approve: bool
+        self, pending_id: str, user_id: str, channel: str, approve: bool, *, role: str | None = None
     ) -> tuple[Pending, int | None]:
+        """`role`: the decider's, when the caller knows it better than the permissions (the console
+        decides as an admin)."""
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError
 
@@ -179,7 +181,7 @@ class TemporalInbox:
             "id": pending_id,
             "user_id": user_id,
             "channel": channel,
-            "role": decider.role,
+            "role": role or decider.role,
             "approve": approve,
         }
         handle = self.client.get_workflow_handle(workflow_id(conversation))
@@ -192,8 +194,13 @@ class TemporalInbox:
             raise DecisionRefused("approval_unknown") from None
         pending = Pending(**result["pending"])
         local = self._next_id()
-        self._watch(local, conversation, str(result["message_id"]), int(result["replies"]))
+        self._watch(local, "webhook", conversation, str(result["message_id"]), int(result["replies"]))
         return pending, local
+
+    async def resend(self, reply: OutboundMessage) -> None:
+        """Hand a dead letter back to its conversation's workflow, which sends it again."""
+        data = dataclasses.asdict(reply)
+        await self.client.get_workflow_handle(workflow_id(reply.conversation)).signal(RESEND, data)
 
     async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
         return None  # `accept` never reports a duplicate: the workflow drops it (module docstring)
@@ -218,9 +225,10 @@ class TemporalInbox:
         self._last_id += 1
         return self._last_id
 
-    def _watch(self, local: int, conversation: str, message_id: str, first: int) -> None:
-        """Hand the first reply (index ≥ `first`) of `message_id` to this node's webhook waiter."""
-        channel = self.channels.get("webhook")
+    def _watch(self, local: int, name: str, conversation: str, message_id: str, first: int) -> None:
+        """Hand the first reply (index ≥ `first`) of `message_id` to this node's waiter on the
+        channel `name` (the webhook's synchronous answer, the console's chat)."""
+        channel = self.channels.get(name)
         if channel is None:
             return
         task = asyncio.create_task(self._read_reply(channel, local, conversation, message_id, first))
@@ -243,7 +251,7 @@ class TemporalInbox:
             if fresh:
                 reply = fresh[0]
                 outbound = OutboundMessage(
-                    channel="webhook",
+                    channel=channel.name,
                     conversation=conversation,
                     text=reply["text"],
                     uuid=reply["uuid"],

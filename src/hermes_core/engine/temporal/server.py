@@ -5,20 +5,29 @@ verifies them as the embedded gateway does (the same channel code), and hands ea
 conversation's workflow (client.py `TemporalInbox`); `hermes-core worker` nodes run the turns.
 The HTTP safety net (400/503, never 500), the read deadlines and the refusal of an unsigned
 webhook on a public address are the embedded server's own (gateway/server.py). With `database.url`
-every node also fires the scheduled jobs into their workflows (engine/temporal/schedules.py). The
-console and /metrics are served by the embedded engine only (docs/scale-out.md).
+(required on this engine) every node also fires the scheduled jobs into their workflows
+(engine/temporal/schedules.py).
+
+The console (console/app.py, under /console/ with the embedded engine's access rules: a token, or
+this machine only) reads what the workers keep in PostgreSQL (state.py): tasks and their traces,
+the approvals list, dead letters. A decision taken there is the workflow's `decide` update
+(`TemporalInbox.decide`, as an admin), a Resend hands the reply back to its conversation's
+workflow, and the console's chat is answered like the webhook's synchronous requests. GET /metrics
+(`gateway.metrics`) is guarded as the embedded one: the counters of this node and the dead letters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ...config import Settings, policy
+from ...config import Settings, policy, require_database
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
 from ...gateway.server import (
     KEEPALIVE_TIMEOUT,
@@ -26,16 +35,25 @@ from ...gateway.server import (
     _address,
     channels_for,
     error_middleware,
+    metrics_route,
     refuse_open_webhook,
     route_summary,
 )
+from ...kernel.approvals import DecisionRefused, Pending, PendingStore
+from ...kernel.messages import JSON
+from ...kernel.tools.permissions import Caller
 from .client import TemporalInbox, connect
 
 if TYPE_CHECKING:
+    from ...channels.seam import InboundMessage, OutboundMessage
     from ...kernel.tools.permissions import Policy
+    from ...observe.metrics import Sample
+    from ...postgres.gateway import PostgresGatewayStore
     from .schedules import TemporalScheduler
+    from .state import SharedState
 
 log = logging.getLogger("hermes_core.server")
+RESEND_INTERVAL = 2.0  # seconds between looks for resends asked for from another process
 
 
 async def serve(
@@ -50,8 +68,13 @@ async def serve(
     """Run a gateway node until SIGTERM/SIGINT (or `stop`); see the module docstring."""
     from aiohttp import web
 
+    from ...console.app import mount_console
+    from ...gateway.server import to_console, what_is_served
+    from .state import SharedState
+
     bind = host or settings.gateway.host
     refuse_open_webhook(settings, bind)
+    require_database(settings)
     client = await connect(settings.temporal)
     permissions = policy(settings.permissions)
     inbox = TemporalInbox(client, settings.temporal, permissions)
@@ -59,6 +82,9 @@ async def serve(
     for channel in channels:
         inbox.add_channel(channel)
     scheduler = scheduler_for(settings, inbox, permissions)
+    state = SharedState.of(settings)
+    gateway = ConsoleGateway(inbox, state)
+    gateway.scheduler = scheduler  # the console's schedule page reads its store
 
     async def healthz(request: web.Request) -> web.Response:
         body: dict[str, Any] = {
@@ -76,14 +102,20 @@ async def serve(
         client_max_size=WEBHOOK_MAX_BODY, middlewares=[error_middleware, deadlines.middleware]
     )
     app.add_routes([*routes, web.get("/healthz", healthz)])
+    if settings.gateway.metrics:
+        app.add_routes([metrics_route(gateway, settings, bind, os.environ, samples=gateway.samples)])
+    console = mount_console(app, gateway, ConsoleView(state, inbox), settings, host=bind)  # type: ignore[arg-type]
+    app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
     stop = stop or asyncio.Event()
     _on_signals(stop)
+    resender: asyncio.Task[None] | None = None
     try:
         await inbox.start()
         if scheduler is not None:
             scheduler.start()
+        resender = asyncio.create_task(gateway.resend_requested())
         site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
         address = _address(site)
@@ -102,8 +134,131 @@ async def serve(
     finally:
         if scheduler is not None:
             await scheduler.stop()
+        if resender is not None:
+            resender.cancel()
         await inbox.stop()
         await runner.cleanup()
+        await state.close()
+
+
+class ConsoleGateway:
+    """What the console reads of a gateway (console/app.py `Console.gateway`), on this engine: the
+    channels are the inbox's, the dead letters and queue depths the shared store's."""
+
+    runner = None  # no turns run here: nothing to stream from
+    scheduler: TemporalScheduler | None = None  # serve sets it: the console's schedule page
+    turns_done = 0  # this node runs no turns; the workers do
+    replies_sent = 0
+
+    def __init__(self, inbox: TemporalInbox, state: SharedState) -> None:
+        self.inbox, self.state = inbox, state
+
+    @property
+    def accepting(self) -> bool:
+        return self.inbox.accepting
+
+    @property
+    def store(self) -> PostgresGatewayStore:
+        return self.state.gateway
+
+    def status(self) -> dict[str, JSON]:
+        return {"engine": "temporal", "accepted": self.inbox.accepted}
+
+    def add_channel(self, channel: Any) -> None:
+        self.inbox.add_channel(channel)
+
+    async def accept(self, message: InboundMessage) -> int | None:
+        return await self.inbox.accept(message)
+
+    async def resend(self, outbox_id: int) -> OutboundMessage | None:
+        """A dead letter back to its conversation's workflow, which sends it again (same uuid)."""
+        reply = await self.state.gateway.resend(outbox_id)
+        if reply is not None:
+            await self._hand_back(reply)
+        return reply
+
+    async def _hand_back(self, reply: OutboundMessage) -> None:
+        try:
+            await self.inbox.resend(reply)
+        except Exception as exc:  # Temporal unreachable: it stays a dead letter, nothing lost
+            assert reply.id is not None
+            await self.state.gateway.dead_letter(reply.id, f"could not be handed back to resend: {exc}")
+            raise
+        log.info("dead letter %s to %s is sent again", reply.id, reply.conversation)
+
+    async def resend_requested(self, every: float = RESEND_INTERVAL) -> None:
+        """Take up the resends asked for through the store (`hermes-core deadletters resend`), on
+        whichever node claims them first (postgres/gateway.py `claim_resends`)."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                for reply in await self.state.gateway.claim_resends():
+                    await self._hand_back(reply)
+            except Exception:
+                log.exception("picking up dead letters to resend failed")
+
+    async def samples(self) -> list[Sample]:
+        """/metrics gauges read when scraped: the dead letters of every node (the shared store)."""
+        from ...observe.metrics import Sample
+
+        counts = await self.state.gateway.counts()
+        text = "Replies given up on (the dead-letter table)."
+        return [Sample("hermes_dead_letters", text, counts.get("dead_letters"))]
+
+
+class ConsoleView:
+    """The console's `agent` (console/app.py reads its `tracer` and `interactions`): the shared
+    store's traces, and the approvals list whose decisions go to the workflows."""
+
+    def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
+        from ...observe.traces import Tracer
+
+        self.tracer = Tracer(state.traces) if state.traces is not None else None
+        self.interactions = WorkflowApprovals(state, inbox)
+
+
+class WorkflowApprovals(PendingStore):
+    """The approvals list of the shared store (state.py keeps it current); a decision is the
+    workflow's `decide` update, which refuses what the embedded store refuses."""
+
+    def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
+        self.store, self.inbox = state.pending, inbox
+
+    async def decide(self, pending_id: str, decider: Caller, approve: bool) -> Pending:
+        pending, _ = await self.inbox.decide(
+            pending_id, decider.user_id, decider.channel, approve, role=decider.role
+        )
+        pending.resume = None  # the workflow goes on by itself: there is no message to run again
+        return pending
+
+    async def get(self, pending_id: str) -> Pending | None:
+        return await self.store.get(pending_id)
+
+    async def open_for_task(self, task_id: str) -> builtins.list[Pending]:
+        return await self.store.open_for_task(task_id)
+
+    async def list(self, status: str | None = "pending", limit: int = 100) -> builtins.list[Pending]:
+        return await self.store.list(status, limit)
+
+    async def approval(self, task_id: str, call_id: str, tool: str, arguments: str, caller: Caller | None,
+                       conversation: str | None) -> Pending:  # fmt: skip
+        raise DecisionRefused("approval_unknown")  # asked by the workflows, never by a gateway node
+
+    async def question(self, task_id: str, call_id: str, question: str, caller: Caller | None,
+                       conversation: str | None) -> Pending:  # fmt: skip
+        raise DecisionRefused("approval_unknown")
+
+    async def answer(self, conversation: str, sender: str, text: str, *, channel: str) -> Pending | None:
+        return None  # the workflow reads the asker's next message itself
+
+    async def expire_due(self, now: float | None = None) -> builtins.list[Pending]:
+        return []  # each workflow expires its own
+
+    async def set_resume(self, task_id: str, resume: dict[str, JSON]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 def scheduler_for(settings: Settings, inbox: TemporalInbox, permissions: Policy) -> TemporalScheduler | None:

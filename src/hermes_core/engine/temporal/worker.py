@@ -2,10 +2,12 @@
 
 Two Temporal workers in one process, on the configured cluster:
 
-- on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call` and
-  `tool_call` activities, with the agent built from the configuration exactly as `serve` builds
-  it for the embedded engine (model, tools, skills, MCP servers, permissions; with `database.url`
-  the scheduling tools too, over the jobs in PostgreSQL that the serve nodes fire);
+- on `temporal.task_queue`: `ConversationWorkflow` and the `prepare_task`, `model_call`,
+  `tool_call`, `command`, `record_turn`, `record_pending` and `dead_letter` activities, with the
+  agent built from the configuration exactly as `serve` builds it for the embedded engine (model,
+  tools, skills, MCP servers, permissions, the `remember` tool) and the PostgreSQL stores of
+  `database.url` (state.py; required: without it the worker refuses to start), and the scheduling tools
+  over the jobs in PostgreSQL that the serve nodes fire;
 - on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
   `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
   workers of the queue together, so the app-wide limit holds however many nodes send; the
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn, cast
 
-from ...config import Settings, build_agent
+from ...config import Settings, build_agent, require_database
 from .activities import TurnActivities
 from .client import connect
 from .workflow import ConversationWorkflow, sends_queue
@@ -97,8 +99,12 @@ async def run_worker(
 ) -> None:
     from temporalio.worker import Worker
 
+    from .state import SharedState
+
+    require_database(settings)  # before anything connects: the refusal is one line
     agent = agent or build_agent(settings)
     client = await connect(settings.temporal)
+    state = SharedState.of(settings)
     if agent.mcp is not None:
         await agent.mcp.start(agent.registry)
     schedules = schedule_tools_for(agent, settings)
@@ -108,6 +114,8 @@ async def run_worker(
         outlets,
         chat_rate=settings.feishu.chat_send_rate,
         approval_ttl=settings.permissions.approval_ttl,
+        state=state,
+        schedules=schedules,
     )
     queue = settings.temporal.task_queue
     turns = Worker(
@@ -152,6 +160,7 @@ async def run_worker(
                 await closer()
         if schedules is not None:
             await schedules.close()
+        await state.close()
         await agent.aclose()
 
 
@@ -171,6 +180,7 @@ def schedule_tools_for(agent: Any, settings: Settings) -> Any:
 
 def run(settings: Settings, agent: Any) -> NoReturn:
     """`hermes-core worker`, then exit (no cluster: one line, 1)."""
+    from ...config import ConfigError
     from .client import Unreachable, leave
 
     def ready() -> None:
@@ -178,7 +188,7 @@ def run(settings: Settings, agent: Any) -> NoReturn:
 
     try:
         asyncio.run(run_worker(settings, agent=agent, ready=ready))
-    except Unreachable as exc:
+    except (ConfigError, Unreachable) as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
-        leave(1)
+        leave(2 if isinstance(exc, ConfigError) else 1)
     leave(0)

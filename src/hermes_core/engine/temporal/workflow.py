@@ -21,9 +21,18 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
 - Replies go out through the `send_reply` activity on the `<task_queue>-sends` queue (whose
   workers are rate-limited app-wide by the server), each with its idempotency key, spaced per chat
   here; the webhook's synchronous replies are read by the node that holds the request (`replies`).
+- The conversation lives in PostgreSQL (state.py), not here: `prepare_task` builds each turn's
+  window and notes from it, and `record_turn` stores the finished turn — its messages once per
+  task id, its long-term outcome, its trace (`TurnTrace`, observe/traces.py's record) — before the
+  reply goes out. Approvals and questions are `pending` rows (`record_pending`) as they are asked
+  and decided; a reply given up on is a dead letter there (`dead_letter`), which the console's
+  Resend hands back (`resend` signal).
+- Commands (gateway/commands.py) are answered by the `command` activity, with no model call; a
+  `/stop` from the asker cancels the turn in flight (`message`: the turn's task is cancelled, so
+  are its steps) and is answered as the embedded gateway answers it.
 - History: after `turns_per_run` turns (or when the server suggests it) the workflow continues as
-  new with its state — queue, remembered ids, the conversation's last `window_turns` turns, recent
-  replies — so its history stays bounded however long the conversation lasts.
+  new with its state — queue, remembered ids, recent replies — so its history stays bounded
+  however long the conversation lasts.
 
 Workflow code must be deterministic: the kernel's modules are passed through the sandbox (they
 are replayed as they ran: no clock, randomness or I/O is consulted in the loop's decisions), and
@@ -42,13 +51,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from ...channels.seam import InboundMessage, Reply, inbound_of
+    from ...channels.seam import InboundMessage, OutboundMessage, Reply, inbound_of
+    from ...gateway.commands import is_stop, parse
     from ...gateway.dispatcher import reply_for
     from ...kernel.approvals import Pending, may_decide
-    from ...kernel.loop import Limits, pause_reply, run_loop
+    from ...kernel.hooks import TaskHooks
+    from ...kernel.loop import Limits, RunResult, pause_reply, run_loop
     from ...kernel.messages import Message, ModelResponse, ToolCall
     from ...kernel.model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback
-    from ...kernel.records import outcome_from, response_from
+    from ...kernel.records import outcome_from, outcome_record, record_of, response_from
     from ...kernel.replies import REPLIES, Language, detect_language, fixed_reply
     from ...kernel.tools.permissions import MEMBER, Caller
     from ...kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
@@ -61,12 +72,21 @@ SIGNAL = "message"
 DECIDE = "decide"
 REPLIES_QUERY = "replies"
 STATUS_QUERY = "status"
+RESEND = "resend"
 PREPARE, MODEL, TOOL, SEND = (
     "hermes.prepare_task",
     "hermes.model_call",
     "hermes.tool_call",
     "hermes.send_reply",
 )
+COMMAND, RECORD, PENDING, DEAD = (
+    "hermes.command",
+    "hermes.record_turn",
+    "hermes.record_pending",
+    "hermes.dead_letter",
+)
+SHARED_STATE = "shared-state"  # the patch that added the command and record steps (`_shared`)
+SYNCHRONOUS = ("webhook", "web")  # channels whose reply the node holding the request reads (client.py)
 KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
@@ -126,7 +146,6 @@ class ConversationWorkflow:
         state = start.get("state") or {}
         self.queue: list[dict[str, Any]] = list(state.get("queue", []))
         self.seen: dict[str, float] = dict(state.get("seen", {}))  # key → when; oldest first
-        self.history: list[list[Message]] = list(state.get("history", []))
         self.replies: dict[str, list[dict[str, Any]]] = dict(state.get("replies", {}))
         self.turns: int = int(state.get("turns", 0))
         self.last_sent: float = float(state.get("last_sent", 0.0))
@@ -138,6 +157,12 @@ class ConversationWorkflow:
         self.turns_this_run = 0
         self.target: InboundMessage | None = None  # whom the turn in flight answers
         self.language: Language = "en"
+        self.turn_task: asyncio.Task[None] | None = None
+        self.stop_requested = False  # a /stop of the asker cancels the turn in flight
+        # while the turn's loop runs: a command's reply, or a reply already sent, is not stopped
+        self.stoppable = False
+        self.resends: list[dict[str, Any]] = list(state.get("resends", []))  # dead letters sent again
+        self.recorded: int = int(state.get("recorded", 0))  # turns recorded in the shared store
 
     # --- what the nodes send ------------------------------------------------------------------
 
@@ -154,9 +179,26 @@ class ConversationWorkflow:
         while len(self.seen) > self.options.dedup_ids:
             del self.seen[next(iter(self.seen))]
         extra = data.setdefault("extra", {})
+        target, task = self.target, self.turn_task
+        if (
+            data.get("kind", "text") == "text"
+            and is_stop(str(data.get("text", "")))
+            and target is not None
+            and task is not None
+            and self.stoppable
+            and (target.sender, target.channel) == (data.get("sender"), data.get("channel"))
+        ):  # said before the turn is cancelled: its reply says what it stopped
+            extra["stopping"] = target.extra.get("task_id") or target.message_id
+            self.stop_requested = True
+            task.cancel()
         if not extra.get("task_id"):  # the gateway assigns one; a message sent without gets its own
             extra["task_id"] = f"{data['channel']}:{str(data['message_id'])[:64]}~{workflow.uuid4().hex[:12]}"
         self.queue.append(data)
+
+    @workflow.signal(name=RESEND)
+    def resend(self, reply: dict[str, Any]) -> None:
+        """A dead letter sent again (the console's Resend): the same reply, its uuid unchanged."""
+        self.resends.append(reply)
 
     @workflow.update(name=DECIDE)
     async def decide(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -205,7 +247,7 @@ class ConversationWorkflow:
             "duplicates": self.duplicates,
             "dead_letters": len(self.dead_letters),
             "in_flight": self.target.message_id if self.target else None,
-            "history_turns": len(self.history),
+            "recorded_turns": self.recorded,
             "runs": self.runs,
             "history_length": workflow.info().get_current_history_length(),
         }
@@ -217,14 +259,28 @@ class ConversationWorkflow:
         while True:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.queue), timeout=self.options.idle_days * 86400
+                    lambda: bool(self.queue or self.resends), timeout=self.options.idle_days * 86400
                 )
             except asyncio.TimeoutError:  # idle: forget old ids, start a fresh history
                 cutoff = self._now() - max(DEDUP_AGE, self.options.idle_days * 86400)
                 self.seen = {key: at for key, at in self.seen.items() if at >= cutoff}
                 await self._continue_as_new()
+            if self.resends:
+                await self._send_again(self.resends.pop(0))
+                continue
             message = self.queue.pop(0)
-            await self._answer(inbound_of(message))
+            self.turn_task = asyncio.create_task(self._answer(inbound_of(message)))
+            try:
+                await self.turn_task
+            except asyncio.CancelledError:
+                if not self.stop_requested:  # the workflow itself is cancelled
+                    raise
+                workflow.logger.info(
+                    "turn for %s message %s stopped", message["channel"], message["message_id"]
+                )
+                await self._withdraw(str(message["extra"]["task_id"]))
+            finally:
+                self.stop_requested, self.stoppable, self.turn_task, self.target = False, False, None, None
             self.turns += 1
             self.turns_this_run += 1
             if (
@@ -232,6 +288,13 @@ class ConversationWorkflow:
                 or workflow.info().is_continue_as_new_suggested()
             ):
                 await self._continue_as_new()
+
+    async def _withdraw(self, task_id: str) -> None:
+        """The approvals and questions a stopped turn waited for: expired, in the list too."""
+        for pending in list(self.pending.values()):
+            if pending.get("task_id") == task_id and pending.get("status") == "pending":
+                pending.update(status="expired", decided_at=self._now())
+                await self._step(PENDING, {key: value for key, value in pending.items() if key != "resume"})
 
     async def _continue_as_new(self) -> None:
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -241,7 +304,8 @@ class ConversationWorkflow:
         return {
             "queue": self.queue,
             "seen": self.seen,
-            "history": self.history,
+            "resends": self.resends,
+            "recorded": self.recorded,
             "replies": self.replies,
             "turns": self.turns,
             "last_sent": self.last_sent,
@@ -257,6 +321,8 @@ class ConversationWorkflow:
         try:
             await self._turn(message)
         except Exception:  # the loop does not raise; this guards a broken step or worker
+            if self.stop_requested:  # a step cancelled by /stop: the turn ends here, unanswered
+                raise asyncio.CancelledError() from None
             workflow.logger.exception("turn for %s message %s failed", message.channel, message.message_id)
             apology = fixed_reply("internal_error", self.language)
             await self._send(Reply(apology, error="internal_error"))
@@ -270,45 +336,98 @@ class ConversationWorkflow:
         if not message.text.strip():  # a bare @mention
             await self._send(Reply(fixed_reply("how_can_i_help", self.language)))
             return
+        if parse(message.text) is not None and self._shared():  # /new, /help, /stop, /jobs, /memory…
+            answer = await workflow.execute_activity(
+                COMMAND,
+                {"message": dataclasses.asdict(message)},
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+            )
+            await self._send(Reply(str(answer)))
+            return
         text = message.text
         if message.kind == "scheduled":  # a job's fire (schedules.py): its prompt, said to be one
             text = SCHEDULED_PROMPT.format(job=message.extra.get("job", "?"), prompt=message.text)
-        asked = {"sender": message.sender, "channel": message.channel, "text": text}
+        asked = {
+            "sender": message.sender,
+            "channel": message.channel,
+            "text": text,
+            "conversation": message.conversation,
+        }
         # a local activity: run by the worker that runs this workflow task, recorded as a marker
         # (no task queue round trip); a worker that dies in it loses the workflow task, and the
-        # worker that takes it over prepares again (it reads only the configuration)
+        # worker that takes it over prepares again (it reads the configuration and the stored
+        # conversation; a fold's summary call may be made twice)
         prepared = await workflow.execute_local_activity(
             PREPARE,
             asked,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=timedelta(seconds=self.options.model_timeout + 30),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
         self.language = prepared.get("language") or self.language
         limits = Limits(**prepared["limits"]) if not prepared["greeting"] else Limits(max_turns=1)
-        earlier = [m for turn in self.history for m in turn]
-        messages: list[Message] = [{"role": "system", "content": prepared["system"]}, *earlier]
+        notes = prepared.get("notes") or ""
+        system = f"{prepared['system']}\n\n{notes}" if notes else prepared["system"]
+        earlier: list[Message] = list(prepared.get("window") or [])
+        messages: list[Message] = [{"role": "system", "content": system}, *earlier]
         first = len(messages)
         messages.append({"role": "user", "content": text})
         tools = ActivityTools(self, [ToolFacts(**facts) for facts in prepared["tools"]], message)
         model = ActivityModel(self, prepared["model"], tuple(prepared["models"]), tools)
         task_id = str(message.extra["task_id"])
-        result = await run_loop(
-            model,
-            tools,
-            messages,
-            limits,
-            self.language,
-            offer_tools=not prepared["greeting"],
-            task_id=task_id,
-            session_id=message.conversation,
-        )
+        trace = TurnTrace(self, task_id, message, messages, prepared)
+        self.stoppable = True
+        try:
+            result = await run_loop(
+                model,
+                tools,
+                messages,
+                limits,
+                self.language,
+                offer_tools=not prepared["greeting"],
+                task_id=task_id,
+                session_id=message.conversation,
+                hooks=trace,
+            )
+        finally:
+            self.stoppable = False
         turn = messages[first:]
         if not result.ok:  # keep the history answerable: close the turn with what the user saw
             turn.append({"role": "assistant", "content": result.reply})
-        self.history.append(turn)
-        del self.history[: -self.options.window_turns]
+        record = {
+            "conversation": message.conversation,
+            "task_id": task_id,
+            "messages": turn,
+            "reply": result.reply,
+            "stop_reason": result.stop_reason,
+            "tool_calls": [outcome_record(outcome) for outcome in result.tool_calls],
+            "trace": trace.record(result),
+        }
+        # stored before the reply goes out, as the embedded gateway stores the turn with its done mark
+        await self._step(RECORD, record)
+        self.recorded += 1
         await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason))
+
+    def _shared(self) -> bool:
+        """Whether this run keeps its state in the shared store: False only while a run started by
+        a release without these steps is replayed (`workflow.patched`), which then finishes as it
+        began; its next run (continue-as-new) has them."""
+        return workflow.patched(SHARED_STATE)
+
+    async def _step(self, name: str, data: Any) -> Any:
+        """A step that writes the shared store: retried until PostgreSQL takes it (a database down
+        for a while delays the conversation, loses nothing)."""
+        if not self._shared():
+            return None
+        return await workflow.execute_activity(
+            name,
+            data,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
+            ),
+        )
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -328,6 +447,8 @@ class ConversationWorkflow:
                     ),
                 )
             except ActivityError as exc:
+                if self.stop_requested:  # cancelled by /stop (the step was told to stop)
+                    raise asyncio.CancelledError() from None
                 message = f"tool {call.name} could not be run: {exc.cause or exc}"
                 return ToolOutcome(call, error_result(message), ok=False, error="exception")
             outcome = outcome_from(result["outcome"])
@@ -345,12 +466,14 @@ class ConversationWorkflow:
         while len(self.pending) > KEPT_DECISIONS:
             del self.pending[next(iter(self.pending))]
         summary = {key: value for key, value in pending.items() if key != "resume"}
+        await self._step(PENDING, summary)  # in the approvals list of every node's console
         await self._send(Reply(pause_reply(outcome, self.language), approval=summary))
         left = (pending.get("expires_at") or self._now() + 600.0) - self._now()
         try:
             await workflow.wait_condition(lambda: pending["status"] != "pending", timeout=max(left, 0.001))
         except asyncio.TimeoutError:
-            pending["status"] = "expired"
+            pending.update(status="expired", decided_at=self._now())
+        await self._step(PENDING, {key: value for key, value in pending.items() if key != "resume"})
         return dict(pending)
 
     async def _answer_to(self, pending: dict[str, Any], outcome: ToolOutcome) -> str:
@@ -358,6 +481,8 @@ class ConversationWorkflow:
         the one the turn's reply then answers)."""
         asker = self.target
         assert asker is not None
+        self.pending[str(pending["id"])] = pending
+        await self._step(PENDING, pending)
         await self._send(Reply(outcome.content))
 
         def answer_at() -> int | None:
@@ -375,11 +500,17 @@ class ConversationWorkflow:
         try:
             await workflow.wait_condition(lambda: answer_at() is not None, timeout=max(left, 0.001))
         except asyncio.TimeoutError:
+            pending.update(status="expired", decided_at=self._now())
+            await self._step(PENDING, pending)
             return ""
         index = answer_at()
         assert index is not None
         answer = inbound_of(self.queue.pop(index))
         self.target = answer
+        pending.update(
+            status="answered", answer=answer.text, decided_by=answer.sender, decided_at=self._now()
+        )
+        await self._step(PENDING, pending)
         return answer.text
 
     async def _send(self, reply: Reply) -> None:
@@ -399,15 +530,24 @@ class ConversationWorkflow:
         )
         while len(self.replies) > KEPT_REPLIES:
             del self.replies[next(iter(self.replies))]
-        if message.channel == "webhook" and not message.callback_url:
+        if message.channel in SYNCHRONOUS and not message.callback_url:
             return  # the synchronous answer: the node that holds the request reads it (client.py)
+        await self._deliver(dataclasses.asdict(outbound), message.message_id)
+
+    async def _send_again(self, reply: dict[str, Any]) -> None:
+        """A dead letter the console sends again: delivered like a reply, kept again if it fails."""
+        await self._deliver(reply, str(reply.get("message_id") or ""))
+
+    async def _deliver(self, data: dict[str, Any], message_id: str) -> None:
+        """One reply through the sends' queue, paced per chat; given up on: a dead letter."""
+        outbound = OutboundMessage(**data)
         wait = self.last_sent + 1.0 / self.chat_rate - self._now()
         if wait > 0:
             await workflow.sleep(wait)
         try:
             await workflow.execute_activity(
                 SEND,
-                dataclasses.asdict(outbound),
+                data,
                 task_queue=sends_queue(self.options.task_queue),
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
@@ -420,16 +560,91 @@ class ConversationWorkflow:
             )
         except ActivityError as exc:  # kept, never dropped silently
             error = str(exc.cause or exc)[:500]
-            self.dead_letters.append(
-                {"uuid": outbound.uuid, "message_id": message.message_id, "error": error}
-            )
+            self.dead_letters.append({"uuid": outbound.uuid, "message_id": message_id, "error": error})
+            del self.dead_letters[:-100]
             workflow.logger.error(
-                "reply %s to %s dead-lettered: %s", outbound.uuid, message.conversation, error
+                "reply %s to %s dead-lettered: %s", outbound.uuid, outbound.conversation, error
+            )
+            # the console's list on every node (a dead letter's Resend comes back as `resend`)
+            await self._step(
+                DEAD, {"reply": {**data, "attempts": self.options.send_attempts}, "error": error}
             )
         self.last_sent = self._now()
 
     def _now(self) -> float:
         return workflow.now().timestamp()
+
+
+class TurnTrace(TaskHooks):
+    """The turn's record in observe/traces.py's format (the embedded `TaskTrace`'s), built from
+    what the loop reports, timed by the workflow's clock; stored by the `record_turn` step."""
+
+    def __init__(
+        self,
+        flow: ConversationWorkflow,
+        task_id: str,
+        message: InboundMessage,
+        messages: list[Message],
+        prepared: dict[str, Any],
+    ) -> None:
+        self.flow, self.task_id, self.message, self.messages = flow, task_id, message, messages
+        self.prepared = prepared
+        self.history = list(messages[:-1])  # the messages before the input, as sent
+        self.started_at = flow._now()
+        self.turn = 0
+        self.model_calls: list[dict[str, Any]] = []
+        self.started_calls: dict[str, tuple[int, float]] = {}
+        self._call: tuple[int, float, int, list[str]] = (0, 0.0, 0, [])
+
+    async def on_model_start(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> None:
+        self.turn += 1
+        names = [str(schema.get("function", {}).get("name")) for schema in tools or []]
+        self._call = (self.turn, self.flow._now(), len(messages), names)
+
+    async def on_model_end(self, response: ModelResponse | None, error: BaseException | None) -> None:
+        turn, started_at, count, names = self._call
+        self.model_calls.append({
+            "turn": turn, "started_at": started_at, "elapsed": self.flow._now() - started_at,
+            "request_messages_count": count, "tools": names,
+            "response": record_of(response) if response is not None else None,
+            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+        })  # fmt: skip
+
+    async def on_tool_start(self, call: ToolCall) -> None:
+        self.started_calls[call.id] = (self.turn, self.flow._now())
+
+    def record(self, result: RunResult) -> dict[str, Any]:
+        calls = []
+        for outcome in result.tool_calls:
+            turn, started_at = self.started_calls.get(outcome.call.id, (None, None))
+            calls.append({"turn": turn, **outcome_record(outcome), "started_at": started_at})
+        approvals = [
+            {key: value for key, value in pending.items() if key != "resume"}
+            for pending in self.flow.pending.values()
+            if pending.get("task_id") == self.task_id
+        ]
+        message = self.message
+        return {
+            "task_id": self.task_id,
+            "conversation": message.conversation,
+            "channel": message.channel,
+            "caller": self.prepared.get("caller"),
+            "model": self.prepared.get("model", ""),
+            "input": message.text,
+            "history": self.history,
+            "messages": list(self.messages),
+            "model_calls": self.model_calls,
+            "tool_calls": calls,
+            "approvals": approvals,
+            "reply": result.reply,
+            "stop_reason": result.stop_reason,
+            "ok": result.ok,
+            "usage": dataclasses.asdict(result.usage),
+            "timings": dict(result.timings),
+            "started_at": self.started_at,
+            "finished_at": self.flow._now(),
+            "error": None,
+        }
 
 
 class ActivityModel(ModelClient):
@@ -472,6 +687,8 @@ class ActivityModel(ModelClient):
                 ),
             )
         except ActivityError as exc:
+            if self.flow.stop_requested:  # cancelled by /stop
+                raise asyncio.CancelledError() from None
             cause = exc.cause
             if getattr(cause, "type", None) == "ModelRequestRejected":
                 raise ModelRequestRejected(str(getattr(cause, "message", cause))) from None
