@@ -16,6 +16,11 @@ platform and the fake model (200 ms a call):
    platform's wait for each HTTP 200 (p50, p99, max), with no worker running (the accept path
    alone: the turns wait in the cluster) and with two workers running the turns meanwhile.
 
+The Temporal nodes keep their state in a private PostgreSQL server (tests/pg_server.py; a fresh
+database per measurement, `fsync` off as in the tests): its CPU per turn (the postmaster and its
+backends) is reported beside the Temporal server's. The embedded gateway it is compared with keeps
+its default SQLite file.
+
 The dev server keeps its state in memory unless `--server-db`: its SQLite file commits one
 operation at a time and bounds every rate here at about 50 a second, which a production cluster
 (PostgreSQL, Cassandra) does not. The numbers depend on the machine: a 2-core machine runs the
@@ -83,6 +88,26 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu_seconds(data_dir: Path) -> float:
+    """CPU of a PostgreSQL server: the postmaster (with its waited-for backends) and its live ones."""
+    try:
+        postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = cpu_seconds(postmaster)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:  # a backend: its own CPU (not yet in the parent's)
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+DATABASES: Any = None  # main: the PostgreSQL server whose fresh databases the Temporal nodes use
+
+
 def wait_until(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -121,6 +146,8 @@ class Nodes:
             FEISHU_BASE_URL=feishu.base_url,
             HERMES_LOG_LEVEL="WARNING",
         )
+        if temporal is not None:  # the engine keeps its state in PostgreSQL (database.url)
+            self.env["HERMES_DATABASE_URL"] = DATABASES.fresh_database()
         self.nodes: list[tuple[subprocess.Popen[bytes], str]] = []
         self.workers: list[subprocess.Popen[bytes]] = []
         self._count = 0
@@ -262,6 +289,7 @@ async def throughput(
         names = [f"oc_{run}_{n}" for n in range(turns)]  # one message per chat: turns run concurrently
         cpu_before = nodes.cpu("serve") + nodes.cpu("workers")
         server_before = cpu_seconds(temporal_pid) if temporal_pid else 0.0
+        postgres_before = postgres_cpu_seconds(DATABASES.data) if temporal else 0.0
         started = time.monotonic()
         envelopes = [
             feishu.user_message(f"hello {n}", chat_id=chat, sender=f"ou_{chat}")
@@ -275,6 +303,7 @@ async def throughput(
         took = time.monotonic() - started
         cpu = nodes.cpu("serve") + nodes.cpu("workers") - cpu_before
         server = (cpu_seconds(temporal_pid) - server_before) if temporal_pid else 0.0
+        postgres = (postgres_cpu_seconds(DATABASES.data) - postgres_before) if temporal else 0.0
         return {
             "engine": "temporal" if temporal else "embedded",
             "workers": workers if temporal else 0,
@@ -282,6 +311,7 @@ async def throughput(
             "turns_per_s": round(turns / took, 1),
             "cpu_ms_per_turn": round(1000 * cpu / turns, 1),
             "temporal_server_cpu_ms_per_turn": round(1000 * server / turns, 1) if temporal else None,
+            "postgres_cpu_ms_per_turn": round(1000 * postgres / turns, 1) if temporal else None,
         }
     finally:
         nodes.stop()
@@ -326,12 +356,15 @@ async def acks(
 
 
 async def main(args: argparse.Namespace) -> None:
+    global DATABASES
+    from pg_server import PostgresServer, missing
     from temporal_dev import DevServer, temporal_binary
 
     binary, why = temporal_binary()
-    if binary is None:
-        print(f"bench_temporal: {why}")
+    if binary is None or missing() is not None:
+        print(f"bench_temporal: {why or missing()}")
         return
+    DATABASES = await asyncio.to_thread(PostgresServer().start)
     folder = Path(tempfile.mkdtemp(prefix="bench-temporal-"))
     server = DevServer(binary, folder, persistent=args.server_db)
     model = FakeOpenAIServer(handler=follow, latency=args.latency, record_requests=False).start_in_thread()
@@ -374,6 +407,7 @@ async def main(args: argparse.Namespace) -> None:
         feishu.stop()
         model.stop()
         server.stop()
+        DATABASES.stop()
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -65,7 +65,9 @@ def setup(
     sections = {"database": {"url": bare}, "schedule": {"tick": 0.2}}
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PGPASSWORD", PASSWORD)
-        cluster = Cluster(tmp_path_factory.mktemp("cluster"), temporal_dev, fake, feishu, sections)
+        cluster = Cluster(
+            tmp_path_factory.mktemp("cluster"), temporal_dev, fake, feishu, sections, database=url
+        )
     try:
         yield Setup(cluster, url, model, feishu)
     finally:

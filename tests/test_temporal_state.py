@@ -270,7 +270,7 @@ async def test_conversation_commands_answer_as_embedded_without_a_model_request(
     assert await say(cluster, feishu, chat, "/forget 1") == forgot
     assert await say(cluster, feishu, chat, "/记忆", node=1) == fixed_reply("memory_empty", "zh")
     assert (await say(cluster, feishu, chat, "/help")).startswith(fixed_reply("help_header", "en"))
-    assert await say(cluster, feishu, chat, "/jobs") == fixed_reply("jobs_none", "en")  # the jobs in PostgreSQL
+    assert await say(cluster, feishu, chat, "/jobs") == fixed_reply("jobs_none", "en")
     assert await say(cluster, feishu, chat, "/stop") == fixed_reply("stop_nothing", "en")
     assert await say(cluster, feishu, chat, "/new", node=1) == fixed_reply("conversation_new", "en")
     assert await say(cluster, feishu, chat, "/memory") == fixed_reply("memory_empty", "en")

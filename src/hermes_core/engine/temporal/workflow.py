@@ -559,6 +559,8 @@ class ConversationWorkflow:
                 ),
             )
         except ActivityError as exc:  # kept, never dropped silently
+            if self.stop_requested:  # the send was cancelled with its turn (/stop): no dead letter
+                raise asyncio.CancelledError() from None
             error = str(exc.cause or exc)[:500]
             self.dead_letters.append({"uuid": outbound.uuid, "message_id": message_id, "error": error})
             del self.dead_letters[:-100]
