@@ -8,7 +8,9 @@ platform and the fake model (200 ms a call):
 1. soak: `--messages` over `--chats` chats, every push sent twice (to both gateway nodes, the same
    event id or the same message id under a new one), while a worker is SIGKILLed `--kills` times
    (and started again): missing replies, duplicated replies, chats out of order, tool calls run
-   more than once, the slowest reply after a kill;
+   more than once, and the resume time of each kill — from the SIGKILL to the next reply in every
+   chat that was waiting for one at that moment, the slowest of them (a turn on the killed worker
+   continues on the other once its step misses a heartbeat);
 2. throughput: turns/s with 1, 2 and 4 workers (one gateway node), and CPU seconds per turn of
    the workers (and of the Temporal server) vs the embedded gateway (`serve` alone) on the same
    turns;
@@ -208,6 +210,21 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def resume_time(
+    at: float, names: list[str], sent: dict[str, list[str]], pushed: dict[str, float], feishu: FakeFeishu
+) -> float | None:
+    """After a kill at `at`: the longest wait, over the chats with a message pushed and not yet
+    answered then, for that chat's next reply (None: no chat was waiting)."""
+    waits = []
+    for chat in names:
+        replies = {m.reply_to: m.created_at for m in feishu.messages_in(chat) if m.reply_to}
+        waiting = [mid for mid in sent[chat] if pushed[mid] <= at and replies.get(mid, at + 1) > at]
+        answered = [replies[mid] for mid in waiting if mid in replies]
+        if answered:  # (a message never answered is counted as missing)
+            waits.append(min(answered) - at)
+    return max(waits) if waits else None
+
+
 async def soak(
     folder: Path,
     temporal: str,
@@ -225,12 +242,15 @@ async def soak(
         run = uuid.uuid4().hex[:6]
         names = [f"oc_{run}_{n}" for n in range(chats)]
         sent: dict[str, list[str]] = {name: [] for name in names}
+        pushed: dict[str, float] = {}  # message id → when it was pushed (time.time())
+        killed_at: list[float] = []
         per_chat = messages // chats
 
         async def talk(number: int, chat: str) -> None:
             for i in range(per_chat):
                 envelope = feishu.user_message(f"call record {chat}-{i}", chat_id=chat, sender=f"ou_{chat}")
                 sent[chat].append(envelope["event"]["message"]["message_id"])
+                pushed[sent[chat][-1]] = time.time()
                 again = feishu.redelivery_of(envelope, new_event_id=i % 2 == 1)
                 first = (number + i) % 2
                 await asyncio.gather(
@@ -242,6 +262,7 @@ async def soak(
             for _ in range(kills):
                 await asyncio.sleep(rng.uniform(1.0, 2.5))
                 victim = rng.choice(nodes.workers)
+                killed_at.append(time.time())
                 os.kill(victim.pid, signal.SIGKILL)
                 victim.wait()
                 nodes.workers.remove(victim)
@@ -256,6 +277,8 @@ async def soak(
         replies = Counter(m.reply_to for m in feishu.sent if m.reply_to in everything)
         order = sum(1 for chat in names if [m.reply_to for m in feishu.messages_in(chat)] != sent[chat])
         runs = Counter(json.loads(line)["arg"] for line in nodes.log.read_text().splitlines() if line)
+        resumes = [resume_time(at, names, sent, pushed, feishu) for at in killed_at]
+        resumed = sorted(r for r in resumes if r is not None)
         return {
             "messages": len(everything),
             "pushes": 2 * len(everything),
@@ -266,6 +289,8 @@ async def soak(
             "chats_out_of_order": order,
             "tool_runs": sum(runs.values()),
             "tool_calls_run_twice": sum(1 for n in runs.values() if n > 1),
+            "resume_s_median": round(resumed[len(resumed) // 2], 1) if resumed else None,
+            "resume_s_max": round(resumed[-1], 1) if resumed else None,
         }
     finally:
         nodes.stop()

@@ -409,6 +409,13 @@ class ConversationWorkflow:
         self.recorded += 1
         await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason))
 
+    def stop_point(self) -> None:
+        """Where a turn /stop asked to cancel ends, after each step it awaited: the cancellation
+        of a step that completed in the same activation as the /stop is not raised by the SDK
+        (the step's result arrives instead), so the turn checks for itself."""
+        if self.stop_requested and self.stoppable:
+            raise asyncio.CancelledError()
+
     def _shared(self) -> bool:
         """Whether this run keeps its state in the shared store: False only while a run started by
         a release without these steps is replayed (`workflow.patched`), which then finishes as it
@@ -420,7 +427,7 @@ class ConversationWorkflow:
         for a while delays the conversation, loses nothing)."""
         if not self._shared():
             return None
-        return await workflow.execute_activity(
+        done = await workflow.execute_activity(
             name,
             data,
             start_to_close_timeout=timedelta(seconds=60),
@@ -428,6 +435,8 @@ class ConversationWorkflow:
                 initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
             ),
         )
+        self.stop_point()
+        return done
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -451,6 +460,7 @@ class ConversationWorkflow:
                     raise asyncio.CancelledError() from None
                 message = f"tool {call.name} could not be run: {exc.cause or exc}"
                 return ToolOutcome(call, error_result(message), ok=False, error="exception")
+            self.stop_point()
             outcome = outcome_from(result["outcome"])
             if outcome.error == "awaiting_approval":
                 payload = {**payload, "decision": await self._decision(result["pending"], outcome)}
@@ -470,9 +480,12 @@ class ConversationWorkflow:
         await self._send(Reply(pause_reply(outcome, self.language), approval=summary))
         left = (pending.get("expires_at") or self._now() + 600.0) - self._now()
         try:
-            await workflow.wait_condition(lambda: pending["status"] != "pending", timeout=max(left, 0.001))
+            await workflow.wait_condition(
+                lambda: pending["status"] != "pending" or self.stop_requested, timeout=max(left, 0.001)
+            )
         except asyncio.TimeoutError:
             pending.update(status="expired", decided_at=self._now())
+        self.stop_point()
         await self._step(PENDING, {key: value for key, value in pending.items() if key != "resume"})
         return dict(pending)
 
@@ -498,7 +511,10 @@ class ConversationWorkflow:
 
         left = (pending.get("expires_at") or self._now() + self.options.idle_days * 86400) - self._now()
         try:
-            await workflow.wait_condition(lambda: answer_at() is not None, timeout=max(left, 0.001))
+            await workflow.wait_condition(
+                lambda: answer_at() is not None or self.stop_requested, timeout=max(left, 0.001)
+            )
+            self.stop_point()
         except asyncio.TimeoutError:
             pending.update(status="expired", decided_at=self._now())
             await self._step(PENDING, pending)
@@ -558,6 +574,7 @@ class ConversationWorkflow:
                     non_retryable_error_types=["PermanentDelivery"],
                 ),
             )
+            self.stop_point()
         except ActivityError as exc:  # kept, never dropped silently
             if self.stop_requested:  # the send was cancelled with its turn (/stop): no dead letter
                 raise asyncio.CancelledError() from None
@@ -695,6 +712,7 @@ class ActivityModel(ModelClient):
             if getattr(cause, "type", None) == "ModelRequestRejected":
                 raise ModelRequestRejected(str(getattr(cause, "message", cause))) from None
             raise ModelUnavailable(str(getattr(cause, "message", None) or cause or exc)) from None
+        self.flow.stop_point()
         return response_from(record)
 
 
