@@ -117,10 +117,12 @@ async def test_a_message_runs_once_however_often_it_is_delivered(backend: Backen
         first = await inbox.accept(message("hi", "m1", event_id="ev_1"))
         again = await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
         other_id = await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
-        assert first is not None and again == [None] * 5 and other_id is None
+        assert first is not None
         assert await inbox.accept(message("next", "m2")) is not None
         await until(lambda: len(channel.sent) == 2)
     assert ran == ["m1", "m2"] and channel.texts() == ["echo: hi", "echo: next"]
+    backend.skip_where_it_differs("duplicate_acknowledged")
+    assert again == [None] * 5 and other_id is None  # told at the ack that it is a duplicate
 
 
 async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(backend: Backend) -> None:
@@ -157,6 +159,8 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
 
 
 async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Backend) -> None:
+    backend.skip_where_it_differs("one_reply_per_turn")
+
     async def three(message: InboundMessage) -> list[str | Reply]:
         return [f"{message.text} {i}" for i in range(3)]
 
@@ -187,12 +191,14 @@ async def test_an_accepted_message_is_answered_after_a_restart(backend: Backend)
     channel = Recording()
     async with running(backend, echo, channel) as inbox:
         await until(lambda: channel.texts() == ["echo: hi"])
+        backend.skip_where_it_differs("duplicate_acknowledged")
         assert await inbox.accept(message("hi", "m1")) is None
 
 
 async def test_a_decision_resumes_its_task_once(backend: Backend) -> None:
     if backend.pending_store is None:
         pytest.skip("this backend has no approvals store")
+    backend.skip_where_it_differs("approval_waits_in_workflow")
     store = backend.pending_store(600.0, time.time)
     agent = Agent(model=ScriptedModel([]))
     agent.use_interactions(store)
