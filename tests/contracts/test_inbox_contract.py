@@ -4,9 +4,11 @@ registered backend's `dispatcher` over its gateway store (tests/contracts/contra
 default the `Gateway` of gateway/dispatcher.py), with a real channel that records what it is sent.
 
 Accepting only while running; one run per message however often it is delivered; one turn in
-flight per conversation, in arrival order, while other conversations go on; replies sent in order,
-retried until delivered, read back by a retry; an accepted message answered after a restart; an
-approval's decision resuming its task once; a replayed signature refused.
+flight per conversation, in arrival order, while other conversations go on; a reply retried under
+one idempotency key until delivered; replies sent in order, read back by a retry; an accepted
+message answered after a restart; an approval's decision resuming its task once; a replayed
+signature refused. Where an engine differs by design it declares it (`Backend.differs`, named in
+contract_backends.py `DIFFERENCES`): the test of it skips there, saying why.
 
 How each test was seen to fail: tests/contracts/broken_backends.py has dispatchers and stores with
 one bug each (two turns of a conversation at once, replies sent newest first, messages lost at a
@@ -156,6 +158,15 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
         await until(lambda: len(channel.sent) == 5)
     assert overlaps == []
     assert channel.texts("chat:alice") == ["alice-0", "alice-1", "alice-2"]
+
+
+async def test_a_reply_is_sent_again_under_its_key_until_it_is_delivered(backend: Backend) -> None:
+    channel = Recording(failures=2)  # the platform refuses it twice, then takes it
+    async with running(backend, echo, channel) as inbox:
+        await inbox.accept(message("hi", "m1"))
+        await until(lambda: len(channel.sent) == 1)
+    [sent] = channel.sent
+    assert sent.text == "echo: hi" and channel.tries == {sent.uuid: 3}  # one idempotency key
 
 
 async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Backend) -> None:
