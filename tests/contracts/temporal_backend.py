@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import gc
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +45,7 @@ from hermes_core.kernel.approvals import ApprovalDesk
 DIFFERS = frozenset({"duplicate_acknowledged", "one_reply_per_turn", "approval_waits_in_workflow"})
 
 _STOPPED: list[Any] = []  # the workers of stopped nodes (TemporalEngine.stop)
+atexit.register(gc.freeze)  # …and never collected at the exit either (a process that ends leaves them)
 _SERVER: list[Any] = []  # the run's Temporal dev server, started by the first test that needs it
 
 
