@@ -6,10 +6,11 @@ one again opens another instance onto the same storage — what a restarted proc
 left None is a store the engine does not have; the suites for it skip on that backend.
 
 Registered here: "sqlite" (the embedded default: every store in one database file, as `serve`
-builds them), "memory" (`InMemorySessionStore`, the terminal's session store) and "postgres"
+builds them), "memory" (`InMemorySessionStore`, the terminal's session store), "postgres"
 (hermes_core/postgres/, `database.url`: a fresh database per test on one private server started
-for the run, tests/pg_server.py; skipped where PostgreSQL is not installed). Another engine
-plugs in either way:
+for the run, tests/pg_server.py; skipped where PostgreSQL is not installed) and "temporal"
+(`engine: temporal` itself as the dispatcher, over the PostgreSQL stores: temporal_backend.py;
+its tests are slow, and skipped without the `temporal` binary). Another engine plugs in either way:
 
 - in this repository: add its factory to `BACKENDS` below (skip inside the factory, with
   `pytest.skip`, when its server is not reachable);
@@ -19,7 +20,8 @@ plugs in either way:
 
 `dispatcher` builds the inbox/dispatch side (channels/seam.py's `Inbox`) over the backend's gateway
 store; the default is the `Gateway` of gateway/dispatcher.py. An engine that dispatches otherwise
-(a workflow engine) replaces it, and test_inbox_contract.py runs against it unchanged.
+(a workflow engine) replaces it, and test_inbox_contract.py runs against it unchanged; where it
+differs by design, `differs` names the differences (`DIFFERENCES`) and their tests skip on it.
 """
 
 from __future__ import annotations
