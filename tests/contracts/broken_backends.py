@@ -295,6 +295,11 @@ def replies_backwards(store: GatewayStore, runner: Runner, desk: ApprovalDesk | 
     return Gateway(store, backwards, desk=desk, send_backoff=0.01)
 
 
+def sends_once(store: GatewayStore, runner: Runner, desk: ApprovalDesk | None) -> Dispatcher:
+    """Gives a reply up at its first failed send: a busy platform loses it."""
+    return Gateway(store, runner, desk=desk, send_backoff=0.01, send_attempts=1)
+
+
 class DecisionWithoutResume(Gateway):
     def __init__(self, store: GatewayStore, runner: Runner, desk: ApprovalDesk | None) -> None:
         super().__init__(store, runner, desk=desk, send_backoff=0.01)
@@ -855,6 +860,7 @@ SCHEDULE_STORES: list[type[SQLiteScheduleStore]] = [
 DISPATCHERS: dict[str, Dispatch] = {
     "TwoTurnsAtOnce": two_turns_at_once, "AlwaysAccepting": AlwaysAccepting,
     "RepliesBackwards": replies_backwards, "DecisionWithoutResume": DecisionWithoutResume,
+    "SendsOnce": sends_once,
 }  # fmt: skip
 
 # which suite each kind of backend below is for (test_contracts_fail_when_broken.py selects them)

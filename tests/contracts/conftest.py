@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from contract_backends import Backend, Clock, Closes, Opener, registered
+from contract_backends import SLOW, Backend, Clock, Closes, Opener, registered
 
 from hermes_core.gateway.store import GatewayStore
 from hermes_core.kernel.approvals import PendingStore
@@ -27,7 +27,11 @@ from hermes_core.tasks.journal import TaskJournal
 S = TypeVar("S", bound=Closes)
 
 
-@pytest.fixture(params=sorted(registered()))
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name for name in sorted(registered())
+    ]
+)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     async with registered()[request.param](tmp_path) as found:
         yield found

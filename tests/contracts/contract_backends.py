@@ -6,10 +6,11 @@ one again opens another instance onto the same storage — what a restarted proc
 left None is a store the engine does not have; the suites for it skip on that backend.
 
 Registered here: "sqlite" (the embedded default: every store in one database file, as `serve`
-builds them), "memory" (`InMemorySessionStore`, the terminal's session store) and "postgres"
+builds them), "memory" (`InMemorySessionStore`, the terminal's session store), "postgres"
 (hermes_core/postgres/, `database.url`: a fresh database per test on one private server started
-for the run, tests/pg_server.py; skipped where PostgreSQL is not installed). Another engine
-plugs in either way:
+for the run, tests/pg_server.py; skipped where PostgreSQL is not installed) and "temporal"
+(`engine: temporal` itself as the dispatcher, over the PostgreSQL stores: temporal_backend.py;
+its tests are slow, and skipped without the `temporal` binary). Another engine plugs in either way:
 
 - in this repository: add its factory to `BACKENDS` below (skip inside the factory, with
   `pytest.skip`, when its server is not reachable);
@@ -19,7 +20,8 @@ plugs in either way:
 
 `dispatcher` builds the inbox/dispatch side (channels/seam.py's `Inbox`) over the backend's gateway
 store; the default is the `Gateway` of gateway/dispatcher.py. An engine that dispatches otherwise
-(a workflow engine) replaces it, and test_inbox_contract.py runs against it unchanged.
+(a workflow engine) replaces it, and test_inbox_contract.py runs against it unchanged; where it
+differs by design, `differs` names the differences (`DIFFERENCES`) and their tests skip on it.
 """
 
 from __future__ import annotations
@@ -112,6 +114,30 @@ class Backend:
     pending_store: Callable[[float, Callable[[], float]], PendingStore] | None = None  # (ttl, clock)
     schedule_store: Callable[[], ScheduleStore] | None = None  # its fires go into gateway_store's inbox
     dispatcher: Callable[[GatewayStore, Runner, ApprovalDesk | None], Dispatcher] = gateway_dispatcher
+    # where this engine differs from the embedded one by design, named in `DIFFERENCES`: the
+    # contract's test of each skips on it with the reason (documented in docs/scale-out.md)
+    differs: frozenset[str] = frozenset()
+
+    def skip_where_it_differs(self, difference: str) -> None:
+        if difference in self.differs:
+            pytest.skip(f"{difference}: {DIFFERENCES[difference]}")
+
+
+DIFFERENCES = {  # docs/scale-out.md, "Limits and differences from the embedded engine"
+    "duplicate_acknowledged": (
+        "engine temporal acknowledges every delivery (signal-with-start needs no worker) and drops a "
+        "duplicate in the conversation's workflow, so `accept` never answers None"
+    ),
+    "one_reply_per_turn": (
+        "engine temporal's turn is the kernel's loop, one reply per turn, and a retried message id "
+        "waits for the workflow's reply instead of reading it back (`replies_of` is None)"
+    ),
+    "approval_waits_in_workflow": (
+        "engine temporal's approval waits inside the workflow that asked it, and its decision (the "
+        "`decide` update) runs the same call on: no approvals-store row resumed as a message "
+        "(tests/test_temporal_engine.py covers the decision)"
+    ),
+}
 
 
 BackendFactory = Callable[[Path], AbstractAsyncContextManager[Backend]]
@@ -156,9 +182,8 @@ def _postgres_url() -> str:
     return str(_SERVER[0].fresh_database())
 
 
-@asynccontextmanager
-async def postgres(folder: Path) -> AsyncIterator[Backend]:
-    """The stores for several nodes on one database (`database.url`, hermes_core/postgres/)."""
+def postgres_stores(url: str) -> dict[str, Any]:
+    """The PostgreSQL stores onto the database `url`, as `Backend` fields."""
     from hermes_core.postgres.gateway import PostgresGatewayStore
     from hermes_core.postgres.journal import PostgresTaskJournal
     from hermes_core.postgres.pending import PostgresInteractions
@@ -166,18 +191,36 @@ async def postgres(folder: Path) -> AsyncIterator[Backend]:
     from hermes_core.postgres.sessions import PostgresSessionStore
     from hermes_core.postgres.traces import PostgresTraceStore
 
-    url = _postgres_url()
-    yield Backend(
-        gateway_store=lambda: PostgresGatewayStore(url),
-        session_store=lambda: PostgresSessionStore(url),
-        journal=lambda: PostgresTaskJournal(url),
-        trace_store=lambda: PostgresTraceStore(url),
-        pending_store=lambda ttl, clock: PostgresInteractions(url, approval_ttl=ttl, now=clock),
-        schedule_store=lambda: PostgresScheduleStore(url),
-    )
+    return {
+        "gateway_store": lambda: PostgresGatewayStore(url),
+        "session_store": lambda: PostgresSessionStore(url),
+        "journal": lambda: PostgresTaskJournal(url),
+        "trace_store": lambda: PostgresTraceStore(url),
+        "pending_store": lambda ttl, clock: PostgresInteractions(url, approval_ttl=ttl, now=clock),
+        "schedule_store": lambda: PostgresScheduleStore(url),
+    }
 
 
-BACKENDS: dict[str, BackendFactory] = {"sqlite": sqlite, "memory": memory, "postgres": postgres}
+@asynccontextmanager
+async def postgres(folder: Path) -> AsyncIterator[Backend]:
+    """The stores for several nodes on one database (`database.url`, hermes_core/postgres/)."""
+    yield Backend(**postgres_stores(_postgres_url()))
+
+
+@asynccontextmanager
+async def temporal(folder: Path) -> AsyncIterator[Backend]:
+    """`engine: temporal` (engine/temporal/): the PostgreSQL stores, and as the dispatcher the
+    engine itself — its inbox and in-process workers on a Temporal dev server (temporal_backend.py)."""
+    from temporal_backend import temporal as engine
+
+    async with engine(folder) as found:
+        yield found
+
+
+BACKENDS: dict[str, BackendFactory] = {
+    "sqlite": sqlite, "memory": memory, "postgres": postgres, "temporal": temporal,
+}  # fmt: skip
+SLOW = {"temporal"}  # backends that start servers of their own: their tests are marked slow
 
 
 def registered() -> dict[str, BackendFactory]:

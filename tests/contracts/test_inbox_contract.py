@@ -3,10 +3,13 @@
 registered backend's `dispatcher` over its gateway store (tests/contracts/contract_backends.py; by
 default the `Gateway` of gateway/dispatcher.py), with a real channel that records what it is sent.
 
-Accepting only while running; one run per message however often it is delivered; one turn in
-flight per conversation, in arrival order, while other conversations go on; replies sent in order,
-retried until delivered, read back by a retry; an accepted message answered after a restart; an
-approval's decision resuming its task once; a replayed signature refused.
+Accepting only while running; one run per message however often it is delivered, a duplicate
+told at the ack (also after a restart); one turn in
+flight per conversation, in arrival order, while other conversations go on; a reply retried under
+one idempotency key until delivered; replies sent in order, read back by a retry; an accepted
+message answered after a restart; an approval's decision resuming its task once; a replayed
+signature refused. Where an engine differs by design it declares it (`Backend.differs`, named in
+contract_backends.py `DIFFERENCES`): the test of it skips there, saying why.
 
 How each test was seen to fail: tests/contracts/broken_backends.py has dispatchers and stores with
 one bug each (two turns of a conversation at once, replies sent newest first, messages lost at a
@@ -114,13 +117,26 @@ async def test_a_message_runs_once_however_often_it_is_delivered(backend: Backen
 
     channel = Recording()
     async with running(backend, runner, channel) as inbox:
-        first = await inbox.accept(message("hi", "m1", event_id="ev_1"))
-        again = await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
-        other_id = await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
-        assert first is not None and again == [None] * 5 and other_id is None
+        assert await inbox.accept(message("hi", "m1", event_id="ev_1")) is not None
+        await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
+        await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
         assert await inbox.accept(message("next", "m2")) is not None
         await until(lambda: len(channel.sent) == 2)
     assert ran == ["m1", "m2"] and channel.texts() == ["echo: hi", "echo: next"]
+
+
+async def test_a_duplicate_is_told_at_the_ack_also_after_a_restart(backend: Backend) -> None:
+    """`accept` answers None for a message it has (the channel acks it without waiting)."""
+    backend.skip_where_it_differs("duplicate_acknowledged")
+    channel = Recording()
+    async with running(backend, echo, channel) as inbox:
+        assert await inbox.accept(message("hi", "m1", event_id="ev_1")) is not None
+        again = await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
+        other_id = await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
+        assert again == [None] * 5 and other_id is None
+        await until(lambda: channel.texts() == ["echo: hi"])
+    async with running(backend, echo, Recording()) as inbox:
+        assert await inbox.accept(message("hi", "m1", event_id="ev_2")) is None
 
 
 async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(backend: Backend) -> None:
@@ -156,7 +172,18 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
     assert channel.texts("chat:alice") == ["alice-0", "alice-1", "alice-2"]
 
 
+async def test_a_reply_is_sent_again_under_its_key_until_it_is_delivered(backend: Backend) -> None:
+    channel = Recording(failures=2)  # the platform refuses it twice, then takes it
+    async with running(backend, echo, channel) as inbox:
+        await inbox.accept(message("hi", "m1"))
+        await until(lambda: len(channel.sent) == 1)
+    [sent] = channel.sent
+    assert sent.text == "echo: hi" and channel.tries == {sent.uuid: 3}  # one idempotency key
+
+
 async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Backend) -> None:
+    backend.skip_where_it_differs("one_reply_per_turn")
+
     async def three(message: InboundMessage) -> list[str | Reply]:
         return [f"{message.text} {i}" for i in range(3)]
 
@@ -173,7 +200,7 @@ async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Back
 
 
 async def test_an_accepted_message_is_answered_after_a_restart(backend: Backend) -> None:
-    """Stopped while its turn ran (a deploy): the next process runs it, and it is still known."""
+    """Stopped while its turn ran (a deploy): the next process runs it."""
     started = asyncio.Event()
 
     async def stuck(message: InboundMessage) -> list[str | Reply]:
@@ -187,12 +214,12 @@ async def test_an_accepted_message_is_answered_after_a_restart(backend: Backend)
     channel = Recording()
     async with running(backend, echo, channel) as inbox:
         await until(lambda: channel.texts() == ["echo: hi"])
-        assert await inbox.accept(message("hi", "m1")) is None
 
 
 async def test_a_decision_resumes_its_task_once(backend: Backend) -> None:
     if backend.pending_store is None:
         pytest.skip("this backend has no approvals store")
+    backend.skip_where_it_differs("approval_waits_in_workflow")
     store = backend.pending_store(600.0, time.time)
     agent = Agent(model=ScriptedModel([]))
     agent.use_interactions(store)

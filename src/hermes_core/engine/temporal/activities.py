@@ -5,7 +5,8 @@
   prepare`: folded when it no longer fits, long-term examples), the tools this sender may be
   offered (with their levels), the limits, greeting and language.
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
-  the client's own retries), one response in kernel/records.py's format.
+  the client's own retries), one response in kernel/records.py's format; the message whose turn
+  it is is `CURRENT_MESSAGE` meanwhile, as in the embedded runner's turn.
 - `tool_call`: `ToolRegistry.execute` for one call (permissions, argument checks, approvals,
   timeouts), its outcome in kernel/records.py's format. The journal's rule for interrupted calls
   (tasks/journal.py) holds: an attempt after the first one — the worker that ran it died or lost
@@ -236,8 +237,14 @@ class TurnActivities:
     @activity.defn(name=MODEL)
     async def model_call(self, data: dict[str, Any]) -> dict[str, Any]:
         registry = self.agent.registry
-        with offering(registry.offer(set(data["withdrawn"]), self._caller(data))):
-            response = await heartbeating(self.agent.client.complete(data["messages"], data["tools"]))
+        asked = data.get("message")  # absent in steps scheduled by an earlier release
+        token = CURRENT_MESSAGE.set(inbound_of(asked)) if asked else None
+        try:
+            with offering(registry.offer(set(data["withdrawn"]), self._caller(data))):
+                response = await heartbeating(self.agent.client.complete(data["messages"], data["tools"]))
+        finally:
+            if token is not None:
+                CURRENT_MESSAGE.reset(token)
         return record_of(response)
 
     @activity.defn(name=TOOL)

@@ -691,6 +691,9 @@ class ActivityModel(ModelClient):
             "withdrawn": sorted(self.tools.withdrawn),
             "sender": target.sender,
             "channel": target.channel,
+            # the message whose turn this is (`CURRENT_MESSAGE` on the worker, as in the embedded
+            # runner's turn); an input only, so histories recorded without it replay unchanged
+            "message": dataclasses.asdict(self.flow.target or target),
         }
         options = self.flow.options
         try:
