@@ -8,9 +8,10 @@ platform and the fake model (200 ms a call):
 1. soak: `--messages` over `--chats` chats, every push sent twice (to both gateway nodes, the same
    event id or the same message id under a new one), while a worker is SIGKILLed `--kills` times
    (and started again): missing replies, duplicated replies, chats out of order, tool calls run
-   more than once, and the resume time of each kill — from the SIGKILL to the next reply in every
-   chat that was waiting for one at that moment, the slowest of them (a turn on the killed worker
-   continues on the other once its step misses a heartbeat);
+   more than once, and the resume time: for every step that was running on a killed worker and
+   ran again on another (a model or tool call, read from the workflows' histories: an activity's
+   started event with attempt > 1), the time from the SIGKILL to that step's new start — what the
+   heartbeat timeout bounds;
 2. throughput: turns/s with 1, 2 and 4 workers (one gateway node), and CPU seconds per turn of
    the workers (and of the Temporal server) vs the embedded gateway (`serve` alone) on the same
    turns;
@@ -130,10 +131,9 @@ class Nodes:
         self.log.touch()
         (folder / "bench_tools_mod.py").write_text(textwrap.dedent(TOOLS), encoding="utf-8")
         config: dict[str, Any] = {"tools": ["bench_tools_mod"], "gateway": {"metrics": False}}
+        self.task_queue = f"b-{uuid.uuid4().hex[:8]}"
         if temporal is not None:
-            config.update(
-                engine="temporal", temporal={"address": temporal, "task_queue": f"b-{uuid.uuid4().hex[:8]}"}
-            )
+            config.update(engine="temporal", temporal={"address": temporal, "task_queue": self.task_queue})
             config["feishu"] = {"app_send_rate": 1000, "chat_send_rate": 1000}
         (folder / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
@@ -210,19 +210,27 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def resume_time(
-    at: float, names: list[str], sent: dict[str, list[str]], pushed: dict[str, float], feishu: FakeFeishu
-) -> float | None:
-    """After a kill at `at`: the longest wait, over the chats with a message pushed and not yet
-    answered then, for that chat's next reply (None: no chat was waiting)."""
-    waits = []
-    for chat in names:
-        replies = {m.reply_to: m.created_at for m in feishu.messages_in(chat) if m.reply_to}
-        waiting = [mid for mid in sent[chat] if pushed[mid] <= at and replies.get(mid, at + 1) > at]
-        answered = [replies[mid] for mid in waiting if mid in replies]
-        if answered:  # (a message never answered is counted as missing)
-            waits.append(min(answered) - at)
-    return max(waits) if waits else None
+async def resume_times(address: str, task_queue: str, killed_at: list[float]) -> list[float]:
+    """Seconds from a kill to the new start of each step it interrupted (see the docstring)."""
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    found = []
+    async for listed in client.list_workflows(f"TaskQueue = '{task_queue}'"):
+        history = await client.get_workflow_handle(listed.id, run_id=listed.run_id).fetch_history()
+        scheduled = {e.event_id: e.event_time.ToDatetime().timestamp() for e in history.events}
+        for event in history.events:
+            if not event.HasField("activity_task_started_event_attributes"):
+                continue
+            attributes = event.activity_task_started_event_attributes
+            if attributes.attempt < 2:
+                continue
+            started = event.event_time.ToDatetime().timestamp()
+            since = scheduled.get(attributes.scheduled_event_id, 0.0)
+            kills = [at for at in killed_at if since <= at <= started]  # the first one interrupted it
+            if kills:
+                found.append(started - kills[0])
+    return found
 
 
 async def soak(
@@ -242,7 +250,6 @@ async def soak(
         run = uuid.uuid4().hex[:6]
         names = [f"oc_{run}_{n}" for n in range(chats)]
         sent: dict[str, list[str]] = {name: [] for name in names}
-        pushed: dict[str, float] = {}  # message id → when it was pushed (time.time())
         killed_at: list[float] = []
         per_chat = messages // chats
 
@@ -250,7 +257,6 @@ async def soak(
             for i in range(per_chat):
                 envelope = feishu.user_message(f"call record {chat}-{i}", chat_id=chat, sender=f"ou_{chat}")
                 sent[chat].append(envelope["event"]["message"]["message_id"])
-                pushed[sent[chat][-1]] = time.time()
                 again = feishu.redelivery_of(envelope, new_event_id=i % 2 == 1)
                 first = (number + i) % 2
                 await asyncio.gather(
@@ -277,8 +283,7 @@ async def soak(
         replies = Counter(m.reply_to for m in feishu.sent if m.reply_to in everything)
         order = sum(1 for chat in names if [m.reply_to for m in feishu.messages_in(chat)] != sent[chat])
         runs = Counter(json.loads(line)["arg"] for line in nodes.log.read_text().splitlines() if line)
-        resumes = [resume_time(at, names, sent, pushed, feishu) for at in killed_at]
-        resumed = sorted(r for r in resumes if r is not None)
+        resumed = sorted(await resume_times(temporal, nodes.task_queue, killed_at))
         return {
             "messages": len(everything),
             "pushes": 2 * len(everything),
@@ -289,6 +294,7 @@ async def soak(
             "chats_out_of_order": order,
             "tool_runs": sum(runs.values()),
             "tool_calls_run_twice": sum(1 for n in runs.values() if n > 1),
+            "steps_resumed": len(resumed),
             "resume_s_median": round(resumed[len(resumed) // 2], 1) if resumed else None,
             "resume_s_max": round(resumed[-1], 1) if resumed else None,
         }

@@ -564,10 +564,19 @@ async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
             assert acked(message_id), f"{chat}-{i}: every delivery refused"
 
     async def outage() -> None:
-        await asyncio.to_thread(wait_until, lambda: len(feishu.sent) >= 5, 60, "the first replies")
+        def running() -> int:
+            return sum(1 for ids in sent.values() for mid in ids if acked(mid) and not answered(mid))
+
+        # the server goes down after the first replies, while a turn is running (a condition, not a time)
+        await asyncio.to_thread(
+            wait_until,
+            lambda: len(feishu.sent) >= 5 and running() >= 1,
+            60,
+            "the first replies, a turn running",
+        )
         restartable.kill()
         killed_at[0] = time.monotonic()
-        in_flight[0] = sum(1 for ids in sent.values() for mid in ids if acked(mid) and not answered(mid))
+        in_flight[0] = running()
         down.set()
 
         def refused_meanwhile() -> int:

@@ -294,31 +294,31 @@ class TurnActivities:
         message = inbound_of(data["message"])
         agent = self.agent
         caller = self._caller({"sender": message.sender, "channel": message.channel})
-        answer = await commands.answer(
+        answer = await heartbeating(commands.answer(
             message.text, conversation=message.conversation, memory=self.state.memory,
             registry=agent.registry, caller=caller,
             models=agent.client.models, language=agent.language, schedules=self.schedules, message=message,
-        )  # fmt: skip
+        ))  # fmt: skip
         return answer or ""
 
     @activity.defn(name=RECORD)
     async def record_turn(self, data: dict[str, Any]) -> None:
         """A finished turn in the shared store: its messages, long-term outcome and trace (state.py)."""
         if self.state is not None:
-            await self.state.record_turn(data)
+            await heartbeating(self.state.record_turn(data))
 
     @activity.defn(name=PENDING)
     async def record_pending(self, data: dict[str, Any]) -> None:
         """An approval or question as the approvals list shows it: asked, decided, answered, expired."""
         if self.state is not None:
-            await self.state.record_pending(data)
+            await heartbeating(self.state.record_pending(data))
 
     @activity.defn(name=DEAD)
     async def dead_letter(self, data: dict[str, Any]) -> int | None:
         """A reply given up on, kept in the dead letters every node's console lists."""
         if self.state is None:
             return None
-        return await self.state.dead_letter(data["reply"], str(data["error"]))
+        return await heartbeating(self.state.dead_letter(data["reply"], str(data["error"])))
 
     @activity.defn(name=SEND)
     async def send_reply(self, data: dict[str, Any]) -> str | None:

@@ -341,6 +341,7 @@ class ConversationWorkflow:
                 COMMAND,
                 {"message": dataclasses.asdict(message)},
                 start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
                 retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
             )
             await self._send(Reply(str(answer)))
@@ -431,6 +432,7 @@ class ConversationWorkflow:
             name,
             data,
             start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),  # a dead worker's: moved
             retry_policy=RetryPolicy(
                 initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
             ),
