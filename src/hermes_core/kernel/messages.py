@@ -43,10 +43,13 @@ class ToolCall:
         return self.name, canonical_arguments(self.arguments)
 
 
+CANONICAL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode  # json.dumps builds one per call
+
+
 def canonical_arguments(arguments: str) -> str:
     """Same arguments written differently (spacing, key order) count as the same call."""
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+        return CANONICAL_JSON(json.loads(arguments))
     except ValueError:
         return arguments.strip()
 
