@@ -119,13 +119,13 @@ class Usage:
     def from_wire(cls, data: object) -> Usage:
         if not isinstance(data, dict):
             return cls()
+        prompt, completion = _count(data, "prompt_tokens"), _count(data, "completion_tokens")
+        return cls(prompt, completion, _count(data, "total_tokens") or prompt + completion)
 
-        def count(key: str) -> int:
-            value = data.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-        prompt, completion = count("prompt_tokens"), count("completion_tokens")
-        return cls(prompt, completion, count("total_tokens") or prompt + completion)
+def _count(data: dict[str, JSON], key: str) -> int:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass
