@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
@@ -69,16 +70,15 @@ def _faithful(text: str, repaired: dict[str, JSON]) -> dict[str, JSON]:
     )
 
 
-def _candidates(text: str) -> list[str]:
-    """The text itself, without a code fence, and the outermost {...} inside prose."""
-    found = [text]
+def _candidates(text: str) -> Iterator[str]:
+    """The text itself, then without a code fence, then the outermost {...} inside prose: lazily."""
+    yield text
     fenced = _FENCE.match(text)
     if fenced:
-        found.append(fenced.group(1).strip())
+        yield fenced.group(1).strip()
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        found.append(text[start : end + 1])
-    return found
+        yield text[start : end + 1]
 
 
 def _loads(text: str) -> JSON:
