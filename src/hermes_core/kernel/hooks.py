@@ -103,6 +103,8 @@ async def call_model(
     on_text: TextCallback | None = None,
 ) -> ModelResponse:
     """One model call, `hooks` told before it and after it (with the response or the error)."""
+    if hooks is NO_HOOKS:  # nobody to tell: not a no-op awaited twice per call
+        return await model.complete(messages, tools, on_text=on_text)
     await hooks.on_model_start(messages, tools)
     try:
         response = await model.complete(messages, tools, on_text=on_text)
@@ -123,6 +125,8 @@ async def call_tool(
     context: ToolContext | None = None,
 ) -> ToolOutcome:
     """One tool call, `hooks` told before it and after it (the outcome, the error, or its cancellation)."""
+    if hooks is NO_HOOKS:
+        return await registry.execute(call, timeout=timeout, max_chars=max_chars, context=context)
     await hooks.on_tool_start(call)
     try:
         outcome = await registry.execute(call, timeout=timeout, max_chars=max_chars, context=context)

@@ -139,7 +139,7 @@ async def run_tool_calls(
 
     runnable = [(i, call) for i, call in enumerate(response.tool_calls) if planned[i] is None]
     if len(runnable) == 1:  # a task of its own all the same (its context changes stay its own), no gather
-        results = [await asyncio.ensure_future(execute(runnable[0][1]))]
+        results = [await asyncio.get_running_loop().create_task(execute(runnable[0][1]))]
     else:
         results = await asyncio.gather(*(execute(call) for _, call in runnable))
     for (i, _), outcome in zip(runnable, results, strict=True):

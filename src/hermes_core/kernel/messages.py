@@ -43,10 +43,13 @@ class ToolCall:
         return self.name, canonical_arguments(self.arguments)
 
 
+CANONICAL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False).encode  # json.dumps builds one per call
+
+
 def canonical_arguments(arguments: str) -> str:
     """Same arguments written differently (spacing, key order) count as the same call."""
     try:
-        return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
+        return CANONICAL_JSON(json.loads(arguments))
     except ValueError:
         return arguments.strip()
 
@@ -116,13 +119,13 @@ class Usage:
     def from_wire(cls, data: object) -> Usage:
         if not isinstance(data, dict):
             return cls()
+        prompt, completion = _count(data, "prompt_tokens"), _count(data, "completion_tokens")
+        return cls(prompt, completion, _count(data, "total_tokens") or prompt + completion)
 
-        def count(key: str) -> int:
-            value = data.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-        prompt, completion = count("prompt_tokens"), count("completion_tokens")
-        return cls(prompt, completion, count("total_tokens") or prompt + completion)
+def _count(data: dict[str, JSON], key: str) -> int:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass

@@ -17,11 +17,10 @@ result under `content`); tests/data/records/ holds such rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict
 
-from .messages import JSON, ModelResponse, ToolCall, Usage, canonical_arguments
+from .messages import CANONICAL_JSON, JSON, ModelResponse, ToolCall, Usage, canonical_arguments
 from .tools.registry import ToolOutcome
 
 
@@ -80,7 +79,7 @@ def canonical(arguments: JSON) -> str:
     """Arguments as compared: a JSON text or an already decoded value, spacing and key order aside."""
     if isinstance(arguments, str):
         return canonical_arguments(arguments)
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+    return CANONICAL_JSON(arguments)
 
 
 def _call_from(call: JSON) -> ToolCall:

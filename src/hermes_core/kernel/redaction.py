@@ -531,8 +531,7 @@ class RedactingModelClient(ModelClient):
     """
 
     def __init__(self, inner: ModelClient, redactor: Redactor | None = None) -> None:
-        self.inner = inner
-        self.name = inner.name
+        self.inner, self.name = inner, inner.name
         self.redactor = redactor or default_redactor()
 
     async def complete(
@@ -545,11 +544,12 @@ class RedactingModelClient(ModelClient):
         redact = self.redactor.redact
         shown = None if on_text is None else (lambda piece: on_text(redact(piece)))
         response = await self.inner.complete(self.redactor.redact_data(messages), tools, on_text=shown)
-        texts = (response.content, response.refusal, response.reasoning)
-        content, refusal, reasoning = (None if text is None else redact(text) for text in texts)
-        calls = [ToolCall(call.id, call.name, redact(call.arguments)) for call in response.tool_calls]
-        if (content, refusal, reasoning) == texts and calls == response.tool_calls:
-            return response  # nothing to hide: the response as it came
+        calls = response.tool_calls
+        texts = (response.content, response.refusal, response.reasoning, *(call.arguments for call in calls))
+        content, refusal, reasoning, *arguments = (None if text is None else redact(text) for text in texts)
+        if (content, refusal, reasoning, *arguments) == texts:
+            return response  # nothing to hide: the response as it came (no call rebuilt to compare)
+        calls = [ToolCall(c.id, c.name, str(text)) for c, text in zip(calls, arguments, strict=True)]
         return replace(response, content=content, tool_calls=calls, refusal=refusal, reasoning=reasoning)
 
     async def aclose(self) -> None:

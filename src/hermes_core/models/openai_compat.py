@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     import aiohttp
 
 log = logging.getLogger("hermes_core.model")
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # a request body; `json.dumps` builds one per call
 
 
 class _Transient(Exception):
@@ -161,7 +162,7 @@ class OpenAICompatClient(ModelClient):
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
-        settings, dropped = self.settings, self.dropped.get(model, set())
+        settings, dropped = self.settings, self.dropped.get(model, ())
         body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
         temperature = settings.temperature
         if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
@@ -179,7 +180,7 @@ class OpenAICompatClient(ModelClient):
             if self.quirks.stream_usage and "stream_options" not in dropped:
                 body["stream_options"] = {"include_usage": True}
         body.update(settings.extra_body)
-        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return _encode(body).encode("utf-8")
 
     def _wire_messages(self, messages: list[Message]) -> list[Message]:
         """The history as this endpoint takes it: `reasoning_content` only where it is required."""
@@ -213,7 +214,8 @@ class OpenAICompatClient(ModelClient):
 
         session = self._session_for_running_loop()
         async with self._slots:
-            await self._wait_for_rate_limit()
+            if self._spacing:  # not a coroutine per request when no rate is set
+                await self._wait_for_rate_limit()
             timeout = self._stream_timeout if stream else self._timeout
             request = session.post(self._url, data=body, timeout=timeout)  # headers: the session's
             try:
@@ -258,8 +260,6 @@ class OpenAICompatClient(ModelClient):
         Each caller reserves the next start time before it sleeps, so no lock is needed and
         waiting callers go in arrival order.
         """
-        if not self._spacing:
-            return
         now = time.monotonic()
         start = max(now, self._next_start)
         self._next_start = start + self._spacing

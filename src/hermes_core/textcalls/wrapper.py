@@ -236,7 +236,7 @@ def _calls_as_text(message: Message) -> str:
 def _may_hold_calls(text: str, think_open: bool) -> bool:
     """Cheap pre-check so that plain answers never load the parsers: every format and the think
     tags need one of these characters."""
-    return think_open or any(marker in text for marker in ("<", "{", "[", "```"))
+    return think_open or "<" in text or "{" in text or "[" in text or "```" in text  # no generator per reply
 
 
 def _refuses_tools(exc: ModelRequestRejected) -> bool:

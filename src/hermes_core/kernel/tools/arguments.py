@@ -16,6 +16,7 @@ import copy
 import functools
 import json
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from .declare import Tool
 
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode  # `json.dumps` builds one per call
 
 
 class ArgumentError(ValueError):
@@ -68,16 +70,15 @@ def _faithful(text: str, repaired: dict[str, JSON]) -> dict[str, JSON]:
     )
 
 
-def _candidates(text: str) -> list[str]:
-    """The text itself, without a code fence, and the outermost {...} inside prose."""
-    found = [text]
+def _candidates(text: str) -> Iterator[str]:
+    """The text itself, then without a code fence, then the outermost {...} inside prose: lazily."""
+    yield text
     fenced = _FENCE.match(text)
     if fenced:
-        found.append(fenced.group(1).strip())
+        yield fenced.group(1).strip()
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        found.append(text[start : end + 1])
-    return found
+        yield text[start : end + 1]
 
 
 def _loads(text: str) -> JSON:
@@ -116,8 +117,7 @@ def _repair(text: str) -> JSON:
 def validate_arguments(model: type[BaseModel], arguments: dict[str, JSON]) -> BaseModel:
     """Validate in pydantic's lax JSON mode; raise ArgumentError naming every bad field."""
     try:
-        payload = json.dumps(arguments, ensure_ascii=False, default=str)
-        return model.model_validate_json(payload)
+        return model.model_validate_json(_ENCODE(arguments))
     except ValidationError as exc:
         raise ArgumentError(describe_validation_error(exc)) from None
 
@@ -161,12 +161,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def required_fields_missing(schema: dict[str, JSON], arguments: dict[str, JSON]) -> list[str]:
-    """For dict-style tools without a typed handler: the schema's required keys that are absent."""
-    return [name for name in schema.get("required", []) if name not in arguments]
-
-
 def _preview(value: object, limit: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = value if isinstance(value, str) else _ENCODE(value)
     text = repr(text) if isinstance(value, str) else text
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -74,9 +74,7 @@ class ToolContext:
     scratch: dict[str, object] = field(default_factory=dict)
     caller: Caller | None = None  # who the task runs for (permissions)
     model: str = ""  # the model that asked for the call (permissions: allowed_models)
-    interactions: Interactions | None = (
-        None  # where approvals and questions wait (kernel/approvals.py), if anywhere
-    )
+    interactions: Interactions | None = None  # where approvals and questions wait (kernel/approvals.py)
     spent: list[Usage] | None = None  # tokens a tool spent on the task's behalf (a sub-agent)
 
     def for_call(self, call_id: str, tool_name: str) -> ToolContext:

@@ -41,7 +41,7 @@ def render_result(value: object, max_chars: int = DEFAULT_MAX_CHARS) -> str:
         text = value
     else:
         try:
-            text = json.dumps(value, ensure_ascii=False, default=_fallback)
+            text = _RENDER(value)
         except Exception as exc:  # ValueError (circular), RecursionError, TypeError, a raising __str__
             raise UnrenderableResult(
                 f"returned a result that cannot be serialised as JSON ({type(exc).__name__}: {exc})"
@@ -70,3 +70,6 @@ def is_error_value(value: object) -> bool:
 def _fallback(value: object) -> object:
     converted = to_jsonable(value)
     return str(value) if converted is value else converted
+
+
+_RENDER = json.JSONEncoder(ensure_ascii=False, default=_fallback).encode  # `json.dumps` builds one per call
