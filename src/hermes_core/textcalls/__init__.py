@@ -9,18 +9,44 @@
 Pure parsing: no I/O, no asyncio. The formats and every decision are in docs/text-tool-calls.md.
 """
 
-from .parsers import (
-    PARSERS,
-    MessageParser,
-    ParsedText,
-    Tag,
-    TagParser,
-    TextCall,
-    TextCallParser,
-    parse_text_calls,
-    register_parser,
-)
-from .stream import StreamingTextCallParser, StreamUpdate
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .parsers import (
+        PARSERS,
+        MessageParser,
+        ParsedText,
+        Tag,
+        TagParser,
+        TextCall,
+        TextCallParser,
+        parse_text_calls,
+        register_parser,
+    )
+    from .stream import StreamingTextCallParser, StreamUpdate
+
+# Imported on first use: the model stack's wrapper (wrapper.py) is always built, the parsers (their
+# patterns, about 2 MB and 12 ms) only once a reply's text may hold a call.
+_MODULE_OF = {
+    **dict.fromkeys(
+        ("PARSERS", "MessageParser", "ParsedText", "Tag", "TagParser", "TextCall", "TextCallParser",
+         "parse_text_calls", "register_parser"),
+        "parsers",
+    ),
+    "StreamingTextCallParser": "stream",
+    "StreamUpdate": "stream",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 
 __all__ = [
     "PARSERS",
