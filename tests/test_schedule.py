@@ -538,3 +538,37 @@ async def test_turn_slots_go_to_people_before_jobs_and_jobs_never_take_them_all(
     hold.set()
     await asyncio.gather(*jobs, person)
     assert sorted(order[4:]) == ["job3", "job4", "job5"] and slots.in_flight == slots.batch_in_flight == 0
+
+
+async def test_the_scheduler_forgets_old_fires_hourly(tmp_path: Path) -> None:
+    """The record of fires does not grow without bound: the scheduler prunes fires older than
+    `gateway.retention_days` once an hour (the store's own rule is in the contract suite)."""
+    from hermes_core.gateway.schedules import PRUNE_EVERY, Scheduler
+
+    class Lanes:
+        def enqueue(self, message: Any) -> None:
+            pass
+
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc).timestamp()
+    now = [start]
+    store = SQLiteScheduleStore(tmp_path / "gateway.db")
+    job = Job(id="tick", channel="webhook", conversation="webhook:ops", sender="ops", timezone="UTC",
+              cron="0 * * * *", prompt="tick", next_fire=start)  # fmt: skip
+    await store.add(job)
+    scheduler = Scheduler(store, Lanes(), clock=lambda: now[0], retention=2 * 3600)
+    try:
+        for hour in range(4):  # fires at 9, 10, 11 and 12 o'clock
+            now[0] = start + hour * 3600
+            await scheduler.run_due()
+        assert len(await store.fires("tick")) == 4
+        await scheduler.prune()  # at 12: the fires of 9 (and before) are over two hours old
+        assert [f.fire_at - start for f in await store.fires("tick")] == [3 * 3600, 2 * 3600, 3600]
+        now[0] += PRUNE_EVERY / 2  # 12:30: the fire of 10 is over two hours old, but pruning is hourly
+        await scheduler.prune()
+        assert [f.fire_at - start for f in await store.fires("tick")] == [3 * 3600, 2 * 3600, 3600]
+        now[0] += PRUNE_EVERY / 2  # 13:00: the fire of 13 runs, and the one of 10 is forgotten
+        await scheduler.run_due()
+        await scheduler.prune()
+        assert [f.fire_at - start for f in await store.fires("tick")] == [4 * 3600, 3 * 3600, 2 * 3600]
+    finally:
+        await store.close()

@@ -730,6 +730,11 @@ class FiresOldestFirst(SQLiteScheduleStore):
         return list(reversed(await super().fires(job_id, limit)))
 
 
+class PrunesNothing(SQLiteScheduleStore):
+    async def prune(self, older_than: float) -> int:
+        return 0
+
+
 class DueReadThenClaimed(SQLiteScheduleStore):
     """Reads the due jobs in one transaction and claims each in another, from what it read: a
     claimer racing it in between has moved the job on, and this one claims the fire again."""
@@ -856,6 +861,7 @@ APPROVALS_STORES: list[type[SQLiteInteractions]] = [
 SCHEDULE_STORES: list[type[SQLiteScheduleStore]] = [
     AddReplaces, ReplaceKeepsTheOld, JobsByCreation, ListsEveryStatus, CancelNotStored, MessageNotKept,
     ClaimsEarly, GraceIgnored, RefusalIgnored, LimitIgnored, FiresOldestFirst, DueReadThenClaimed,
+    PrunesNothing,
 ]  # fmt: skip
 DISPATCHERS: dict[str, Dispatch] = {
     "TwoTurnsAtOnce": two_turns_at_once, "AlwaysAccepting": AlwaysAccepting,

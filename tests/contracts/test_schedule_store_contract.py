@@ -6,7 +6,8 @@ by next fire time, cancelled once. A due fire is claimed once: recorded, its mes
 backend's gateway inbox (message id `job:<id>@<ms>`), the job moved on to its next fire time or
 done; missed fires run the latest once within the grace and are recorded otherwise; a refused fire
 runs nothing; at most `limit` jobs per claim, the earliest first; and claimers racing on the same
-jobs — two stores, twenty claims at once — queue each fire exactly once.
+jobs — two stores, twenty claims at once — queue each fire exactly once; old fires are forgotten
+and never claimed again.
 
 How each test was seen to fail: tests/contracts/broken_backends.py holds schedule stores with one
 bug each (add overwriting, a cancel never stored, the message kept out of the inbox, due jobs read
@@ -200,3 +201,18 @@ async def test_claimers_racing_on_the_same_jobs_queue_each_fire_once(
         assert stored is not None and (stored.next_fire, stored.last_outcome) == (T + 60, "queued")
         assert len(await second.fires(f"j{n:02}")) == 1
     assert await first.claim_due(T + 30, 300, 100) == []
+
+
+async def test_old_fires_are_forgotten_and_a_forgotten_fire_is_not_claimed_again(
+    schedule_stores: Stores, gateway_stores: Gateways
+) -> None:
+    store, inbox = schedule_stores(), gateway_stores()
+    await store.add(job("every10", T, cron="*/10 * * * *"))
+    await store.claim_due(T, 300, 10)
+    await store.claim_due(T + 600, 300, 10)
+    assert [f.fire_at for f in await store.fires("every10")] == [T + 600, T]
+    assert await store.prune(T + 1) == 1  # the fire at T is older: forgotten
+    assert [f.fire_at for f in await store.fires("every10")] == [T + 600]
+    assert await store.claim_due(T + 601, 300, 10) == []  # its fire times are past: nothing again
+    assert await store.prune(T + 1) == 0
+    assert len(await inbox.pending_inbound()) == 2

@@ -133,6 +133,12 @@ class SQLiteScheduleStore(ScheduleStore):
         )
         return [Fire(job_id, fire_at, status, reason) for job_id, fire_at, status, reason in rows]
 
+    async def prune(self, older_than: float) -> int:
+        done = await self.db.transaction(
+            lambda db: db.execute("DELETE FROM schedule_fires WHERE fire_at < ?", (older_than,))
+        )
+        return int(done.rowcount)
+
     async def next_due(self) -> float | None:
         """The earliest next fire time of an active job (None: nothing scheduled)."""
         row = await self.db.transaction(
@@ -211,6 +217,10 @@ class Enqueue(Protocol):
     def enqueue(self, message: InboundMessage) -> None: ...
 
 
+FIRES_KEPT = 30 * 86400.0  # seconds a fire's record is kept (`gateway.retention_days`)
+PRUNE_EVERY = 3600.0  # seconds between prunings
+
+
 class Scheduler:
     """Fires due jobs into the gateway (see the module docstring)."""
 
@@ -225,8 +235,10 @@ class Scheduler:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         tick: float = 1.0,
         batch: int = 100,
+        retention: float = FIRES_KEPT,
     ) -> None:
         self.store, self.gateway = store, gateway
+        self.retention, self._pruned_at = retention, float("-inf")
         self.misfire_grace, self.refusal = misfire_grace, refusal
         self.clock, self.sleep, self.tick, self.batch = clock, sleep, tick, batch
         self.counts: dict[str, int] = {"queued": 0, "skipped": 0, "refused": 0}
@@ -261,6 +273,16 @@ class Scheduler:
         """Deliver what a claim recorded but did not hand over (nothing here: the inbox row is the
         delivery, and the gateway resumes it at start)."""
 
+    async def prune(self) -> None:
+        """Hourly: forget the fires older than `retention` (the store keeps the rest for the
+        console and `hermes-core schedule`)."""
+        now = self.clock()
+        if now - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = now
+        if forgotten := await self.store.prune(now - self.retention):
+            log.info("forgot %d scheduled fire(s) older than %.0f days", forgotten, self.retention / 86400)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="scheduler")
 
@@ -287,6 +309,7 @@ class Scheduler:
             try:
                 await self.run_due()
                 await self.sweep()
+                await self.prune()
                 due = await self.store.next_due()
             except Exception:
                 log.exception("firing scheduled jobs failed; trying again")

@@ -233,7 +233,8 @@ def add_scheduler(
     options, agent = settings.schedule, runner.agent
     now = clock or clocks.time
     scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
-                          refusal=role_refusal(agent.permissions), clock=now)  # fmt: skip
+                          refusal=role_refusal(agent.permissions), clock=now,
+                          retention=settings.gateway.retention_days * 86400)  # fmt: skip
     from ..schedule.tools import register_schedule_tools
 
     register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake)

@@ -173,6 +173,18 @@ class PostgresScheduleStore(ScheduleStore):
         rows = await self.db.transaction(fires)
         return [Fire(job, fire_at, status, reason) for job, fire_at, status, reason in rows]
 
+    async def prune(self, older_than: float) -> int:
+        async def prune(db: AsyncConnection) -> int:
+            done = await db.execute(
+                "DELETE FROM schedule_fires WHERE fire_at < %s"
+                " AND (payload IS NULL OR delivered_at IS NOT NULL)",  # undelivered: the sweep's
+                (older_than,),
+            )
+            return int(done.rowcount)
+
+        result: int = await self.db.transaction(prune)
+        return result
+
     async def next_due(self) -> float | None:
         """The earliest next fire time of an active job (None: nothing scheduled)."""
 

@@ -266,6 +266,12 @@ class ScheduleStore(Protocol):
         """The earliest next fire time of an active job (None: nothing scheduled)."""
         ...
 
+    async def prune(self, older_than: float) -> int:
+        """Forget the fires of fire times before `older_than` (seconds since the epoch), and say
+        how many. They are past any claim (a claim looks back at most the misfire grace); a fire
+        not yet handed to its workflow (engine temporal) is kept."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -289,7 +289,8 @@ def scheduler_for(settings: Settings, inbox: TemporalInbox, permissions: Policy)
     store = stores.schedule_store(settings, inbox=False)
     assert isinstance(store, PostgresScheduleStore)
     scheduler = TemporalScheduler(store, inbox, misfire_grace=options.misfire_grace, tick=options.tick,
-                                  refusal=role_refusal(permissions))  # fmt: skip
+                                  refusal=role_refusal(permissions),
+                                  retention=settings.gateway.retention_days * 86400)  # fmt: skip
     scheduler.declared = lambda: declare_jobs(store, options, permissions, time.time())
     scheduler.owns_store = True
     return scheduler
