@@ -61,18 +61,23 @@ def new_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1000), headers=headers)
 
 
-async def main(base_url: str, turns: int) -> tuple[list[str], float, float]:
+async def main(base_url: str, turns: int, one_turn=turn) -> tuple[list[str], float, float]:
     async with new_session() as session:
         started, cpu = time.perf_counter(), time.process_time()
-        replies = await asyncio.gather(*(turn(session, base_url) for _ in range(turns)))
+        replies = await asyncio.gather(*(one_turn(session, base_url) for _ in range(turns)))
         return replies, time.perf_counter() - started, time.process_time() - cpu
 
 
-if __name__ == "__main__":
+def report(one_turn=turn) -> None:
+    """The command line (module docstring): `one_turn` of this script, or of one built on it."""
     turns = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    replies, seconds, cpu_seconds = asyncio.run(main(sys.argv[1], turns))
+    replies, seconds, cpu_seconds = asyncio.run(main(sys.argv[1], turns, one_turn))
     if any(reply != EXPECTED for reply in replies):
         sys.exit(f"unexpected replies: {sorted(set(replies) - {EXPECTED})[:3]}")
     print(replies[0])
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"turns": turns, "seconds": seconds, "cpu_seconds": cpu_seconds, "maxrss_kb": maxrss}))
+
+
+if __name__ == "__main__":
+    report()

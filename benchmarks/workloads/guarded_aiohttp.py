@@ -15,13 +15,10 @@ import asyncio
 import json
 import queue
 import re
-import resource
-import sys
 import threading
-import time
 
 import aiohttp
-from bare_aiohttp import ADD_SCHEMA, EXPECTED, SYSTEM, add, new_session  # noqa: F401  (EXPECTED: the bench)
+from bare_aiohttp import ADD_SCHEMA, EXPECTED, SYSTEM, add, report  # noqa: F401  (EXPECTED: the bench)
 from pydantic import BaseModel
 
 SECRET = re.compile(r"sk-[A-Za-z0-9_-]{20,}|xox[abp]-[A-Za-z0-9-]{10,}|gh[pousr]_[A-Za-z0-9]{36}")
@@ -80,18 +77,5 @@ async def turn(session: aiohttp.ClientSession, base_url: str, question: str = "w
     return redacted(message["content"])
 
 
-async def main(base_url: str, turns: int) -> tuple[list[str], float, float]:
-    async with new_session() as session:
-        started, cpu = time.perf_counter(), time.process_time()
-        replies = await asyncio.gather(*(turn(session, base_url) for _ in range(turns)))
-        return replies, time.perf_counter() - started, time.process_time() - cpu
-
-
 if __name__ == "__main__":
-    turns = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-    replies, seconds, cpu_seconds = asyncio.run(main(sys.argv[1], turns))
-    if any(reply != EXPECTED for reply in replies):
-        sys.exit(f"unexpected replies: {sorted(set(replies) - {EXPECTED})[:3]}")
-    print(replies[0])
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"turns": turns, "seconds": seconds, "cpu_seconds": cpu_seconds, "maxrss_kb": maxrss}))
+    report(turn)
