@@ -71,6 +71,26 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None
         await asyncio.sleep(0.02)
 
 
+class TurnLog:
+    """A runner that echoes after `seconds`, recording each turn (conversation, text) and every
+    conversation that had two turns running at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ran: list[tuple[str, str]] = []
+        self.overlaps: list[str] = []
+        self._running: set[str] = set()
+
+    async def __call__(self, message: InboundMessage) -> list[str]:
+        if message.conversation in self._running:
+            self.overlaps.append(message.conversation)
+        self._running.add(message.conversation)
+        await asyncio.sleep(self.seconds)
+        self.ran.append((message.conversation, message.text))
+        self._running.discard(message.conversation)
+        return [f"echo: {message.text}"]
+
+
 async def echo(message: InboundMessage) -> list[str]:
     return [f"echo: {message.text}"]
 

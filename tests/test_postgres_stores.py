@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import wait_for
+from gateway_harness import TurnLog, wait_for
 from hermes_core.channels.seam import InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.approvals import DecisionRefused
@@ -114,18 +114,8 @@ async def test_two_gateways_started_on_one_inbox_run_each_turn_once_in_order(nod
     restarting together do: each turn runs once, a conversation's in order, never two at once."""
     for n in range(8):
         await nodes[0].accept(inbound(f"flaky:c{n % 2}", f"m{n}", f"id{n}"))
-    ran: list[tuple[str, str]] = []
-    running: set[str] = set()
-    overlaps: list[str] = []
-
-    async def runner(message: InboundMessage) -> list[str]:
-        if message.conversation in running:
-            overlaps.append(message.conversation)
-        running.add(message.conversation)
-        await asyncio.sleep(0.02)
-        ran.append((message.conversation, message.text))
-        running.discard(message.conversation)
-        return [f"echo: {message.text}"]
+    runner = TurnLog(0.02)
+    ran, overlaps = runner.ran, runner.overlaps
 
     gateways = [Gateway(store, runner) for store in nodes]
     channels = [FlakyChannel(failures=0) for _ in gateways]

@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import wait_for
-from hermes_core.channels.seam import InboundMessage
+from gateway_harness import TurnLog, wait_for
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.postgres.database import PostgresDatabase
@@ -138,18 +137,8 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     stores = [PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url)) for _ in range(2)]
     for store in stores:
         store.lease_seconds, store.poll_seconds = 0.6, 0.02  # a sweep every 0.2 s
-    ran: list[tuple[str, str]] = []
-    running: set[str] = set()
-    overlaps: list[str] = []
-
-    async def runner(message: InboundMessage) -> list[str]:
-        if message.conversation in running:
-            overlaps.append(message.conversation)
-        running.add(message.conversation)
-        await asyncio.sleep(0.05)
-        ran.append((message.conversation, message.text))
-        running.discard(message.conversation)
-        return [f"echo: {message.text}"]
+    runner = TurnLog(0.05)
+    ran, overlaps = runner.ran, runner.overlaps
 
     gateways = [Gateway(store, runner) for store in stores]
     channels = [FlakyChannel(failures=0) for _ in gateways]
