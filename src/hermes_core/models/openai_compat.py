@@ -86,8 +86,7 @@ class OpenAICompatClient(ModelClient):
         self._next_start = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._retries_of: ModelSettings | None = None
-        self._retries = 0
+        self._retries = settings.effective_retries  # worked out once, as the headers and the spacing
         self._slots = asyncio.Semaphore(settings.max_concurrency)
         self._timeout: aiohttp.ClientTimeout | None = None
         self._stream_timeout: aiohttp.ClientTimeout | None = None
@@ -192,7 +191,7 @@ class OpenAICompatClient(ModelClient):
         self, model: str, body: bytes, stream: bool, on_text: TextCallback | None
     ) -> ModelResponse:
         settings, attempt = self.settings, 0
-        retries = self._retries if self._retries_of is settings else self._count_retries()
+        retries = self._retries
         while True:
             try:
                 return await self._attempt(body, stream, on_text)
@@ -230,11 +229,6 @@ class OpenAICompatClient(ModelClient):
         if on_text is not None and response.content:  # the server ignored stream=true
             await emit_text(on_text, response.content)
         return response
-
-    def _count_retries(self) -> int:
-        """`settings.effective_retries`, worked out again only when the settings are replaced."""
-        self._retries_of, self._retries = self.settings, self.settings.effective_retries
-        return self._retries
 
     def _session_for_running_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .stream import StreamingTextCallParser, StreamUpdate
 
 # Imported on first use: the model stack's wrapper (wrapper.py) is always built, the parsers (their
-# patterns, about 2 MB and 12 ms) only once a reply's text may hold a call.
+# patterns, about 1.5 MB and 12 ms) only once a reply's text may hold a call.
 _MODULE_OF = {
     **dict.fromkeys(
         ("PARSERS", "MessageParser", "ParsedText", "Tag", "TagParser", "TextCall", "TextCallParser",
