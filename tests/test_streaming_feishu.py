@@ -267,6 +267,30 @@ async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_
     )
 
 
+async def test_a_card_whose_id_never_came_back_is_found_by_its_stored_uuid_on_the_reply_s_retry(
+    tmp_path: Path,
+) -> None:
+    """The platform made the streaming card, but neither its answer nor the answer to the reply's
+    first send came back (504s): the outbox sends the reply again with no stream left in the
+    process — as the next process does after a kill between the card's creation and its record
+    (seen in the SIGKILL test, tests/test_feishu_crash.py). The uuid stored before the card was
+    sent finds that card, and the reply is patched into it: one message, not a card and a text."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text("Sunny all week, with a breeze from the east.", delay=0.3))
+        agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test")
+        feishu.lose_answers(8, paths=("/reply",))  # the card (4 tries), then the reply's first send (4)
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (gateway, url):
+            assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
+            await wait_for(lambda: "Sunny" in (feishu.sent[0].text if feishu.sent else ""), timeout=15)
+            await asyncio.sleep(0.3)
+            assert (await gateway.store.counts())["outbox_pending"] == 0
+        await agent.aclose()
+    lost = [r for r in feishu.requests if r.path.endswith("/reply") and r.status == 504]
+    assert len(lost) == 8 and len({r.body["uuid"] for r in lost}) == 1  # one uuid throughout
+    assert [m.text for m in feishu.sent] == ["Sunny all week, with a breeze from the east."]
+    assert feishu.sent[0].msg_type == "interactive"
+
+
 @pytest.mark.slow  # several seconds of real time
 async def test_a_reply_longer_than_a_card_fills_the_card_and_goes_on_in_messages_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -158,7 +158,8 @@ class Records(Protocol):
         ...
 
     async def stream_of(self, inbound_id: int) -> str | None:
-        """The platform message the reply to inbox row `inbound_id` is being streamed into."""
+        """The platform message the reply to inbox row `inbound_id` is being streamed into, as the
+        channel stored it (opaque to the store: Feishu keeps a card's uuid there until its id is known)."""
         ...
 
     async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:

@@ -317,18 +317,22 @@ class FeishuChannel(Channel):
     async def _streamed_into(self, message: OutboundMessage) -> str | None:
         """Patch the reply into its streaming card, if it has one; None: send it the usual way."""
         from .api import FeishuError
-        from .stream import final_cards, finish_card
+        from .stream import final_cards, finish_card, stored_card
 
         assert message.inbound_id is not None
         stream = self._streams.pop(message.inbound_id, None)
         card_id = await stream.close() if stream is not None else None
+        uuid = stream.uuid if stream is not None and not stream.refused else None
         if card_id is None:
-            card_id = await self.gateway.store.stream_of(message.inbound_id)
+            card_id, unconfirmed = stored_card(await self.gateway.store.stream_of(message.inbound_id))
+            if stream is None:  # a retry, or another process: the card's uuid, if it was ever sent
+                uuid = unconfirmed
         try:
-            if card_id is None and stream is not None and not stream.refused:
-                # the card's send failed, but may have reached the platform: the same uuid finds it
+            if card_id is None and uuid is not None:
+                # the card's send failed, or its process died, but it may have reached the
+                # platform: the same uuid finds it (or makes it now)
                 card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
-                                                   reply_to=message.reply_to, uuid=stream.uuid)  # fmt: skip
+                                                   reply_to=message.reply_to, uuid=uuid)  # fmt: skip
                 await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
             if card_id is None:
                 return None

@@ -17,7 +17,9 @@ One turn, step by step:
 1. The turn starts (`FeishuChannel.watch`): a card saying "thinking…" is sent as the reply to the
    user's message. Its request uuid comes from the task and the message, so sending it again within
    an hour returns the same card (§6); its message_id is stored with the inbox row
-   (`Records.keep_stream`) as soon as it is known. The card appears within a second.
+   (`Records.keep_stream`) as soon as it is known — and its uuid before it is sent, so a process
+   killed between the platform making the card and the store learning its id still finds it by
+   that uuid instead of sending the reply a second time. The card appears within a second.
 2. While the turn runs, each change of the `TurnProgress` (text, a tool step: `⏳ running search…`,
    then `✓ search`) marks the card stale; the patch loop sends the latest state, no sooner than
    `PatchPacer` allows (its clock is injected for tests). Such a patch is tried once: refused
@@ -32,7 +34,8 @@ One turn, step by step:
 After a crash (kill -9 of serve) mid-stream the message is run again from the inbox: step 1 finds
 the stored card and writes into it, and step 3 patches it to the complete reply; if the crash came
 after the turn had finished, the outbox sends the reply again and step 3 finds the card in the
-store. Either way the user sees one card with the complete reply, nothing else.
+store (or, stored only by its uuid, asks the platform for it under that uuid). Either way the
+user sees one card with the complete reply, nothing else.
 
 Fallback to one ordinary message: `feishu.stream: false`, or a card the platform refuses (a
 permanent error). A card send that failed otherwise (timeouts) may have reached the platform
@@ -78,6 +81,16 @@ class PatchPacer:
         if self._next > now:
             await self._sleep(self._next - now)
         self._next = max(now, self._next) + self.interval
+
+
+UNCONFIRMED = "uuid:"  # a stored stream whose card's id is not known yet: the prefix, then its uuid
+
+
+def stored_card(stored: str | None) -> tuple[str | None, str | None]:
+    """What the store holds for a streamed reply, as (card message_id, request uuid to find it)."""
+    if stored is not None and stored.startswith(UNCONFIRMED):
+        return None, stored[len(UNCONFIRMED) :]
+    return stored, None
 
 
 def stream_uuid(message: InboundMessage) -> str:
@@ -160,10 +173,12 @@ class CardStream:
         """The card: stored by an earlier run of this message, or sent now and stored."""
         assert self.message.id is not None
         known = await self.records.stream_of(self.message.id)
-        if known is not None:
+        if known is not None and not known.startswith(UNCONFIRMED):
             self.card_id = known
             self._stale.set()  # show where this run is at once
             return
+        if known is None:  # the uuid first: the platform may make the card and the process die
+            await self.records.keep_stream(self.message.id, "feishu", UNCONFIRMED + self.uuid)
         try:
             self.card_id = await self.api.send_card(
                 self._card(), chat_id=self.message.chat_id, reply_to=self.message.reply_to, uuid=self.uuid
