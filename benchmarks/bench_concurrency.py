@@ -5,8 +5,9 @@ its 500 `asyncio.gather`-ed turns and its own peak RSS (`ru_maxrss`), so memory 
 Two round trips of 0.2 s make the ideal ~0.4 s. The Agent is built with max_concurrency=1000
 (its aiohttp connector limit follows it), the bare session with TCPConnector(limit=1000), so
 neither the client's in-flight cap (default 64) nor a connection pool limit is what is measured.
-The guarded floor (workloads/guarded_aiohttp.py, bench_overhead.py says what it keeps) is shown
-for reference: hermes against it is the kernel's own cost.
+A second hermes process declares its tool `@tool(inline=True)` (it runs on the event loop, as the
+bare script runs it). The guarded floor (workloads/guarded_aiohttp.py, bench_overhead.py says what
+it keeps) is shown for reference: hermes against it is the kernel's own cost.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import argparse
 from _common import fake_server, format_table, median, ratio, row, run_workload
 
 TARGETS = {"wall": 1.2, "rss": 1.3, "cpu": 1.3}
-SCRIPTS = {
-    "hermes": "hermes_agent.py",
-    "bare aiohttp": "bare_aiohttp.py",
-    "guarded floor": "guarded_aiohttp.py",
+SCRIPTS = {  # name: the workload and its arguments after URL TURNS
+    "hermes": ("hermes_agent.py",),
+    "hermes, tool declared inline": ("hermes_agent.py", "inline"),
+    "bare aiohttp": ("bare_aiohttp.py",),
+    "guarded floor": ("guarded_aiohttp.py",),
 }
 
 
@@ -28,11 +30,12 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
     rss: dict[str, list[float]] = {name: [] for name in SCRIPTS}
     cpu: dict[str, list[float]] = {name: [] for name in SCRIPTS}
     with fake_server(latency=latency) as url:
-        for script in SCRIPTS.values():  # untimed: .pyc files, the fake's first burst
-            run_workload(script, url, str(turns))
+        for script, *extra in SCRIPTS.values():  # untimed: .pyc files, the fake's first burst
+            run_workload(script, url, str(turns), *extra)
         for i in range(runs):
             for name in list(SCRIPTS)[:: 1 if i % 2 == 0 else -1]:
-                _, report = run_workload(SCRIPTS[name], url, str(turns))
+                script, *extra = SCRIPTS[name]
+                _, report = run_workload(script, url, str(turns), *extra)
                 wall[name].append(report["seconds"])
                 rss[name].append(report["maxrss_kb"] / 1024)
                 cpu[name].append(report["cpu_seconds"])
@@ -71,6 +74,20 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
             f"{c['hermes']:.2f} s",
             f"{c['bare aiohttp']:.2f} s",
             figures["ratio_cpu"],
+            TARGETS["cpu"],
+        ),
+        row(
+            f"{label}: wall, the tool declared inline",
+            f"{w['hermes, tool declared inline']:.2f} s",
+            f"{w['bare aiohttp']:.2f} s",
+            ratio(w["hermes, tool declared inline"], w["bare aiohttp"]),
+            TARGETS["wall"],
+        ),
+        row(
+            f"{label}: client CPU, the tool declared inline",
+            f"{c['hermes, tool declared inline']:.2f} s",
+            f"{c['bare aiohttp']:.2f} s",
+            ratio(c["hermes, tool declared inline"], c["bare aiohttp"]),
             TARGETS["cpu"],
         ),
         row(

@@ -6,6 +6,10 @@ Two figures per turn: wall µs/turn, which includes the fake server's own time (
 both), and client CPU µs/turn (`time.process_time` of this process: the fake server's CPU is
 not in it), which is what the client itself costs.
 
+The hermes turn runs its sync tool on a worker thread, as every sync tool runs unless declared
+otherwise; a second hermes contender declares it `@tool(inline=True)`, so that it runs on the event
+loop as the bare script runs it (kernel/tools/registry.py says when that is safe).
+
 A third contender, the guarded floor (workloads/guarded_aiohttp.py), is bare aiohttp plus the
 least code that keeps the kernel's guarantees (arguments validated, the sync tool on a worker
 thread, texts redacted): hermes against it is the kernel's own cost. `--stages` also prints the
@@ -90,10 +94,11 @@ def stages(url: str) -> tuple[dict[str, Callable[[], Awaitable[str]]], Callable[
 async def measure(
     url: str, turns: int, block: int, warmup: int, with_stages: bool = False
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    agent = hermes_agent.new_agent(url)
+    agent, inline_agent = hermes_agent.new_agent(url), hermes_agent.new_agent(url, inline=True)
     session = bare_aiohttp.new_session()
     contenders: dict[str, Callable[[], Awaitable[str]]] = {
         "hermes": lambda: hermes_agent.turn(agent),
+        "hermes, tool declared inline": lambda: hermes_agent.turn(inline_agent),
         "bare aiohttp": lambda: bare_aiohttp.turn(session, url),
         "guarded floor": lambda: guarded_aiohttp.turn(session, url),
     }
@@ -117,6 +122,7 @@ async def measure(
                 cpu_per_turn[name].append((time.process_time() - cpu) / block)
     finally:
         await agent.aclose()
+        await inline_agent.aclose()
         await session.close()
         if close_stages is not None:
             await close_stages()
@@ -139,6 +145,7 @@ def run(turns: int = 400, block: int = 50, warmup: int = 20, with_stages: bool =
         "added_cpu_us_per_turn": cpu_us["hermes"] - cpu_us["bare aiohttp"],
         "ratio": ratio(hermes, bare),
         "ratio_cpu": ratio(cpu_us["hermes"], cpu_us["bare aiohttp"]),
+        "ratio_cpu_inline": ratio(cpu_us["hermes, tool declared inline"], cpu_us["bare aiohttp"]),
         "ratio_cpu_guarded": ratio(cpu_us["guarded floor"], cpu_us["bare aiohttp"]),
         "ratio_cpu_vs_guarded": ratio(cpu_us["hermes"], cpu_us["guarded floor"]),
     }
@@ -155,6 +162,13 @@ def run(turns: int = 400, block: int = 50, warmup: int = 20, with_stages: bool =
             f"{cpu_us['hermes']:.0f} µs",
             f"{cpu_us['bare aiohttp']:.0f} µs",
             figures["ratio_cpu"],
+            CPU_TARGET,
+        ),
+        row(
+            "client CPU per turn, the tool declared inline (as bare runs it)",
+            f"{cpu_us['hermes, tool declared inline']:.0f} µs",
+            f"{cpu_us['bare aiohttp']:.0f} µs",
+            figures["ratio_cpu_inline"],
             CPU_TARGET,
         ),
         row(

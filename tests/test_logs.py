@@ -14,8 +14,9 @@ import jsonschema
 import pytest
 
 from hermes_core import Agent, ModelUnavailable, tool
-from hermes_core.kernel.redaction import default_redactor, uninstall_log_redaction
+from hermes_core.kernel.redaction import default_redactor
 from hermes_core.kernel.tools.permissions import Caller, Policy
+from hermes_core.observe.log_redaction import uninstall_log_redaction
 from hermes_core.observe.logs import EVENTS, LOG_FILE, setup_logging
 from hermes_core.observe.traces import Tracer
 from hermes_core.testing import ScriptedModel, call, reply

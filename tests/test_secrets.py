@@ -28,12 +28,10 @@ import pytest
 
 from hermes_core.channels.webhook import sign
 from hermes_core.kernel.messages import ModelResponse, ToolCall
-from hermes_core.kernel.redaction import (
-    REDACTED,
+from hermes_core.kernel.redaction import REDACTED, RedactingModelClient, Redactor
+from hermes_core.observe.log_redaction import (
     RedactingFilter,
     RedactingFormatter,
-    RedactingModelClient,
-    Redactor,
     install_log_redaction,
     uninstall_log_redaction,
 )

@@ -425,7 +425,7 @@ def configure_logging(level: str | None, command: str, observe: ObserveConfig | 
     With the configuration's `observe` section: its format, and daily JSON files (observe/logs.py)."""
     import logging
 
-    from .kernel.redaction import install_log_redaction
+    from .observe.log_redaction import install_log_redaction
 
     level = level or getattr(observe, "level", None) or ("INFO" if command in ("serve", "worker") else None)
     if level is not None:

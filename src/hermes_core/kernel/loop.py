@@ -20,7 +20,7 @@ from .hooks import NO_HOOKS, TaskHooks, call_model, call_tool
 from .messages import Message, ModelResponse, ToolCall, Usage
 from .model import ModelClient, ModelRequestRejected, ModelUnavailable, TextCallback, offering
 from .replies import Language, fixed_reply
-from .tools import ToolContext, ToolRegistry
+from .tools import Tool, ToolContext, ToolRegistry
 from .tools.permissions import Caller
 from .tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
 from .tools.results import DEFAULT_MAX_CHARS
@@ -138,8 +138,10 @@ async def run_tool_calls(
         return outcome
 
     runnable = [(i, call) for i, call in enumerate(response.tool_calls) if planned[i] is None]
-    if len(runnable) == 1:  # a task of its own all the same (its context changes stay its own), no gather
-        results = [await asyncio.get_running_loop().create_task(execute(runnable[0][1]))]
+    if len(runnable) == 1:  # no gather; a task only where a tool may change the context (not a sync one)
+        declared, work = registry.get(runnable[0][1].name), execute(runnable[0][1])
+        inline = isinstance(declared, Tool) and not declared.is_async  # sync: run in a copied context
+        results = [await (work if inline else asyncio.get_running_loop().create_task(work))]
     else:
         results = await asyncio.gather(*(execute(call) for _, call in runnable))
     for (i, _), outcome in zip(runnable, results, strict=True):

@@ -18,7 +18,7 @@ Text is redacted before it is cut, never after: `cut(text, limit)` redacts the w
 and redacts the cut edge, so a secret straddling a limit cannot leave its first characters behind.
 
 Where it is installed:
-- `install_log_redaction()`: every log record, before any handler sees it (`cli.py`);
+- `install_log_redaction()` (observe/log_redaction.py): every log record, before any handler sees it;
 - `RedactingModelClient`: the prompt sent to the model and the answer it gives back;
 - the gateway's inbox and the session store: what a user pasted is redacted before it is stored;
 - `redact_text` / `redact_data` / `cut_text`: anything else shown or stored (replies, traces).
@@ -31,15 +31,11 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import re
-import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
@@ -401,121 +397,6 @@ def redact_data(value: T) -> T:
 def cut_text(text: str, limit: int) -> tuple[str, int]:
     """`Redactor.cut` by the process's redactor: for every place that shortens text it shows or stores."""
     return default_redactor().cut(text, limit)
-
-
-# --- logging ---------------------------------------------------------------------------------------
-
-_exception_formatter = logging.Formatter()
-
-
-def redact_record(record: logging.LogRecord, redactor: Redactor) -> None:
-    """Format the message with its arguments, then redact it; the same for the exception and stack.
-
-    Afterwards `record.args` is empty and `record.exc_text` holds the (redacted) traceback, which
-    every `logging.Formatter` prints instead of formatting `exc_info` again.
-    """
-    try:
-        message = record.getMessage()
-    except Exception:  # a broken call (`log.info("%d", "x")`) must not show its arguments unredacted
-        message = f"{record.msg} (arguments that do not fit the format: {record.args!r})"
-    record.msg, record.args = redactor.redact(message), ()
-    if record.exc_info and not record.exc_text:
-        record.exc_text = _exception_formatter.formatException(record.exc_info)
-    if record.exc_text:
-        record.exc_text = redactor.redact(record.exc_text)
-    if record.stack_info:
-        record.stack_info = redactor.redact(record.stack_info)
-
-
-class RedactingFilter(logging.Filter):
-    """A handler filter that redacts each record it lets through (it drops none)."""
-
-    def __init__(self, redactor: Redactor) -> None:
-        super().__init__()
-        self.redactor = redactor
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        redact_record(record, self.redactor)
-        return True
-
-
-class RedactingFormatter(logging.Formatter):
-    """Wraps a handler's formatter and redacts its whole output: for a handler whose formatter
-    renders more than the message and traceback (extra fields, `exc_info` of its own)."""
-
-    def __init__(self, inner: logging.Formatter | None, redactor: Redactor) -> None:
-        super().__init__()
-        self.inner = inner or logging.Formatter()
-        self.redactor = redactor
-
-    def format(self, record: logging.LogRecord) -> str:
-        return self.redactor.redact(self.inner.format(record))
-
-
-class _RedactingRecordFactory:
-    """The log record factory, wrapped: each record is redacted as it is made, whatever logger
-    made it and whichever handlers (present or added later) will emit it."""
-
-    def __init__(self, inner: Callable[..., logging.LogRecord], redactor: Redactor) -> None:
-        self.inner = inner
-        self.redactor = redactor
-
-    def __call__(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = self.inner(*args, **kwargs)
-        redact_record(record, self.redactor)
-        return record
-
-
-class _RedactingExceptHook:
-    """`sys.excepthook`, wrapped: the traceback of an uncaught exception is redacted too."""
-
-    def __init__(self, inner: Callable[..., Any], redactor: Redactor) -> None:
-        self.inner = inner
-        self.redactor = redactor
-
-    def __call__(self, kind: type[BaseException], value: BaseException, trace: TracebackType | None) -> None:
-        text = "".join(traceback.format_exception(kind, value, trace))
-        sys.stderr.write(self.redactor.redact(text))
-
-
-def install_log_redaction(redactor: Redactor | None = None) -> Redactor:
-    """Redact every log record of the process, and uncaught tracebacks; returns the redactor.
-
-    Three layers, so nothing depends on when a handler was added: the record factory redacts each
-    record as it is created (every logger, every handler, even ones added later); the root
-    logger's present handlers get a `RedactingFilter` (records made before installation, or by
-    `logging.makeLogRecord`); `sys.excepthook` prints a redacted traceback. Idempotent: calling it
-    again only switches to the given redactor. `uninstall_log_redaction()` undoes it.
-    """
-    redactor = redactor or default_redactor()
-    for handler in logging.getLogger().handlers:
-        filters = [f for f in handler.filters if isinstance(f, RedactingFilter)]
-        if filters:
-            filters[0].redactor = redactor
-        else:
-            handler.addFilter(RedactingFilter(redactor))
-    factory = logging.getLogRecordFactory()
-    if isinstance(factory, _RedactingRecordFactory):
-        factory.redactor = redactor
-    else:
-        logging.setLogRecordFactory(_RedactingRecordFactory(factory, redactor))
-    if isinstance(sys.excepthook, _RedactingExceptHook):
-        sys.excepthook.redactor = redactor
-    else:
-        sys.excepthook = _RedactingExceptHook(sys.excepthook, redactor)
-    return redactor
-
-
-def uninstall_log_redaction() -> None:
-    """Undo `install_log_redaction` (for tests)."""
-    for handler in logging.getLogger().handlers:
-        for log_filter in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
-            handler.removeFilter(log_filter)
-    factory = logging.getLogRecordFactory()
-    if isinstance(factory, _RedactingRecordFactory):
-        logging.setLogRecordFactory(factory.inner)
-    if isinstance(sys.excepthook, _RedactingExceptHook):
-        sys.excepthook = sys.excepthook.inner
 
 
 # --- the model seam --------------------------------------------------------------------------------

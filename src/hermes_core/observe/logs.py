@@ -30,7 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..kernel.redaction import cut_text, install_log_redaction, redact_data, redact_text
+from ..kernel.redaction import cut_text, redact_data, redact_text
+from .log_redaction import install_log_redaction
 
 EVENTS = ("message_in", "model_request", "model_response", "tool_call", "tool_result", "reply_out", "error")
 EVENT_LOGGER = "hermes_core.events"

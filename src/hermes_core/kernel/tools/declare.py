@@ -108,6 +108,7 @@ class Tool:
     asks_user: bool = False  # may pause the task to ask the user (clarify): needs someone to ask
     groups: tuple[str, ...] = ()  # routing tags (tools/routing.py): with many tools, only relevant groups go
     read_only_hint: bool | None = None  # an MCP server's `readOnlyHint`; None: not an MCP tool
+    inline: bool = False  # a sync tool that returns at once: run on the event loop, not a worker thread
     # a tool declared by a JSON Schema (dict entry, MCP): its checks (kernel/tools/schema.py); built on first
     # use when a Tool is constructed directly. `declared_name` is the name it was declared with when
     # that is not a name the model may see (`pay.out` is offered as `pay_out`).
@@ -150,6 +151,7 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
+    inline: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -168,6 +170,7 @@ def tool(
     allowed_models: tuple[str, ...] | list[str] = (),
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
+    inline: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
@@ -179,7 +182,9 @@ def tool(
     crash may simply be run again. `required_role` and `allowed_models` limit who and which
     models may run it (kernel/tools/permissions.py). `confirm` makes every call wait for a person's
     approval (tasks/pending.py), as level-2 tools always do. `groups` tags the tool for routing: with
-    many tools, only the groups a message is about are offered (tools/routing.py).
+    many tools, only the groups a message is about are offered (tools/routing.py). `inline` runs a
+    sync tool on the event loop instead of a worker thread (tools/registry.py `_invoke`): for quick
+    pure functions only, since nothing else runs meanwhile and its timeout cannot stop it.
     """
 
     def decorate(func: ToolFunction) -> Tool:
@@ -190,6 +195,11 @@ def tool(
         declared.required_role, declared.allowed_models = required_role, tuple(allowed_models)
         declared.confirm = confirm
         declared.groups = _groups(groups)
+        if inline and declared.is_async:
+            raise ToolDefinitionError(
+                f"tool {declared.name!r}: inline is for sync functions; an async one runs on the loop"
+            )
+        declared.inline = inline
         return declared
 
     return decorate(fn) if fn is not None else decorate

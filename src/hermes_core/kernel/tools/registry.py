@@ -23,6 +23,12 @@ be stopped. What happens instead, when its call times out (or its task is cancel
   exits after its reply, `serve` within its shutdown grace).
 Code that can hang (network without timeouts, locks, child programs) belongs in an async tool, or
 in a subprocess with a timeout, which *can* be stopped.
+
+A sync tool declared `inline` (quick pure functions: arithmetic, parsing, formatting) skips the
+thread: it runs on the event loop, in a copy of the caller's context as on a thread, at a tenth of
+the cost of the hop (benchmarks/bench_overhead.py). Nothing else runs on the loop meanwhile, so a
+call that takes longer than `INLINE_SECONDS` is logged (WARNING) and the tool's later calls go to a
+worker thread again: a wrong declaration costs one slow call, not a stalled gateway.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ MAX_TOOL_THREADS = 32  # sync tool calls running at once (abandoned ones not cou
 MAX_STUCK_PER_TOOL = 4  # abandoned threads of one tool before its sync calls are refused
 MAX_STUCK = 64  # abandoned threads in all before every sync call is refused
 IDLE_WORKER_SECONDS = 60.0  # an idle worker thread ends after this long
+INLINE_SECONDS = 0.02  # an inline call that took longer: the tool's later calls go to a thread
 DEFAULT_TOOL_TIMEOUT = 30.0  # seconds a tool call may take, unless its tool or the limits say otherwise
 
 
@@ -310,6 +317,8 @@ async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
     try:
         if declared.is_async:
             value = await declared.handler(**kwargs)
+        elif declared.inline:
+            value = _run_inline(declared, kwargs)
         else:
             # copy_context: the tool sees the caller's context variables but its changes stay its own
             run = functools.partial(contextvars.copy_context().run, declared.handler, **kwargs)
@@ -325,6 +334,19 @@ async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
                 raise
             raise asyncio.CancelledError() from exc  # the cancellation goes on; the tool's exit does not
         raise ToolCrashed(exc) from None
+
+
+def _run_inline(declared: Tool, kwargs: dict[str, object]) -> object:
+    """A sync tool declared `inline`, on the event loop (the module docstring); too slow once, no more."""
+    started = time.perf_counter()
+    try:
+        return contextvars.copy_context().run(declared.handler, **kwargs)
+    finally:
+        took = time.perf_counter() - started
+        if took > INLINE_SECONDS and declared.inline:
+            declared.inline = False
+            log.warning("tool %s is declared inline but took %.3f s on the event loop: its later calls "
+                        "run on a worker thread", declared.name, took)  # fmt: skip
 
 
 async def _within(seconds: float | None, work: Coroutine[object, object, _T]) -> _T:
