@@ -222,7 +222,8 @@ class ToolRegistry:
             kwargs[declared.context_param] = context
         limit = declared.timeout if declared.timeout is not None else timeout
         try:
-            value = await _within(limit, _invoke(declared, kwargs))
+            work = _invoke(declared, kwargs)  # inline: on the loop, where no timeout can stop it
+            value = await (work if declared.inline else _within(limit, work))
         except TaskPaused as paused:
             return ToolOutcome(call, paused.message, False, arguments, error=paused.reason)
         except asyncio.TimeoutError:
