@@ -91,3 +91,20 @@ def test_inline_is_refused_for_an_async_function() -> None:
 
     with pytest.raises(ToolDefinitionError, match="inline is for sync functions"):
         tool(inline=True)(fetch)
+
+
+async def test_an_inline_wrapper_that_returns_a_coroutine_has_it_awaited() -> None:
+    """A sync callable that hands back a coroutine (a decorator around an async function) is
+    awaited, inline as on a thread, instead of rendering a coroutine object for the model."""
+
+    async def fetch(n: int) -> int:
+        return n * 2
+
+    @tool(inline=True)
+    def twice(n: int) -> object:
+        """Double a number, the async way."""
+        return fetch(n)
+
+    model = ScriptedModel([call("twice", {"n": 21}), reply("done")])
+    result = await Agent(model=model, tools=[twice]).run("double 21")
+    assert result.tool_calls[0].ok and result.tool_calls[0].content == "42"

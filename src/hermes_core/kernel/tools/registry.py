@@ -318,12 +318,12 @@ async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
     try:
         if declared.is_async:
             value = await declared.handler(**kwargs)
-        elif declared.inline:
-            value = _run_inline(declared, kwargs)
         else:
             # copy_context: the tool sees the caller's context variables but its changes stay its own
             run = functools.partial(contextvars.copy_context().run, declared.handler, **kwargs)
-            value = await TOOL_THREADS.run(declared.name, run)
+            value = (
+                _run_inline(declared, run) if declared.inline else await TOOL_THREADS.run(declared.name, run)
+            )
             if asyncio.iscoroutine(value):  # a sync wrapper that returned a coroutine
                 value = await value
         return declared.extractor(value) if declared.extractor is not None else value
@@ -337,11 +337,11 @@ async def _invoke(declared: Tool, kwargs: dict[str, object]) -> object:
         raise ToolCrashed(exc) from None
 
 
-def _run_inline(declared: Tool, kwargs: dict[str, object]) -> object:
+def _run_inline(declared: Tool, run: Callable[[], object]) -> object:
     """A sync tool declared `inline`, on the event loop (the module docstring); too slow once, no more."""
     started = time.perf_counter()
     try:
-        return contextvars.copy_context().run(declared.handler, **kwargs)
+        return run()
     finally:
         took = time.perf_counter() - started
         if took > INLINE_SECONDS and declared.inline:
