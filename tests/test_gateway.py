@@ -23,6 +23,8 @@ from hermes_core.gateway.dispatcher import Gateway, reply_for
 from hermes_core.gateway.messages import InboundMessage, OutboundMessage
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
 from hermes_core.postgres.gateway import PostgresGatewayStore
+from hermes_core.sessions.store import TurnAppend
+from hermes_core.storage import StoreUnavailable
 from virtual_clock import VirtualClock
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
@@ -293,6 +295,36 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(new_s
     await wait_for(lambda: len(channel.delivered) == 2)
     await gateway.stop(grace=1)
     assert channel.delivered == ["reply one", "echo: two"]
+
+
+class CommitThenLose(SQLiteGatewayStore):
+    """A store whose first `complete` commits and then reports the database gone: the connection
+    broke during the commit (seen with PostgreSQL stopped mid-run, tests/test_postgres_restart.py)."""
+
+    lost = 0
+
+    async def complete(
+        self, inbound_id: int, replies: list[OutboundMessage], history: TurnAppend | None = None
+    ) -> list[OutboundMessage]:
+        queued = await super().complete(inbound_id, replies, history)
+        if not self.lost:
+            self.lost += 1
+            raise StoreUnavailable("the connection broke during the commit")
+        return queued
+
+
+async def test_a_turn_whose_commit_was_not_confirmed_is_still_answered_at_once(tmp_path: Path) -> None:
+    """The retry of `complete` finds the turn done and queues nothing; its replies, queued by the
+    commit that did happen, are read back and sent by this process, not left for a restart."""
+    store = CommitThenLose(tmp_path / "g.db")
+    async with running_gateway(tmp_path, store=store) as (_, url):
+        started = time.monotonic()
+        status, body = await post(f"{url}/webhook", {"message": "hi", "user_id": "u1"})
+        waited = time.monotonic() - started
+        assert store.lost == 1
+        assert status == 200 and body["reply"] == "echo: hi", body  # not 202 after the reply timeout
+        assert waited < 4, waited
+        assert (await store.counts())["outbox_pending"] == 0
 
 
 async def test_duplicates_by_event_id_and_message_id(new_store: NewStore) -> None:

@@ -150,6 +150,30 @@ async def test_another_conversation_is_not_held_up_by_a_claim(nodes) -> None:  #
     await second._release(one.conversation)
 
 
+async def test_a_claim_whose_release_was_lost_is_taken_again_by_its_node_at_once(nodes) -> None:  # type: ignore[no-untyped-def]
+    """The database went down as a turn ended, so its claim was never released: the lane trying
+    the message again (the same node) takes the claim at once; it does not wait out the 30 s lease
+    (seen in tests/test_postgres_restart.py: a conversation stalled for the lease). Another node
+    still waits for it."""
+    first, second = nodes
+    await first.accept(message(1, "webhook:a"))
+    (pending,) = await first.pending_inbound()
+    assert first.lease_seconds >= 30
+    await first.db.transaction(lambda db: first._claim(db, pending))  # the claim the lost release left
+    waiting = asyncio.ensure_future(second.turn_claim(pending).__aenter__())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # another node waits for the claim
+
+    async def run_again() -> InboundMessage | None:
+        async with first.turn_claim(pending) as turn:
+            return turn
+
+    again = await asyncio.wait_for(run_again(), 5)  # the same node: at once, not after 30 s
+    assert again is not None and again.id == pending.id
+    assert (await asyncio.wait_for(waiting, 5)).id == pending.id  # type: ignore[union-attr]
+    await second._release(pending.conversation)
+
+
 async def test_done_mark_history_and_replies_are_one_transaction_and_happen_once(pg_url: str) -> None:
     database = PostgresDatabase(pg_url)
     store = PostgresGatewayStore(pg_url, database=database)

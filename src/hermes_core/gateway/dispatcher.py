@@ -571,12 +571,23 @@ class Gateway:
         self, inbound_id: int, replies: list[OutboundMessage], turn: Turn
     ) -> list[OutboundMessage]:
         """Store the finished turn; while the database cannot be reached, wait and try again, so
-        the turn's result is kept rather than the turn run again (`complete` is idempotent)."""
-        delay = UNAVAILABLE_BACKOFF[0]
+        the turn's result is kept rather than the turn run again (`complete` is idempotent).
+
+        A try that failed may still have committed (the connection broke during the commit): the
+        next try then finds the turn done and queues nothing, yet nobody here has its replies.
+        They are read back from the store by their uuids, so they are sent, once, by this lane."""
+        delay, failed = UNAVAILABLE_BACKOFF[0], False
         while True:
             try:
-                return await self.store.complete(inbound_id, replies, turn.history)
+                queued = await self.store.complete(inbound_id, replies, turn.history)
+                if queued or not failed or not replies:
+                    return queued
+                first = replies[0]
+                earlier = await self.store.replies_of(first.channel, first.message_id or "")
+                ours = {reply.uuid for reply in replies}
+                return [reply for reply in (earlier.replies if earlier else []) if reply.uuid in ours]
             except StoreUnavailable as exc:
+                failed = True
                 log.warning(
                     "storing the turn of inbox %s waits %.1fs for the database: %s", inbound_id, delay, exc
                 )

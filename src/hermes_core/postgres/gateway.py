@@ -344,7 +344,9 @@ class PostgresGatewayStore(GatewayStore):
 
     async def _claim(self, db: AsyncConnection, message: InboundMessage) -> Any:
         """`message`'s conversation for this node: the oldest pending message to run, `_WAIT` while
-        another node holds it, None when `message` is no longer pending."""
+        another node holds it, None when `message` is no longer pending. A claim this node holds
+        already is its own lane's, left by a try whose release the database did not take (it was
+        down): taken again at once, not waited out for the lease."""
         status = await (await db.execute("SELECT status FROM inbox WHERE id = %s", (message.id,))).fetchone()
         if status is None or status[0] != "pending":
             return None
@@ -354,7 +356,7 @@ class PostgresGatewayStore(GatewayStore):
                 f"VALUES (%s, %s, %s, {NOW} + %s) ON CONFLICT (conversation) "
                 "DO UPDATE SET node = excluded.node, "
                 "inbound_id = excluded.inbound_id, expires_at = excluded.expires_at "
-                f"WHERE turn_claims.expires_at < {NOW} "
+                f"WHERE turn_claims.expires_at < {NOW} OR turn_claims.node = excluded.node "
                 "RETURNING node",
                 (message.conversation, self.node, message.id, self.lease_seconds),
             )
