@@ -26,7 +26,7 @@ from hermes_core.channels.seam import InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.approvals import DecisionRefused
 from hermes_core.kernel.tools.permissions import Caller
-from hermes_core.postgres.database import PostgresDatabase, redacted_url
+from hermes_core.postgres.database import PostgresDatabase, redacted_url, then_close_pools
 from hermes_core.postgres.gateway import PostgresGatewayStore
 from hermes_core.postgres.journal import PostgresTaskJournal
 from hermes_core.postgres.migrations import expected_versions
@@ -172,6 +172,27 @@ async def test_a_claim_whose_release_was_lost_is_taken_again_by_its_node_at_once
     assert again is not None and again.id == pending.id
     assert (await asyncio.wait_for(waiting, 5)).id == pending.id  # type: ignore[union-attr]
     await second._release(pending.conversation)
+
+
+async def test_the_pools_left_open_are_closed_when_serve_ends(pg_url: str) -> None:
+    """`serve` runs under `then_close_pools`: a pool some store never closed is closed at the end,
+    so its reconnecting tasks (which absorb cancellation) cannot hold the process open after
+    SIGTERM. Seen in tests/test_postgres_restart.py: a node killed after 30 s of stopping."""
+    store = PostgresSessionStore(pg_url)  # its owner never closes it
+
+    pool = None
+
+    async def serve() -> str:
+        nonlocal pool
+        await store.load("webhook:u1")  # opens the shared pool
+        pool = store.db._pool
+        return "served"
+
+    assert await then_close_pools(serve()) == "served"
+    assert pool is not None and pool.closed and store.db._pool is None
+    fresh = PostgresDatabase.shared(pg_url)
+    assert fresh is not store.db  # the next user in this process gets a pool of its own
+    await fresh.close()
 
 
 async def test_done_mark_history_and_replies_are_one_transaction_and_happen_once(pg_url: str) -> None:

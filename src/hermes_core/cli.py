@@ -460,6 +460,7 @@ def run_worker(settings: Settings, agent: Agent) -> int:
 
 def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
     from .gateway.server import serve
+    from .postgres.database import then_close_pools
 
     if settings.engine == "temporal":
         try:
@@ -476,7 +477,9 @@ def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> in
     from .kernel.redaction import redact_text
 
     try:
-        asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner, agent=agent))
+        asyncio.run(
+            then_close_pools(serve(settings, host=args.host, port=args.port, banner=banner, agent=agent))
+        )
     except ConfigError as exc:  # e.g. the console on a public address without a token
         print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2

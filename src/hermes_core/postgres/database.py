@@ -157,6 +157,43 @@ class PostgresDatabase:
             await pool.close()
 
 
+async def close_shared() -> None:
+    """Close every shared pool of this process, whoever still holds one: the last step of `serve`
+    and of the Temporal worker. A pool left open outlives its users' stores, and while it is
+    reconnecting (after a database restart) its background tasks absorb cancellation
+    (psycopg_pool counts `CancelledError` among the errors it retries), so `asyncio.run` would
+    wait for them at exit and the process would not stop on SIGTERM."""
+    with _shared_lock:
+        databases = list(_shared.values())
+        _shared.clear()
+    for database in databases:
+        database._users = 0
+        pool, database._pool = database._pool, None
+        database._applied.clear()
+        if pool is not None:
+            await pool.close()
+
+
+async def then_close_pools(work: Awaitable[T]) -> T:
+    """`await work`, then close every shared pool of the process, whoever still holds one: what
+    `serve` and the Temporal worker run under `asyncio.run`. A pool left open outlives its stores,
+    and while it reconnects (after a database restart) its background tasks absorb cancellation
+    (psycopg_pool retries on `CancelledError`), so `asyncio.run` would wait for them at exit and
+    the process would not stop on SIGTERM."""
+    try:
+        return await work
+    finally:
+        with _shared_lock:
+            databases = list(_shared.values())
+            _shared.clear()
+        for database in databases:
+            database._users = 0
+            pool, database._pool = database._pool, None
+            database._applied.clear()
+            if pool is not None:
+                await pool.close()
+
+
 async def _configure(connection: AsyncConnection) -> None:
     connection.adapters.register_dumper(str, _nul_safe_dumper())
 

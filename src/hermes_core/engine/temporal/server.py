@@ -42,6 +42,7 @@ from ...gateway.server import (
 from ...kernel.approvals import DecisionRefused, Pending, PendingStore
 from ...kernel.messages import JSON
 from ...kernel.tools.permissions import Caller
+from ...postgres.database import then_close_pools
 from .client import TemporalInbox, connect
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ def run(settings: Settings, args: Any) -> NoReturn:
         print(f"hermes-core serving on {address} ({routes})", flush=True)
 
     try:
-        asyncio.run(serve(settings, host=args.host, port=args.port, banner=banner))
+        asyncio.run(then_close_pools(serve(settings, host=args.host, port=args.port, banner=banner)))
     except (ConfigError, Unreachable) as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
         leave(2 if isinstance(exc, ConfigError) else 1)

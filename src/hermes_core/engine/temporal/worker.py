@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import Any, NoReturn, cast
 
 from ...config import Settings, build_agent, require_database
+from ...postgres.database import then_close_pools
 from .activities import TurnActivities
 from .client import connect
 from .workflow import ConversationWorkflow, sends_queue
@@ -187,7 +188,7 @@ def run(settings: Settings, agent: Any) -> NoReturn:
         print(f"hermes-core worker running (task queue {settings.temporal.task_queue})", flush=True)
 
     try:
-        asyncio.run(run_worker(settings, agent=agent, ready=ready))
+        asyncio.run(then_close_pools(run_worker(settings, agent=agent, ready=ready)))
     except (ConfigError, Unreachable) as exc:
         print(f"hermes-core: {exc}", file=sys.stderr)
         leave(2 if isinstance(exc, ConfigError) else 1)
