@@ -174,6 +174,27 @@ async def test_a_claim_whose_release_was_lost_is_taken_again_by_its_node_at_once
     await second._release(pending.conversation)
 
 
+async def test_a_claim_left_on_a_finished_message_is_let_go_for_the_other_node(nodes) -> None:  # type: ignore[no-untyped-def]
+    """The turn was stored, but the database went down before its claim was released: the lane's
+    retry finds the message done and lets its leftover claim go, so the other node runs the
+    conversation's next message at once instead of after the lease (seen in
+    tests/test_postgres_restart.py: a conversation stalled 30 s on the other node)."""
+    first, second = nodes
+    await first.accept(message(1, "webhook:a"))
+    await first.accept(message(2, "webhook:a"))
+    one, two = await first.pending_inbound()
+    await first.db.transaction(lambda db: first._claim(db, one))  # the claim the lost release left
+    await first.complete(one.id, [])
+
+    async def run(store: PostgresGatewayStore, pending: InboundMessage) -> InboundMessage | None:
+        async with store.turn_claim(pending) as turn:
+            return turn
+
+    assert await asyncio.wait_for(run(first, one), 5) is None  # done already: nothing to run
+    turn = await asyncio.wait_for(run(second, two), 5)  # the other node: at once, not after 30 s
+    assert turn is not None and turn.id == two.id
+
+
 async def test_the_pools_left_open_are_closed_when_serve_ends(pg_url: str) -> None:
     """`serve` runs under `then_close_pools`: a pool some store never closed is closed at the end,
     so its reconnecting tasks (which absorb cancellation) cannot hold the process open after

@@ -346,9 +346,12 @@ class PostgresGatewayStore(GatewayStore):
         """`message`'s conversation for this node: the oldest pending message to run, `_WAIT` while
         another node holds it, None when `message` is no longer pending. A claim this node holds
         already is its own lane's, left by a try whose release the database did not take (it was
-        down): taken again at once, not waited out for the lease."""
+        down): taken again at once, or let go when the message turns out done, so neither this
+        node nor another waits out the lease."""
         status = await (await db.execute("SELECT status FROM inbox WHERE id = %s", (message.id,))).fetchone()
-        if status is None or status[0] != "pending":
+        if status is None or status[0] != "pending":  # done; a claim of ours left by a lost release goes
+            await db.execute("DELETE FROM turn_claims WHERE conversation = %s AND node = %s",
+                             (message.conversation, self.node))  # fmt: skip
             return None
         taken = await (
             await db.execute(
