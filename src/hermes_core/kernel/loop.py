@@ -140,8 +140,8 @@ async def run_tool_calls(
     runnable = [(i, call) for i, call in enumerate(response.tool_calls) if planned[i] is None]
     if len(runnable) == 1:  # no gather; a task only where a tool may change the context (not a sync one)
         declared, work = registry.get(runnable[0][1].name), execute(runnable[0][1])
-        inline = isinstance(declared, Tool) and not declared.is_async  # sync: run in a copied context
-        results = [await (work if inline else asyncio.get_running_loop().create_task(work))]
+        sync = isinstance(declared, Tool) and not declared.is_async  # it runs in a copied context
+        results = [await (work if sync else asyncio.get_running_loop().create_task(work))]
     else:
         results = await asyncio.gather(*(execute(call) for _, call in runnable))
     for (i, _), outcome in zip(runnable, results, strict=True):

@@ -151,25 +151,11 @@ class PostgresDatabase:
         with _shared_lock:
             if _shared.get(self.url) is self:
                 del _shared[self.url]
+        await self._close_pool()
+
+    async def _close_pool(self) -> None:
         pool, self._pool = self._pool, None
         self._applied.clear()
-        if pool is not None:
-            await pool.close()
-
-
-async def close_shared() -> None:
-    """Close every shared pool of this process, whoever still holds one: the last step of `serve`
-    and of the Temporal worker. A pool left open outlives its users' stores, and while it is
-    reconnecting (after a database restart) its background tasks absorb cancellation
-    (psycopg_pool counts `CancelledError` among the errors it retries), so `asyncio.run` would
-    wait for them at exit and the process would not stop on SIGTERM."""
-    with _shared_lock:
-        databases = list(_shared.values())
-        _shared.clear()
-    for database in databases:
-        database._users = 0
-        pool, database._pool = database._pool, None
-        database._applied.clear()
         if pool is not None:
             await pool.close()
 
@@ -188,10 +174,7 @@ async def then_close_pools(work: Awaitable[T]) -> T:
             _shared.clear()
         for database in databases:
             database._users = 0
-            pool, database._pool = database._pool, None
-            database._applied.clear()
-            if pool is not None:
-                await pool.close()
+            await database._close_pool()
 
 
 async def _configure(connection: AsyncConnection) -> None:
