@@ -79,6 +79,10 @@ class ModelWrapper(ModelClient):
         self.inner = inner
         self.name = inner.name
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.inner.models
+
     async def complete(
         self,
         messages: list[Message],

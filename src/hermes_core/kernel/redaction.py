@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, quote_plus
 
 from .messages import Message, ModelResponse, ToolCall
-from .model import ModelClient, TextCallback
+from .model import ModelClient, ModelWrapper, TextCallback
 
 REDACTED = "[REDACTED]"
 SECRET_VARIABLES = (
@@ -238,6 +238,7 @@ class Redactor:
         )
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
         self._cached_short = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._sub)
+        self._cached_changes = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._changes)
 
     def __len__(self) -> int:
         return len(self._secrets)
@@ -264,24 +265,48 @@ class Redactor:
     def redact_data(self, value: T) -> T:
         """Every string inside `value` (JSON-like: dicts, lists, tuples, strings) redacted.
         Whatever contains no secret is returned as is, not copied."""
-        redacted: Any
+        redacted: Any = value
         if isinstance(value, str):
             redacted = self.redact(value)
-        elif isinstance(value, dict):  # a copy (a plain dict) only once an item has changed
-            redacted = value
-            for key, item in value.items():
-                new = self.redact(item) if isinstance(item, str) else self.redact_data(item)
-                if new is not item:
-                    if redacted is value:
-                        redacted = dict(value)
-                    redacted[key] = new
+        elif isinstance(value, dict):
+            redacted = self._redact_dict(value)
         elif isinstance(value, (list, tuple)):
-            items = [self.redact(item) if isinstance(item, str) else self.redact_data(item) for item in value]
-            changed = any(new is not old for new, old in zip(items, value, strict=True))
-            redacted = (tuple(items) if isinstance(value, tuple) else items) if changed else value
-        else:
-            redacted = value
+            items = [self.redact_data(item) for item in value]
+            if any(_changed(new, old) for new, old in zip(items, value, strict=True)):
+                redacted = tuple(items) if isinstance(value, tuple) else items
         return redacted
+
+    def _redact_dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
+        """A copy (a plain dict) only once an item has changed. A dict of strings and numbers (most
+        messages of a prompt, resent at every call) is looked up whole, by its values' tuple."""
+        try:
+            changes = self._cached_changes(tuple(value.values()))
+        except TypeError:  # a value that cannot be hashed (a nested list or dict)
+            changes = None
+        if changes is None:
+            news = ((i, self.redact_data(item), item) for i, item in enumerate(value.values()))
+            changes = tuple((i, new) for i, new, old in news if _changed(new, old))
+        if not changes:
+            return value
+        keys, redacted = list(value), dict(value)
+        for i, new in changes:
+            redacted[keys[i]] = new
+        return redacted
+
+    def _changes(self, values: tuple[Any, ...]) -> tuple[tuple[int, str], ...] | None:
+        """(position, redacted text) of each string of `values` redaction changes; None: not flat."""
+        if not all(item is None or type(item) in _SCALARS for item in values):
+            return None
+        news = ((i, self.redact(item), item) for i, item in enumerate(values) if type(item) is str)
+        return tuple((i, new) for i, new, old in news if new != old)
+
+
+def _changed(new: object, old: object) -> bool:
+    """Whether redaction changed `old` (a text the cache hands back is an equal copy, not `old`)."""
+    return new is not old and (type(new) is not str or new != old)
+
+
+_SCALARS = frozenset({str, int, float, bool})
 
 
 def _on_first_use(build: Callable[[], Callable[[str], str]]) -> Callable[[str], str]:
@@ -378,6 +403,8 @@ def default_redactor() -> Redactor:
     at run time adds it here: `default_redactor().add(token)`.
     """
     global _default
+    if _default is not None:  # built: no lock on every call
+        return _default
     with _default_lock:
         if _default is None:
             _default = Redactor.from_environment()
@@ -402,7 +429,7 @@ def cut_text(text: str, limit: int) -> tuple[str, int]:
 # --- the model seam --------------------------------------------------------------------------------
 
 
-class RedactingModelClient(ModelClient):
+class RedactingModelClient(ModelWrapper):
     """A model client whose prompts carry no secret and whose answers cannot leak one.
 
     The messages are redacted before they are sent (a tool result or a user message may contain a
@@ -412,7 +439,7 @@ class RedactingModelClient(ModelClient):
     """
 
     def __init__(self, inner: ModelClient, redactor: Redactor | None = None) -> None:
-        self.inner, self.name = inner, inner.name
+        super().__init__(inner)
         self.redactor = redactor or default_redactor()
 
     async def complete(
@@ -425,13 +452,19 @@ class RedactingModelClient(ModelClient):
         redact = self.redactor.redact
         shown = None if on_text is None else (lambda piece: on_text(redact(piece)))
         response = await self.inner.complete(self.redactor.redact_data(messages), tools, on_text=shown)
+        content, refusal, reasoning = response.content, response.refusal, response.reasoning
+        new_content = content if content is None else redact(content)
+        new_refusal = refusal if refusal is None else redact(refusal)
+        new_reasoning = reasoning if reasoning is None else redact(reasoning)
         calls = response.tool_calls
-        texts = (response.content, response.refusal, response.reasoning, *(call.arguments for call in calls))
-        content, refusal, reasoning, *arguments = (None if text is None else redact(text) for text in texts)
-        if (content, refusal, reasoning, *arguments) == texts:
-            return response  # nothing to hide: the response as it came (no call rebuilt to compare)
-        calls = [ToolCall(c.id, c.name, str(text)) for c, text in zip(calls, arguments, strict=True)]
-        return replace(response, content=content, tool_calls=calls, refusal=refusal, reasoning=reasoning)
+        arguments = [redact(call.arguments) for call in calls] if calls else []
+        if new_content == content and new_refusal == refusal and new_reasoning == reasoning:
+            if all(text == call.arguments for text, call in zip(arguments, calls, strict=True)):
+                return response  # nothing to hide: the response as it came (no call rebuilt to compare)
+        calls = [ToolCall(c.id, c.name, text) for c, text in zip(calls, arguments, strict=True)]
+        return replace(
+            response, content=new_content, tool_calls=calls, refusal=new_refusal, reasoning=new_reasoning
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -26,8 +26,10 @@ aiohttp is imported inside methods, so importing this module does not import it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import operator
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -35,7 +37,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.messages import Message, ModelResponse, ToolCall, Usage
+from ..kernel.messages import Message, ModelResponse, ToolCall, Usage, json_encoder
 from ..kernel.model import (
     ModelClient,
     ModelRequestRejected,
@@ -48,13 +50,20 @@ from ..kernel.model import (
 from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
-from .sse import DONE, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
+from .sse import DONE, REASONING_FIELDS, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
 
 if TYPE_CHECKING:
     import aiohttp
 
 log = logging.getLogger("hermes_core.model")
-_encode = json.JSONEncoder(ensure_ascii=False).encode  # a request body; `json.dumps` builds one per call
+_encode = json_encoder()  # a request body
+# What a request may fail with: aiohttp's errors once a session was made (aiohttp is imported then).
+_CLIENT_FAILURES: tuple[type[BaseException], ...] = (asyncio.TimeoutError,)
+
+
+_REASONING = frozenset(REASONING_FIELDS)
+
+_REASONING_CONTENT = itertools.repeat("reasoning_content")  # (`map` stops at the shorter)
 
 
 class _Transient(Exception):
@@ -92,10 +101,12 @@ class OpenAICompatClient(ModelClient):
         self._stream_timeout: aiohttp.ClientTimeout | None = None
         self.quirks = quirks_of(settings.provider)
         self.dropped: dict[str, set[str]] = {}  # model → parameters it refused, left out from then on
+        self._models = (self.name, *settings.fallback_models)
+        self._fixed: dict[str, dict[str, Any]] = {}  # model → the body's fixed fields (`_fixed_fields`)
 
     @property
     def models(self) -> tuple[str, ...]:
-        return (self.name, *self.settings.fallback_models)
+        return self._models
 
     async def complete(
         self,
@@ -105,7 +116,7 @@ class OpenAICompatClient(ModelClient):
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
         stream = self.settings.stream or on_text is not None
-        models = self.models
+        models = self._models
         failures: list[str] = []
         not_found: list[ModelRequestRejected] = []
         for model in models:
@@ -122,7 +133,7 @@ class OpenAICompatClient(ModelClient):
                 not_found.append(exc)
                 failures.append(f"{model}: HTTP {exc.status}: {exc}")
             else:
-                response.answered_by = model  # the response is this call's own (`_attempt` decodes it)
+                response.answered_by = model  # the response is this call's own (`_with_retries` decodes it)
                 return name_unnamed_calls(response, messages)
         summary = "; ".join(failures)
         log.error("model call failed: %s", summary)
@@ -155,80 +166,94 @@ class OpenAICompatClient(ModelClient):
                 raise
             log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
             self.dropped.setdefault(model, set()).add(refused)
+            self._fixed.pop(model, None)
             body = self._body(model, messages, tools, stream)
             return await self._with_retries(model, body, stream, on_text)
 
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
-        settings, dropped = self.settings, self.dropped.get(model, ())
         body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
-        temperature = settings.temperature
-        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
-            body["temperature"] = temperature
-        if settings.max_tokens is not None:
-            body["max_tokens"] = settings.max_tokens
-        if settings.top_p is not None:
-            body["top_p"] = settings.top_p
-        if settings.response_format is not None:
-            body["response_format"] = settings.response_format
+        fixed = self._fixed.get(model)
+        if fixed is None:
+            fixed = self._fixed[model] = self._fixed_fields(model)
+        body.update(fixed)
         if tools:
             body["tools"] = tools
         if stream:
             body["stream"] = True
-            if self.quirks.stream_usage and "stream_options" not in dropped:
+            if self.quirks.stream_usage and "stream_options" not in self.dropped.get(model, ()):
                 body["stream_options"] = {"include_usage": True}
-        body.update(settings.extra_body)
+        extra = self.settings.extra_body
+        if extra:
+            body.update(extra)
         return _encode(body).encode("utf-8")
+
+    def _fixed_fields(self, model: str) -> dict[str, Any]:
+        """The fields every request to `model` carries, in the body's order: worked out once per
+        model (and again once it refused one of them)."""
+        settings, dropped = self.settings, self.dropped.get(model, ())
+        fixed: dict[str, Any] = {}
+        temperature = settings.temperature
+        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
+            fixed["temperature"] = temperature
+        if settings.max_tokens is not None:
+            fixed["max_tokens"] = settings.max_tokens
+        if settings.top_p is not None:
+            fixed["top_p"] = settings.top_p
+        if settings.response_format is not None:
+            fixed["response_format"] = settings.response_format
+        return fixed
 
     def _wire_messages(self, messages: list[Message]) -> list[Message]:
         """The history as this endpoint takes it: `reasoning_content` only where it is required."""
-        if self.quirks.send_reasoning or not any("reasoning_content" in m for m in messages):
+        if self.quirks.send_reasoning or not any(map(operator.contains, messages, _REASONING_CONTENT)):
             return messages
         return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
     async def _with_retries(
         self, model: str, body: bytes, stream: bool, on_text: TextCallback | None
     ) -> ModelResponse:
-        settings, attempt = self.settings, 0
-        retries = self._retries
+        """Attempts at one request until one is answered or the retries are spent (one coroutine
+        for all of them: each layer more is paid again at every wait of the request)."""
+        attempt = 0
         while True:
+            session = self._session_for_running_loop()
             try:
-                return await self._attempt(body, stream, on_text)
+                async with self._slots:
+                    if self._spacing:  # not a coroutine per request when no rate is set
+                        await self._wait_for_rate_limit()
+                    timeout = self._stream_timeout if stream else self._timeout
+                    request = session.post(self._url, data=body, timeout=timeout)  # headers: the session's
+                    try:
+                        async with request as reply:
+                            if reply.status >= 400:
+                                text = await reply.text(errors="replace")
+                                raise _status_error(reply.status, text, reply.headers)
+                            if stream and reply.content_type == "text/event-stream":
+                                return await _read_stream(reply, on_text)
+                            response = _parse_completion(await reply.read())
+                    except _CLIENT_FAILURES as exc:
+                        raise _Transient(_describe(exc)) from exc
+                if on_text is not None and response.content:  # the server ignored stream=true
+                    await emit_text(on_text, response.content)
+                return response
             except _Transient as exc:
-                if attempt >= retries:
+                if attempt >= self._retries:
                     raise
-                if exc.retry_after is not None:
-                    delay = exc.retry_after
-                else:
-                    delay = settings.retry_base_delay * 2**attempt * random.uniform(0.8, 1.2)
-                delay = min(delay, settings.retry_max_delay)
                 attempt += 1
-                log.warning("model %s: %s; retry %d/%d in %.2fs", model, exc, attempt, retries, delay)
-                MODEL_RETRIES.inc(model=model)
-                await asyncio.sleep(delay)
+                await self._pause_before_retry(model, exc, attempt)
 
-    async def _attempt(self, body: bytes, stream: bool, on_text: TextCallback | None) -> ModelResponse:
-        import aiohttp
-
-        session = self._session_for_running_loop()
-        async with self._slots:
-            if self._spacing:  # not a coroutine per request when no rate is set
-                await self._wait_for_rate_limit()
-            timeout = self._stream_timeout if stream else self._timeout
-            request = session.post(self._url, data=body, timeout=timeout)  # headers: the session's
-            try:
-                async with request as reply:
-                    if reply.status >= 400:
-                        raise _status_error(reply.status, await reply.text(errors="replace"), reply.headers)
-                    if stream and reply.content_type == "text/event-stream":
-                        return await _read_stream(reply, on_text)
-                    response = _parse_completion(await reply.read())
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                raise _Transient(_describe(exc)) from exc
-        if on_text is not None and response.content:  # the server ignored stream=true
-            await emit_text(on_text, response.content)
-        return response
+    async def _pause_before_retry(self, model: str, exc: _Transient, attempt: int) -> None:
+        settings = self.settings
+        if exc.retry_after is not None:
+            delay = exc.retry_after
+        else:
+            delay = settings.retry_base_delay * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+        delay = min(delay, settings.retry_max_delay)
+        log.warning("model %s: %s; retry %d/%d in %.2fs", model, exc, attempt, self._retries, delay)
+        MODEL_RETRIES.inc(model=model)
+        await asyncio.sleep(delay)
 
     def _session_for_running_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -236,7 +261,10 @@ class OpenAICompatClient(ModelClient):
             self._loop, self._session = loop, None
             self._slots = asyncio.Semaphore(self.settings.max_concurrency)
         if self._session is None or self._session.closed:
+            global _CLIENT_FAILURES
             import aiohttp
+
+            _CLIENT_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
 
             seconds = self.settings.timeout
             # A whole reply must arrive within `timeout`; a stream only has to keep moving, so a long
@@ -323,7 +351,8 @@ def _parse_completion(raw: bytes) -> ModelResponse:
         message = {}
     refusal, model = message.get("refusal"), data.get("model")
     content, thought = content_parts(message.get("content"))  # a string, or Mistral's typed parts
-    thought = thought or reasoning_text(message)
+    if not thought and not _REASONING.isdisjoint(message):  # (no loop over the names when none is there)
+        thought = reasoning_text(message)
     return ModelResponse(
         content=content if content or isinstance(message.get("content"), str) else None,
         reasoning=thought or None,

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
-from ..messages import JSON
+from ..messages import JSON, json_encoder
 
 if TYPE_CHECKING:
     from .declare import Tool
 
 _FENCE = re.compile(r"^```[\w-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
-_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode  # `json.dumps` builds one per call
+_ENCODE = json_encoder(default=str)
 
 
 class ArgumentError(ValueError):

@@ -121,7 +121,11 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.handler)
+        """Whether the handler is a coroutine function (asked at every call: worked out once per handler)."""
+        handler, known = self.handler, self.__dict__.get("_async_of")
+        if known is None or known[0] is not handler:
+            known = self.__dict__["_async_of"] = (handler, inspect.iscoroutinefunction(handler))
+        return bool(known[1])
 
     def schema(self) -> dict[str, JSON]:
         """The OpenAI `tools` entry for this tool."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..messages import JSON
+from ..messages import JSON, json_encoder
 from ..redaction import cut_text
 
 DEFAULT_MAX_CHARS = 3000  # characters of one tool result the model reads (the rest is cut, with a note)
@@ -72,4 +72,4 @@ def _fallback(value: object) -> object:
     return str(value) if converted is value else converted
 
 
-_RENDER = json.JSONEncoder(ensure_ascii=False, default=_fallback).encode  # `json.dumps` builds one per call
+_RENDER = json_encoder(default=_fallback)
