@@ -154,6 +154,32 @@ async def test_tool_failing_three_times_is_withdrawn() -> None:
     assert result.reply == "gave up"
 
 
+async def test_a_tool_added_or_removed_during_a_task_changes_the_next_offer() -> None:
+    """The loop works out the tools it offers once per task, and again only when one changed: a
+    tool registered by a call (a plugin loaded on demand) is offered at the next model call, and
+    a removed one no longer."""
+    agent: Agent
+
+    @tool
+    def load_plugin() -> str:
+        """Load the multiply tool."""
+        agent.register_tool(multiply)
+        agent.registry.remove("add")
+        return "loaded"
+
+    @tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    model = ScriptedModel([call("load_plugin", {}), call("multiply", {"a": 2, "b": 3}), reply("6")])
+    agent = Agent(model=model, tools=[load_plugin, add])
+    result = await agent.run("2*3?")
+    offered = [[t["function"]["name"] for t in c.tools or []] for c in model.calls]
+    assert offered == [["load_plugin", "add"], ["load_plugin", "multiply"], ["load_plugin", "multiply"]]
+    assert tool_messages(result.messages)[1]["content"] == "6" and result.reply == "6"
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_tool_timeout_becomes_a_result(kind: str) -> None:
     if kind == "async":

@@ -82,15 +82,18 @@ async def run_loop(
     task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name, spent=[])
     started = time.perf_counter()
     model_seconds = 0.0
+    models, offered_at = model.models, None
     for _ in range(limits.max_turns):
-        # Offered: what any of the client's models may use; each request narrows it to its model's.
-        models = model.models
-        tools = registry.schemas(guards.withdrawn, caller, models) if offer_tools else []
-        # a one-model client is offered exactly these: not worked out again for the request
-        known = {models[0]: {t["function"]["name"] for t in tools}} if len(models) == 1 else None
+        if offered_at != (len(guards.withdrawn), registry.version):  # once, and after a tool changed
+            offered_at = (len(guards.withdrawn), registry.version)
+            # Offered: what any of the client's models may use; each request narrows it to its model's.
+            tools = registry.schemas(guards.withdrawn, caller, models) if offer_tools else []
+            # a one-model client is offered exactly these: not worked out again for the request
+            known = {models[0]: {t["function"]["name"] for t in tools}} if len(models) == 1 else None
+            offer = registry.offer(guards.withdrawn, caller, known)
         call_started = time.perf_counter()
         try:
-            with offering(registry.offer(guards.withdrawn, caller, known)):
+            with offering(offer):
                 if hooks is NO_HOOKS:  # nobody to tell: one coroutine less, paid at every wait of the call
                     response = await model.complete(messages, tools or None, on_text=on_text)
                 else:

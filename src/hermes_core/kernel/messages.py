@@ -6,11 +6,12 @@ is what every OpenAI-compatible endpoint reads and what a person debugging a run
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 # A value read from JSON or written as JSON: a dict with str keys, a list, a str, an int, a float, a
 # bool or None. Declared once, here; it stays `Any` to mypy because wire data is read by key and
@@ -18,23 +19,6 @@ from typing import Any, Generic, TypeVar
 JSON = Any
 
 Message = dict[str, JSON]  # one message of the conversation, in the OpenAI wire format
-
-
-_O = TypeVar("_O")
-_V = TypeVar("_V")
-
-
-class _once(Generic[_O, _V]):  # noqa: N801 — used as a decorator, like functools.cached_property
-    """`functools.cached_property` without the lock Python 3.11's takes at each first access."""
-
-    def __init__(self, function: Callable[[_O], _V]) -> None:
-        self.function, self.name = function, function.__name__
-
-    def __get__(self, instance: _O | None, owner: type | None = None) -> _V:
-        if instance is None:
-            return self  # type: ignore[return-value]  # the descriptor itself, as on the class
-        value = instance.__dict__[self.name] = self.function(instance)
-        return value
 
 
 @dataclass(frozen=True)
@@ -52,7 +36,7 @@ class ToolCall:
             "function": {"name": self.name, "arguments": self.arguments},
         }
 
-    @_once
+    @functools.cached_property
     def key(self) -> tuple[str, str]:
         """What the call does, whatever its id: an approval covers exactly this (tasks/pending.py).
         Worked out once per call (the guards ask at admission and again at its outcome)."""
@@ -159,15 +143,13 @@ class Usage:
     def from_wire(cls, data: object) -> Usage:
         if not isinstance(data, dict):
             return cls()
-        prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
-        total = data.get("total_tokens")
-        if type(prompt) is not int:  # plain ints, as JSON has them, need no more checks
-            prompt = _count(prompt)
-        if type(completion) is not int:
-            completion = _count(completion)
-        if type(total) is not int:
-            total = _count(total)
+        prompt, completion, total = map(data.get, _USAGE_KEYS)
+        if not (type(prompt) is int and type(completion) is int and type(total) is int):  # (JSON's are)
+            prompt, completion, total = map(_count, (prompt, completion, total))
         return cls(prompt, completion, total or prompt + completion)
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _count(value: JSON) -> int:

@@ -51,10 +51,8 @@ class ModelClient(ABC):
 
     @property
     def models(self) -> tuple[str, ...]:
-        """The models this client may answer with, in the order it tries them. A wrapper (any
-        client with an `inner` client) answers with its inner client's models."""
-        inner = getattr(self, "inner", None)
-        return inner.models if isinstance(inner, ModelClient) else (self.name,)
+        """The models this client may answer with, in the order it tries them (a wrapper: its inner's)."""
+        return (self.name,)
 
     @abstractmethod
     async def complete(
@@ -126,14 +124,6 @@ def offered_to(model: str, tools: list[dict[str, JSON]] | None) -> list[dict[str
         return tools
     allowed = offer(model)
     return [schema for schema in tools if schema.get("function", {}).get("name") in allowed]
-
-
-def offered_to_all(models: Collection[str], tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]]:
-    """The tools that every one of `models` is offered (a prompt that any of them may answer)."""
-    kept = list(tools or [])
-    for model in models:
-        kept = offered_to(model, kept) or []
-    return kept
 
 
 def name_unnamed_calls(response: ModelResponse, messages: list[Message]) -> ModelResponse:

@@ -265,27 +265,28 @@ class Redactor:
     def redact_data(self, value: T) -> T:
         """Every string inside `value` (JSON-like: dicts, lists, tuples, strings) redacted.
         Whatever contains no secret is returned as is, not copied."""
-        redacted: Any = value
         if isinstance(value, str):
-            redacted = self.redact(value)
-        elif isinstance(value, dict):
-            redacted = self._redact_dict(value)
-        elif isinstance(value, (list, tuple)):
-            items = [self.redact_data(item) for item in value]
-            if any(_changed(new, old) for new, old in zip(items, value, strict=True)):
-                redacted = tuple(items) if isinstance(value, tuple) else items
-        return redacted
+            return self.redact(value)  # type: ignore[return-value]
+        if isinstance(value, dict):
+            return self._redact_dict(value)  # type: ignore[return-value]
+        if not isinstance(value, (list, tuple)):
+            return value
+        changed = None
+        for i, item in enumerate(value):  # a prompt: its messages, each looked up whole
+            new = self._redact_dict(item) if type(item) is dict else self.redact_data(item)
+            if _changed(new, item):
+                changed = changed or list(value)
+                changed[i] = new
+        return value if changed is None else tuple(changed) if isinstance(value, tuple) else changed  # type: ignore[return-value]
 
     def _redact_dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
-        """A copy (a plain dict) only once an item has changed. A dict of strings and numbers (most
-        messages of a prompt, resent at every call) is looked up whole, by its values' tuple."""
+        """A copy only once an item changed; a flat dict (most messages) is looked up by its values."""
         try:
             changes = self._cached_changes(tuple(value.values()))
         except TypeError:  # a value that cannot be hashed (a nested list or dict)
             changes = None
-        if changes is None:
-            news = ((i, self.redact_data(item), item) for i, item in enumerate(value.values()))
-            changes = tuple((i, new) for i, new, old in news if _changed(new, old))
+        if changes is None:  # nested values: walked
+            changes = self._changes(tuple(value.values()), flat=False)
         if not changes:
             return value
         keys, redacted = list(value), dict(value)
@@ -293,16 +294,24 @@ class Redactor:
             redacted[keys[i]] = new
         return redacted
 
-    def _changes(self, values: tuple[Any, ...]) -> tuple[tuple[int, str], ...] | None:
-        """(position, redacted text) of each string of `values` redaction changes; None: not flat."""
-        if not all(item is None or type(item) in _SCALARS for item in values):
-            return None
-        news = ((i, self.redact(item), item) for i, item in enumerate(values) if type(item) is str)
-        return tuple((i, new) for i, new, old in news if new != old)
+    def _changes(self, values: tuple[Any, ...], flat: bool = True) -> tuple[tuple[int, Any], ...] | None:
+        """(position, redacted value) of each of `values` redaction changes; None: nested, and `flat`."""
+        changes = []
+        for i, item in enumerate(values):
+            if type(item) is str:
+                new = self.redact(item)
+                if new != item:
+                    changes.append((i, new))
+            elif not (item is None or type(item) in _SCALARS):
+                if flat:
+                    return None
+                new = self.redact_data(item)
+                if new is not item:
+                    changes.append((i, new))
+        return tuple(changes)
 
 
-def _changed(new: object, old: object) -> bool:
-    """Whether redaction changed `old` (a text the cache hands back is an equal copy, not `old`)."""
+def _changed(new: object, old: object) -> bool:  # (a text from the cache is an equal copy, not `old`)
     return new is not old and (type(new) is not str or new != old)
 
 

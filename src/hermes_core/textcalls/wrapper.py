@@ -25,11 +25,11 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import Any, get_args
 
-from ..kernel.messages import Message, ModelResponse, request_digest
+from ..kernel.messages import JSON, Message, ModelResponse, request_digest
 from ..kernel.model import (
     ModelClient,
     ModelRequestRejected,
@@ -37,7 +37,7 @@ from ..kernel.model import (
     TextCallback,
     ToolMode,
     emit_text,
-    offered_to_all,
+    offered_to,
 )
 
 TOOL_MODES: tuple[str, ...] = get_args(ToolMode)  # declared once, in kernel/model.py
@@ -193,6 +193,14 @@ def extract_text_calls(
         # a call written in text and cut by the token limit stays "length": none runs (kernel/guards.py)
         finish_reason="tool_calls" if calls and not response.cut_off else response.finish_reason,
     )
+
+
+def offered_to_all(models: Collection[str], tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]]:
+    """The tools that every one of `models` is offered (a prompt that any of them may answer)."""
+    kept = list(tools or [])
+    for model in models:
+        kept = offered_to(model, kept) or []
+    return kept
 
 
 def render_text_mode(messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:

@@ -120,8 +120,7 @@ class Tool:
         return self.confirm or self.level >= 2 or self.asks_user
 
     @property
-    def is_async(self) -> bool:
-        """Whether the handler is a coroutine function (asked at every call: worked out once per handler)."""
+    def is_async(self) -> bool:  # asked at every call: worked out once per handler
         handler, known = self.handler, self.__dict__.get("_async_of")
         if known is None or known[0] is not handler:
             known = self.__dict__["_async_of"] = (handler, inspect.iscoroutinefunction(handler))

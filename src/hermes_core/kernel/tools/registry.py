@@ -90,6 +90,7 @@ class ToolRegistry:
         interactions: Interactions | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        self._edits = [0]  # tools added and removed (shared with wrappers, as `_tools` is): `version`
         self.policy = policy or Policy()
         self.interactions = interactions  # who approves, who answers (kernel/approvals.py)
         for item in tools:
@@ -111,6 +112,7 @@ class ToolRegistry:
         if declared.name in self._tools and self._tools[declared.name] is not declared:
             raise ValueError(f"a tool named {declared.name!r} is already registered")
         self._tools[declared.name] = declared
+        self._edits[0] += 1
         return declared
 
     def get(self, name: str) -> Tool | None:
@@ -118,7 +120,12 @@ class ToolRegistry:
 
     def remove(self, name: str) -> None:
         """Withdraw a tool (an MCP server that no longer lists it); unknown names are ignored."""
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self._edits[0] += 1
+
+    @property
+    def version(self) -> int:  # changes when a tool is added or removed (the loop's offer is redone)
+        return self._edits[0]
 
     @property
     def names(self) -> list[str]:
@@ -295,7 +302,7 @@ class RegistryWrapper(ToolRegistry):
 
     def __init__(self, inner: ToolRegistry) -> None:
         super().__init__(policy=inner.policy, interactions=inner.interactions)
-        self._tools = inner._tools
+        self._tools, self._edits = inner._tools, inner._edits
         self.inner = inner
 
 
