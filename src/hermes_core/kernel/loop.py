@@ -48,7 +48,7 @@ class RunResult:
     messages: list[Message]
     tool_calls: list[ToolOutcome] = field(default_factory=list)
     responses: list[ModelResponse] = field(default_factory=list)  # raw model outputs, for the trace
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage()  # frozen: one shared zero
     stop_reason: str = "completed"  # completed | max_turns | … | awaiting_approval | awaiting_answer
     timings: dict[str, float] = field(default_factory=dict)
 

@@ -162,7 +162,7 @@ class ModelResponse:
 
     content: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = Usage()  # frozen: one shared zero, not a new one per response
     model: str = ""
     finish_reason: str | None = None
     refusal: str | None = None

@@ -133,7 +133,7 @@ class OpenAICompatClient(ModelClient):
                 not_found.append(exc)
                 failures.append(f"{model}: HTTP {exc.status}: {exc}")
             else:
-                response.answered_by = model  # the response is this call's own (`_with_retries` decodes it)
+                response.answered_by = model  # the response is this call's own (`_call_model` decodes it)
                 return name_unnamed_calls(response, messages)
         summary = "; ".join(failures)
         log.error("model call failed: %s", summary)
@@ -146,29 +146,6 @@ class OpenAICompatClient(ModelClient):
         # A session can only be closed from its own loop; one left on a dead loop is just dropped.
         if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
             await session.close()
-
-    async def _call_model(
-        self,
-        model: str,
-        messages: list[Message],
-        tools: list[dict[str, Any]] | None,
-        stream: bool,
-        on_text: TextCallback | None,
-    ) -> ModelResponse:
-        """One model with its retries; a 400 naming a parameter we sent is answered by leaving the
-        parameter out (remembered for the model) and asking once more."""
-        body = self._body(model, messages, tools, stream)
-        try:
-            return await self._with_retries(model, body, stream, on_text)
-        except ModelRequestRejected as exc:
-            refused = _refused_parameter(exc, json.loads(body))
-            if refused is None:
-                raise
-            log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
-            self.dropped.setdefault(model, set()).add(refused)
-            self._fixed.pop(model, None)
-            body = self._body(model, messages, tools, stream)
-            return await self._with_retries(model, body, stream, on_text)
 
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
@@ -211,12 +188,18 @@ class OpenAICompatClient(ModelClient):
             return messages
         return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
-    async def _with_retries(
-        self, model: str, body: bytes, stream: bool, on_text: TextCallback | None
+    async def _call_model(
+        self,
+        model: str,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        stream: bool,
+        on_text: TextCallback | None,
     ) -> ModelResponse:
-        """Attempts at one request until one is answered or the retries are spent (one coroutine
-        for all of them: each layer more is paid again at every wait of the request)."""
-        attempt = 0
+        """One model: attempts until one is answered or the retries are spent, in one coroutine (each
+        layer more is paid again at every wait of a request). A 400 naming a parameter we sent is
+        answered by leaving the parameter out (remembered for the model) and asking once more."""
+        body, attempt, refused = self._body(model, messages, tools, stream), 0, None
         while True:
             session = self._session_for_running_loop()
             try:
@@ -243,6 +226,13 @@ class OpenAICompatClient(ModelClient):
                     raise
                 attempt += 1
                 await self._pause_before_retry(model, exc, attempt)
+            except ModelRequestRejected as exc:
+                if refused is not None or (refused := _refused_parameter(exc, json.loads(body))) is None:
+                    raise
+                log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
+                self.dropped.setdefault(model, set()).add(refused)
+                self._fixed.pop(model, None)
+                body, attempt = self._body(model, messages, tools, stream), 0  # its own retries, as before
 
     async def _pause_before_retry(self, model: str, exc: _Transient, attempt: int) -> None:
         settings = self.settings
