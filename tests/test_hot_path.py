@@ -85,6 +85,18 @@ def test_a_message_seen_clean_is_redacted_once_its_secret_is_known() -> None:
     assert message["content"] == f"the word is {SECRET}"  # the caller's message is not changed
 
 
+def test_only_short_messages_are_kept_whole_in_the_cache() -> None:
+    """The cache of whole messages holds at most what the cache of long texts does: a message of
+    many characters (a pasted document) is redacted value by value and never kept whole."""
+    redactor = Redactor([SECRET])
+    cached = redactor._cached_changes
+    short = {"role": "user", "content": "hello"}
+    long = {"role": "user", "content": "x" * 20_000 + SECRET}
+    assert redactor.redact_data([short])[0] is short and cached.cache_info().currsize == 1
+    assert redactor.redact_data([long])[0]["content"].endswith("[REDACTED]")
+    assert cached.cache_info().currsize == 1
+
+
 def test_equal_values_of_other_types_keep_their_types() -> None:
     """(1, text) and (True, text) are equal tuples: a message cached for one must not hand back
     the other's values."""

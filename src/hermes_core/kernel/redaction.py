@@ -238,7 +238,7 @@ class Redactor:
         )
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
         self._cached_short = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._sub)
-        self._cached_changes = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._changes)
+        self._cached_changes = functools.lru_cache(maxsize=CACHED_TEXTS)(self._changes)
 
     def __len__(self) -> int:
         return len(self._secrets)
@@ -281,9 +281,10 @@ class Redactor:
 
     def _redact_dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
         """A copy only once an item changed; a flat dict (most messages) is looked up by its values."""
-        try:
-            changes = self._cached_changes(tuple(value.values()))
-        except TypeError:  # a value that cannot be hashed (a nested list or dict)
+        try:  # only messages as short as the long texts cached: at most ~8 M characters held
+            values = tuple(value.values())
+            changes = self._cached_changes(values) if sum(map(len, values)) < CACHED_CHARS.stop else None
+        except TypeError:  # a number or None (no `len`), or a nested list or dict (no hash): walked
             changes = None
         if changes is None:  # nested values: walked
             changes = self._changes(tuple(value.values()), flat=False)
