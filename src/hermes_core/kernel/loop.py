@@ -84,8 +84,9 @@ async def run_loop(
     model_seconds = 0.0
     models, offered_at = model.models, None
     for _ in range(limits.max_turns):
-        if offered_at != (len(guards.withdrawn), registry.version):  # once, and after a tool changed
-            offered_at = (len(guards.withdrawn), registry.version)
+        state = (len(guards.withdrawn), registry.version)
+        if offered_at != state:  # once, and again after a tool was withdrawn, added or removed
+            offered_at = state
             # Offered: what any of the client's models may use; each request narrows it to its model's.
             tools = registry.schemas(guards.withdrawn, caller, models) if offer_tools else []
             # a one-model client is offered exactly these: not worked out again for the request
@@ -94,10 +95,7 @@ async def run_loop(
         call_started = time.perf_counter()
         try:
             with offering(offer):
-                if hooks is NO_HOOKS:  # nobody to tell: one coroutine less, paid at every wait of the call
-                    response = await model.complete(messages, tools or None, on_text=on_text)
-                else:
-                    response = await call_model(hooks, model, messages, tools or None, on_text=on_text)
+                response = await call_model(hooks, model, messages, tools or None, on_text=on_text)
         except (ModelUnavailable, ModelRequestRejected) as exc:
             reason = "model_unavailable" if isinstance(exc, ModelUnavailable) else "model_rejected"
             return _finish(run, fixed_reply(reason, language), reason, started)

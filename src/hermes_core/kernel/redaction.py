@@ -281,13 +281,13 @@ class Redactor:
 
     def _redact_dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
         """A copy only once an item changed; a flat dict (most messages) is looked up by its values."""
+        values = tuple(value.values())
         try:  # only messages as short as the long texts cached: at most ~8 M characters held
-            values = tuple(value.values())
             changes = self._cached_changes(values) if sum(map(len, values)) < CACHED_CHARS.stop else None
         except TypeError:  # a number or None (no `len`), or a nested list or dict (no hash): walked
             changes = None
         if changes is None:  # nested values: walked
-            changes = self._changes(tuple(value.values()), flat=False)
+            changes = self._changes(values, flat=False)
         if not changes:
             return value
         keys, redacted = list(value), dict(value)

@@ -26,10 +26,8 @@ aiohttp is imported inside methods, so importing this module does not import it.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
-import operator
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -62,8 +60,6 @@ _CLIENT_FAILURES: tuple[type[BaseException], ...] = (asyncio.TimeoutError,)
 
 
 _REASONING = frozenset(REASONING_FIELDS)
-
-_REASONING_CONTENT = itertools.repeat("reasoning_content")  # (`map` stops at the shorter)
 
 
 class _Transient(Exception):
@@ -102,7 +98,6 @@ class OpenAICompatClient(ModelClient):
         self.quirks = quirks_of(settings.provider)
         self.dropped: dict[str, set[str]] = {}  # model → parameters it refused, left out from then on
         self._models = (self.name, *settings.fallback_models)
-        self._fixed: dict[str, dict[str, Any]] = {}  # model → the body's fixed fields (`_fixed_fields`)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -150,41 +145,29 @@ class OpenAICompatClient(ModelClient):
     def _body(
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
+        settings, dropped = self.settings, self.dropped.get(model, ())
         body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
-        fixed = self._fixed.get(model)
-        if fixed is None:
-            fixed = self._fixed[model] = self._fixed_fields(model)
-        body.update(fixed)
+        temperature = settings.temperature
+        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
+            body["temperature"] = temperature
+        if settings.max_tokens is not None:
+            body["max_tokens"] = settings.max_tokens
+        if settings.top_p is not None:
+            body["top_p"] = settings.top_p
+        if settings.response_format is not None:
+            body["response_format"] = settings.response_format
         if tools:
             body["tools"] = tools
         if stream:
             body["stream"] = True
-            if self.quirks.stream_usage and "stream_options" not in self.dropped.get(model, ()):
+            if self.quirks.stream_usage and "stream_options" not in dropped:
                 body["stream_options"] = {"include_usage": True}
-        extra = self.settings.extra_body
-        if extra:
-            body.update(extra)
+        body.update(settings.extra_body)
         return _encode(body).encode("utf-8")
-
-    def _fixed_fields(self, model: str) -> dict[str, Any]:
-        """The fields every request to `model` carries, in the body's order: worked out once per
-        model (and again once it refused one of them)."""
-        settings, dropped = self.settings, self.dropped.get(model, ())
-        fixed: dict[str, Any] = {}
-        temperature = settings.temperature
-        if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
-            fixed["temperature"] = temperature
-        if settings.max_tokens is not None:
-            fixed["max_tokens"] = settings.max_tokens
-        if settings.top_p is not None:
-            fixed["top_p"] = settings.top_p
-        if settings.response_format is not None:
-            fixed["response_format"] = settings.response_format
-        return fixed
 
     def _wire_messages(self, messages: list[Message]) -> list[Message]:
         """The history as this endpoint takes it: `reasoning_content` only where it is required."""
-        if self.quirks.send_reasoning or not any(map(operator.contains, messages, _REASONING_CONTENT)):
+        if self.quirks.send_reasoning or not any("reasoning_content" in m for m in messages):
             return messages
         return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
@@ -231,7 +214,6 @@ class OpenAICompatClient(ModelClient):
                     raise
                 log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
                 self.dropped.setdefault(model, set()).add(refused)
-                self._fixed.pop(model, None)
                 body, attempt = self._body(model, messages, tools, stream), 0  # its own retries, as before
 
     async def _pause_before_retry(self, model: str, exc: _Transient, attempt: int) -> None:

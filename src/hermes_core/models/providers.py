@@ -15,6 +15,7 @@ Stdlib only: configuration, the command line and doctor import it before any HTT
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -158,6 +159,7 @@ def unknown_model(status: int, message: str) -> bool:
     return status == 400 and any(phrase in text for phrase in UNKNOWN_MODEL)
 
 
+@functools.lru_cache(maxsize=256)  # asked at every request: a regular expression per model name
 def refuses_temperature(model: str) -> bool:
     return bool(_NO_TEMPERATURE.search(model.strip().lower()))
 

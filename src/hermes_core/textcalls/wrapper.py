@@ -95,14 +95,7 @@ class TextToolCalls(ModelWrapper):
     ) -> ModelResponse:
         text_mode = bool(tools) and self.uses_text_mode()
         try:
-            if on_text is None and not text_mode:  # the common call, without `_complete`'s coroutine
-                plain = await self.inner.complete(messages, tools)
-                response = extract_text_calls(
-                    plain, self.formats, think_open=self.think_open, conversation=messages
-                )
-                calls_in_text = bool(response.tool_calls) and not plain.tool_calls
-            else:
-                response, calls_in_text = await self._complete(messages, tools, text_mode, on_text)
+            response, calls_in_text = await self._complete(messages, tools, text_mode, on_text)
         except ModelRequestRejected as exc:
             schema = schema_refusal(exc) if tools and not text_mode else None
             if schema is not None:
