@@ -7,7 +7,8 @@ Two round trips of 0.2 s make the ideal ~0.4 s. The Agent is built with max_conc
 neither the client's in-flight cap (default 64) nor a connection pool limit is what is measured.
 A second hermes process declares its tool `@tool(inline=True)` (it runs on the event loop, as the
 bare script runs it). The guarded floor (workloads/guarded_aiohttp.py, bench_overhead.py says what
-it keeps) is shown for reference: hermes against it is the kernel's own cost.
+it keeps) is shown for reference: hermes against it is the kernel's own cost; the same floor with
+its tool on the event loop is the inline contender's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ SCRIPTS = {  # name: the workload and its arguments after URL TURNS
     "hermes, tool declared inline": ("hermes_agent.py", "inline"),
     "bare aiohttp": ("bare_aiohttp.py",),
     "guarded floor": ("guarded_aiohttp.py",),
+    "guarded floor, tool inline": ("guarded_aiohttp.py", "inline"),
 }
 
 
@@ -102,6 +104,13 @@ def run(runs: int = 5, turns: int = 500, latency: float = 0.2) -> dict:
             f"{c['hermes']:.2f} s",
             f"{c['guarded floor']:.2f} s",
             ratio(c["hermes"], c["guarded floor"]),
+            None,
+        ),
+        row(
+            f"{label}: client CPU, hermes inline vs the floor with the tool inline",
+            f"{c['hermes, tool declared inline']:.2f} s",
+            f"{c['guarded floor, tool inline']:.2f} s",
+            ratio(c["hermes, tool declared inline"], c["guarded floor, tool inline"]),
             None,
         ),
     ]

@@ -9,10 +9,15 @@ warm-up only; the difference divided by the turns is what one turn costs. Every 
 process is counted (the tool's worker thread too); the fake server runs outside valgrind.
 
     python benchmarks/bench_instructions.py [--turns 100]
+    python benchmarks/bench_instructions.py --concurrent 500
 
 needs valgrind (`apt-get install valgrind`); two contenders run at a time, about 3 minutes in all.
+`--concurrent N` counts N turns `asyncio.gather`-ed in one burst after the warm-up, against a model
+of 200 ms as bench_concurrency.py runs them (the same turns, so the same objects alive at once,
+and the garbage collector's passes over them counted too).
 Instructions are not time: code that runs right after the event loop slept misses the CPU's
-caches, so a cut in instructions shows in CPU time smaller than it is (docs/benchmarks.md).
+caches, and so does a collector's pass over many objects, so the same instructions can cost more
+time in one contender than in another (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from _common import WORKLOADS, fake_server, format_table, ratio
 
-CONTENDERS = ("bare aiohttp", "guarded floor", "hermes, tool declared inline", "hermes")
+CONTENDERS = (
+    "bare aiohttp",
+    "guarded floor",
+    "guarded floor, tool inline",
+    "hermes, tool declared inline",
+    "hermes",
+)
 WARMUP = 20
 TARGET = 1.3  # the issue's target for client CPU per turn, read here in instructions
 
 
-async def _turns(url: str, contender: str, turns: int) -> None:
+async def _turns(url: str, contender: str, turns: int, concurrent: bool) -> None:
     sys.path.insert(0, str(WORKLOADS))
     import bare_aiohttp
     import guarded_aiohttp
@@ -43,19 +54,23 @@ async def _turns(url: str, contender: str, turns: int) -> None:
     one = {
         "bare aiohttp": lambda: bare_aiohttp.turn(session, url),
         "guarded floor": lambda: guarded_aiohttp.turn(session, url),
+        "guarded floor, tool inline": lambda: guarded_aiohttp.turn_inline(session, url),
     }.get(contender, lambda: hermes_agent.turn(agent))
     try:
-        for _ in range(WARMUP + turns):
+        for _ in range(WARMUP + (0 if concurrent else turns)):
             assert await one() == hermes_agent.EXPECTED
+        if concurrent:
+            replies = await asyncio.gather(*(one() for _ in range(turns)))
+            assert set(replies) <= {hermes_agent.EXPECTED}
     finally:
         await session.close()
         await agent.aclose()
 
 
-def _collected(url: str, contender: str, turns: int) -> int:
+def _collected(url: str, contender: str, turns: int, concurrent: bool) -> int:
     """Instructions valgrind counted for the whole process: start-up, warm-up and `turns` turns."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable]
-    command += [__file__, "--run", url, contender, str(turns)]
+    command += [__file__, "--run", url, contender, str(turns), "concurrent" if concurrent else "sequential"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     if done.returncode != 0 or found is None:
@@ -63,13 +78,16 @@ def _collected(url: str, contender: str, turns: int) -> int:
     return int(found.group(1))
 
 
-def run(turns: int = 100) -> dict[str, float]:
-    """Instructions per turn of each contender."""
+def run(turns: int = 100, concurrent: bool = False) -> dict[str, float]:
+    """Instructions per turn of each contender: `turns` one after the other, or in one burst."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    with fake_server(latency=0.0) as url, ThreadPoolExecutor(max_workers=2) as pool:
+    with fake_server(latency=0.2 if concurrent else 0.0) as url, ThreadPoolExecutor(max_workers=2) as pool:
         jobs = {
-            c: (pool.submit(_collected, url, c, turns), pool.submit(_collected, url, c, 0))
+            c: (
+                pool.submit(_collected, url, c, turns, concurrent),
+                pool.submit(_collected, url, c, 0, concurrent),
+            )
             for c in CONTENDERS
         }
         return {c: (full.result() - base.result()) / turns for c, (full, base) in jobs.items()}
@@ -78,13 +96,17 @@ def run(turns: int = 100) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100, help="measured turns of each contender")
-    parser.add_argument("--run", nargs=3, metavar=("URL", "CONTENDER", "TURNS"), help=argparse.SUPPRESS)
+    parser.add_argument("--concurrent", type=int, metavar="N", help="N turns in one burst instead")
+    parser.add_argument(
+        "--run", nargs=4, metavar=("URL", "CONTENDER", "TURNS", "HOW"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.run:  # one contender's process, under valgrind
-        url, contender, turns = args.run
-        asyncio.run(_turns(url, contender, int(turns)))
+        url, contender, turns, how = args.run
+        asyncio.run(_turns(url, contender, int(turns), how == "concurrent"))
         return
-    per_turn = run(args.turns)
+    turns = args.concurrent or args.turns
+    per_turn = run(turns, concurrent=bool(args.concurrent))
     bare = per_turn["bare aiohttp"]
     rows = [
         {
@@ -95,7 +117,10 @@ def main() -> None:
         }
         for name, count in per_turn.items()
     ]
-    print(f"sequential turns, {args.turns} of each after {WARMUP} unmeasured, under valgrind")
+    if args.concurrent:
+        print(f"{turns} concurrent turns of each, 200 ms model, after {WARMUP} unmeasured, under valgrind")
+    else:
+        print(f"sequential turns, {turns} of each after {WARMUP} unmeasured, under valgrind")
     print(format_table(rows, ("contender", "instructions per turn", "vs bare aiohttp", "target")))
 
 

@@ -12,7 +12,9 @@ loop as the bare script runs it (kernel/tools/registry.py says when that is safe
 
 A third contender, the guarded floor (workloads/guarded_aiohttp.py), is bare aiohttp plus the
 least code that keeps the kernel's guarantees (arguments validated, the sync tool on a worker
-thread, texts redacted): hermes against it is the kernel's own cost. `--stages` also prints the
+thread, texts redacted): hermes against it is the kernel's own cost. The same floor with the tool
+called on the event loop is the floor of the inline contender: the guarantees without the hop.
+`--stages` also prints the
 turn built up one layer at a time (raw client, + tool registry, + loop, + model stack, `Agent.run`),
 each layer's CPU per turn measured in the same alternating blocks: where a turn's cost lies.
 """
@@ -101,6 +103,7 @@ async def measure(
         "hermes, tool declared inline": lambda: hermes_agent.turn(inline_agent),
         "bare aiohttp": lambda: bare_aiohttp.turn(session, url),
         "guarded floor": lambda: guarded_aiohttp.turn(session, url),
+        "guarded floor, tool inline": lambda: guarded_aiohttp.turn_inline(session, url),
     }
     close_stages = None
     if with_stages:
@@ -148,6 +151,10 @@ def run(turns: int = 400, block: int = 50, warmup: int = 20, with_stages: bool =
         "ratio_cpu_inline": ratio(cpu_us["hermes, tool declared inline"], cpu_us["bare aiohttp"]),
         "ratio_cpu_guarded": ratio(cpu_us["guarded floor"], cpu_us["bare aiohttp"]),
         "ratio_cpu_vs_guarded": ratio(cpu_us["hermes"], cpu_us["guarded floor"]),
+        "ratio_cpu_guarded_inline": ratio(cpu_us["guarded floor, tool inline"], cpu_us["bare aiohttp"]),
+        "ratio_cpu_inline_vs_guarded_inline": ratio(
+            cpu_us["hermes, tool declared inline"], cpu_us["guarded floor, tool inline"]
+        ),
     }
     figures["rows"] = [
         row(
@@ -183,6 +190,20 @@ def run(turns: int = 400, block: int = 50, warmup: int = 20, with_stages: bool =
             f"{cpu_us['hermes']:.0f} µs",
             f"{cpu_us['guarded floor']:.0f} µs",
             figures["ratio_cpu_vs_guarded"],
+            None,
+        ),
+        row(
+            "client CPU per turn, the guarded floor with the tool inline",
+            f"{cpu_us['guarded floor, tool inline']:.0f} µs",
+            f"{cpu_us['bare aiohttp']:.0f} µs",
+            figures["ratio_cpu_guarded_inline"],
+            None,
+        ),
+        row(
+            "client CPU per turn, hermes inline vs that floor",
+            f"{cpu_us['hermes, tool declared inline']:.0f} µs",
+            f"{cpu_us['guarded floor, tool inline']:.0f} µs",
+            figures["ratio_cpu_inline_vs_guarded_inline"],
             None,
         ),
     ]

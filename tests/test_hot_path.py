@@ -97,6 +97,17 @@ def test_only_short_messages_are_kept_whole_in_the_cache() -> None:
     assert cached.cache_info().currsize == 1
 
 
+def test_a_message_holding_none_or_a_number_is_looked_up_whole_too() -> None:
+    """An assistant message without content (`None`) or a value that is a number is flat: it is
+    kept whole like any short message, not walked value by value at every model call."""
+    redactor = Redactor([SECRET])
+    cached = redactor._cached_changes
+    message = {"role": "assistant", "content": None, "index": 3}
+    assert redactor.redact_data([message])[0] is message and cached.cache_info().currsize == 1
+    assert redactor.redact_data([message])[0] is message and cached.cache_info().hits == 1
+    assert redactor.redact_data([{"role": "user", "content": SECRET, "n": 1}])[0]["content"] == "[REDACTED]"
+
+
 def test_equal_values_of_other_types_keep_their_types() -> None:
     """(1, text) and (True, text) are equal tuples: a message cached for one must not hand back
     the other's values."""

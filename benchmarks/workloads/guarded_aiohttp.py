@@ -6,12 +6,15 @@ the sync tool run on a worker thread (a tool that hangs must not hold the event 
 text that goes to the model or comes back passed through a secret pattern. No loop, guards,
 hooks, permissions or fallbacks: what is left between hermes and this line is the kernel's own.
 
-    python guarded_aiohttp.py BASE_URL [CONCURRENT_TURNS]
+    python guarded_aiohttp.py BASE_URL [CONCURRENT_TURNS] [inline]
 
-prints the reply of the first turn, then one JSON line as bare_aiohttp.py does.
+prints the reply of the first turn, then one JSON line as bare_aiohttp.py does. With `inline` the
+tool is called on the event loop, as the bare script calls it: the floor of hermes' contender
+whose tool is declared `@tool(inline=True)`, the same guarantees but the hop.
 """
 
 import asyncio
+import functools
 import json
 import queue
 import re
@@ -46,6 +49,10 @@ async def on_a_thread(function, *args):
     return await future
 
 
+async def on_the_loop(function, *args):
+    return function(*args)
+
+
 class AddArguments(BaseModel):
     a: int
     b: int
@@ -62,7 +69,9 @@ async def post(session: aiohttp.ClientSession, url: str, body: dict) -> dict:
         return (await response.json())["choices"][0]["message"]
 
 
-async def turn(session: aiohttp.ClientSession, base_url: str, question: str = "what is 1 + 2?") -> str:
+async def turn(
+    session: aiohttp.ClientSession, base_url: str, question: str = "what is 1 + 2?", hop=on_a_thread
+) -> str:
     url = base_url + "/chat/completions"
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     body = {"model": "m", "messages": messages, "temperature": 0.2, "tools": [ADD_SCHEMA]}
@@ -70,12 +79,17 @@ async def turn(session: aiohttp.ClientSession, base_url: str, question: str = "w
     messages.append(message)
     for call in message.get("tool_calls") or []:
         arguments = AddArguments.model_validate_json(call["function"]["arguments"])
-        result = await on_a_thread(add, arguments.a, arguments.b)
+        result = await hop(add, arguments.a, arguments.b)
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": redacted(json.dumps(result))})
     body = {"model": "m", "messages": messages, "temperature": 0.2, "tools": [ADD_SCHEMA]}
     message = await post(session, url, body)
     return redacted(message["content"])
 
 
+turn_inline = functools.partial(turn, hop=on_the_loop)
+
+
 if __name__ == "__main__":
-    report(turn)
+    import sys
+
+    report(turn_inline if sys.argv[3:4] == ["inline"] else turn)

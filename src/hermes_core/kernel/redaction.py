@@ -282,9 +282,9 @@ class Redactor:
     def _redact_dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
         """A copy only once an item changed; a flat dict (most messages) is looked up by its values."""
         values = tuple(value.values())
-        try:  # only messages as short as the long texts cached: at most ~8 M characters held
-            changes = self._cached_changes(values) if sum(map(len, values)) < CACHED_CHARS.stop else None
-        except TypeError:  # a number or None (no `len`), or a nested list or dict (no hash): walked
+        try:
+            changes = self._cached_changes(values)
+        except (TypeError, OverflowError):  # a nested list or dict (no hash), or a long message: walked
             changes = None
         if changes is None:  # nested values: walked
             changes = self._changes(values, flat=False)
@@ -296,7 +296,11 @@ class Redactor:
         return redacted
 
     def _changes(self, values: tuple[Any, ...], flat: bool = True) -> tuple[tuple[int, Any], ...] | None:
-        """(position, redacted value) of each of `values` redaction changes; None: nested, and `flat`."""
+        """(position, redacted value) of each of `values` redaction changes; None: nested, and `flat`.
+        Flat (the cache's call), a message longer than the long texts cached raises: `lru_cache` keeps
+        no exception, so the cache of messages holds what the cache of texts does (~8 M characters)."""
+        if flat and sum(len(item) for item in values if type(item) is str) >= CACHED_CHARS.stop:
+            raise OverflowError("too long to be kept whole")
         changes = []
         for i, item in enumerate(values):
             if type(item) is str:
@@ -469,7 +473,7 @@ class RedactingModelClient(ModelWrapper):
         calls = response.tool_calls
         arguments = [redact(call.arguments) for call in calls] if calls else []
         if new_content == content and new_refusal == refusal and new_reasoning == reasoning:
-            if all(text == call.arguments for text, call in zip(arguments, calls, strict=True)):
+            if arguments == [call.arguments for call in calls]:
                 return response  # nothing to hide: the response as it came (no call rebuilt to compare)
         calls = [ToolCall(c.id, c.name, text) for c, text in zip(calls, arguments, strict=True)]
         return replace(
