@@ -11,7 +11,8 @@ process is counted (the tool's worker thread too); the fake server runs outside 
     python benchmarks/bench_instructions.py [--turns 100]
     python benchmarks/bench_instructions.py --concurrent 500
 
-needs valgrind (`apt-get install valgrind`); two contenders run at a time, about 3 minutes in all.
+needs valgrind (`apt-get install valgrind`); two contenders run at a time: about 1.5 minutes in all,
+3 with `--concurrent 500`.
 `--concurrent N` counts N turns `asyncio.gather`-ed in one burst after the warm-up, against a model
 of 200 ms as bench_concurrency.py runs them (the same turns, so the same objects alive at once,
 and the garbage collector's passes over them counted too).
