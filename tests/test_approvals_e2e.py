@@ -24,6 +24,7 @@ from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_feishu.cards import buttons
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
 from invoicing import RAN, send_invoice
@@ -104,8 +105,7 @@ async def test_webhook_clarify_question_then_the_next_message_is_the_answer(tmp_
 
 
 def card_buttons(content: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    actions = [e for e in content["elements"] if e.get("tag") == "action"]
-    return {button["value"]["decision"]: button["value"] for e in actions for button in e["actions"]}
+    return {value["decision"]: value for value in buttons(content)}
 
 
 async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updates_the_card(

@@ -147,13 +147,13 @@ async def test_idle_chats_are_forgotten() -> None:
 
 def text_of(msg_type: str, content: dict[str, Any]) -> str:
     """The text of a text message, or the markdown of a card built by `markdown_card`."""
-    return str(content["text"] if msg_type == "text" else content["elements"][0]["content"])
+    return str(content["text"] if msg_type == "text" else content["body"]["elements"][0]["content"])
 
 
 def markdown_of(content: str) -> str:
     card = json.loads(content)
-    assert card["config"]["update_multi"] is True
-    [element] = card["elements"]
+    assert card["schema"] == "2.0" and card["config"]["update_multi"] is True
+    [element] = card["body"]["elements"]
     assert element["tag"] == "markdown"
     return str(element["content"])
 

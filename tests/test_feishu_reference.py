@@ -30,6 +30,7 @@ from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.testing.fake_feishu.cards import buttons
 from invoicing import RAN, send_invoice
 
 lark_reference = pytest.importorskip("lark_reference", reason="needs lark-oapi (the test extra)")
@@ -54,8 +55,7 @@ Headers = dict[str, str]
 
 
 def card_buttons(content: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    actions = [e for e in content["elements"] if e.get("tag") == "action"]
-    return {button["value"]["decision"]: button["value"] for e in actions for button in e["actions"]}
+    return {value["decision"]: value for value in buttons(content)}
 
 
 def longconn(gateway: Gateway) -> FeishuLongConnection:

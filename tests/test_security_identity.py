@@ -36,6 +36,7 @@ from hermes_core.gateway.server import build_gateway, serve
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_feishu.cards import buttons as card_buttons
 from invoicing import RAN, send_invoice
 from serve_process import CLEAN_ENV
 
@@ -137,12 +138,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
         assert (await feishu.push(ask, events)).ok
         await wait_for(lambda: len(feishu.sent) == 1 and "审批编号" in feishu.sent[0].text)  # streamed card
         card = feishu.sent[0]  # patched to the approval request once the task paused
-        buttons = {
-            button["value"]["decision"]: button["value"]
-            for element in card.content["elements"]
-            if element.get("tag") == "action"
-            for button in element["actions"]
-        }
+        buttons = {value["decision"]: value for value in card_buttons(card.content)}
         approval = buttons["approve"]["approval_id"]
 
         for forged in ("ou_alice", "ou_admin"):

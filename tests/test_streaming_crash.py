@@ -1,7 +1,9 @@
 """Streaming keeps exactly-once: `serve` killed (SIGKILL) while a reply streams into its card.
 
-The user must end up with one complete reply: the same card, patched to the whole text by the
-restarted process — not a frozen half card and a second message. Real processes, the fake Feishu
+The user must end up with one complete reply: the same card (a CardKit card entity, the default
+way), written to the whole text by the restarted process — not a frozen half card and a second
+message. The CardKit pages followed: "流式更新卡片" (sequence strictly increasing, streaming closed
+10 minutes after it was opened) and "创建卡片实体" (an entity is sent once). Real processes, the fake Feishu
 platform (which keeps every message and every patch) and the fake model streaming slowly.
 """
 
@@ -98,8 +100,17 @@ def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_pat
         assert [m.message_id for m in feishu.sent] == [card.message_id]  # one message: the same card
         assert card.text == ANSWER and card.reply_to == ask["event"]["message"]["message_id"]
         later = [p for p in feishu.patches[patches_before:] if p.message_id == card.message_id]
-        assert later and later[-1].text == ANSWER  # the restarted process patched that card
+        assert later and later[-1].text == ANSWER  # the restarted process wrote into that card
         assert len(model.requests) >= 2  # the turn did run again
+        # CardKit (the default): one card entity, typed into by both processes; the restarted one
+        # numbered its operations above the first one's (a new epoch), re-opened the streaming the
+        # platform had closed in the 2 h that passed (200850), and closed it at the end
+        [entity] = feishu.cards.values()
+        assert entity.message_id == card.message_id and not entity.streaming
+        sequences = [sequence for _, sequence, _ in entity.operations]
+        assert sequences == sorted(set(sequences)) and max(sequences) < 2**31
+        assert any(r.code == 200850 for r in feishu.requests)
+        assert ("settings", sequences[-1]) == entity.operations[-1][:2]
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:

@@ -1,8 +1,12 @@
-"""Feishu replies that stream: one card, patched as the model writes, the reply patched into it.
+"""Feishu replies that stream: one card, filled in as the model writes, the reply written into it.
 
-Against the real gateway `serve` builds (build_gateway), the fake Feishu platform (its per-message
-patch limit included: 5 QPS, HTTP 400 code 230020) and the fake OpenAI-compatible server streaming
-its reply chunk by chunk. The pacing itself is checked on a virtual clock.
+Against the real gateway `serve` builds (build_gateway), the fake Feishu platform and the fake
+OpenAI-compatible server streaming its reply chunk by chunk. Two ways to stream, both tested:
+CardKit (the default; the platform's "流式更新卡片" guide, open.feishu.cn/document/cardkit-v1/
+streaming-updates-openapi-overview: a card entity whose markdown element is typed out, 10
+operations a second per entity, a strictly increasing `sequence`, streaming closed after 10
+minutes) and the fallback that patches a card message (the PATCH page: 5 QPS per message, HTTP 400
+code 230020 over it). The pacing itself is checked on a virtual clock.
 """
 
 from __future__ import annotations
@@ -49,14 +53,15 @@ async def search(query: str) -> str:
 @asynccontextmanager
 async def streaming_gateway(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
-    *, stream: bool = True, **model: Any,
+    *, stream: bool = True, card_streaming: str = "cardkit", **model: Any,
 ) -> AsyncIterator[str]:  # fmt: skip
     """The gateway serve builds, with Feishu against the fake; yields the events URL."""
     monkeypatch.setenv("FEISHU_APP_SECRET", feishu.app_secret)
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
         gateway=GatewayConfig(data_dir=str(tmp_path)),
-        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, stream=stream),
+        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, stream=stream,
+                            card_streaming=card_streaming),  # type: ignore[arg-type]
     )
     agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test", tools=[search], **model)
     gateway, routes = build_gateway(settings, agent)
@@ -92,12 +97,13 @@ def refused_patches(feishu: FakeFeishu) -> int:
 async def test_the_reply_streams_into_one_card_that_ends_as_the_complete_reply(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The fallback way: a card message patched (the PATCH page's 5 QPS per message)."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(
             FakeReply.tool_call("search", {"query": "Hangzhou weather"}),
             FakeReply.text(ANSWER, chunk_delay=0.02),  # about 60 chunks over 1.2 s
         )
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             pushed = time.time()
             assert (await feishu.push(ask, url)).ok
@@ -168,7 +174,7 @@ async def test_a_refused_card_falls_back_to_one_ordinary_message(
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text("Sunny all week.", chunk_delay=0.01))
         feishu.fail_next(1, code=230099, paths=("/reply",))  # "Failed to create card content."
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
             await wait_for(lambda: len(feishu.sent) == 1)
             await asyncio.sleep(0.3)
@@ -224,7 +230,7 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
     the card stored with the message — no second message, and the turn is not run again."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(ANSWER, delay=0.5, chunk_delay=0.005))
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
             await wait_for(lambda: len(feishu.sent) == 1)  # the card, before the model answers
@@ -238,7 +244,7 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
             await wait_for(final_refused)
         card = feishu.sent[0]
         assert card.text == REPLIES["stream_thinking"]["en"] and feishu.patches == []
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch):
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch"):
             await wait_for(lambda: card.text == ANSWER)  # once the storm is over
             await asyncio.sleep(0.3)
     assert [m.message_id for m in feishu.sent] == [card.message_id]

@@ -182,7 +182,10 @@ class FeishuConfig(_Section):
     e.g. when another service shares the app's quota.
 
     `stream` (on by default): each reply appears at once as a card that fills in as the model
-    writes (channels/feishu/stream.py); off: one ordinary message once the reply is complete."""
+    writes; off: one ordinary message once the reply is complete. `card_streaming`: `cardkit` (the
+    default: the text is typed out, channels/feishu/cardkit.py; needs the `cardkit:card:write`
+    scope, and falls back by itself when the platform refuses it) or `patch` (the card message is
+    patched, 4 times a second at most: channels/feishu/stream.py)."""
 
     app_id: str | None = None
     mode: Literal["webhook", "longconn"] = "webhook"
@@ -192,6 +195,7 @@ class FeishuConfig(_Section):
     app_send_per_minute: float = Field(1000.0, gt=0)
     send_rate: float | None = Field(None, gt=0)
     stream: bool = True
+    card_streaming: Literal["cardkit", "patch"] = "cardkit"
 
 
 class WebhookConfig(_Section):

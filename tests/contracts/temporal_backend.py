@@ -93,6 +93,10 @@ class TemporalEngine:
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
 
+    async def delivered(self, conversation: str) -> None:
+        """The workflow sends a conversation's replies in order itself: nothing to wait for here."""
+        return None
+
     async def accept(self, message: InboundMessage) -> int | None:
         if self._inbox is None:
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")

@@ -186,6 +186,12 @@ class Inbox(Protocol):
         """Persist `message` and queue its turn; its inbox row id, or None for a duplicate."""
         ...
 
+    async def delivered(self, conversation: str) -> None:
+        """Returns once every reply already queued in `conversation` is sent (or given up on): a
+        channel that shows a turn's reply before the turn ends (a streaming card) waits for it, so
+        what the user sees keeps the conversation's order through a platform fault."""
+        ...
+
     async def decide(
         self, pending_id: str, user_id: str, channel: str, approve: bool
     ) -> tuple[Pending, int | None]:

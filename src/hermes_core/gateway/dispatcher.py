@@ -122,6 +122,12 @@ class Lanes(Generic[T]):
             if not queue:
                 del self._queues[key]
 
+    async def idle(self, key: str) -> None:
+        """Returns once the items of `key` queued so far (and any pushed meanwhile) are handled."""
+        task = self._tasks.get(key)
+        if task is not None:
+            await asyncio.wait({task})  # a waiter cancelled here leaves the lane running
+
     def __contains__(self, key: object) -> bool:
         return key in self._queues
 
@@ -377,6 +383,10 @@ class Gateway:
                      running[0].channel, running[0].message_id)  # fmt: skip
         self._inbound.push(message.conversation, message)
         return inbound_id
+
+    async def delivered(self, conversation: str) -> None:
+        """Returns once the replies queued in `conversation` are sent or dead-lettered (`Inbox`)."""
+        await self._outbound.idle(conversation)
 
     def enqueue(self, message: InboundMessage) -> None:
         """Queue a message already stored in the inbox by someone else (a scheduled job's fire,

@@ -207,6 +207,7 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
             api=api,
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
             stream=settings.feishu.stream,
+            card_streaming=settings.feishu.card_streaming,
         )
         channels.append(feishu)
         routes += feishu.routes()

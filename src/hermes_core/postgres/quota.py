@@ -34,7 +34,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from ..channels.feishu.ratelimit import platform_limit
+from ..channels.feishu.ratelimit import MESSAGE_API, platform_limit
 from ..kernel.redaction import redact_text
 from ..storage import StoreUnavailable
 from .database import PostgresDatabase
@@ -85,16 +85,19 @@ class SharedSendQuota:
     def __repr__(self) -> str:
         return f"SharedSendQuota({self.db!r}, app_id={self.app_id!r})"
 
-    def buckets(self, chat_id: str | None) -> dict[str, tuple[float, float]]:
-        """Scope → (seconds between requests, seconds of burst tolerance) for one request."""
-        found = {f"{self.app_id}:{name}": (1 / rate, (burst - 1) / rate) for name, (rate, burst) in self._app}
+    def buckets(self, chat_id: str | None, api: str = MESSAGE_API) -> dict[str, tuple[float, float]]:
+        """Scope → (seconds between requests, seconds of burst tolerance) for one request of `api`:
+        the platform counts each API of the app on its own (channels/feishu/ratelimit.py)."""
+        found = {
+            f"{self.app_id}:{api}:{name}": (1 / rate, (burst - 1) / rate) for name, (rate, burst) in self._app
+        }
         if chat_id is not None and self._chat is not None:
             rate, burst = self._chat
             found[f"{self.app_id}:chat:{chat_id}"] = (1 / rate, (burst - 1) / rate)
         return found
 
-    async def take(self, chat_id: str | None) -> None:
-        buckets = self.buckets(chat_id)
+    async def take(self, chat_id: str | None, api: str = MESSAGE_API) -> None:
+        buckets = self.buckets(chat_id, api)
         if not buckets:
             return
         delay = BACKOFF[0]

@@ -39,12 +39,13 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ...kernel.messages import JSON
 from ..base import DeliveryError
 from ..seam import OutboundMessage
 from .formatting import Part, approval_card, format_reply
-from .ratelimit import SendLimiter
+from .ratelimit import MESSAGE_API, SendLimiter
 
 if TYPE_CHECKING:
     import aiohttp
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermes_core.feishu")
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+CARDS_PATH = "/open-apis/cardkit/v1/cards"
 TOKEN_REFRESH_MARGIN = 600.0  # fetch a new token when less than 10 minutes remain (§5)
 UUID_MAX = 50  # §6: a request uuid is at most 50 characters
 
@@ -81,7 +83,17 @@ PERMANENT_CODES: dict[int, str] = {
     230038: "cross-tenant one-to-one chats cannot be sent to",
     230099: "the card content was refused",
     232009: "the chat was dissolved",
+    # CardKit (card entities, streaming cards): the create / update pages' error tables
+    200740: "the card entity does not exist",
+    200750: "the card entity has expired (they live 14 days)",
+    200850: "the card's streaming mode timed out (it closes 10 minutes after it was opened)",
+    200860: "the card is larger than 30 KB",
+    300305: "the card has more than 200 components",
+    300309: "the card's streaming mode is closed",
+    300317: "the sequence of a card operation did not increase",
 }
+STREAMING_CLOSED = frozenset({200850, 300309})  # re-open streaming, then update again
+SEQUENCE_STALE = 300317
 
 
 class FeishuError(DeliveryError):
@@ -178,11 +190,11 @@ class FeishuAPI:
         path = "/open-apis/bot/v3/info"
         if once:
             try:
-                body = await self._attempt("GET", path, None, None, None)
+                body = await self._attempt("GET", path, None, None, None, "bot.info")
             except (_Transient, _Throttled, _TokenRejected) as exc:
                 raise FeishuError(f"GET {path}: {exc}", retry_after=self.retry_base_delay) from None
         else:
-            body = await self._call("GET", path)
+            body = await self._call("GET", path, api="bot.info")
         bot = body.get("bot")
         return bot if isinstance(bot, dict) else {}
 
@@ -251,7 +263,45 @@ class FeishuAPI:
         content = json.dumps(card, ensure_ascii=False)
         path = f"/open-apis/im/v1/messages/{message_id}"
         await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
-                         patient=patient)  # fmt: skip
+                         patient=patient, api="im.message.patch")  # fmt: skip
+
+    # --- CardKit card entities (FEISHU.md §6 option B, §11) ----------------------------------
+
+    async def create_card(self, card: dict[str, Any]) -> str:
+        """A card entity made from a JSON 2.0 card (`POST cardkit/v1/cards`): its card_id. The
+        entity may be sent once (`send_card(card_reference(card_id), …)`) and lives 14 days."""
+        body: dict[str, JSON] = {"type": "card_json", "data": json.dumps(card, ensure_ascii=False)}
+        answer = await self._call("POST", CARDS_PATH, body=body, api="cardkit.card.create")
+        data = answer.get("data")
+        card_id = data.get("card_id") if isinstance(data, dict) else None
+        if not isinstance(card_id, str) or not card_id:
+            raise FeishuError("Feishu made the card entity but returned no card_id", retry_after=1.0)
+        return card_id
+
+    async def stream_text(
+        self, card_id: str, element_id: str, text: str, sequence: int, *, patient: bool = True
+    ) -> None:
+        """The whole text so far into a markdown element of a streaming card entity: what extends
+        the text shown before is typed out (`PUT …/elements/:element_id/content`)."""
+        path = f"{_card_path(card_id)}/elements/{quote(element_id, safe='')}/content"
+        body: dict[str, JSON] = {"content": text, "sequence": sequence, "uuid": _op_uuid(card_id, sequence)}
+        await self._call("PUT", path, body=body, api="cardkit.card_element.content", patient=patient)
+
+    async def card_settings(self, card_id: str, config: dict[str, JSON], sequence: int) -> None:
+        """Change a card entity's `config` (`PATCH …/settings`): streaming_mode on or off."""
+        body: dict[str, JSON] = {
+            "settings": json.dumps({"config": config}), "sequence": sequence,
+            "uuid": _op_uuid(card_id, sequence),
+        }  # fmt: skip
+        await self._call("PATCH", f"{_card_path(card_id)}/settings", body=body, api="cardkit.card.settings")
+
+    async def update_card(self, card_id: str, card: dict[str, Any], sequence: int) -> None:
+        """Replace a card entity's whole card (`PUT cardkit/v1/cards/:card_id`)."""
+        body: dict[str, JSON] = {
+            "card": {"type": "card_json", "data": json.dumps(card, ensure_ascii=False)},
+            "sequence": sequence, "uuid": _op_uuid(card_id, sequence),
+        }  # fmt: skip
+        await self._call("PUT", _card_path(card_id), body=body, api="cardkit.card.update")
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -270,7 +320,8 @@ class FeishuAPI:
         if reply_to is not None:
             path = f"/open-apis/im/v1/messages/{reply_to}/reply"
             try:
-                replied = await self._call("POST", path, body=body, chat=chat_id or reply_to)
+                replied = await self._call("POST", path, body=body, chat=chat_id or reply_to,
+                                           api="im.message.reply")  # fmt: skip
                 return _message_id(replied), reply_to
             except FeishuError as exc:
                 if exc.code != REPLY_TARGET_RECALLED or chat_id is None:
@@ -283,6 +334,7 @@ class FeishuAPI:
             params={"receive_id_type": "chat_id"},
             body={"receive_id": chat_id, **body},
             chat=chat_id,
+            api="im.message.create",
         )
         return _message_id(created), None
 
@@ -297,6 +349,7 @@ class FeishuAPI:
         body: dict[str, JSON] | None = None,
         chat: str | None = None,
         patient: bool = True,
+        api: str = MESSAGE_API,
     ) -> dict[str, Any]:
         """Make one API call, retried per the policy in the module docstring; return the body.
         Not `patient`: a rate limit or a transient failure is raised at once (a token is renewed)."""
@@ -305,7 +358,7 @@ class FeishuAPI:
         token_renewed = False
         while True:
             try:
-                return await self._attempt(method, path, params, body, chat)
+                return await self._attempt(method, path, params, body, chat, api)
             except _TokenRejected as exc:
                 self._forget_token(exc.token)
                 if token_renewed:
@@ -341,9 +394,10 @@ class FeishuAPI:
         params: dict[str, str] | None,
         body: dict[str, JSON] | None,
         chat: str | None,
+        api: str = MESSAGE_API,
     ) -> dict[str, JSON]:
         token = await self._tenant_token()
-        async with self.limiter.slot(chat):
+        async with self.limiter.slot(chat, api):
             response = await self._http(method, path, token=token, params=params, body=body)
         status, code = response.status, response.body.get("code")
         reason = self._describe(response)
@@ -466,6 +520,20 @@ class FeishuAPI:
 
             self._session = aiohttp.ClientSession()
         return self._session
+
+
+def card_reference(card_id: str) -> dict[str, Any]:
+    """The content of a message that shows card entity `card_id` (FEISHU.md §6 B.2)."""
+    return {"type": "card", "data": {"card_id": card_id}}
+
+
+def _card_path(card_id: str) -> str:
+    return f"{CARDS_PATH}/{quote(card_id, safe='')}"
+
+
+def _op_uuid(card_id: str, sequence: int) -> str:
+    """The idempotency key of one operation on a card entity: a retry of it is the same request."""
+    return f"{card_id[:40]}-{sequence}"
 
 
 def part_uuid(message_uuid: str, index: int) -> str:

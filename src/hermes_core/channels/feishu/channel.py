@@ -11,9 +11,12 @@ decision (only the task's starter or an admin), the task runs on, and the card i
 who decided what. A refused click (someone else, too late) changes nothing and gets an error
 toast: `on_event` returns it, as the HTTP response or inside the long connection's ACK.
 
-Replies stream (stream.py): with `stream` on (`feishu.stream`, the default) each turn gets a card
-at once, patched as the model writes and as tools run, and the reply is patched into it; the
-card's message_id is stored with the message, so a run after a crash writes into the same card.
+Replies stream: with `stream` on (`feishu.stream`, the default) each turn gets a card at once —
+once the conversation's earlier replies are delivered, so what the user sees keeps the order of
+the conversation through any platform fault — whose text is typed out as the model writes and as
+tools run, and the reply is written into it. Through CardKit (cardkit.py, the default) or, when
+CardKit is off or the platform refuses it, by patching a card message (stream.py). The card is
+stored with the message, so a run after a crash writes into the same card.
 
 Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
 systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the
@@ -48,7 +51,9 @@ if TYPE_CHECKING:
 
     from ...kernel.approvals import Pending
     from ..seam import Inbox as Gateway  # what a channel may ask of the gateway
+    from ..streaming import TurnProgress
     from .api import FeishuAPI
+    from .cardkit import CardKitStream
     from .longconn import FeishuLongConnection
     from .stream import CardStream
 
@@ -74,6 +79,7 @@ class FeishuChannel(Channel):
         retry_cap: float = 60.0,
         stream: bool = True,
         stream_interval: float | None = None,
+        card_streaming: Literal["cardkit", "patch"] = "cardkit",
     ) -> None:
         from .api import FeishuAPI
 
@@ -94,8 +100,9 @@ class FeishuChannel(Channel):
         self._last_attempt = 0.0  # monotonic time of the last bot-info attempt
         self._starter: asyncio.Task[None] | None = None
         self.stream = stream  # replies as cards patched while the turn runs (stream.py)
-        self.stream_interval = stream_interval  # seconds between patches of one card (None: the default)
-        self._streams: dict[int, CardStream] = {}  # by inbox row, while its turn runs
+        self.stream_interval = stream_interval  # seconds between updates of one card (None: the default)
+        self.card_streaming = card_streaming  # "patch" after the platform refused CardKit (cardkit.py)
+        self._streams: dict[int, CardStream | CardKitStream] = {}  # by inbox row, while its turn runs
 
     async def start(self) -> None:
         """Try the platform once; whatever fails is retried in the background, never raised."""
@@ -281,19 +288,32 @@ class FeishuChannel(Channel):
             log.warning("feishu: could not update the approval card %s (%s): %s", card_message, text[:0], exc)
 
     def watch(self, message: InboundMessage) -> TurnWatcher | None:
-        """A streaming card for this turn (stream.py), opened now; None when replies do not stream."""
+        """A streaming card for this turn, opened once the conversation's earlier replies are
+        delivered; None when replies do not stream."""
         from ...kernel.redaction import default_redactor
+        from .cardkit import UPDATE_INTERVAL, CardKitStream, Target
         from .stream import PATCH_INTERVAL, CardStream, PatchPacer
 
         if not self.stream or message.id is None or not (message.chat_id or message.reply_to):
             return None
-        pacer = PatchPacer(self.stream_interval if self.stream_interval is not None else PATCH_INTERVAL)
-        stream = CardStream(self.api, self.gateway.store, message, redactor=default_redactor(), pacer=pacer)
+
+        def patched(progress: TurnProgress | None = None) -> CardStream:
+            pacer = PatchPacer(self.stream_interval if self.stream_interval is not None else PATCH_INTERVAL)
+            return CardStream(self.api, self.gateway.store, message, redactor=default_redactor(), pacer=pacer,
+                              progress=progress)  # fmt: skip
+
+        stream: CardStream | CardKitStream
+        if self.card_streaming == "cardkit":
+            pacer = PatchPacer(self.stream_interval if self.stream_interval is not None else UPDATE_INTERVAL)
+            stream = CardKitStream(self.api, self.gateway.store, Target.of(message),
+                                   redactor=default_redactor(), pacer=pacer, fallback=patched)  # fmt: skip
+        else:
+            stream = patched()
         earlier = self._streams.pop(message.id, None)
         if earlier is not None:  # the same message run again in this process: one card still
             self._spawn(earlier.close())
         self._streams[message.id] = stream
-        stream.start()
+        stream.start(after=lambda: self.gateway.delivered(message.conversation))
         return stream.progress
 
     async def send(self, message: OutboundMessage) -> str | None:
@@ -315,34 +335,63 @@ class FeishuChannel(Channel):
         return await download_resource(self.api, message.message_id, key, kind, limit=limit, timeout=timeout)
 
     async def _streamed_into(self, message: OutboundMessage) -> str | None:
-        """Patch the reply into its streaming card, if it has one; None: send it the usual way."""
+        """Write the reply into its streaming card, if it has one; None: send it the usual way."""
         from .api import FeishuError
-        from .stream import final_cards, finish_card, stored_card
+        from .cardkit import CardKitStream, resume
+        from .stream import CardStream
 
         assert message.inbound_id is not None
         stream = self._streams.pop(message.inbound_id, None)
+        try:
+            if isinstance(stream, CardKitStream):
+                card = await stream.close()
+                if stream.refused:  # CardKit itself refused: this and later turns patch card messages
+                    self._refuse_cardkit()
+                if card is not None:
+                    if card.message_id is None:  # its message's send failed: sent now (or found)
+                        await stream.open()
+                    return await stream.finish(message)
+                stream = stream.replacement
+            if isinstance(stream, CardStream):
+                return await self._patched_into(message, stream)
+            if stream is None:  # a retry, or the next process: a card stored by an earlier run
+                found = await resume(self.api, self.gateway.store, message)
+                if found is not None:
+                    return found
+            return await self._patched_into(message, stream)
+        except FeishuError as exc:
+            if not exc.permanent:
+                raise  # the outbox tries again; the card is found in the store then
+            log.warning("feishu: the streaming card of inbox row %s cannot take the reply (%s); "
+                        "sending it anew", message.inbound_id, exc)  # fmt: skip
+            return None
+
+    async def _patched_into(self, message: OutboundMessage, stream: CardStream | None) -> str | None:
+        """Patch the reply into its card message (stream.py), if it has one."""
+        from .stream import final_cards, finish_card, stored_card
+
+        assert message.inbound_id is not None
         card_id = await stream.close() if stream is not None else None
         uuid = stream.uuid if stream is not None and not stream.refused else None
         if card_id is None:
             card_id, unconfirmed = stored_card(await self.gateway.store.stream_of(message.inbound_id))
             if stream is None:  # a retry, or another process: the card's uuid, if it was ever sent
                 uuid = unconfirmed
-        try:
-            if card_id is None and uuid is not None:
-                # the card's send failed, or its process died, but it may have reached the
-                # platform: the same uuid finds it (or makes it now)
-                card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
-                                                   reply_to=message.reply_to, uuid=uuid)  # fmt: skip
-                await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
-            if card_id is None:
-                return None
-            return await finish_card(self.api, card_id, message, stream.pacer if stream else None)
-        except FeishuError as exc:
-            if not exc.permanent:
-                raise  # the outbox tries again; the card is found in the store then
-            log.warning("feishu: the streaming card %s cannot take the reply (%s); sending it anew",
-                        card_id, exc)  # fmt: skip
+        if card_id is None and uuid is not None:
+            # the card's send failed, or its process died, but it may have reached the platform:
+            # the same uuid finds it (or makes it now)
+            card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
+                                               reply_to=message.reply_to, uuid=uuid)  # fmt: skip
+            await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
+        if card_id is None:
             return None
+        return await finish_card(self.api, card_id, message, stream.pacer if stream else None)
+
+    def _refuse_cardkit(self) -> None:
+        if self.card_streaming == "cardkit":
+            log.warning("feishu: CardKit refused (does the app have the cardkit:card:write scope?); "
+                        "replies stream by patching card messages from now on")  # fmt: skip
+            self.card_streaming = "patch"
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)

@@ -2,14 +2,20 @@
 
 - Plain, short replies go out as `text`, whose content is `{"text": …}` (FEISHU.md §6).
 - Replies with Markdown structure (code blocks, lists, headings, links, bold, tables, quotes) or
-  longer than `LONG_REPLY_CHARS` go out as an `interactive` card holding one `markdown` element.
-  A card rather than a `post` with an `md` tag because only interactive messages can be patched
-  in place (§6, `config.update_multi: true`), which streaming and approval cards need: one rich
-  format serves every reply. (Which Markdown a JSON 1.0 card renders, headings in particular, is
-  not in FEISHU.md: UNCONFIRMED.)
+  longer than `LONG_REPLY_CHARS` go out as an `interactive` card in **JSON 2.0** holding one
+  `markdown` element. JSON 2.0 because only its rich-text component renders headings, quotes,
+  tables, inline code and footnote numbers; a JSON 1.0 card shows them as raw `##`, `| --- |`,
+  `>` and backticks (the rich-text component page: "标题、引用、行内引用、表格、数字角标等语法
+  仅支持在 JSON 2.0 结构的富文本组件中使用"; FEISHU.md §11). A card rather than a `post` with an
+  `md` tag because only cards can be updated in place (PATCH, or CardKit for streaming), which
+  streaming and approval cards need: one rich format serves every reply. JSON 2.0 needs Feishu
+  7.20 or later; older clients show the card's title and an upgrade prompt instead of its body
+  (the platform's behaviour, docs/feishu.md).
 - A reply over the limit (text 150 KB, card 30 KB, §6; over it the platform answers 230025) is
   split into parts on paragraph, then line, then word boundaries; a code fence open at a cut is
-  closed at the end of the part and reopened, with its language, at the start of the next.
+  closed at the end of the part and reopened, with its language, at the start of the next. A card
+  also takes at most `MAX_TABLES` tables (more is refused: 230099, sub-code 11310), so a reply with
+  more is cut before its sixth table.
 
 Sizes are measured as the content takes room in the request body, `encoded_size`: the content
 string JSON-escaped once more, in UTF-8 bytes. That is never less than the content's own size,
@@ -29,6 +35,8 @@ from typing import Any
 TEXT_LIMIT = 150_000  # bytes of encoded content (§6: 150 KB; counted in thousands to be safe)
 CARD_LIMIT = 30_000  # bytes of encoded content (§6: 30 KB)
 LONG_REPLY_CHARS = 2000  # longer replies read better in a card than as one text bubble
+MAX_TABLES = 5  # tables one JSON 2.0 card may hold (FEISHU.md §11)
+REPLY_ELEMENT = "reply"  # the element_id of a card's markdown: a streaming card's text goes there
 
 _MARKDOWN = re.compile(
     r"^\s{0,3}(```|~~~)"  # code fence
@@ -41,6 +49,7 @@ _MARKDOWN = re.compile(
     re.MULTILINE,
 )
 _FENCE = re.compile(r"^\s{0,3}(```+|~~~+)")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")  # | --- | :-: |
 _SOFT_BREAKS = (" ", "\t", "。", "！", "？", "；", "，", "、")  # cut after one of these if we can
 
 
@@ -61,7 +70,7 @@ def format_reply(text: str, msg_type: str | None = None) -> list[Part]:
         return []
     msg_type = msg_type or ("interactive" if wants_card(text) else "text")
     if msg_type == "interactive":
-        return [Part("interactive", card_content(chunk)) for chunk in _split(text, card_content, CARD_LIMIT)]
+        return [Part("interactive", card_content(chunk)) for chunk in card_chunks(text)]
     if msg_type == "text":
         return [Part("text", text_content(chunk)) for chunk in _split(text, text_content, TEXT_LIMIT)]
     raise ValueError(f"cannot format a reply as {msg_type!r}: use 'text' or 'interactive'")
@@ -76,12 +85,29 @@ def text_content(text: str) -> str:
     return json.dumps({"text": text}, ensure_ascii=False)
 
 
-def markdown_card(markdown: str) -> dict[str, Any]:
-    """A card (JSON 1.0) with one markdown element; `update_multi` lets it be patched later (§6)."""
-    return {
-        "config": {"wide_screen_mode": True, "update_multi": True},
-        "elements": [{"tag": "markdown", "content": markdown}],
-    }
+def markdown_card(markdown: str, *, summary: str | None = None) -> dict[str, Any]:
+    """A JSON 2.0 card with one markdown element (`REPLY_ELEMENT`); shared (`update_multi`), so it
+    can be patched later (§6). `summary`: what the chat list shows for it."""
+    config: dict[str, Any] = {"update_multi": True}
+    if summary is not None:
+        config["summary"] = {"content": summary}
+    element = {"tag": "markdown", "content": markdown, "element_id": REPLY_ELEMENT}
+    return {"schema": "2.0", "config": config, "body": {"elements": [element]}}
+
+
+def streaming_card(markdown: str, summary: str) -> dict[str, Any]:
+    """The card of a CardKit card entity that streams (FEISHU.md §6 B, §11): text that extends what
+    was shown is typed out, `STREAM_PRINT_MS` per character; the chat list shows `summary`."""
+    card = markdown_card(markdown, summary=summary)
+    card["config"]["streaming_mode"] = True
+    card["config"]["streaming_config"] = {
+        "print_frequency_ms": {"default": STREAM_PRINT_MS}, "print_step": {"default": 1},
+        "print_strategy": "fast",
+    }  # fmt: skip
+    return card
+
+
+STREAM_PRINT_MS = 30  # ms between typed characters: keeps up with a model writing ~30 characters/s
 
 
 def card_content(markdown: str) -> str:
@@ -89,8 +115,34 @@ def card_content(markdown: str) -> str:
 
 
 def card_chunks(markdown: str) -> list[str]:
-    """`markdown` cut into pieces that each fit one card (`CARD_LIMIT`), fences balanced."""
-    return _split(markdown, card_content, CARD_LIMIT)
+    """`markdown` cut into pieces that each fit one card (`CARD_LIMIT`, `MAX_TABLES`), fences balanced."""
+    return [piece for chunk in _split(markdown, card_content, CARD_LIMIT) for piece in _at_most_tables(chunk)]
+
+
+def count_tables(markdown: str) -> int:
+    """Markdown tables in `markdown` (their `| --- |` rules), not counting code blocks."""
+    return len(_table_rules(markdown.splitlines(keepends=True)))
+
+
+def _table_rules(lines: list[str]) -> list[int]:
+    """Indexes of the lines that are a table's rule (below its header row), outside code fences."""
+    found, fenced = [], False
+    for index, line in enumerate(lines):
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and index > 0 and "|" in lines[index - 1] and _TABLE_RULE.match(line):
+            found.append(index)
+    return found
+
+
+def _at_most_tables(chunk: str) -> list[str]:
+    """`chunk` cut before every `MAX_TABLES + 1`-th table (at its header row)."""
+    lines = chunk.splitlines(keepends=True)
+    rules = _table_rules(lines)
+    if len(rules) <= MAX_TABLES:
+        return [chunk]
+    cut = rules[MAX_TABLES] - 1  # the header row of the first table that does not fit
+    return ["".join(lines[:cut]), *_at_most_tables("".join(lines[cut:]))]
 
 
 def encoded_size(content: str) -> int:
@@ -203,23 +255,22 @@ def _reopener(fence_line: str) -> str:
 
 
 def approval_card(text: str, approval: dict[str, Any], decision: str | None = None) -> dict[str, Any]:
-    """The approval request as a card (JSON 1.0) with Approve / Reject buttons (tasks/pending.py).
+    """The approval request as a JSON 2.0 card with Approve / Reject buttons (tasks/pending.py).
 
-    Each button's `value` names the approval and the decision; the click comes back as a
-    `card.action.trigger` event. With `decision` (a line saying who decided what) the buttons are
-    replaced by that line: the card is patched to it once the decision is taken.
+    Each button's callback `value` names the approval and the decision; the click comes back as a
+    `card.action.trigger` event (the button component's `behaviors`: `callback`). With `decision`
+    (a line saying who decided what) the buttons are replaced by that line: the card is updated to
+    it once the decision is taken.
     """
-    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": text}]
+    elements: list[dict[str, Any]] = [{"tag": "markdown", "content": text, "element_id": REPLY_ELEMENT}]
     if decision is not None:
-        elements.append({"tag": "markdown", "content": f"**{decision}**"})
+        elements.append({"tag": "markdown", "content": f"**{decision}**", "element_id": "decision"})
     else:
         buttons = [("批准 Approve", "approve", "primary"), ("拒绝 Reject", "reject", "danger")]
-        elements.append({
-            "tag": "action",
-            "actions": [
-                {"tag": "button", "text": {"tag": "plain_text", "content": label}, "type": kind,
-                 "value": {"approval_id": approval.get("id"), "decision": value}}
-                for label, value, kind in buttons
-            ],
-        })  # fmt: skip
-    return {"config": {"wide_screen_mode": True, "update_multi": True}, "elements": elements}
+        elements += [
+            {"tag": "button", "element_id": value, "text": {"tag": "plain_text", "content": label},
+             "type": kind, "behaviors": [{"type": "callback", "value": {"approval_id": approval.get("id"),
+                                                                      "decision": value}}]}
+            for label, value, kind in buttons
+        ]  # fmt: skip
+    return {"schema": "2.0", "config": {"update_multi": True}, "body": {"elements": elements}}

@@ -1,13 +1,15 @@
 """Client-side pacing for Feishu sends, so the platform rarely has to say no (FEISHU.md §7).
 
-Feishu limits message create, reply and patch to 50/s and 1,000/min per app, and 5/s per chat
-(shared by every bot in a group) or per user; patching one card is limited to 5/s per message.
-`SendLimiter` keeps under all of them — each chat at its own 5/s, the app as a whole at 50/s and
-1,000/min, so twenty busy chats are served at twenty times one chat's pace — optionally under a
-steady overall rate too (`rate_per_s`, off by default), and holds every send back while the
-platform has asked us to wait:
+Feishu limits each API — message create, reply, card patch, each CardKit call — to 50/s and
+1,000/min per app, counted for that API alone ("per API × per app × per tenant", the
+frequency-control page; FEISHU.md §7, §11), and sending to 5/s per chat (shared by every bot in a
+group) or per user; patching one card is limited to 5/s per message. `SendLimiter` keeps under all
+of them — each chat at its own 5/s, each API of the app at 50/s and 1,000/min, so twenty busy chats
+are served at twenty times one chat's pace, and a burst of streaming-card updates (their own API)
+never makes a reply wait — optionally under a steady overall rate of messages too (`rate_per_s`,
+off by default), and holds every request back while the platform has asked us to wait:
 
-    async with limiter.slot(chat_id):
+    async with limiter.slot(chat_id, api="im.message.reply"):
         ...  # one HTTP request
 
 All limits are `TokenBucket`s. With rate `r` and burst `b`, any `n` requests that a bucket lets
@@ -35,6 +37,10 @@ from typing import Protocol
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[object]]
+
+MESSAGE_API = "im.message.create"  # the API a call is counted under when its caller names none
+# The APIs that put a new message in a chat: the extra steady cap (`rate_per_s`) paces these only.
+MESSAGE_APIS = frozenset({"im.message.create", "im.message.reply"})
 
 
 class TokenBucket:
@@ -89,8 +95,8 @@ def platform_limit(limit: float, window: float, margin: float, burst: float = 1.
 class SharedQuota(Protocol):
     """Limits counted for every process of the app together (postgres/quota.py)."""
 
-    async def take(self, chat_id: str | None) -> None:
-        """Wait for this request's turn under the shared limits (the app's, and `chat_id`'s)."""
+    async def take(self, chat_id: str | None, api: str = MESSAGE_API) -> None:
+        """Wait for this request's turn under the shared limits (the app's for `api`, and `chat_id`'s)."""
         ...
 
     async def close(self) -> None: ...
@@ -107,7 +113,8 @@ class SendLimiter:
 
     - `rate_per_s`: an extra steady overall pace (evenly spaced); None (the default) leaves only
       the platform limits. Never set it to one chat's pace: it would cap the whole app there.
-    - `app_per_s`, `app_per_min`: Feishu's 50/s and 1,000/min (§7). The per-second limit spaces
+    - `app_per_s`, `app_per_min`: Feishu's 50/s and 1,000/min (§7), for each API of the app on
+      its own (a bucket pair per API name, made on its first call). The per-second limit spaces
       requests evenly; the minute bucket may burst `app_per_s` requests, then refills.
     - `chat_per_s`: the per-chat (or per-message, for card patches) limit, evenly spaced.
     - `margin`: seconds added to each platform window to absorb network jitter.
@@ -135,21 +142,17 @@ class SendLimiter:
         self.shared = shared
         self._margin = margin
         self._chat_per_s = chat_per_s
-        minute_burst = max(1.0, min(app_per_s, app_per_min / 2))  # at most half a minute's worth at once
-        self._app_buckets = [
-            self._platform_limit(app_per_s, 1.0),
-            self._platform_limit(app_per_min, minute, minute_burst),
-        ]
-        if rate_per_s is not None:
-            self._app_buckets.append(TokenBucket(rate_per_s, 1))
+        self._app_per_s, self._app_per_min, self._minute = app_per_s, app_per_min, minute
+        self._apis: dict[str, list[TokenBucket]] = {}  # API name → its app-wide buckets
+        self._steady = TokenBucket(rate_per_s, 1, clock=clock, sleep=sleep) if rate_per_s else None
         self._chats: dict[str, _ChatState] = {}
         self._paused_until = -math.inf
         self._idle_after = idle_after
         self._next_sweep = clock() + idle_after
 
     @asynccontextmanager
-    async def slot(self, chat_id: str | None = None) -> AsyncIterator[None]:
-        """Wait for a turn to send one request to `chat_id` (None: app-wide limits only).
+    async def slot(self, chat_id: str | None = None, api: str = MESSAGE_API) -> AsyncIterator[None]:
+        """Wait for a turn to send one request of `api` to `chat_id` (None: app-wide limits only).
 
         The turn is taken from every bucket at the same moment, so a wait imposed by one limit
         never makes the others burst afterwards; then, with a `shared` quota, from the limits of
@@ -160,7 +163,7 @@ class SendLimiter:
             while (pause := self._pause_left(chat_id)) > 0:
                 await self._sleep(pause)
             now = self._clock()
-            buckets = list(self._app_buckets)
+            buckets = list(self._api_buckets(api))
             if chat_id is not None:
                 buckets.append(self._chat(chat_id).bucket)
             at = max(bucket.earliest(now) for bucket in buckets)
@@ -169,7 +172,7 @@ class SendLimiter:
             if at > now:
                 await self._sleep(at - now)
             if self.shared is not None:  # then the turn among every process of the app
-                await self.shared.take(chat_id)
+                await self.shared.take(chat_id, api)
             if self._pause_left(chat_id) <= 0:
                 break
         yield
@@ -195,6 +198,20 @@ class SendLimiter:
     def tracked_chats(self) -> int:
         """How many chats the limiter currently remembers (idle ones are dropped)."""
         return len(self._chats)
+
+    def _api_buckets(self, api: str) -> list[TokenBucket]:
+        """The app-wide buckets of one API (its 50/s and 1,000/min), plus the steady cap for messages."""
+        buckets = self._apis.get(api)
+        if buckets is None:
+            burst = max(1.0, min(self._app_per_s, self._app_per_min / 2))  # at most half a minute's worth
+            buckets = [
+                self._platform_limit(self._app_per_s, 1.0),
+                self._platform_limit(self._app_per_min, self._minute, burst),
+            ]
+            if self._steady is not None and api in MESSAGE_APIS:
+                buckets.append(self._steady)
+            self._apis[api] = buckets
+        return buckets
 
     def _platform_limit(self, limit: float, window: float, burst: float = 1.0) -> TokenBucket:
         """A bucket letting at most `limit` requests start in any `window + margin` seconds."""

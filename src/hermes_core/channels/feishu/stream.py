@@ -1,22 +1,21 @@
-"""Streamed replies in Feishu: one interactive card per turn, patched as the model writes.
+"""Streamed replies in Feishu, the fallback way: one card message per turn, patched as the model writes.
 
-Which API: the full-card patch of a message (FEISHU.md §6, option A: `PATCH
-/open-apis/im/v1/messages/:message_id`), not CardKit's typewriter (option B). The patch works on
-the JSON 1.0 cards every other card reply and the approval card already use, so the finished reply
-— approval buttons included — lands in the same message; it needs no card entity that may be
-sent only once, so a process that restarts after a crash simply patches the message it stored;
-and it is one kind of call, where CardKit needs three with a strictly increasing `sequence` that a
-restarted process would have to recover, and JSON 2.0 cards that older clients (< 7.20) cannot
-show. Its cost: every patch carries the whole card, and the platform allows 5 patches per second
-per message (§6, §7: more is refused with HTTP 400, code 230020). So the card is patched at most
-once per `PATCH_INTERVAL` (0.25 s: 4 a second, room for network jitter under the 5), and text
-that arrives in between is folded into the next patch.
+Replies stream through CardKit (cardkit.py: a card entity whose text is typed out). This module is
+the way taken when CardKit is off (`feishu.card_streaming: patch`) or refused by the platform (the
+app lacks `cardkit:card:write`): the full-card patch of a message (FEISHU.md §6, option A: `PATCH
+/open-apis/im/v1/messages/:message_id`) of the same JSON 2.0 cards every other reply uses. No
+typewriter: the text arrives in jumps. Its cost: every patch carries the whole card, and the
+platform allows 5 patches per second per message (§6, §7: more is refused with HTTP 400, code
+230020). So the card is patched at most once per `PATCH_INTERVAL` (0.25 s: 4 a second, room for
+network jitter under the 5), and text that arrives in between is folded into the next patch.
+This module also holds what both ways share: the pacer, the stream's uuid, the final cards.
 
 One turn, step by step:
 
-1. The turn starts (`FeishuChannel.watch`): a card saying "thinking…" is sent as the reply to the
-   user's message. Its request uuid comes from the task and the message, so sending it again within
-   an hour returns the same card (§6); its message_id is stored with the inbox row
+1. The turn starts (`FeishuChannel.watch`): once the conversation's earlier replies are delivered,
+   a card saying "thinking…" is sent as the reply to the user's message. Its request uuid comes
+   from the task and the message, so sending it again within an hour returns the same card (§6);
+   its message_id is stored with the inbox row
    (`Records.keep_stream`) as soon as it is known — and its uuid before it is sent, so a process
    killed between the platform making the card and the store learning its id still finds it by
    that uuid instead of sending the reply a second time. The card appears within a second.
@@ -50,6 +49,7 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...kernel.redaction import Redactor
@@ -90,6 +90,8 @@ def stored_card(stored: str | None) -> tuple[str | None, str | None]:
     """What the store holds for a streamed reply, as (card message_id, request uuid to find it)."""
     if stored is not None and stored.startswith(UNCONFIRMED):
         return None, stored[len(UNCONFIRMED) :]
+    if stored is not None and stored.startswith("cardkit:"):  # a card entity (cardkit.py), not a message
+        return None, None
     return stored, None
 
 
@@ -120,10 +122,11 @@ class CardStream:
         *,
         redactor: Redactor | None = None,
         pacer: PatchPacer | None = None,
+        progress: TurnProgress | None = None,
     ) -> None:
         assert message.id is not None
         self.api, self.records, self.message = api, records, message
-        self.progress = TurnProgress(redactor)
+        self.progress = progress or TurnProgress(redactor)
         self.progress.listen(lambda event: self._stale.set())
         self.pacer = pacer or PatchPacer()
         self.language = detect_language(message.text)
@@ -133,13 +136,20 @@ class CardStream:
         self._ready = asyncio.Event()
         self._stale = asyncio.Event()
         self._closing = False
+        self._opening = False  # past waiting for its turn: the card is being (or was) sent
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"feishu-stream:{self.message.id}")
+    def start(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Open the card once `after` (the conversation's earlier replies delivered) is done."""
+        self._task = asyncio.create_task(self._run(after), name=f"feishu-stream:{self.message.id}")
 
     async def close(self) -> str | None:
-        """Stop patching (a patch in flight is let finish); the card's message_id, if it has one."""
+        """Stop patching (a patch in flight is let finish); the card's message_id, if it has one.
+        A card still waiting for its turn is not sent at all."""
+        if not self._opening and self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._ready.set()
         await self._ready.wait()
         self._closing = True
         self._stale.set()
@@ -147,7 +157,10 @@ class CardStream:
             await asyncio.gather(self._task, return_exceptions=True)
         return self.card_id
 
-    async def _run(self) -> None:
+    async def _run(self, after: Callable[[], Awaitable[None]] | None = None) -> None:
+        if after is not None:
+            await after()
+        self._opening = True
         try:
             await self._open()
         finally:

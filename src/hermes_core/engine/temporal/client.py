@@ -163,6 +163,11 @@ class TemporalInbox:
                 f"Temporal at {self.config.address} did not take the message within {ACCEPT_TIMEOUT} s"
             ) from None
 
+    async def delivered(self, conversation: str) -> None:
+        """The workflow sends a conversation's replies in order, and no turn streams from a node of
+        this engine (`Inbox`): nothing to wait for."""
+        return None
+
     async def decide(
         self, pending_id: str, user_id: str, channel: str, approve: bool, *, role: str | None = None
     ) -> tuple[Pending, int | None]:

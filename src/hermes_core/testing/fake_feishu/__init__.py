@@ -19,6 +19,7 @@ The pieces, one module each:
 
 - ``api.py``: tokens, bot info, send / reply / patch / edit, message resources, validation,
   throttling (§4–§7);
+- ``cards.py``: JSON 2.0 card rules, CardKit card entities and streaming, what a card shows (§6, §11);
 - ``pusher.py``: webhook pushes, the §3 retry schedule, duplicates, ``drain`` (§1–§3);
 - ``ws.py``: the long-connection endpoint, frames, pings and ACKs (§8);
 - this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4).
@@ -45,6 +46,7 @@ from aiohttp import web
 from ...kernel.messages import JSON
 from .._thread import serve_in_thread
 from .api import OpenApi, Patch, RecordedCall, SentMessage, plain_text
+from .cards import CardKit, rendered
 from .pusher import RETRY_DELAYS, PushAttempt, PushResult, redelivery
 from .ws import LongConnectionPusher
 
@@ -57,13 +59,15 @@ __all__ = [
     "RecordedCall",
     "SentMessage",
     "plain_text",
+    "rendered",
 ]
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 MESSAGES_PATH = "/open-apis/im/v1/messages"
+CARDS_PATH = "/open-apis/cardkit/v1/cards"
 
 
-class FakeFeishu(OpenApi, LongConnectionPusher):
+class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
     """One self-built app on a fake Feishu: its open API, its event subscriptions, its users.
 
     Records: ``sent`` (the bot's messages), ``patches``, ``requests`` (every API call),
@@ -93,6 +97,7 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         self.host, self.port = host, port
         self.rng = random.Random(seed)
         self._init_api()
+        self._init_cards()
         self._init_pusher()
         self._init_ws()
         self._runner: web.AppRunner | None = None
@@ -116,6 +121,14 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         app.router.add_patch(MESSAGES_PATH + "/{message_id}", route("im.message.patch", self._patch))
         app.router.add_put(MESSAGES_PATH + "/{message_id}", route("im.message.update", self._edit))
         app.router.add_get(MESSAGES_PATH + "/{message_id}/resources/{file_key}", self._resource)
+        app.router.add_post(CARDS_PATH, route("cardkit.card.create", self._card_create))
+        card = CARDS_PATH + "/{card_id}"
+        convert = route("cardkit.card.id_convert", self._card_id_convert)
+        app.router.add_post(CARDS_PATH + "/id_convert", convert)
+        app.router.add_put(card, route("cardkit.card.update", self._card_update))
+        app.router.add_patch(card + "/settings", route("cardkit.card.settings", self._card_settings))
+        app.router.add_put(CARDS_PATH + "/{card_id}/elements/{element_id}/content",
+                           route("cardkit.card_element.content", self._card_content))  # fmt: skip
         app.router.add_post("/callback/ws/endpoint", route("ws.endpoint", self._ws_endpoint, authed=False))
         app.router.add_get("/ws", self._ws)
         return app

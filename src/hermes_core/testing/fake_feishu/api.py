@@ -41,7 +41,7 @@ What is modelled, and from where:
   HTTP 400. The codes come from the API's documented error table; the HTTP statuses, and which
   code an unknown message_id gets, are **UNCONFIRMED**. ``resource_reads`` records what was served.
 
-Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
+CardKit card entities and the JSON 2.0 rules are in cards.py. Not modelled: uploads.
 """
 
 from __future__ import annotations
@@ -357,6 +357,13 @@ class OpenApi:
         """The bot's messages in one chat, in order."""
         return [message for message in self.sent if message.chat_id == chat_id]
 
+    def _card_check(self, msg_type: str, content: dict[str, JSON], *, patch: bool = False) -> Answer | None:
+        """The refusal of a card the platform would not take (cards.py overrides: JSON 2.0 rules)."""
+        return None
+
+    def _card_shown(self, message: SentMessage) -> None:
+        """A message was made; if it shows a card entity, link them (cards.py overrides)."""
+
     # -- the route wrapper -------------------------------------------------------------------
 
     def _route(
@@ -560,6 +567,9 @@ class OpenApi:
         duplicate = self._duplicate(body.get("uuid"))
         if duplicate is not None:
             return duplicate
+        refused = self._card_check(checked[0], checked[1])
+        if refused is not None:
+            return refused
         is_chat = id_type == "chat_id"
         limited = self._target_limit(("chat:" if is_chat else "user:") + receive_id, self.chat_qps)
         if limited is not None:
@@ -567,6 +577,7 @@ class OpenApi:
         chat_id = receive_id if is_chat else self._p2p_chats.get(receive_id, f"oc_p2p_{receive_id}")
         message = self._store(chat_id, *checked, body.get("uuid"))
         message.receive_id, message.receive_id_type = receive_id, id_type
+        self._card_shown(message)
         return self._message_answer(message)
 
     def _reply(self, request: web.Request, body: Any) -> Answer:
@@ -591,6 +602,9 @@ class OpenApi:
         duplicate = self._duplicate(body.get("uuid"))
         if duplicate is not None:
             return duplicate
+        refused = self._card_check(checked[0], checked[1])
+        if refused is not None:
+            return refused
         limited = self._target_limit("chat:" + parent.chat_id, self.chat_qps)
         if limited is not None:
             return limited
@@ -599,6 +613,7 @@ class OpenApi:
         message = self._store(parent.chat_id, *checked, body.get("uuid"))
         message.reply_to, message.root_id = parent.message_id, parent.root_id or parent.message_id
         message.thread_id = parent.thread_id
+        self._card_shown(message)
         return self._message_answer(message)
 
     def _patch(self, request: web.Request, body: Any) -> Answer:
@@ -615,6 +630,9 @@ class OpenApi:
         )
         if isinstance(checked, Answer):
             return checked
+        refused = self._card_check("interactive", checked[1], patch=True)
+        if refused is not None:
+            return refused
         if not (_is_shared_card(message.content) and _is_shared_card(checked[1])):
             return _invalid("both the old and the new card must set config.update_multi: true")
         # 5 QPS per message, over it HTTP 400 / 230020: the PATCH page (module docstring)
@@ -726,8 +744,8 @@ def plain_text(msg_type: str, content: dict[str, JSON]) -> str:
         for paragraph in post.get("content") or []:
             lines.append("".join(_node_text(node) for node in paragraph if isinstance(node, dict)))
         return "\n".join(lines)
-    if msg_type == "interactive":
-        return "\n".join(_card_strings(content))
+    if msg_type == "interactive":  # not the config: a summary is what the chat list shows
+        return "\n".join(_card_strings({key: value for key, value in content.items() if key != "config"}))
     return ""
 
 
