@@ -10,7 +10,8 @@ the last one ever counts towards giving a reply up:
   outbox waits out again, however long the storm lasts, without counting an attempt;
 - **transient** — 5xx, connection errors and timeouts: retry after `retry_base_delay`, doubling,
   `max_retries` times, then `FeishuError(retry_after=…)`: one failed attempt for the outbox.
-  99991663 / 99991661 (token invalid or missing): forget the token, fetch a new one, retry once.
+  Any code of `TOKEN_CODES` (the token missing, invalid, malformed or expired): forget the token,
+  fetch a new one, retry once; a scope the app lacks is not among them, and is not retried.
   Retrying a send is safe: every request carries a `uuid`, and Feishu creates at most one message
   per uuid within an hour (§6);
 - **permanent** — the request itself cannot succeed: `FeishuError(permanent=True)` naming the code,
@@ -20,8 +21,8 @@ the last one ever counts towards giving a reply up:
   the app lacks the bot ability or a permission, 230001 / 230025 / 230022 / 230028 / 230099 the
   content is refused). The outbox dead-letters such a reply at once; fix the cause and resend it
   (`hermes-core deadletters resend ID`, or the console).
-  230011 on a reply (the message replied to was recalled) is not an error: the part is sent into
-  the chat instead.
+  230011 or 231003 on a reply (the message replied to was recalled, or no longer exists) is not an
+  error: the part is sent into the chat instead.
 
 The app secret and tokens never appear in a log line or an exception message. aiohttp is imported
 inside methods, so importing this module does not import it.
@@ -55,12 +56,27 @@ TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 TOKEN_REFRESH_MARGIN = 600.0  # fetch a new token when less than 10 minutes remain (§5)
 UUID_MAX = 50  # §6: a request uuid is at most 50 characters
 
-TOKEN_INVALID = 99991663
-TOKEN_MISSING = 99991661
+# The tenant token itself was refused (the platform's generic error codes, open.feishu.cn/document/
+# server-docs/api-call-guide/generic-error-code): forget it, fetch a new one, retry once. The bot
+# sends nothing but its tenant token, so a code about "the access token" can only mean that one.
+# Not here, on purpose: "the app lacks a scope" (99991672, 99991676), "the user has not granted it"
+# (99991679), "the app is disabled" (99991662, 99991673), "IP not allowed" (99991401) — a new token
+# changes none of them; they are permanent refusals like any other 4xx.
+TOKEN_CODES: dict[int, str] = {
+    99991661: "no access token in the request",
+    99991663: "the tenant access token is invalid or expired",
+    99991664: "the app access token is invalid",
+    99991665: "the tenant access token is invalid",
+    99991668: "the access token is invalid",
+    99991671: "the access token is malformed",
+    99991677: "the access token has expired",
+}
 APP_RATE_LIMITED = 99991400
 CHAT_RATE_LIMITED = 230020
 MESSAGE_BEING_SENT = 230049  # "the message is being sent, please wait": same uuid still in flight
 REPLY_TARGET_RECALLED = 230011
+REPLY_TARGET_GONE = 231003  # the reply API's error table: the message replied to does not exist
+REPLY_TARGET_LOST = frozenset({REPLY_TARGET_RECALLED, REPLY_TARGET_GONE})  # send into the chat instead
 CHAT_WAIT_CODES = frozenset({CHAT_RATE_LIMITED, MESSAGE_BEING_SENT})
 MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back (throttled, no failure)
 
@@ -273,9 +289,10 @@ class FeishuAPI:
                 replied = await self._call("POST", path, body=body, chat=chat_id or reply_to)
                 return _message_id(replied), reply_to
             except FeishuError as exc:
-                if exc.code != REPLY_TARGET_RECALLED or chat_id is None:
+                if exc.code not in REPLY_TARGET_LOST or chat_id is None:
                     raise
-                log.info("feishu: message %s was recalled; sending to chat %s instead", reply_to, chat_id)
+                log.info("feishu: message %s was recalled or deleted (code %s); sending to chat %s instead",
+                         reply_to, exc.code, chat_id)  # fmt: skip
         assert chat_id is not None  # send() checked that there is a chat_id or a reply_to
         created = await self._call(
             "POST",
@@ -351,7 +368,7 @@ class FeishuAPI:
             raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
         if code in CHAT_WAIT_CODES:
             raise _Throttled(reason, code, chat=chat)
-        if code in (TOKEN_INVALID, TOKEN_MISSING):
+        if code in TOKEN_CODES:
             raise _TokenRejected(reason, token, code)
         if status >= 500 or (status < 400 and code is None):
             raise _Transient(reason)

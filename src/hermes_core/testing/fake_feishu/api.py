@@ -30,7 +30,11 @@ What is modelled, and from where:
   ``lose_answers(n)``: the call is carried out but its answer lost in transit (HTTP 504), the
   case the request ``uuid`` exists for.
 - send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
-  ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
+  ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013; a reply
+  to a ``recall``-ed message → 230011, to a ``delete``-d one → 231003.
+- token refusals (``fail_next(code=…)`` with any code of the generic error-code page: 99991661,
+  99991663, 99991664, 99991665, 99991668, 99991671, 99991677 for the token; 99991672 for a scope
+  the app lacks), each with its own msg.
 
 - message resources, ``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=image|file``
   (the SDK's ``MessageResource.get``): the bytes with ``Content-Type``, ``Content-Length`` (unless
@@ -91,6 +95,7 @@ _MESSAGES = {
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
     230011: "The message was withdrawn.",
+    231003: "The message is not found.",  # UNCONFIRMED text; the code: the reply page's error table
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
@@ -101,6 +106,12 @@ _MESSAGES = {
     99991400: "request trigger frequency limit",
     99991661: "Missing access token for authorization. Please make a request with token attached.",
     99991663: "Invalid access token for authorization. Please make a request with token attached.",
+    99991664: "Invalid app access token.",  # 9999166x/7x texts UNCONFIRMED; codes: generic-error-code page
+    99991665: "Invalid tenant access token.",
+    99991668: "Invalid access token.",
+    99991671: "Invalid token format.",
+    99991672: "Access denied. One of the following scopes is required.",
+    99991677: "Authentication token expired.",
 }
 
 
@@ -129,6 +140,7 @@ class SentMessage:
     raw_content: str = ""  # the content JSON string of the current version
     updated: bool = False
     recalled: bool = False
+    deleted: bool = False  # gone from the chat (``delete``): a reply to it answers 231003
     versions: list[str] = field(default_factory=list)
 
 
@@ -332,6 +344,13 @@ class OpenApi:
     def recall(self, message_id: str) -> None:
         """Mark a message recalled: replying to or patching it then fails with 230011."""
         self._messages[message_id].recalled = True
+
+    def delete(self, message_id: str) -> None:
+        """The message no longer exists (deleted, or its chat's history cleared): replying to it
+        fails with 231003, the reply API's "the message replied to does not exist" (the reply
+        page's error table, open.feishu.cn/document/server-docs/im-v1/message/reply; the HTTP
+        status, 400, and the msg text are **UNCONFIRMED**)."""
+        self._messages[message_id].deleted = True
 
     def add_resource(
         self,
@@ -580,6 +599,8 @@ class OpenApi:
             return error(400, 230002)
         if parent.recalled:
             return error(400, 230011)
+        if parent.deleted:
+            return error(400, 231003)
         if not isinstance(body, dict):
             return _invalid("the body must be a JSON object")
         checked = _checked_content(body, SENDABLE_TYPES)
