@@ -180,6 +180,9 @@ class FeishuChannel(Channel):
         """What does not work yet, for /healthz: empty when the channel is fully up."""
         held = self._held.count()
         problems = dict(self._problems)
+        link = self._longconn
+        if link is not None and not link.connected:  # up once, now reconnecting, or given up
+            problems["longconn"] = Problem(_link_down(link), link.down_since or time.time(), link.failed_attempts)
         if held and not problems:  # the profile arrived; the held events are being accepted
             problems["held_events"] = Problem(f"{held} held event(s) being accepted", time.time(), 0)
         return [
@@ -453,6 +456,14 @@ def needs_bot_id(envelope: dict[str, JSON]) -> bool:
         return False
     message = (envelope.get("event") or {}).get("message") or {}
     return (message.get("chat_type") or "p2p") != "p2p" or bool(message.get("mentions"))
+
+
+def _link_down(link: FeishuLongConnection) -> str:
+    """What /healthz says of a long connection that is not up."""
+    if link.gave_up:
+        return (f"the long connection gave up reconnecting ({link.gave_up}): no event arrives until "
+                "serve is restarted")  # fmt: skip
+    return f"the long connection is down; reconnecting ({link.failed_attempts} attempt(s) failed so far)"
 
 
 def _event_type(envelope: dict[str, JSON]) -> str | None:
