@@ -1,4 +1,5 @@
-"""The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch.
+"""The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch,
+and a user's name (the contact API) for the approval card's decision line.
 
 The failure policy, in one place (FEISHU.md §5–§7). Every answer is one of three kinds, and only
 the last one ever counts towards giving a reply up:
@@ -40,6 +41,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ...kernel.messages import JSON
 from ..base import DeliveryError
@@ -79,6 +81,8 @@ REPLY_TARGET_GONE = 231003  # the reply API's error table: the message replied t
 REPLY_TARGET_LOST = frozenset({REPLY_TARGET_RECALLED, REPLY_TARGET_GONE})  # send into the chat instead
 CHAT_WAIT_CODES = frozenset({CHAT_RATE_LIMITED, MESSAGE_BEING_SENT})
 MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back (throttled, no failure)
+USER_NAME_TIMEOUT = 1.0  # seconds for a contact lookup made while a card callback waits (3 s in all)
+NAME_TTL, NO_NAME_TTL, NAMES_KEPT = 3600.0, 900.0, 10_000  # the contact lookups' cache
 
 # What a permanent refusal of a send means (the send and reply APIs' error tables, §6). Any other
 # 4xx code is permanent too; these get a plain explanation in the error, the log and the dead letter.
@@ -174,6 +178,7 @@ class FeishuAPI:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._chat_order = _ChatOrder()
+        self._names: dict[str, tuple[str | None, float]] = {}  # open_id → (name or None, until)
 
     def __repr__(self) -> str:
         return f"FeishuAPI(app_id={self.app_id!r}, base_url={self.base_url!r})"
@@ -268,6 +273,34 @@ class FeishuAPI:
         path = f"/open-apis/im/v1/messages/{message_id}"
         await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
                          patient=patient)  # fmt: skip
+
+    async def user_name(self, open_id: str, *, timeout: float = USER_NAME_TIMEOUT) -> str | None:
+        """A user's display name from the contact API, or None when it cannot be had quickly.
+
+        `GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id` (open.feishu.cn/document/
+        server-docs/contact-v3/user/get; scope `contact:user.base:readonly`, and the user inside
+        the app's contact range). One attempt within `timeout` (a card callback must be answered
+        within 3 s), never retried; names and failures are cached (`NAME_TTL`, `NO_NAME_TTL`), so
+        a missing scope costs one call per user per quarter hour, not one per click."""
+        now = self._clock()
+        cached = self._names.get(open_id)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        path = "/open-apis/contact/v3/users/" + quote(open_id, safe="")
+        try:
+            body = await asyncio.wait_for(
+                self._attempt("GET", path, {"user_id_type": "open_id"}, None, None), timeout
+            )
+            user = (body.get("data") or {}).get("user") or {}
+            name = user.get("name") if isinstance(user, dict) else None
+            name = name.strip() if isinstance(name, str) and name.strip() else None
+        except (FeishuError, _Transient, _Throttled, _TokenRejected, asyncio.TimeoutError, AttributeError) as exc:
+            log.info("feishu: no name for %s from the contact API: %s", open_id, exc)
+            name = None
+        if len(self._names) >= NAMES_KEPT:
+            self._names.clear()
+        self._names[open_id] = (name, now + (NAME_TTL if name else NO_NAME_TTL))
+        return name
 
     async def aclose(self) -> None:
         session, self._session = self._session, None

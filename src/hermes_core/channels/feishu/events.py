@@ -191,7 +191,8 @@ def card_action_envelope(card: dict[str, JSON]) -> dict[str, JSON]:
         "action": {"value": action.get("value"), "tag": action.get("tag")},
         "context": {"open_message_id": card.get("open_message_id"), "open_chat_id": card.get("open_chat_id")},
     }  # fmt: skip
-    header = {"event_type": "card.action.trigger", "tenant_key": card.get("tenant_key")}
+    header = {"event_type": "card.action.trigger", "tenant_key": card.get("tenant_key"),
+              "legacy_card": True}  # its answer has another shape: the channel patches the card  # fmt: skip
     return {"schema": "2.0", "header": header, "event": event}
 
 

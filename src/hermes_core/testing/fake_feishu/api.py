@@ -45,6 +45,9 @@ What is modelled, and from where:
   HTTP 400. The codes come from the API's documented error table; the HTTP statuses, and which
   code an unknown message_id gets, are **UNCONFIRMED**. ``resource_reads`` records what was served.
 
+- the contact API's user (``_contact_user``, for a decider's name) and what the platform does with
+  a card callback's answer (``apply_card_answer``: a ``raw`` card replaces the clicked card).
+
 Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
 """
 
@@ -260,6 +263,9 @@ class OpenApi:
         self.resources: dict[tuple[str, str], Resource] = {}  # (message_id, file_key) → the bytes
         self.resource_reads: list[ResourceRead] = []
         self.resources_forbidden = False  # the app lacks the permission to read messages → 234002
+        self.users: dict[str, str] = {}  # open_id → name: the contact directory (users seen, by default)
+        self.contact_forbidden = False  # the app lacks contact:user.base:readonly → 99991672
+        self.callback_errors: list[str] = []  # card-callback answers the platform could not apply
         self.set_limits()
         self._token_expiry: dict[str, float] = {}
         self._current_token: str | None = None
@@ -371,6 +377,31 @@ class OpenApi:
         )
         self.resources[(message_id, file_key)] = resource
         return resource
+
+    def apply_card_answer(self, envelope: Any, answer: Any) -> None:
+        """What the platform does with the answer to a ``card.action.trigger`` callback (the
+        card-callback page, open.feishu.cn/document/uAjLw4CM/ukzMukzMukzM/feishu-cards/
+        card-callback-communication): ``{"toast": …}`` is shown to the clicker only;
+        ``"card": {"type": "raw", "data": <card>}`` replaces the clicked card at once (for every
+        viewer of a shared card), recorded in ``patches`` with method ``"CALLBACK"``. Anything else
+        under ``card`` changes nothing and is recorded in ``callback_errors`` (the platform's
+        answer to a malformed card, and template cards, are **UNCONFIRMED** here)."""
+        event = envelope.get("event") if isinstance(envelope, dict) else None
+        header = envelope.get("header") if isinstance(envelope, dict) else None
+        if not (isinstance(header, dict) and header.get("event_type") == "card.action.trigger"):
+            return
+        card = answer.get("card") if isinstance(answer, dict) else None
+        if card is None:
+            return
+        message_id = ((event or {}).get("context") or {}).get("open_message_id")
+        message = self._messages.get(message_id) if isinstance(message_id, str) else None
+        if message is None or not isinstance(card, dict) or card.get("type") != "raw" or not isinstance(
+            card.get("data"), dict
+        ):
+            self.callback_errors.append(f"card answer not applied to {message_id}: {str(card)[:200]}")
+            return
+        raw = json.dumps(card["data"], ensure_ascii=False)
+        self._update(message, "CALLBACK", "interactive", card["data"], raw)
 
     def messages_in(self, chat_id: str) -> list[SentMessage]:
         """The bot's messages in one chat, in order."""
@@ -546,6 +577,25 @@ class OpenApi:
             self.tokens_issued.append(token)
         expire = round(self._token_expiry[token] - now)
         return Answer(200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire})
+
+    def _contact_user(self, request: web.Request, body: Any) -> Answer:
+        """``GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id`` (open.feishu.cn/document/
+        server-docs/contact-v3/user/get): ``{"data": {"user": {"open_id", "union_id", "name", …}}}``.
+        Without the scope ``contact:user.base:readonly`` (``contact_forbidden``) → 99991672; a user
+        not in ``users`` (outside the app's contact range) → 41050 (code from that page's error
+        table; both HTTP statuses **UNCONFIRMED**, 400)."""
+        user_id_type = request.query.get("user_id_type", "open_id")
+        if user_id_type not in ("open_id", "union_id", "user_id"):
+            return error(400, 40001, f"invalid user_id_type {user_id_type!r}")  # UNCONFIRMED code
+        if self.contact_forbidden:
+            return error(400, 99991672)
+        open_id = request.match_info["user_id"]
+        name = self.users.get(open_id) if user_id_type == "open_id" else None
+        if name is None:
+            return error(400, 41050, "no user authority error")
+        user = {"open_id": open_id, "union_id": "on_" + open_id.removeprefix("ou_"), "name": name,
+                "en_name": name}  # fmt: skip
+        return Answer(200, {"code": 0, "msg": "success", "data": {"user": user}})
 
     def _bot_info(self, request: web.Request, body: Any) -> Answer:
         """§4: note the ``bot`` object sits at the top level, without a ``data`` wrapper."""
