@@ -62,8 +62,8 @@ async def test_the_click_answer_carries_the_decided_card_naming_the_decider(tmp_
             assert (await feishu.push(ask, url)).ok
             await wait_for(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
-            clicked = await feishu.push(feishu.card_action("ou_alice", card.message_id,
-                                                           buttons_of(card.content)["approve"]), url)  # fmt: skip
+            approve = buttons_of(card.content)["approve"]
+            clicked = await feishu.push(feishu.card_action("ou_alice", card.message_id, approve), url)
             answer = json.loads(clicked.body)
             shown_at_once = feishu.messages_in("oc_p2p")[0].text  # right after the answer arrived
             await wait_for(lambda: len(feishu.sent) == 2)

@@ -61,7 +61,9 @@ async def test_every_token_code_renews_the_token_once_and_the_send_goes_through(
     async with FakeFeishu() as feishu:
         feishu.fail_next(1, code=code)
         async with client(feishu) as api:
-            await api.send(OutboundMessage("feishu", "oc_chat", "hello", uuidlib.uuid4().hex, chat_id="oc_chat"))
+            await api.send(
+                OutboundMessage("feishu", "oc_chat", "hello", uuidlib.uuid4().hex, chat_id="oc_chat")
+            )
     assert [m.text for m in feishu.messages_in("oc_chat")] == ["hello"]
     assert token_fetches(feishu) == 2
     assert [call.code for call in feishu.requests if call.path == "/open-apis/im/v1/messages"] == [code, 0]
@@ -89,7 +91,37 @@ async def test_a_missing_scope_is_refused_at_once_without_renewing_the_token() -
         feishu.fail_next(5, code=99991672)
         async with client(feishu) as api:
             with pytest.raises(FeishuError) as refused:
-                await api.send(OutboundMessage("feishu", "oc_chat", "hi", uuidlib.uuid4().hex, chat_id="oc_chat"))
+                await api.send(
+                    OutboundMessage("feishu", "oc_chat", "hi", uuidlib.uuid4().hex, chat_id="oc_chat")
+                )
     assert refused.value.permanent and refused.value.code == 99991672
     assert token_fetches(feishu) == 1
     assert sum(1 for call in feishu.requests if call.path == "/open-apis/im/v1/messages") == 1
+
+
+@pytest.mark.parametrize(
+    "event_type", ["im.message.reaction.created_v1", "application.bot.menu_v6", "p2p_chat_create"]
+)
+async def test_a_verified_event_of_a_type_not_handled_is_answered_200_so_it_is_not_pushed_again(
+    tmp_path: Path, event_type: str
+) -> None:
+    """The platform re-pushes every push not answered HTTP 200 (4xx included) after 15 s, 5 min,
+    1 h and 6 h (the event-subscription overview, open.feishu.cn/document/server-docs/
+    event-subscription-guide/overview). An event the app subscribed to but the bot does not handle
+    (a v2 type, or a v1 event with `uuid`) is answered 200 and dropped: nothing stored, nothing
+    re-pushed; only forged or malformed requests get a 4xx."""
+    async with FakeFeishu(encrypt_key="faults-key", time_scale=0.001) as feishu:
+        async with feishu_gateway(tmp_path, feishu) as (gateway, url):
+            if event_type == "p2p_chat_create":  # the v1 envelope (FEISHU.md §1)
+                envelope = {
+                    "ts": "1502199207.7171419", "uuid": uuidlib.uuid4().hex,
+                    "token": feishu.verification_token, "type": "event_callback",
+                    "event": {"type": event_type, "app_id": feishu.app_id},
+                }  # fmt: skip
+            else:
+                envelope = feishu.event(event_type, {"operator": {"operator_id": {"open_id": "ou_user1"}}})
+            feishu.deliver(envelope, url)
+            await feishu.drain(10)
+            counts = await gateway.store.counts()  # type: ignore[attr-defined]
+    assert [(attempt.status, attempt.attempt) for attempt in feishu.push_log] == [(200, 0)]
+    assert counts["inbox_pending"] == 0 and feishu.sent == []

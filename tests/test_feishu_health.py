@@ -35,7 +35,9 @@ def longconn_parts(gateway: object) -> list[dict]:
     return [part for part in degraded_parts(gateway) if part["component"] == "feishu.longconn"]  # type: ignore[arg-type]
 
 
-async def test_a_long_connection_that_gives_up_is_degraded_on_healthz_and_0_on_metrics(tmp_path: Path) -> None:
+async def test_a_long_connection_that_gives_up_is_degraded_on_healthz_and_0_on_metrics(
+    tmp_path: Path,
+) -> None:
     async with FakeFeishu(app_id="cli_gives_up", time_scale=0.001) as feishu:
         feishu.ws_client_config.update(ReconnectCount=2, ReconnectInterval=0.1, ReconnectNonce=0)
         async with feishu_gateway(tmp_path, feishu, mode="longconn") as (gateway, _):

@@ -111,7 +111,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         answer = AckPayload.parse((await feishu.ack_of(allowed)).payload)
         toast = answer.toast()
         assert toast is not None and toast.type == "success" and "send_invoice" in toast.content
-        decided = lark_reference.P2CardActionTriggerResponse(answer.answer).card  # the SDK's model reads the card
+        decided = lark_reference.P2CardActionTriggerResponse(answer.answer).card  # read by the SDK's model
         assert decided.type == "raw" and card_buttons(decided.data) == {} and "已批准" in json.dumps(
             decided.data, ensure_ascii=False)  # fmt: skip
         await wait_for(lambda: len(feishu.sent) == 2)

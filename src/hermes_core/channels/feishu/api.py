@@ -286,15 +286,16 @@ class FeishuAPI:
         cached = self._names.get(open_id)
         if cached is not None and now < cached[1]:
             return cached[0]
-        path = "/open-apis/contact/v3/users/" + quote(open_id, safe="")
+        path = f"/open-apis/contact/v3/users/{quote(open_id, safe='')}"
         try:
             body = await asyncio.wait_for(
                 self._attempt("GET", path, {"user_id_type": "open_id"}, None, None), timeout
             )
-            user = (body.get("data") or {}).get("user") or {}
+            data = body.get("data")
+            user = data.get("user") if isinstance(data, dict) else None
             name = user.get("name") if isinstance(user, dict) else None
             name = name.strip() if isinstance(name, str) and name.strip() else None
-        except (FeishuError, _Transient, _Throttled, _TokenRejected, asyncio.TimeoutError, AttributeError) as exc:
+        except (FeishuError, _Transient, _Throttled, _TokenRejected, asyncio.TimeoutError) as exc:
             log.info("feishu: no name for %s from the contact API: %s", open_id, exc)
             name = None
         if len(self._names) >= NAMES_KEPT:

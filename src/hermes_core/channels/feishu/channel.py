@@ -183,7 +183,8 @@ class FeishuChannel(Channel):
         problems = dict(self._problems)
         link = self._longconn
         if link is not None and not link.connected:  # up once, now reconnecting, or given up
-            problems["longconn"] = Problem(_link_down(link), link.down_since or time.time(), link.failed_attempts)
+            since = link.down_since or time.time()
+            problems["longconn"] = Problem(_link_down(link), since, link.failed_attempts)
         if held and not problems:  # the profile arrived; the held events are being accepted
             problems["held_events"] = Problem(f"{held} held event(s) being accepted", time.time(), 0)
         return [
@@ -275,8 +276,9 @@ class FeishuChannel(Channel):
             return _toast("error", refused.reason, _language(refused.pending))
         language = _language(pending)
         name = await self.api.user_name(operator)
-        # the card shows the name; without one, an <at> tag, which the client renders as the name
-        shown = name or f"<at id={operator}></at>"
+        # the card shows the name (no tag of its own gets in); without one, an <at> tag, which the
+        # client renders as the name
+        shown = name.replace("<", "‹").replace(">", "›") if name else f"<at id={operator}></at>"
         line = fixed_reply(f"approval_{pending.status}", language).format(tool=pending.tool, by=shown)
         card = decided_card(pending, line)
         toast = _toast("success", f"approval_{pending.status}", language, tool=pending.tool,
