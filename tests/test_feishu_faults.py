@@ -95,6 +95,7 @@ async def test_a_missing_scope_is_refused_at_once_without_renewing_the_token() -
                     OutboundMessage("feishu", "oc_chat", "hi", uuidlib.uuid4().hex, chat_id="oc_chat")
                 )
     assert refused.value.permanent and refused.value.code == 99991672
+    assert "the app lacks a scope" in str(refused.value)
     assert token_fetches(feishu) == 1
     assert sum(1 for call in feishu.requests if call.path == "/open-apis/im/v1/messages") == 1
 

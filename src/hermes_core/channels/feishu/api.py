@@ -101,6 +101,7 @@ PERMANENT_CODES: dict[int, str] = {
     230038: "cross-tenant one-to-one chats cannot be sent to",
     230099: "the card content was refused",
     232009: "the chat was dissolved",
+    99991672: "the app lacks a scope this API needs (grant it in the developer console, then publish)",
 }
 
 
