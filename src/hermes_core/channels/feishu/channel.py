@@ -256,9 +256,10 @@ class FeishuChannel(Channel):
 
         The decided card (buttons gone, the decision line naming the decider) rides in the answer,
         `{"toast": …, "card": {"type": "raw", "data": <card>}}` (the card-callback page,
-        open.feishu.cn/document/uAjLw4CM/ukzMukzMukzM/feishu-cards/card-callback-communication),
-        so the clicker sees it at once, and since the card is shared (`update_multi`) everyone in
-        the chat does; no PATCH is needed. A legacy card 1.0 callback, whose answer has another
+        open.feishu.cn/document/uAjLw4CM/ukzMukzMukzM/feishu-cards/card-callback-communication;
+        "立即更新卡片" on the handle-card-callbacks page), so the clicker sees it at once, and since
+        the card is shared (`config.update_multi`: an update is visible to everyone who received
+        it) the whole chat does; no PATCH is needed. A legacy card 1.0 callback, whose answer has another
         shape, gets the toast and the card is patched in the background as before."""
         from ...kernel.approvals import DecisionRefused
 
