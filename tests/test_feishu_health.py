@@ -39,7 +39,7 @@ async def test_a_long_connection_that_gives_up_is_degraded_on_healthz_and_0_on_m
     tmp_path: Path,
 ) -> None:
     async with FakeFeishu(app_id="cli_gives_up", time_scale=0.001) as feishu:
-        feishu.ws_client_config.update(ReconnectCount=2, ReconnectInterval=0.1, ReconnectNonce=0)
+        feishu.ws_client_config.update(ReconnectCount=2, ReconnectInterval=0.3, ReconnectNonce=0)
         async with feishu_gateway(tmp_path, feishu, mode="longconn") as (gateway, _):
             await wait_for(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
             assert longconn_parts(gateway) == []

@@ -277,8 +277,8 @@ class FeishuChannel(Channel):
             return _toast("error", refused.reason, _language(refused.pending))
         language = _language(pending)
         name = await self.api.user_name(operator)
-        # the card shows the name (no tag of its own gets in); without one, an <at> tag, which the
-        # client renders as the name
+        # the card shows the name (no tag of its own gets in); without one, an <at id=…></at> tag,
+        # which card markdown renders as the person (the rich-text component page)
         shown = name.replace("<", "‹").replace(">", "›") if name else f"<at id={operator}></at>"
         line = fixed_reply(f"approval_{pending.status}", language).format(tool=pending.tool, by=shown)
         card = decided_card(pending, line)
