@@ -118,3 +118,23 @@ async def test_over_the_long_connection_the_ack_carries_the_decided_card(tmp_pat
     [applied] = feishu.patches
     assert applied.method == "CALLBACK" and applied.message_id == card.message_id
     assert "已批准：send_invoice（Alice Chen）" in applied.text and patch_calls(feishu) == []
+
+
+async def test_user_name_asks_the_contact_api_once_per_user_and_never_raises() -> None:
+    """`FeishuAPI.user_name`: the name from `data.user.name` (the get-user page), cached; a user
+    outside the app's contact range (41050) or a missing scope (99991672) is None, asked once."""
+    from hermes_core.channels.feishu.api import FeishuAPI
+
+    async with FakeFeishu() as feishu:
+        feishu.users["ou_alice"] = "Alice Chen"
+        async with FeishuAPI(feishu.app_id, feishu.app_secret, base_url=feishu.base_url) as api:
+            names = [
+                await api.user_name("ou_alice"),
+                await api.user_name("ou_alice"),
+                await api.user_name("ou_x"),
+            ]
+            feishu.contact_forbidden = True
+            assert await api.user_name("ou_bob") is None and await api.user_name("ou_bob") is None
+    assert names == ["Alice Chen", "Alice Chen", None]
+    contact = [(c.path.rsplit("/", 1)[1], c.code) for c in feishu.requests if "/contact/" in c.path]
+    assert contact == [("ou_alice", 0), ("ou_x", 41050), ("ou_bob", 99991672)]
