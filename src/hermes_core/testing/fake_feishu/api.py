@@ -395,13 +395,11 @@ class OpenApi:
             return
         message_id = ((event or {}).get("context") or {}).get("open_message_id")
         message = self._messages.get(message_id) if isinstance(message_id, str) else None
-        if message is None or not isinstance(card, dict) or card.get("type") != "raw" or not isinstance(
-            card.get("data"), dict
-        ):
+        data = card.get("data") if isinstance(card, dict) and card.get("type") == "raw" else None
+        if message is None or not isinstance(data, dict):
             self.callback_errors.append(f"card answer not applied to {message_id}: {str(card)[:200]}")
             return
-        raw = json.dumps(card["data"], ensure_ascii=False)
-        self._update(message, "CALLBACK", "interactive", card["data"], raw)
+        self._update(message, "CALLBACK", "interactive", data, json.dumps(data, ensure_ascii=False))
 
     def messages_in(self, chat_id: str) -> list[SentMessage]:
         """The bot's messages in one chat, in order."""
