@@ -138,6 +138,7 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
                 feishu.card_action("ou_alice", card.message_id, buttons["approve"]), url
             )
             assert clicked.ok and json.loads(clicked.body)["toast"]["type"] == "success"
+            assert card_buttons(json.loads(clicked.body)["card"]["data"]) == {}  # decided at once
             await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
             again = await feishu.push(
                 feishu.card_action("ou_alice", card.message_id, buttons["approve"]), url
@@ -149,8 +150,9 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
         feishu.sent[1].text == "Invoice sent."
         and feishu.sent[1].reply_to == ask["event"]["message"]["message_id"]
     )
-    patched = feishu.patches[0]
-    assert patched.message_id == card.message_id and "已批准" in patched.text and "ou_alice" in patched.text
+    patched = feishu.patches[0]  # the card the click's answer carried, applied by the platform
+    assert patched.message_id == card.message_id and patched.method == "CALLBACK"
+    assert "已批准" in patched.text and "User alice" in patched.text and "ou_alice" not in patched.text
     assert card_buttons(patched.content) == {}  # the buttons are gone once decided
 
 

@@ -108,9 +108,15 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         assert RAN == [] and feishu.patches == []
 
         allowed = await feishu.ws_push(feishu.card_action("ou_alice", card.message_id, buttons["approve"]))
-        toast = AckPayload.parse((await feishu.ack_of(allowed)).payload).toast()
+        answer = AckPayload.parse((await feishu.ack_of(allowed)).payload)
+        toast = answer.toast()
         assert toast is not None and toast.type == "success" and "send_invoice" in toast.content
-        await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
+        decided = lark_reference.P2CardActionTriggerResponse(answer.answer).card  # read by the SDK's model
+        assert decided.type == "raw" and card_buttons(decided.data) == {} and "已批准" in json.dumps(
+            decided.data, ensure_ascii=False)  # fmt: skip
+        await wait_for(lambda: len(feishu.sent) == 2)
+        await asyncio.sleep(0.2)
+        assert feishu.patches == []  # the answer carries the card: no PATCH
     assert RAN == ["invoice ACME 120"]
 
 
@@ -246,7 +252,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             assert (await post_raw(url, headers, body))[1]["toast"]["type"] == "error"  # already decided
             await asyncio.sleep(0.2)
     assert RAN == ["invoice ACME 120"]
-    assert "已批准" in feishu.patches[0].text and "ou_alice" in feishu.patches[0].text
+    assert "已批准" in feishu.patches[0].text and "User alice" in feishu.patches[0].text
 
 
 async def test_legacy_card_callback_without_a_verification_token_is_refused(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch.
+"""The Feishu Open API calls the bot makes: tenant token, bot info, send (create or reply), patch,
+and a user's name (the contact API) for the approval card's decision line.
 
 The failure policy, in one place (FEISHU.md §5–§7). Every answer is one of three kinds, and only
 the last one ever counts towards giving a reply up:
@@ -10,7 +11,8 @@ the last one ever counts towards giving a reply up:
   outbox waits out again, however long the storm lasts, without counting an attempt;
 - **transient** — 5xx, connection errors and timeouts: retry after `retry_base_delay`, doubling,
   `max_retries` times, then `FeishuError(retry_after=…)`: one failed attempt for the outbox.
-  99991663 / 99991661 (token invalid or missing): forget the token, fetch a new one, retry once.
+  Any code of `TOKEN_CODES` (the token missing, invalid, malformed or expired): forget the token,
+  fetch a new one, retry once; a scope the app lacks is not among them, and is not retried.
   Retrying a send is safe: every request carries a `uuid`, and Feishu creates at most one message
   per uuid within an hour (§6);
 - **permanent** — the request itself cannot succeed: `FeishuError(permanent=True)` naming the code,
@@ -20,8 +22,8 @@ the last one ever counts towards giving a reply up:
   the app lacks the bot ability or a permission, 230001 / 230025 / 230022 / 230028 / 230099 the
   content is refused). The outbox dead-letters such a reply at once; fix the cause and resend it
   (`hermes-core deadletters resend ID`, or the console).
-  230011 on a reply (the message replied to was recalled) is not an error: the part is sent into
-  the chat instead.
+  230011 or 231003 on a reply (the message replied to was recalled, or no longer exists) is not an
+  error: the part is sent into the chat instead.
 
 The app secret and tokens never appear in a log line or an exception message. aiohttp is imported
 inside methods, so importing this module does not import it.
@@ -57,14 +59,31 @@ CARDS_PATH = "/open-apis/cardkit/v1/cards"
 TOKEN_REFRESH_MARGIN = 600.0  # fetch a new token when less than 10 minutes remain (§5)
 UUID_MAX = 50  # §6: a request uuid is at most 50 characters
 
-TOKEN_INVALID = 99991663
-TOKEN_MISSING = 99991661
+# The tenant token itself was refused (the platform's generic error codes, open.feishu.cn/document/
+# server-docs/api-call-guide/generic-error-code): forget it, fetch a new one, retry once. The bot
+# sends nothing but its tenant token, so a code about "the access token" can only mean that one.
+# Not here, on purpose: "the app lacks a scope" (99991672, 99991676), "the user has not granted it"
+# (99991679), "the app is disabled" (99991662, 99991673), "IP not allowed" (99991401) — a new token
+# changes none of them; they are permanent refusals like any other 4xx.
+TOKEN_CODES: dict[int, str] = {
+    99991661: "no access token in the request",
+    99991663: "the tenant access token is invalid or expired",
+    99991664: "the app access token is invalid",
+    99991665: "the tenant access token is invalid",
+    99991668: "the access token is invalid",
+    99991671: "the access token is malformed",
+    99991677: "the access token has expired",
+}
 APP_RATE_LIMITED = 99991400
 CHAT_RATE_LIMITED = 230020
 MESSAGE_BEING_SENT = 230049  # "the message is being sent, please wait": same uuid still in flight
 REPLY_TARGET_RECALLED = 230011
+REPLY_TARGET_GONE = 231003  # the reply API's error table: the message replied to does not exist
+REPLY_TARGET_LOST = frozenset({REPLY_TARGET_RECALLED, REPLY_TARGET_GONE})  # send into the chat instead
 CHAT_WAIT_CODES = frozenset({CHAT_RATE_LIMITED, MESSAGE_BEING_SENT})
 MAX_THROTTLED = 6  # rate-limit answers one call waits out before handing back (throttled, no failure)
+USER_NAME_TIMEOUT = 1.0  # seconds for a contact lookup made while a card callback waits (3 s in all)
+NAME_TTL, NO_NAME_TTL, NAMES_KEPT = 3600.0, 900.0, 10_000  # the contact lookups' cache
 
 # What a permanent refusal of a send means (the send and reply APIs' error tables, §6). Any other
 # 4xx code is permanent too; these get a plain explanation in the error, the log and the dead letter.
@@ -83,6 +102,7 @@ PERMANENT_CODES: dict[int, str] = {
     230038: "cross-tenant one-to-one chats cannot be sent to",
     230099: "the card content was refused",
     232009: "the chat was dissolved",
+    99991672: "the app lacks a scope this API needs (grant it in the developer console, then publish)",
     # CardKit (card entities, streaming cards): the create / update pages' error tables
     200740: "the card entity does not exist",
     200750: "the card entity has expired (they live 14 days)",
@@ -170,6 +190,7 @@ class FeishuAPI:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._chat_order = _ChatOrder()
+        self._names: dict[str, tuple[str | None, float]] = {}  # open_id → (name or None, until)
 
     def __repr__(self) -> str:
         return f"FeishuAPI(app_id={self.app_id!r}, base_url={self.base_url!r})"
@@ -303,6 +324,35 @@ class FeishuAPI:
         }  # fmt: skip
         await self._call("PUT", _card_path(card_id), body=body, api="cardkit.card.update")
 
+    async def user_name(self, open_id: str, *, timeout: float = USER_NAME_TIMEOUT) -> str | None:
+        """A user's display name from the contact API, or None when it cannot be had quickly.
+
+        `GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id` (open.feishu.cn/document/
+        server-docs/contact-v3/user/get; scope `contact:user.base:readonly`, and the user inside
+        the app's contact range). One attempt within `timeout` (a card callback must be answered
+        within 3 s), never retried; names and failures are cached (`NAME_TTL`, `NO_NAME_TTL`), so
+        a missing scope costs one call per user per quarter hour, not one per click."""
+        now = self._clock()
+        cached = self._names.get(open_id)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        path = f"/open-apis/contact/v3/users/{quote(open_id, safe='')}"
+        try:
+            body = await asyncio.wait_for(
+                self._attempt("GET", path, {"user_id_type": "open_id"}, None, None), timeout
+            )
+            data = body.get("data")
+            user = data.get("user") if isinstance(data, dict) else None
+            name = user.get("name") if isinstance(user, dict) else None
+            name = name.strip() if isinstance(name, str) and name.strip() else None
+        except (FeishuError, _Transient, _Throttled, _TokenRejected, asyncio.TimeoutError) as exc:
+            log.info("feishu: no name for %s from the contact API: %s", open_id, exc)
+            name = None
+        if len(self._names) >= NAMES_KEPT:
+            self._names.clear()
+        self._names[open_id] = (name, now + (NAME_TTL if name else NO_NAME_TTL))
+        return name
+
     async def aclose(self) -> None:
         session, self._session = self._session, None
         # A session can only be closed from its own loop; one left on a dead loop is just dropped.
@@ -324,9 +374,10 @@ class FeishuAPI:
                                            api="im.message.reply")  # fmt: skip
                 return _message_id(replied), reply_to
             except FeishuError as exc:
-                if exc.code != REPLY_TARGET_RECALLED or chat_id is None:
+                if exc.code not in REPLY_TARGET_LOST or chat_id is None:
                     raise
-                log.info("feishu: message %s was recalled; sending to chat %s instead", reply_to, chat_id)
+                log.info("feishu: message %s was recalled or deleted (code %s); sending to chat %s instead",
+                         reply_to, exc.code, chat_id)  # fmt: skip
         assert chat_id is not None  # send() checked that there is a chat_id or a reply_to
         created = await self._call(
             "POST",
@@ -405,7 +456,7 @@ class FeishuAPI:
             raise _Throttled(reason, APP_RATE_LIMITED, wait=_reset_seconds(response.headers))
         if code in CHAT_WAIT_CODES:
             raise _Throttled(reason, code, chat=chat)
-        if code in (TOKEN_INVALID, TOKEN_MISSING):
+        if code in TOKEN_CODES:
             raise _TokenRejected(reason, token, code)
         if status >= 500 or (status < 400 and code is None):
             raise _Transient(reason)

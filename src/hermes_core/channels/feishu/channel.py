@@ -7,9 +7,10 @@ waits for the model.
 Approvals (tasks/pending.py) go out as a card with Approve / Reject buttons. A click arrives as a
 `card.action.trigger` event (HTTP callback or long connection), verified like every other event,
 or as a legacy card 1.0 callback (events.py turns it into the same event); the gateway takes the
-decision (only the task's starter or an admin), the task runs on, and the card is patched to show
-who decided what. A refused click (someone else, too late) changes nothing and gets an error
-toast: `on_event` returns it, as the HTTP response or inside the long connection's ACK.
+decision (only the task's starter or an admin), the task runs on, and the answer to the click
+carries the decided card (no buttons, who decided what, by name): `on_event` returns it, as the
+HTTP response or inside the long connection's ACK. A refused click (someone else, too late)
+changes nothing and gets an error toast the same way.
 
 Replies stream: with `stream` on (`feishu.stream`, the default) each turn gets a card at once —
 once the conversation's earlier replies are delivered, so what the user sees keeps the order of
@@ -187,6 +188,10 @@ class FeishuChannel(Channel):
         """What does not work yet, for /healthz: empty when the channel is fully up."""
         held = self._held.count()
         problems = dict(self._problems)
+        link = self._longconn
+        if link is not None and not link.connected:  # up once, now reconnecting, or given up
+            since = link.down_since or time.time()
+            problems["longconn"] = Problem(_link_down(link), since, link.failed_attempts)
         if held and not problems:  # the profile arrived; the held events are being accepted
             problems["held_events"] = Problem(f"{held} held event(s) being accepted", time.time(), 0)
         return [
@@ -254,7 +259,15 @@ class FeishuChannel(Channel):
         log.info("feishu: every held event accepted")
 
     async def on_card_action(self, envelope: dict[str, JSON]) -> dict[str, JSON]:
-        """An Approve / Reject click: decide, patch the card, answer with a toast."""
+        """An Approve / Reject click: decide, answer with a toast and the decided card.
+
+        The decided card (buttons gone, the decision line naming the decider) rides in the answer,
+        `{"toast": …, "card": {"type": "raw", "data": <card>}}` (the card-callback page,
+        open.feishu.cn/document/uAjLw4CM/ukzMukzMukzM/feishu-cards/card-callback-communication;
+        "立即更新卡片" on the handle-card-callbacks page), so the clicker sees it at once, and since
+        the card is shared (`config.update_multi`: an update is visible to everyone who received
+        it) the whole chat does; no PATCH is needed. A legacy card 1.0 callback, whose answer has another
+        shape, gets the toast and the card is patched in the background as before."""
         from ...kernel.approvals import DecisionRefused
 
         event = envelope.get("event") or {}
@@ -270,22 +283,25 @@ class FeishuChannel(Channel):
             log.warning("feishu: %s may not decide %s: %s", operator, approval_id, refused.reason)
             return _toast("error", refused.reason, _language(refused.pending))
         language = _language(pending)
-        if isinstance(card_message, str) and card_message:
-            line = fixed_reply(f"approval_{pending.status}", language).format(tool=pending.tool, by=operator)
-            task = asyncio.create_task(self._show_decision(card_message, pending, line))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        return _toast("success", f"approval_{pending.status}", language, tool=pending.tool, by=operator)
+        name = await self.api.user_name(operator)
+        # the card shows the name (no tag of its own gets in); without one, an <at id=…></at> tag,
+        # which card markdown renders as the person (the rich-text component page)
+        shown = name.replace("<", "‹").replace(">", "›") if name else f"<at id={operator}></at>"
+        line = fixed_reply(f"approval_{pending.status}", language).format(tool=pending.tool, by=shown)
+        card = decided_card(pending, line)
+        toast = _toast("success", f"approval_{pending.status}", language, tool=pending.tool,
+                       by=name or fixed_reply("approval_by_you", language))  # fmt: skip
+        if (envelope.get("header") or {}).get("legacy_card"):
+            if isinstance(card_message, str) and card_message:
+                self._spawn(self._show_decision(card_message, card))
+            return toast
+        return {**toast, "card": {"type": "raw", "data": card}}
 
-    async def _show_decision(self, card_message: str, pending: Pending, line: str) -> None:
-        text = (pending.resume or {}).get("text", "")
-        request = fixed_reply("approval_request", _language(pending)).format(
-            tool=pending.tool, arguments=pending.arguments, id=pending.id
-        )
+    async def _show_decision(self, card_message: str, card: dict[str, Any]) -> None:
         try:
-            await self.api.patch_card(card_message, approval_card(request, pending.summary(), line))
+            await self.api.patch_card(card_message, card)
         except Exception as exc:  # the decision stands; only its display is stale
-            log.warning("feishu: could not update the approval card %s (%s): %s", card_message, text[:0], exc)
+            log.warning("feishu: could not update the approval card %s: %s", card_message, exc)
 
     def watch(self, message: InboundMessage) -> TurnWatcher | None:
         """A streaming card for this turn, opened once the conversation's earlier replies are
@@ -504,6 +520,14 @@ def needs_bot_id(envelope: dict[str, JSON]) -> bool:
     return (message.get("chat_type") or "p2p") != "p2p" or bool(message.get("mentions"))
 
 
+def _link_down(link: FeishuLongConnection) -> str:
+    """What /healthz says of a long connection that is not up."""
+    if link.gave_up:
+        return (f"the long connection gave up reconnecting ({link.gave_up}): no event arrives until "
+                "serve is restarted")  # fmt: skip
+    return f"the long connection is down; reconnecting ({link.failed_attempts} attempt(s) failed so far)"
+
+
 def _event_type(envelope: dict[str, JSON]) -> str | None:
     header = envelope.get("header") or {}
     return header.get("event_type") or (envelope.get("event") or {}).get("type")
@@ -511,6 +535,14 @@ def _event_type(envelope: dict[str, JSON]) -> str | None:
 
 def _language(pending: Pending | None) -> Language:
     return detect_language(((pending.resume or {}).get("text", "") if pending else "") or "中")
+
+
+def decided_card(pending: Pending, line: str) -> dict[str, Any]:
+    """The approval card once decided: the request as it was asked, `line` instead of the buttons."""
+    request = fixed_reply("approval_request", _language(pending)).format(
+        tool=pending.tool, arguments=pending.arguments, id=pending.id
+    )
+    return approval_card(request, pending.summary(), line)
 
 
 def _toast(kind: str, key: str, language: Language, **fields: str) -> dict[str, JSON]:

@@ -1,9 +1,11 @@
 """Feishu events in: verify a callback request, and turn a message event into an InboundMessage.
 
 Verification follows FEISHU.md §1–§2 and the SDK's order (decrypt → url_verification answered →
-token → signature), but every rejection is a 4xx, never the SDK's 500 that Feishu would retry for
-hours. The same `inbound_from_event` serves the HTTP callback and the long connection (§8), whose
-frames carry the same envelope.
+token → signature); every rejection is a 4xx saying why, never the SDK's 500. The platform
+re-pushes any answer but 200 (a 4xx too) after 15 s, 5 min, 1 h and 6 h, which is harmless for a
+forged request (refused each time); a verified event of a type the bot does not handle is answered
+200 and dropped, so it is not pushed again. The same `inbound_from_event` serves the HTTP callback
+and the long connection (§8), whose frames carry the same envelope.
 
 Card clicks come in two shapes. The current one (`card.action.trigger`, "callback configuration")
 is a v2 event like any other. The legacy one (card 1.0, the "card request URL" of older apps)
@@ -191,7 +193,8 @@ def card_action_envelope(card: dict[str, JSON]) -> dict[str, JSON]:
         "action": {"value": action.get("value"), "tag": action.get("tag")},
         "context": {"open_message_id": card.get("open_message_id"), "open_chat_id": card.get("open_chat_id")},
     }  # fmt: skip
-    header = {"event_type": "card.action.trigger", "tenant_key": card.get("tenant_key")}
+    header = {"event_type": "card.action.trigger", "tenant_key": card.get("tenant_key"),
+              "legacy_card": True}  # its answer has another shape: the channel patches the card  # fmt: skip
     return {"schema": "2.0", "header": header, "event": event}
 
 

@@ -15,7 +15,10 @@ The protocol (FEISHU.md §8) in the order this module follows it:
    Without an ACK within 3 s Feishu re-pushes the event later (15 s, 5 min, 1 h, 6 h).
 4. On any disconnect, reconnect with the platform's numbers, as the SDK does: a random delay of
    up to `ReconnectNonce` before the first attempt (so a fleet of clients does not come back at
-   once), then `ReconnectInterval` between attempts, at most `ReconnectCount` of them.
+   once), then `ReconnectInterval` between attempts, at most `ReconnectCount` of them. A
+   connection that gave up stays down (no event arrives until `serve` is restarted): `gave_up`
+   and `down_since` say so, the channel lists it under `degraded` in /healthz, and the gauge
+   `hermes_feishu_longconn_up` (GET /metrics) is 0 whenever the link is not up.
 
 Written on aiohttp instead of lark-oapi, whose import takes ~5 s and grabs an event loop at import;
 the tests check it against lark-oapi's own codec, ACKs and reconnect rules (tests/lark_reference.py).
@@ -42,10 +45,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ...observe.metrics import REGISTRY
 from .events import envelope_problem
 from .frames import METHOD_CONTROL, METHOD_DATA, Frame, FrameError
 
 log = logging.getLogger("hermes_core.feishu")
+LINK_UP = REGISTRY.gauge(
+    "hermes_feishu_longconn_up",
+    "1 while the Feishu long connection is up; 0 while it connects, reconnects or has given up.",
+    ("app_id",),
+)
 
 # a non-None result (a card toast) goes back in the ACK
 EventHandler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -136,6 +145,10 @@ class FeishuLongConnection:
         self._config_changed = asyncio.Event()
         self._heard_at = 0.0  # monotonic time of the last frame from the server
         self.dead_connections = 0  # connections given up for silence
+        self.down_since: float | None = time.time()  # wall time the link went down; None while up
+        self.failed_attempts = 0  # connect attempts failed in a row
+        self.gave_up: str | None = None  # why, once reconnecting stopped for good (ReconnectCount)
+        LINK_UP.set(0, app_id=app_id)
 
     async def start(self) -> None:
         """Connect, then keep the connection alive in the background. Bad credentials raise here."""
@@ -162,6 +175,7 @@ class FeishuLongConnection:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._run_task = None
+        self._mark_down()
         await self._close_socket()
         if self._session is not None:
             await self._session.close()
@@ -177,7 +191,9 @@ class FeishuLongConnection:
             try:
                 await self._connect_with_backoff(retry_all=True)
             except Exception as exc:
-                log.error("feishu long connection for %s gave up: %s", self.app_id, exc)
+                self.gave_up = str(exc)
+                log.error("feishu long connection for %s gave up: %s; no event arrives until serve is "
+                          "restarted", self.app_id, exc)  # fmt: skip
                 return
             self.reconnects += 1
 
@@ -200,6 +216,7 @@ class FeishuLongConnection:
                 if not (retry_all or transient):
                     raise
                 failures += 1
+                self.failed_attempts += 1
                 if 0 <= self.config.reconnect_count <= failures:
                     raise ConnectionError(f"no connection after {failures} attempts: {exc}") from exc
                 log.warning("feishu: connect attempt %d for %s failed: %s", failures, self.app_id, exc)
@@ -228,6 +245,8 @@ class FeishuLongConnection:
         except aiohttp.WSServerHandshakeError as exc:  # auth errors come back as handshake headers
             raise _handshake_error(exc) from exc
         self._service_id, self.connected = service_id, True
+        self.down_since, self.failed_attempts = None, 0
+        LINK_UP.set(1, app_id=self.app_id)
         log.info("feishu long connection for %s up (device %s)", self.app_id, query["device_id"][0])
 
     async def _fetch_endpoint(self) -> str:
@@ -258,7 +277,7 @@ class FeishuLongConnection:
         try:
             await asyncio.wait({reader, pinger}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.connected = False
+            self._mark_down()
             for task in (reader, pinger):
                 task.cancel()
             alive = await asyncio.gather(reader, pinger, return_exceptions=True)
@@ -278,6 +297,12 @@ class FeishuLongConnection:
                 log.warning("feishu long connection error: %s", ws.exception())
                 break
         log.warning("feishu long connection for %s closed (code %s)", self.app_id, ws.close_code)
+
+    def _mark_down(self) -> None:
+        if self.connected or self.down_since is None:
+            self.down_since = time.time()
+        self.connected = False
+        LINK_UP.set(0, app_id=self.app_id)
 
     async def _close_socket(self, timeout: float = _CLOSE_TIMEOUT) -> None:
         ws, self._ws = self._ws, None

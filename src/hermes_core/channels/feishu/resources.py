@@ -7,7 +7,7 @@ Success is HTTP 200 with the bytes as the body, the type in `Content-Type` and t
 `Content-Disposition` (`filename`, or RFC 2231 `filename*`), as the official SDK reads them
 (`lark_oapi` `MessageResource.get`: any 2xx is the file, else a JSON error body). A failure is a
 JSON body `{"code", "msg"}`: the documented codes get a plain reason (`REFUSALS`); an invalid or
-missing token is renewed once, as for every other call.
+missing token (any of api.py's `TOKEN_CODES`) is renewed once, as for every other call.
 
 Bounded on every side: one `timeout` for headers and body together; a `Content-Length` above the
 limit is refused before a byte is read, and a body without one is read in chunks and the
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ..media import Fetched, MediaRefused, megabytes
+from .api import TOKEN_CODES
 
 if TYPE_CHECKING:
     from .api import FeishuAPI
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
 CHUNK = 64 * 1024
 ERROR_BODY_MAX = 64 * 1024
-TOKEN_CODES = (99991661, 99991663)
 # the resource API's error table (open.feishu.cn …/im-v1/message-resource/get): what each means
 REFUSALS: dict[int, str] = {
     234001: "the request was refused as invalid",

@@ -116,6 +116,8 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_post(TOKEN_PATH, route("auth.tenant_access_token", self._token, authed=False))
         app.router.add_get("/open-apis/bot/v3/info", route("bot.info", self._bot_info))
+        contact = route("contact.user.get", self._contact_user)
+        app.router.add_get("/open-apis/contact/v3/users/{user_id}", contact)
         app.router.add_post(MESSAGES_PATH, route("im.message.create", self._create))
         app.router.add_post(MESSAGES_PATH + "/{message_id}/reply", route("im.message.reply", self._reply))
         app.router.add_patch(MESSAGES_PATH + "/{message_id}", route("im.message.patch", self._patch))
@@ -253,6 +255,7 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         if wire_mentions:
             message["mentions"] = wire_mentions
         self._remember_inbound(record, chat_type)
+        self.users.setdefault(sender, _name(sender))
         event_sender = {
             "sender_id": {"union_id": _union_id(sender), "open_id": sender},
             "sender_type": "user", "tenant_key": self.tenant_key,
@@ -317,6 +320,7 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         open_chat_id}``, ``event.token``.
         """
         known = self._messages.get(message_id)
+        self.users.setdefault(open_id, _name(open_id))
         event = {
             "operator": {"tenant_key": self.tenant_key, "open_id": open_id, "union_id": _union_id(open_id)},
             "token": "c-" + uuid.uuid4().hex,

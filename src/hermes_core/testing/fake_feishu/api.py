@@ -30,7 +30,11 @@ What is modelled, and from where:
   ``lose_answers(n)``: the call is carried out but its answer lost in transit (HTTP 504), the
   case the request ``uuid`` exists for.
 - send/reply refusals a chat's state causes: ``chats_without_bot`` → 230002 (the bot was removed),
-  ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013.
+  ``dissolved_chats`` → 232009 (the chat was dissolved), ``unavailable_users`` → 230013; a reply
+  to a ``recall``-ed message → 230011, to a ``delete``-d one → 231003.
+- token refusals (``fail_next(code=…)`` with any code of the generic error-code page: 99991661,
+  99991663, 99991664, 99991665, 99991668, 99991671, 99991677 for the token; 99991672 for a scope
+  the app lacks), each with its own msg.
 
 - message resources, ``GET /open-apis/im/v1/messages/:message_id/resources/:file_key?type=image|file``
   (the SDK's ``MessageResource.get``): the bytes with ``Content-Type``, ``Content-Length`` (unless
@@ -40,6 +44,9 @@ What is modelled, and from where:
   → 234004; ``resources_forbidden`` → 234002 (a missing permission); over 100 MB → 234037; all
   HTTP 400. The codes come from the API's documented error table; the HTTP statuses, and which
   code an unknown message_id gets, are **UNCONFIRMED**. ``resource_reads`` records what was served.
+
+- the contact API's user (``_contact_user``, for a decider's name) and what the platform does with
+  a card callback's answer (``apply_card_answer``: a ``raw`` card replaces the clicked card).
 
 CardKit card entities and the JSON 2.0 rules are in cards.py. Not modelled: uploads.
 """
@@ -91,6 +98,7 @@ _MESSAGES = {
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
     230011: "The message was withdrawn.",
+    231003: "The message is not found.",  # UNCONFIRMED text; the code: the reply page's error table
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
     230025: "The length of the message content reaches its limit.",
@@ -101,6 +109,12 @@ _MESSAGES = {
     99991400: "request trigger frequency limit",
     99991661: "Missing access token for authorization. Please make a request with token attached.",
     99991663: "Invalid access token for authorization. Please make a request with token attached.",
+    99991664: "Invalid app access token.",  # 9999166x/7x texts UNCONFIRMED; codes: generic-error-code page
+    99991665: "Invalid tenant access token.",
+    99991668: "Invalid access token.",
+    99991671: "Invalid token format.",
+    99991672: "Access denied. One of the following scopes is required.",
+    99991677: "Authentication token expired.",
 }
 
 
@@ -129,6 +143,7 @@ class SentMessage:
     raw_content: str = ""  # the content JSON string of the current version
     updated: bool = False
     recalled: bool = False
+    deleted: bool = False  # gone from the chat (``delete``): a reply to it answers 231003
     versions: list[str] = field(default_factory=list)
 
 
@@ -248,6 +263,9 @@ class OpenApi:
         self.resources: dict[tuple[str, str], Resource] = {}  # (message_id, file_key) → the bytes
         self.resource_reads: list[ResourceRead] = []
         self.resources_forbidden = False  # the app lacks the permission to read messages → 234002
+        self.users: dict[str, str] = {}  # open_id → name: the contact directory (users seen, by default)
+        self.contact_forbidden = False  # the app lacks contact:user.base:readonly → 99991672
+        self.callback_errors: list[str] = []  # card-callback answers the platform could not apply
         self.set_limits()
         self._token_expiry: dict[str, float] = {}
         self._current_token: str | None = None
@@ -333,6 +351,13 @@ class OpenApi:
         """Mark a message recalled: replying to or patching it then fails with 230011."""
         self._messages[message_id].recalled = True
 
+    def delete(self, message_id: str) -> None:
+        """The message no longer exists (deleted, or its chat's history cleared): replying to it
+        fails with 231003, the reply API's "the message replied to does not exist" (the reply
+        page's error table, open.feishu.cn/document/server-docs/im-v1/message/reply; the HTTP
+        status, 400, and the msg text are **UNCONFIRMED**)."""
+        self._messages[message_id].deleted = True
+
     def add_resource(
         self,
         message_id: str,
@@ -352,6 +377,29 @@ class OpenApi:
         )
         self.resources[(message_id, file_key)] = resource
         return resource
+
+    def apply_card_answer(self, envelope: Any, answer: Any) -> None:
+        """What the platform does with the answer to a ``card.action.trigger`` callback (the
+        card-callback page, open.feishu.cn/document/uAjLw4CM/ukzMukzMukzM/feishu-cards/
+        card-callback-communication): ``{"toast": …}`` is shown to the clicker only;
+        ``"card": {"type": "raw", "data": <card>}`` replaces the clicked card at once (for every
+        viewer of a shared card), recorded in ``patches`` with method ``"CALLBACK"``. Anything else
+        under ``card`` changes nothing and is recorded in ``callback_errors`` (the platform's
+        answer to a malformed card, and template cards, are **UNCONFIRMED** here)."""
+        event = envelope.get("event") if isinstance(envelope, dict) else None
+        header = envelope.get("header") if isinstance(envelope, dict) else None
+        if not (isinstance(header, dict) and header.get("event_type") == "card.action.trigger"):
+            return
+        card = answer.get("card") if isinstance(answer, dict) else None
+        if card is None:
+            return
+        message_id = ((event or {}).get("context") or {}).get("open_message_id")
+        message = self._messages.get(message_id) if isinstance(message_id, str) else None
+        data = card.get("data") if isinstance(card, dict) and card.get("type") == "raw" else None
+        if message is None or not isinstance(data, dict):
+            self.callback_errors.append(f"card answer not applied to {message_id}: {str(card)[:200]}")
+            return
+        self._update(message, "CALLBACK", "interactive", data, json.dumps(data, ensure_ascii=False))
 
     def messages_in(self, chat_id: str) -> list[SentMessage]:
         """The bot's messages in one chat, in order."""
@@ -535,6 +583,25 @@ class OpenApi:
         expire = round(self._token_expiry[token] - now)
         return Answer(200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire})
 
+    def _contact_user(self, request: web.Request, body: Any) -> Answer:
+        """``GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id`` (open.feishu.cn/document/
+        server-docs/contact-v3/user/get): ``{"data": {"user": {"open_id", "union_id", "name", …}}}``.
+        Without the scope ``contact:user.base:readonly`` (``contact_forbidden``) → 99991672; a user
+        not in ``users`` (outside the app's contact range) → 41050 (code from that page's error
+        table; both HTTP statuses **UNCONFIRMED**, 400)."""
+        user_id_type = request.query.get("user_id_type", "open_id")
+        if user_id_type not in ("open_id", "union_id", "user_id"):
+            return error(400, 40001, f"invalid user_id_type {user_id_type!r}")  # UNCONFIRMED code
+        if self.contact_forbidden:
+            return error(400, 99991672)
+        open_id = request.match_info["user_id"]
+        name = self.users.get(open_id) if user_id_type == "open_id" else None
+        if name is None:
+            return error(400, 41050, "no user authority error")
+        user = {"open_id": open_id, "union_id": "on_" + open_id.removeprefix("ou_"), "name": name,
+                "en_name": name}  # fmt: skip
+        return Answer(200, {"code": 0, "msg": "success", "data": {"user": user}})
+
     def _bot_info(self, request: web.Request, body: Any) -> Answer:
         """§4: note the ``bot`` object sits at the top level, without a ``data`` wrapper."""
         bot = {
@@ -591,6 +658,8 @@ class OpenApi:
             return error(400, 230002)
         if parent.recalled:
             return error(400, 230011)
+        if parent.deleted:
+            return error(400, 231003)
         if not isinstance(body, dict):
             return _invalid("the body must be a JSON object")
         checked = _checked_content(body, SENDABLE_TYPES)

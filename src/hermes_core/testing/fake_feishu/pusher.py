@@ -163,6 +163,7 @@ class EventPusher:
             started = time.monotonic()
             result = await self._post(url, body, headers, self.ack_timeout)
             self._log("webhook", "push", envelope, 0, result, started)
+            self._answered(envelope, result)
             return result
 
         return await self._on_loop(attempt())
@@ -245,11 +246,22 @@ class EventPusher:
             body = self._body(env, None, None)  # the same bytes on every retry
 
             async def attempt() -> PushResult:
-                return await self._post(url, body, self._headers(body, True, False, None), self.ack_timeout)
+                result = await self._post(url, body, self._headers(body, True, False, None), self.ack_timeout)
+                self._answered(env, result)
+                return result
 
             return attempt
 
         self._start_delivery("webhook", envelope, prepare)
+
+    def _answered(self, envelope: dict[str, JSON], result: PushResult) -> None:
+        """A successful push's answer, as the platform reads it (a card callback's card: api.py)."""
+        if result.ok and result.body:
+            try:
+                answer = json.loads(result.body)
+            except ValueError:
+                return
+            self.apply_card_answer(envelope, answer)  # type: ignore[attr-defined]
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until every delivery (webhook and long connection) is acked or out of retries.

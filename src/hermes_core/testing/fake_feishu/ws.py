@@ -78,6 +78,7 @@ class LongConnectionPusher(EventPusher):
         self._ack_waiters: dict[str, asyncio.Future[int | None]] = {}
         self._frame_ids = itertools.count(1)
         self._client_joined: asyncio.Event | None = None  # created on the fake's loop
+        self._envelopes: dict[str, dict[str, JSON]] = {}  # frame message_id → event, for its answer
 
     @property
     def ws_clients(self) -> int:
@@ -92,6 +93,7 @@ class LongConnectionPusher(EventPusher):
         def prepare(env: dict[str, JSON]) -> Attempt:
             payload = json.dumps(env, ensure_ascii=False).encode()
             delivery_id = uuid.uuid4().hex  # the frames' message_id, the same on every retry
+            self._envelopes[delivery_id] = env
 
             async def attempt() -> PushResult:
                 return await self._send_event(payload, delivery_id, parts)
@@ -182,6 +184,9 @@ class LongConnectionPusher(EventPusher):
              "trace_id": frame.header("trace_id"), "device_id": conn.device_id, "answer": answer}
         )  # fmt: skip
         self._resolve_ack(delivery_id, code)
+        envelope = self._envelopes.pop(delivery_id, None) if code == 200 else None
+        if envelope is not None and answer is not None:  # a card callback's card applies as over HTTP
+            self.apply_card_answer(envelope, answer)  # type: ignore[attr-defined]
         return True
 
     def _resolve_ack(self, delivery_id: str, code: int | None) -> None:
