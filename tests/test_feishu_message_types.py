@@ -11,6 +11,7 @@ children, 234043), and what the vendor's channel layer reads of each type
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from typing import Any
 
@@ -354,3 +355,128 @@ async def test_a_rate_limited_download_waits_and_succeeds(
     assert [call.code for call in downloads] == [99991400, 99991400, 0]
     assert downloads[1].at - downloads[0].at >= 0.19
     assert fake.requests[0].images == [data_url(png())]
+
+
+# --- hostile and odd contents (no I/O: what `inbound_from_event` and the readers make of them) ----
+
+
+def receive(message_type: str, content: Any, **message: Any) -> Any:
+    """An `im.message.receive_v1` envelope, one-to-one, with `content` as its JSON string."""
+    from hermes_core.channels.feishu.events import inbound_from_event
+
+    body = {"message_id": "om_1", "chat_id": "oc_1", "chat_type": "p2p", "message_type": message_type,
+            "content": content if isinstance(content, str) else json.dumps(content), **message}  # fmt: skip
+    event = {"sender": {"sender_id": {"open_id": USER}, "sender_type": "user"}, "message": body}
+    envelope = {"schema": "2.0", "header": {"event_id": "e1", "event_type": "im.message.receive_v1"}}
+    return inbound_from_event({**envelope, "event": event}, "ou_bot")
+
+
+def test_a_parent_id_is_type_checked_and_only_a_plain_id_becomes_a_quote() -> None:
+    """FEISHU.md §4: `parent_id` is a message id string on replies; anything else loses nothing."""
+    from hermes_core.channels.feishu.events import Ignored
+
+    assert receive("text", {"text": "hi"}, parent_id="om_2").attachments == [
+        {"kind": "quote", "message_id": "om_2"}
+    ]
+    wrong = receive("text", {"text": "hi"}, parent_id=["om_2"])
+    assert isinstance(wrong, Ignored) and "parent_id" in wrong.reason
+    for odd in ("../../open-apis/auth", "om_" + "x" * 500, ""):
+        assert receive("text", {"text": "hi"}, parent_id=odd).attachments == []
+    assert receive("sticker", {"file_key": "k"}, parent_id="om_2").attachments == []  # unread anyway
+
+
+def test_cards_shares_and_forwards_of_any_shape_are_read_without_raising() -> None:
+    """lark_oapi/channel/normalize/converters/interactive.py and share.py: the text, bounded."""
+    from hermes_core.channels.feishu.content import MAX_CARD_CHARS, card_text
+
+    assert receive("interactive", "not json").text == "[card]"
+    assert receive("interactive", {"elements": "nope", "title": 5}).text == "[card]"
+    deep: Any = {"content": "x"}
+    for _ in range(5000):
+        deep = {"elements": [deep]}
+    assert receive(
+        "interactive", json.dumps({"elements": [[{"tag": "text", "text": "a" * 10**6}]]})
+    ).text == ("[card]\n" + "a" * MAX_CARD_CHARS)
+    assert card_text({"elements": [deep]}).startswith("[card]")  # nodes visited are bounded
+    nested = '{"elements": [' + '{"elements": [' * 900 + '{"content": "x"}' + "]}" * 900 + "]}"
+    assert receive("interactive", nested).text.startswith("[card]")  # parsed, and no RecursionError
+    two = {"schema": "2.0", "header": {"title": {"tag": "plain_text", "content": "Deploy"}},
+           "body": {"elements": [{"tag": "markdown", "content": "**done** in 3 min"}]}}  # fmt: skip
+    assert card_text(two) == "[card: Deploy]\n**done** in 3 min"
+    assert receive("share_chat", {"chat_id": ["x"]}).text == "[shared a group chat: unknown]"
+    forward = receive("merge_forward", {"content": "Merged and Forwarded Message"})
+    assert forward.text == "" and forward.attachments == [{"kind": "forward", "message_id": "om_1"}]
+    video = receive("post", {"content": [[{"tag": "media", "file_key": "file_v3_1", "image_key": "i"}]]})
+    assert video.attachments == [{"kind": "video", "key": "file_v3_1"}]
+
+
+# --- the official SDK against the fake, and the transcription client against the fake model ------
+
+
+async def test_the_official_sdk_reads_a_forward_from_the_fake() -> None:
+    """lark-oapi's own `im.v1.message.get` (a test dependency) parses the fake's answer: the items,
+    their types, bodies and `upper_message_id`, and an unknown id's code. The SDK caches tokens per
+    app_id for the whole process (FEISHU.md §5), so this fake has an app_id of its own."""
+    async with FakeFeishu(app_id="cli_types_sdk") as feishu:
+        await _sdk_reads_a_forward(feishu)
+
+
+async def _sdk_reads_a_forward(feishu: FakeFeishu) -> None:
+    import asyncio
+
+    import lark_oapi as lark
+    from lark_oapi.api.im.v1 import GetMessageRequest
+
+    forward = feishu.forward_message([{"sender": "ou_amy", "text": "hello"}])["event"]["message"]
+    client = (
+        lark.Client.builder()
+        .app_id(feishu.app_id)
+        .app_secret(feishu.app_secret)
+        .domain(feishu.base_url)
+        .build()
+    )
+
+    def get(message_id: str) -> Any:
+        return client.im.v1.message.get(GetMessageRequest.builder().message_id(message_id).build())
+
+    found = await asyncio.to_thread(get, forward["message_id"])
+    assert found.success()
+    [top, inner] = found.data.items
+    assert (top.msg_type, inner.msg_type, inner.upper_message_id) == (
+        "merge_forward",
+        "text",
+        forward["message_id"],
+    )
+    assert json.loads(inner.body.content) == {"text": "hello"} and inner.sender.id == "ou_amy"
+    missing = await asyncio.to_thread(get, "om_nope")
+    assert not missing.success() and missing.code == 230001
+
+
+async def test_the_transcription_client_sends_the_key_from_the_environment(fake: FakeOpenAIServer) -> None:
+    """The OpenAI API's authentication (a Bearer key) and its 401 for a wrong one."""
+    from hermes_core.channels.media import MediaRefused, TranscriptionConfig
+    from hermes_core.gateway.transcription import Transcriber
+
+    fake.api_key = "sk-speech"
+    fake.script_transcripts("hello")
+    config = TranscriptionConfig(base_url=fake.base_url)
+    assert await Transcriber(config, "sk-speech").transcribe(OGG, "audio.ogg", 5) == "hello"
+    with pytest.raises(MediaRefused) as refused:
+        await Transcriber(config, "sk-wrong").transcribe(OGG, "audio.ogg", 5)
+    assert refused.value.reason == "unavailable" and "HTTP 401" in refused.value.fields["why"]
+    assert "sk-" not in str(refused.value) and "sk-" not in repr(Transcriber(config, "sk-speech"))
+
+
+def test_the_transcription_key_is_never_read_from_the_file(tmp_path: Any) -> None:
+    from hermes_core.config import ConfigError, load_settings
+
+    config = tmp_path / "hermes.yaml"
+    config.write_text("media:\n  transcription:\n    base_url: https://speech.example/v1\n", encoding="utf-8")
+    transcription = load_settings(config, env={}, dotenv=None).media.transcription
+    assert transcription is not None and transcription.api_key_env == "HERMES_TRANSCRIPTION_API_KEY"
+    config.write_text(
+        "media:\n  transcription:\n    base_url: https://speech.example/v1\n    api_key: sk-1\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="api_key"):
+        load_settings(config, env={}, dotenv=None)

@@ -40,14 +40,19 @@ def post_node_text(node: dict[str, Any]) -> str:
 
 def card_text(content: dict[str, Any]) -> str:
     """A card as received (a simplified card, `{"title", "elements": [[node, …], …]}`, FEISHU.md §4),
-    or a card's JSON: its title, then the text of its elements, one paragraph a line."""
+    or a card's JSON (1.0 `elements`, 2.0 `body.elements`, as the bot's own cards read back): its
+    title, then the text of its elements, one paragraph or element a line."""
     title = _str(content.get("title"))
     header = content.get("header")
     if not title and isinstance(header, dict):
-        title = " ".join(_strings(header.get("title"), [0]))
+        title = " ".join(_strings(header.get("title"), [MAX_CARD_NODES]))
     lines: list[str] = []
     budget = [MAX_CARD_NODES]
-    for paragraph in _list(content.get("elements")):
+    body = content.get("body")  # a JSON 2.0 card keeps its elements under `body`
+    elements = _list(content.get("elements")) or _list(
+        body.get("elements") if isinstance(body, dict) else None
+    )
+    for paragraph in elements[:MAX_CARD_NODES]:
         if isinstance(paragraph, list):  # the simplified shape: paragraphs of post-like nodes
             nodes = [node for node in paragraph if isinstance(node, dict)]
             line = "".join(post_node_text(node) or _str(node.get("text")) or _str(node.get("content"))
@@ -56,9 +61,9 @@ def card_text(content: dict[str, Any]) -> str:
             line = " ".join(_strings(paragraph, budget))
         if line.strip():
             lines.append(line.strip())
-    body = "\n".join(lines)[:MAX_CARD_CHARS]
+    text = "\n".join(lines)[:MAX_CARD_CHARS]
     head = f"[card: {title}]" if title else "[card]"
-    return f"{head}\n{body}" if body else head
+    return f"{head}\n{text}" if text else head
 
 
 def shared_text(kind: str, content: dict[str, Any]) -> str:
@@ -69,19 +74,19 @@ def shared_text(kind: str, content: dict[str, Any]) -> str:
 
 
 def _strings(value: Any, budget: list[int]) -> list[str]:
-    """The `content` and `text` strings under `value`, in document order, at most `budget[0]` nodes."""
-    if budget[0] <= 0:
-        return []
-    budget[0] -= 1
-    if isinstance(value, dict):
-        found = [value[key] for key in ("content", "text") if isinstance(value.get(key), str)]
-        for item in value.values():
-            if isinstance(item, (dict, list)):
-                found += _strings(item, budget)
-        return found
-    if isinstance(value, list):
-        return [text for item in value for text in _strings(item, budget)]
-    return []
+    """The `content` and `text` strings under `value`, in document order, visiting at most
+    `budget[0]` nodes. Iterative: a card nested a thousand levels deep cannot exhaust the stack."""
+    found: list[str] = []
+    stack = [value]
+    while stack and budget[0] > 0:
+        node = stack.pop()
+        budget[0] -= 1
+        if isinstance(node, dict):
+            found += [node[key] for key in ("content", "text") if isinstance(node.get(key), str)]
+            stack += reversed([item for item in node.values() if isinstance(item, (dict, list))])
+        elif isinstance(node, list):
+            stack += reversed(node)
+    return found
 
 
 def _str(value: Any) -> str:
