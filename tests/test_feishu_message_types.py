@@ -170,6 +170,23 @@ async def test_a_forwarded_chat_log_is_expanded_into_a_transcript(
     assert fake.requests[0].images == []
 
 
+async def test_a_reply_to_a_forwarded_log_in_a_group_reads_the_log(
+    tmp_path: Any, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The usual way to hand a group's bot a chat log: forward it, then reply "@bot summarise"."""
+    fake.script(FakeReply.text("Amy asked about the release."))
+    async with media_gateway(tmp_path, feishu, fake, monkeypatch) as (url, _):
+        entries = [{"sender": "ou_amy", "text": "when is the release?"}, {"sender": "ou_bob"}]
+        log = feishu.forward_message(entries, chat_type="group", chat_id="oc_team")
+        assert (await feishu.push(log, f"{url}/feishu/events")).ok  # no mention: not answered
+        ask = feishu.user_message("summarise", mention_bot=True, chat_type="group", chat_id="oc_team",
+                                  reply_to=log["event"]["message"]["message_id"])  # fmt: skip
+        await answered(feishu, url, ask)
+    told = said(fake.requests[0])
+    assert told.startswith("[forwarded chat log, 2 messages]\n") and "    when is the release?" in told
+    assert "ou_bob:\n    [empty]" in told and told.endswith("[end of forwarded chat log]\n\nsummarise")
+
+
 # --- post, cards, shares -------------------------------------------------------------------------
 
 

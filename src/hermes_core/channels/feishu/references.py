@@ -69,7 +69,9 @@ async def _read_one(
         log.info("feishu: the %s %s could not be read: %s", what, message_id, exc)
         reason = "no answer in time" if isinstance(exc, asyncio.TimeoutError) else _refusal(exc)
         return f"[the {what} could not be read: {reason}]", []
-    top = next((item for item in items if item.get("message_id") == message_id), items[0] if items else {})
+    if not items:
+        return f"[the {what} could not be read: Feishu returned no message]", []
+    top = next((item for item in items if item.get("message_id") == message_id), items[0])
     if _type(top) == "merge_forward":
         return _transcript(items, message_id), []
     text, found = _item_text(top)
@@ -130,7 +132,7 @@ def _item_text(item: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     mentions = [m for m in item.get("mentions") or [] if isinstance(m, dict)]
     kind, text, attachments = _text_of(message, mentions, None)
     if kind != "text":
-        return f"[a {_type(item) or 'message'} message, which cannot be read]", []
+        return f"[a message of type {_type(item) or 'unknown'}, which cannot be read]", []
     if item.get("deleted") is True:
         return "[this message was recalled]", []
     return text, [a for a in attachments if a.get("kind") not in REFERENCE_KINDS]
