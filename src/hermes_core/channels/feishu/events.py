@@ -328,7 +328,7 @@ def _text_of(
     """The kind, text and attachments (channels/media.py) of a message, for every type a person can
     send (FEISHU.md §4; lark_oapi/channel/normalize/converters/*.py): text and post in full (a post's
     pictures and videos as attachments), image, file, audio and video (`media`) as attachments, a
-    merge_forward as a reference read at turn time (content.py), cards and shared chats or contacts
+    merge_forward as a reference read at turn time (references.py), cards, shared chats or contacts
     as a line of text. Stickers and unknown types are "non_text"."""
     from .content import card_text, shared_text
 
