@@ -17,6 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
@@ -497,3 +499,54 @@ def test_the_transcription_key_is_never_read_from_the_file(tmp_path: Any) -> Non
     )
     with pytest.raises(ConfigError, match="api_key"):
         load_settings(config, env={}, dotenv=None)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+_TYPES = ["text", "post", "image", "file", "audio", "media", "sticker", "interactive", "share_chat",
+          "share_user", "merge_forward", "system", "location"]  # fmt: skip
+_NODE = st.fixed_dictionaries(
+    {"tag": st.sampled_from(["text", "a", "at", "img", "media", "emotion", "code_block", "hr", "md", "x"])},
+    optional={"text": _JSON, "href": _JSON, "user_id": _JSON, "user_name": _JSON, "language": _JSON,
+              "emoji_type": _JSON, "image_key": _JSON, "file_key": _JSON},
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_TYPES),
+    _JSON
+    | st.dictionaries(st.sampled_from(["title", "elements", "content", "text", "chat_id"]), _JSON)
+    | st.fixed_dictionaries({"content": st.lists(st.lists(_NODE, max_size=4), max_size=3)}),
+    st.none() | st.text(max_size=30),
+)
+def test_any_content_of_any_type_becomes_a_message_or_is_ignored_and_never_raises(
+    message_type: str, content: Any, parent: str | None
+) -> None:
+    """FEISHU.md §4's types with whatever JSON a sender (or a fuzzer) puts in their content."""
+    from hermes_core.channels.feishu.events import Ignored
+
+    extra = {"parent_id": parent} if parent is not None else {}
+    result = receive(message_type, content, **extra)
+    assert isinstance(result, Ignored) or isinstance(result.text, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["message_id", "upper_message_id", "msg_type", "body",
+                                                 "sender", "create_time", "deleted", "mentions"]), _JSON),
+                max_size=8))  # fmt: skip
+def test_any_get_message_answer_is_read_into_a_transcript_without_raising(
+    items: list[dict[str, Any]],
+) -> None:
+    """Whatever `data.items` holds (lark_oapi/channel/normalize/merge_forward.py tolerates the same)."""
+    from hermes_core.channels.feishu.references import _item_text, _transcript
+
+    assert _transcript(items, "om_root").startswith("[forwarded chat log, ")
+    for item in items:
+        text, found = _item_text(item)
+        assert isinstance(text, str) and isinstance(found, list)

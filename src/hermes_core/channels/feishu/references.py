@@ -24,7 +24,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ..media import MAX_ATTACHMENTS, REFERENCE_KINDS
-from .events import _text_of
+from .events import MAX_MENTIONS, _text_of
 
 if TYPE_CHECKING:
     from ..seam import InboundMessage
@@ -129,7 +129,8 @@ def _item_text(item: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     body = item.get("body")
     content = body.get("content") if isinstance(body, dict) else None
     message = {"message_type": _type(item), "content": content if isinstance(content, str) else "{}"}
-    mentions = [m for m in item.get("mentions") or [] if isinstance(m, dict)]
+    listed = item.get("mentions")
+    mentions = [m for m in listed[:MAX_MENTIONS] if isinstance(m, dict)] if isinstance(listed, list) else []
     kind, text, attachments = _text_of(message, mentions, None)
     if kind != "text":
         return f"[a message of type {_type(item) or 'unknown'}, which cannot be read]", []
