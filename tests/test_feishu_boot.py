@@ -159,6 +159,7 @@ def test_the_console_checklist_names_what_the_channel_needs() -> None:
     english, chinese = checklist.split("**中文**")
     handled = ["im.message.receive_v1", "card.action.trigger"]  # events.py, channel.py
     scopes = ["im:message.p2p_msg:readonly", "im:message.group_at_msg:readonly", "im:message:send_as_bot"]
+    scopes.append("im:message:readonly")  # resources, quoted messages, forwarded logs (media.md)
     [route] = FeishuChannel(None, app_id="cli_x", app_secret="s").routes()  # type: ignore[arg-type]
     path = route.path
     for half in (english, chinese):

@@ -134,6 +134,8 @@ async def test_throttling_storms_deliver_every_reply_in_order(tmp_path: Path) ->
 
 
 async def test_non_text_message_is_answered_politely_without_running_the_agent(tmp_path: Path) -> None:
+    """A sticker (nothing can read it: the resource API does not serve stickers, FEISHU.md §11) gets
+    the fixed reply; a voice message without a transcription endpoint gets its own polite reply."""
     from hermes_core import Agent
     from hermes_core.gateway.runner import AgentRunner
     from hermes_core.testing import ScriptedModel
@@ -141,10 +143,10 @@ async def test_non_text_message_is_answered_politely_without_running_the_agent(t
     model = ScriptedModel([])  # any model call would fail the turn
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(Agent(model=model))) as (_, url):
-            audio = feishu.user_message(
-                "", message_type="audio", content={"file_key": "file_1", "duration": 1200}, chat_id="oc_1"
-            )
-            assert (await feishu.push(audio, url)).ok
+            assert (await feishu.push(feishu.sticker_message(chat_id="oc_1"), url)).ok
             await wait_for(lambda: len(feishu.sent) == 1)
-    assert "只能读懂文字" in feishu.sent[0].text and "only read text" in feishu.sent[0].text
+            assert (await feishu.push(feishu.audio_message(b"OggS" + bytes(64), chat_id="oc_1"), url)).ok
+            await wait_for(lambda: len(feishu.sent) == 2)
+    assert "读不了这种消息" in feishu.sent[0].text and "cannot read this kind" in feishu.sent[0].text
+    assert "转不了文字" in feishu.sent[1].text and "no speech-to-text service" in feishu.sent[1].text
     assert model.calls == []

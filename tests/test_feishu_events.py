@@ -103,8 +103,10 @@ def test_group_message_needs_a_mention_of_the_bot() -> None:
 
 
 def test_non_text_and_other_events() -> None:
+    sticker = inbound_from_event(receive_event(message_type="sticker", content='{"file_key": "k"}'), "ou_bot")
+    assert not isinstance(sticker, Ignored) and sticker.kind == "non_text" and sticker.attachments == []
     audio = inbound_from_event(receive_event(message_type="audio", content='{"file_key": "k"}'), "ou_bot")
-    assert not isinstance(audio, Ignored) and audio.kind == "non_text" and audio.attachments == []
+    assert not isinstance(audio, Ignored) and audio.attachments == [{"kind": "audio", "key": "k"}]
     image = inbound_from_event(receive_event(message_type="image", content='{"image_key": "k"}'), "ou_bot")
     assert not isinstance(image, Ignored) and image.attachments == [{"kind": "image", "key": "k"}]
     post = {
@@ -112,7 +114,7 @@ def test_non_text_and_other_events() -> None:
         "content": [[{"tag": "text", "text": "本周 "}, {"tag": "a", "text": "链接", "href": "x"}]],
     }
     rich = inbound_from_event(receive_event(message_type="post", content=json.dumps(post)), "ou_bot")
-    assert not isinstance(rich, Ignored) and rich.text == "周报\n本周 链接"
+    assert not isinstance(rich, Ignored) and rich.text == "周报\n本周 [链接](x)"
     other = {"schema": "2.0", "header": {"event_type": "im.chat.member.bot.added_v1"}, "event": {}}
     assert isinstance(inbound_from_event(other, "ou_bot"), Ignored)
 

@@ -190,7 +190,7 @@ async def test_files_without_a_workspace_and_unread_types_are_refused_before_any
         assert "no workspace" in text and "工作区" in text
     async with media_gateway(tmp_path / "again", feishu, fake, monkeypatch) as (url, _):
         text = await answered(feishu, url, feishu.file_message(b"MZ\x90\x00", "setup.exe"), count=2)
-        assert "setup.exe" in text and "PDF, TXT, Markdown and CSV" in text
+        assert "setup.exe" in text and "PDF, Word, Excel, PowerPoint, TXT" in text
     assert fake.requests == [] and feishu.resource_reads == []
 
 

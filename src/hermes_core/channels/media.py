@@ -9,6 +9,14 @@ with the message in the inbox:
     {"kind": "file", "key": "file_v3_…", "name": "report.pdf"}
     {"kind": "image", "data": "<base64>", "mime": "image/png"} # carried inline (the webhook)
     {"kind": "image", "problem": "the image has no image_key"} # unusable: the user is told why
+    {"kind": "audio", "key": "file_v3_…"}                      # voice and video: transcribed
+    {"kind": "file", "key": "…", "name": "a.pdf", "message_id": "om_…"}  # held by another message
+    {"kind": "quote", "message_id": "om_…"}                    # a reference, read at turn time
+
+References (`REFERENCE_KINDS`: the message a reply quotes, the chat log a merge_forward carries)
+are read when the turn runs by the channel they came in on (`ReferenceReader`): their text joins
+the message's, their pictures and files become attachments of their own, each naming the message
+that holds it, since a platform serves a resource only through that message.
 
 The turn (gateway/media.py) fetches what has a `key` through the channel's `AttachmentSource`,
 within `MediaLimits`, and checks it here: the size (a download stops at the limit, it never reads
@@ -23,7 +31,7 @@ import binascii
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as checked_dataclass
@@ -33,6 +41,11 @@ if TYPE_CHECKING:
 
 MB = 1024 * 1024
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+MEDIA_KINDS = ("audio", "video")  # voice and video messages: read through a transcription endpoint
+REFERENCE_KINDS = ("quote", "forward")  # other messages this one points at, read at turn time
 # the files a model can read with read_file, by extension: (canonical type, declared types accepted)
 FILE_TYPES: dict[str, tuple[str, tuple[str, ...]]] = {
     ".pdf": ("application/pdf", ("application/pdf",)),
@@ -40,12 +53,27 @@ FILE_TYPES: dict[str, tuple[str, tuple[str, ...]]] = {
     ".md": ("text/markdown", ("text/",)),
     ".markdown": ("text/markdown", ("text/",)),
     ".csv": ("text/csv", ("text/", "application/csv", "application/vnd.ms-excel")),
+    ".docx": (DOCX, (DOCX, "application/zip")),
+    ".xlsx": (XLSX, (XLSX, "application/zip")),
+    ".pptx": (PPTX, (PPTX, "application/zip")),
 }
+# Office documents are ZIP files; each must hold the part its type says (the `office` extra reads them)
+OFFICE_PARTS = {DOCX: "word/document.xml", XLSX: "xl/workbook.xml", PPTX: "ppt/presentation.xml"}
 GENERIC_TYPES = ("", "application/octet-stream", "binary/octet-stream")
 MAX_KEY_CHARS = 200  # a Feishu image_key / file_key is ~50 characters
 MAX_NAME_CHARS = 120
 MAX_ATTACHMENTS = 8  # per message; a post with more images is refused
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@checked_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class TranscriptionConfig:
+    """`media.transcription`: an OpenAI-compatible `/audio/transcriptions` endpoint that turns voice
+    and video messages into text. The key comes from the environment variable `api_key_env` only."""
+
+    base_url: Annotated[str, Field(pattern=r"^https?://")]  # e.g. https://api.openai.com/v1
+    model: Annotated[str, Field(min_length=1)] = "whisper-1"
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "HERMES_TRANSCRIPTION_API_KEY"
 
 
 @checked_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
@@ -57,6 +85,7 @@ class MediaLimits:
     max_file_mb: Annotated[float, Field(gt=0, le=100)] = 20.0  # a file saved in the workspace (Feishu: 100)
     download_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0  # seconds for a download, headers and body
     folder: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] = "uploads"  # workspace folder the files go in
+    transcription: TranscriptionConfig | None = None  # voice and video read as text; None: not read
 
     def limit(self, kind: str) -> int:
         return int((self.max_image_mb if kind == "image" else self.max_file_mb) * MB)
@@ -92,8 +121,20 @@ class AttachmentSource(Protocol):
         ...
 
 
+@runtime_checkable
+class ReferenceReader(Protocol):
+    """A channel whose messages can point at other messages (a quoted one, a forwarded chat log)."""
+
+    async def read_references(self, message: InboundMessage, timeout: float) -> InboundMessage:
+        """`message` with its `REFERENCE_KINDS` records read: their text put before the message's
+        own, their pictures and files added as attachments (each with the `message_id` holding
+        it). What cannot be read is said in the text; nothing here raises."""
+        ...
+
+
 def keyed(kind: str, key: Any, name: Any = None) -> dict[str, Any]:
-    """The record of a platform attachment, or of why it cannot be used (a missing or odd key)."""
+    """The record of a platform attachment, or of why it cannot be used (a missing or odd key).
+    `kind`: image, file, audio or video (the last three are fetched by their file_key)."""
     what = "image" if kind == "image" else "file"
     if not isinstance(key, str) or not key:
         return {"kind": kind, "problem": f"the {what} has no {what}_key"}
@@ -165,17 +206,38 @@ def file_kind(name: str) -> tuple[str, tuple[str, ...]]:
 
 
 def file_type(name: str, data: bytes, declared: str) -> str:
-    """The type of a file by its extension, checked against its bytes (`%PDF-`, or UTF-8 text without
-    NUL bytes) and the declared Content-Type; `MediaRefused("type")` otherwise."""
+    """The type of a file by its extension, checked against its bytes (`%PDF-`, an Office ZIP holding
+    its main part, or UTF-8 text without NUL bytes) and the declared Content-Type; `MediaRefused("type")`
+    otherwise."""
     canonical, accepted = file_kind(name)
     declared = _mime(declared)
     if not (declared in GENERIC_TYPES or declared.startswith(accepted)):
         raise MediaRefused("type", f"{name} was served as {declared}, not as {canonical}", name=name)
     if canonical == "application/pdf" and not data.startswith(b"%PDF-"):
         raise MediaRefused("type", f"{name} is not a PDF document", name=name)
-    if canonical != "application/pdf" and not _is_text(data):
+    if canonical in OFFICE_PARTS and sniff_office(data) != canonical:
+        raise MediaRefused("type", f"{name} is not an Office document of its type", name=name)
+    if canonical.startswith("text/") and not _is_text(data):
         raise MediaRefused("type", f"{name} is not UTF-8 text", name=name)
     return canonical
+
+
+def media_container(data: bytes) -> str | None:
+    """The file extension of an audio or video container a transcription endpoint takes (OpenAI:
+    flac, mp3, mp4, m4a, ogg, wav, webm), by its magic numbers; None for anything else."""
+    if data[4:8] == b"ftyp":
+        return "m4a" if data[8:11] == b"M4A" else "mp4"
+    if data.startswith(b"\x1a\x45\xdf\xa3"):
+        return "webm"
+    if data.startswith(b"OggS"):
+        return "ogg"
+    if data.startswith(b"RIFF") and data[8:12] == b"WAVE":
+        return "wav"
+    if data.startswith(b"fLaC"):
+        return "flac"
+    if data.startswith(b"ID3") or data[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
+        return "mp3"
+    return None
 
 
 def sniff(data: bytes) -> str | None:
@@ -201,6 +263,22 @@ def _mime(value: str) -> str:
     return value.split(";", 1)[0].strip().lower()
 
 
+def sniff_office(data: bytes) -> str | None:
+    """The Office type of a ZIP archive (`PK\\x03\\x04`) by the main part it holds
+    (`word/document.xml`, `xl/workbook.xml`, `ppt/presentation.xml`), or None."""
+    import io
+    import zipfile
+
+    if not data.startswith(b"PK\x03\x04"):
+        return None
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return None
+    return next((kind for kind, part in OFFICE_PARTS.items() if part in names), None)
+
+
 def _is_text(data: bytes) -> bool:
     if b"\x00" in data:
         return False
@@ -215,12 +293,16 @@ __all__ = [
     "AttachmentSource",
     "Fetched",
     "MediaLimits",
+    "ReferenceReader",
+    "TranscriptionConfig",
     "MediaRefused",
     "file_kind",
     "file_type",
     "image_type",
     "inline_image",
     "keyed",
+    "media_container",
+    "sniff_office",
     "safe_name",
     "sniff",
 ]

@@ -9,6 +9,13 @@
   under `<media.folder>/<conversation>/<name>`, and the message the model reads says where it is,
   how large and of what type, so read_file can open it. Without a workspace it is refused.
 
+- a message's references (the message it quotes, a forwarded chat log) are read first through its
+  channel (`ReferenceReader`): their text joins the message's, a quoted picture or file is then
+  handled like the message's own;
+- a voice or video message is downloaded and read through the transcription endpoint
+  (`media.transcription`, gateway/transcription.py); without one it is refused politely;
+- Word, Excel and PowerPoint files (docx, xlsx, pptx) have their text saved beside them, like a PDF's.
+
 Any refusal answers the message with the reason (kernel/replies.py `attachment_*`) instead of a turn:
 a model never sees half of what the user sent.
 """
@@ -18,29 +25,40 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..channels.media import (
+    MEDIA_KINDS,
+    OFFICE_PARTS,
+    REFERENCE_KINDS,
     AttachmentSource,
     Fetched,
     MediaLimits,
     MediaRefused,
+    ReferenceReader,
     file_kind,
     file_type,
     image_type,
+    media_container,
     megabytes,
     safe_name,
 )
+from .office import office_text
 
 if TYPE_CHECKING:
     from ..channels.seam import InboundMessage
     from ..tools.files import Workspace
+    from .transcription import Transcriber
 
 log = logging.getLogger("hermes_core.media")
+
+NO_TRANSCRIPTION = "no speech-to-text service is set up here"
+FORMAT = "its format is not supported"
 
 
 @dataclass
@@ -59,14 +77,17 @@ class MediaDesk:
         sources: Mapping[str, AttachmentSource] | None = None,
         workspace: Workspace | None = None,
         vision: bool = False,
+        transcriber: Transcriber | None = None,
     ) -> None:
         self.limits = limits or MediaLimits()
         self.sources = dict(sources or {})
         self.workspace = workspace
         self.vision = vision
+        self.transcriber = transcriber  # voice and video as text; None: they are refused politely
 
     async def prepare(self, message: InboundMessage) -> Prepared:
         """The message's text and pictures for the model, its files saved; `MediaRefused` otherwise."""
+        message = await self._read_references(message)
         attachments = message.attachments
         for attachment in attachments:
             if attachment.get("problem"):
@@ -76,6 +97,8 @@ class MediaDesk:
         files = [a for a in attachments if a.get("kind") == "file"]
         if files and self.workspace is None:
             raise MediaRefused("no_workspace", "files need agent.workspace")
+        if any(a.get("kind") in MEDIA_KINDS for a in attachments) and self.transcriber is None:
+            raise MediaRefused("media", "voice and video need media.transcription", why=NO_TRANSCRIPTION)
         for attachment in files:  # a type that is never read is refused before any download
             file_kind(safe_name(str(attachment.get("name") or "")))
         prepared = Prepared(message.text)
@@ -83,11 +106,41 @@ class MediaDesk:
         for attachment in attachments:
             if attachment.get("kind") == "image":
                 prepared.images.append(await self._image(message, attachment))
+            elif attachment.get("kind") in MEDIA_KINDS:
+                notes.append(await self._transcript(message, attachment))
             else:
                 notes.append(await self._file(message, attachment))
         if notes:
             prepared.text = "\n".join([message.text, *notes]).strip()
         return prepared
+
+    async def _read_references(self, message: InboundMessage) -> InboundMessage:
+        """The message with the messages it points at read by its channel; references a channel
+        cannot read are dropped (the message's own text still reaches the model)."""
+        if not any(a.get("kind") in REFERENCE_KINDS for a in message.attachments):
+            return message
+        source = self.sources.get(message.channel)
+        if isinstance(source, ReferenceReader):
+            return await source.read_references(message, self.limits.download_timeout)
+        kept = [a for a in message.attachments if a.get("kind") not in REFERENCE_KINDS]
+        return dataclasses.replace(message, attachments=kept)
+
+    async def _transcript(self, message: InboundMessage, attachment: dict[str, Any]) -> str:
+        """A voice or video message as text: downloaded (within the file limit), its container
+        checked (one the endpoint takes: OpenAI's list), then transcribed."""
+        assert self.transcriber is not None  # checked in prepare
+        kind = str(attachment.get("kind"))
+        fetched = await self._fetch(message, attachment)
+        container = media_container(fetched.data)
+        if container is None or (kind == "video" and container not in ("mp4", "webm")):
+            raise MediaRefused(
+                "media", f"{kind}: a format the transcription endpoint does not take", why=FORMAT
+            )
+        text = await self.transcriber.transcribe(
+            fetched.data, f"{kind}.{container}", self.limits.download_timeout
+        )
+        what = "voice message" if kind == "audio" else "video's sound"
+        return f"[{what}, transcribed]\n{text.strip()}\n[end of transcript]"
 
     async def _image(self, message: InboundMessage, attachment: dict[str, Any]) -> str:
         fetched = await self._fetch(message, attachment)
@@ -110,17 +163,23 @@ class MediaDesk:
         size = megabytes(len(fetched.data))
         note = f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
         if mime == "application/pdf":
-            note += "\n" + await self._pdf_text(path, fetched.data)
+            note += "\n" + await self._document_text(path, fetched.data)
+        elif mime in OFFICE_PARTS:
+            note += "\n" + await self._document_text(path, fetched.data, reader=office_text, extra="office")
         return note
 
-    async def _pdf_text(self, path: str, data: bytes) -> str:
-        """The PDF's text saved as `<path>.txt` (the `pdf` extra, pypdf), and the line saying so."""
+    async def _document_text(
+        self, path: str, data: bytes, reader: Callable[[bytes], str] | None = None, extra: str = "pdf"
+    ) -> str:
+        """The document's text saved as `<path>.txt` (a PDF with the `pdf` extra, pypdf; an Office
+        document with the `office` extra: gateway/office.py), and the line saying so."""
         assert self.workspace is not None
         try:
-            text = await asyncio.wait_for(asyncio.to_thread(pdf_text, data), self.limits.download_timeout)
+            read = reader or pdf_text
+            text = await asyncio.wait_for(asyncio.to_thread(read, data), self.limits.download_timeout)
         except ImportError:
-            return f"[{path}: its text is not extracted here (the pdf extra is not installed)]"
-        except Exception as exc:  # a broken, encrypted or hostile PDF: the file is kept, its text is not
+            return f"[{path}: its text is not extracted here (the {extra} extra is not installed)]"
+        except Exception as exc:  # a broken, encrypted or hostile document: the file is kept, its text is not
             log.info("no text from %s: %s: %s", path, type(exc).__name__, exc)
             return f"[{path}: its text could not be extracted]"
         from ..kernel.tools.declare import ToolError

@@ -215,10 +215,18 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
 
 
 def media_desk(settings: Settings, agent: Any, sources: dict[str, AttachmentSource]) -> MediaDesk:
-    """Pictures and files for the turns (gateway/media.py): the channels that fetch them, the
-    workspace files are saved in (the file tools'), whether the model takes pictures."""
+    """Pictures and files for the turns (gateway/media.py): the channels that fetch them (and read
+    the messages a message quotes), the workspace files are saved in (the file tools'), whether the
+    model takes pictures, the endpoint that transcribes voice and video."""
     workspace = workspace_of(settings) if settings.agent.workspace else None
-    return MediaDesk(settings.media, sources=sources, workspace=workspace, vision=agent.settings.vision)
+    transcriber = None
+    if settings.media.transcription is not None:  # voice and video as text (gateway/transcription.py)
+        from .transcription import Transcriber
+
+        config = settings.media.transcription
+        transcriber = Transcriber(config, os.environ.get(config.api_key_env))
+    return MediaDesk(settings.media, sources=sources, workspace=workspace, vision=agent.settings.vision,
+                     transcriber=transcriber)  # fmt: skip
 
 
 def add_scheduler(

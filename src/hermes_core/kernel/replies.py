@@ -46,14 +46,11 @@ REPLIES: dict[str, dict[Language, str]] = {
         "aside instead of trying again, and logged it for the administrator. "
         "Please rephrase it or contact the administrator.",
     },
-    "non_text": {
-        "zh": "抱歉，我目前只能读懂文字消息，请用文字描述你的需求。",
-        "en": "Sorry, I can only read text messages for now. Please describe what you need in text.",
+    "non_text": {  # what nothing can read: stickers, message types not known
+        "zh": "抱歉，我读不了这种消息，请用文字描述你的需求。",
+        "en": "Sorry, I cannot read this kind of message. Please describe what you need in text.",
     },
-    "how_can_i_help": {
-        "zh": "你好，有什么可以帮你？",
-        "en": "Hi, how can I help?",
-    },
+    "how_can_i_help": {"zh": "你好，有什么可以帮你？", "en": "Hi, how can I help?"},
     "empty_reply": {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",
@@ -123,9 +120,13 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "attachment_type": {
         "zh": "抱歉，我读不了这个附件（{name}）。"
-        "我能读 PDF、TXT、Markdown 和 CSV 文件，以及 PNG、JPEG、GIF、WebP 图片。",
-        "en": "Sorry, I cannot read this attachment ({name}). I can read PDF, TXT, Markdown and CSV "
-        "files, and PNG, JPEG, GIF and WebP pictures.",
+        "我能读 PDF、Word、Excel、PowerPoint、TXT、Markdown 和 CSV 文件，以及 PNG、JPEG、GIF、WebP 图片。",
+        "en": "Sorry, I cannot read this attachment ({name}). I can read PDF, Word, Excel, PowerPoint, TXT, "
+        "Markdown and CSV files, and PNG, JPEG, GIF and WebP pictures.",
+    },
+    "attachment_media": {  # voice and video; {why}: no transcription endpoint, or a format it does not take
+        "zh": "抱歉，这段语音或视频我转不了文字（{why}）。请把内容用文字发给我。",
+        "en": "Sorry, I cannot turn this voice message or video into text ({why}). Please send it as text.",
     },
     "attachment_too_large": {
         "zh": "抱歉，这个附件太大了（{size}，上限 {limit}）。请发一个小一些的。",

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from multidict import CIMultiDict
 
 from ..kernel.messages import JSON
@@ -49,6 +49,8 @@ ToolArgs = dict[str, JSON] | str
 
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
 _BAD_KEY = "Incorrect API key provided."
+AUDIO_FORMATS = frozenset({"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"})
+AUDIO_LIMIT = 25 * 1024 * 1024  # the API's 25 MB upload limit
 NO_TOOLS_MESSAGE = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 
 
@@ -192,6 +194,16 @@ class RecordedRequest:
 Handler = Callable[[RecordedRequest], FakeReply | Awaitable[FakeReply]]
 
 
+@dataclass(frozen=True)
+class RecordedTranscription:
+    """One ``/audio/transcriptions`` request: the uploaded file's name and size, the model, the status."""
+
+    file_name: str | None
+    model: str
+    size: int
+    status: int
+
+
 class FakeOpenAIServer:
     """An OpenAI-compatible ``/v1/chat/completions`` endpoint with scripted answers.
 
@@ -225,6 +237,14 @@ class FakeOpenAIServer:
     - ``honor_max_tokens``: a request's ``max_tokens`` (or ``max_completion_tokens``) cuts a
       tool-call reply at about four characters per token, mid-argument, with
       ``finish_reason: "length"``, as a real server's output limit does.
+
+    Speech to text, ``POST /v1/audio/transcriptions`` (platform.openai.com/docs/api-reference/audio/
+    createTranscription): multipart form fields ``file`` (its name's extension is the format:
+    flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm) and ``model``; the answer is
+    ``{"text": …}``, the next of ``script_transcripts(…)`` (else ``"(no speech)"``). Errors as
+    the API gives them: 401 without the key, 400 ``invalid_request_error`` for a missing field or
+    an unsupported format (``Invalid file format. Supported formats: [...]``), 413 over 25 MB.
+    ``transcriptions`` records each request (file name, model, size, status).
 
     Records: ``requests`` (every chat request, even rejected ones), ``in_flight`` and
     ``max_in_flight`` (chat requests open at once, from arrival to the end of the answer),
@@ -265,6 +285,8 @@ class FakeOpenAIServer:
         self.broken: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.transcriptions: list[RecordedTranscription] = []
+        self._transcripts: deque[str] = deque()
         self._script: deque[FakeReply] = deque()
         self._model_scripts: dict[str, deque[FakeReply]] = {}
         self._call_ids = itertools.count(1)
@@ -293,6 +315,10 @@ class FakeOpenAIServer:
     def script_for(self, model: str, *replies: FakeReply) -> None:
         """Queue replies used only for requests for ``model`` (before the general queue)."""
         self._model_scripts.setdefault(model, deque()).extend(replies)
+
+    def script_transcripts(self, *texts: str) -> None:
+        """Queue the texts ``/audio/transcriptions`` answers, one per request in order."""
+        self._transcripts.extend(texts)
 
     def reset(self) -> None:
         """Forget scripts, recorded requests and counts, and the in-flight high-water mark."""
@@ -329,6 +355,8 @@ class FakeOpenAIServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._list_models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcription)
+        app.router.add_post("/audio/transcriptions", self._transcription)
         app.router.add_get("/healthz", self._health)
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.1)
         await runner.setup()
@@ -397,6 +425,43 @@ class FakeOpenAIServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _transcription(self, request: web.Request) -> web.Response:
+        """``POST /audio/transcriptions``: multipart ``file`` and ``model`` → ``{"text"}``."""
+        fields: dict[str, tuple[str | None, bytes]] = {}
+        try:
+            reader = await request.multipart()
+            while (part := await reader.next()) is not None:
+                if isinstance(part, BodyPartReader) and part.name:
+                    fields[part.name] = (part.filename, await part.read(decode=False))
+        except (ValueError, AssertionError):
+            pass  # not multipart: every field is missing
+        file_name, data = fields.get("file", (None, b""))
+        model = fields.get("model", (None, b""))[1].decode("utf-8", "replace")
+        status, body = self._transcription_answer(request.headers, "file" in fields, file_name, data, model)
+        self.transcriptions.append(RecordedTranscription(file_name, model, len(data), status))
+        return _json_response(status, body)
+
+    def _transcription_answer(
+        self, headers: Mapping[str, str], has_file: bool, file_name: str | None, data: bytes, model: str
+    ) -> tuple[int, dict[str, JSON]]:
+        if not self._authorized(headers):
+            return 401, _error_body(401, _BAD_KEY)
+        if not has_file or not model:
+            missing = "file" if not has_file else "model"
+            return 400, _error_body(
+                400, f"1 validation error for Request\nbody -> {missing}\n  field required"
+            )
+        if len(data) > AUDIO_LIMIT:
+            return 413, _error_body(413, f"Maximum content size limit ({AUDIO_LIMIT}) exceeded.")
+        extension = (file_name or "").rpartition(".")[2].lower()
+        if extension not in AUDIO_FORMATS:
+            return 400, _error_body(400, f"Invalid file format. Supported formats: {sorted(AUDIO_FORMATS)}")
+        if self.models is not None and model not in self.models:
+            return 404, _error_body(
+                404, f"The model `{model}` does not exist or you do not have access to it."
+            )
+        return 200, {"text": self._transcripts.popleft() if self._transcripts else "(no speech)"}
 
     # -- choosing a reply --------------------------------------------------------------------
 

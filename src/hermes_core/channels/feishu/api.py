@@ -353,6 +353,20 @@ class FeishuAPI:
         self._names[open_id] = (name, now + (NAME_TTL if name else NO_NAME_TTL))
         return name
 
+    async def get_message(self, message_id: str) -> list[dict[str, Any]]:
+        """A message by its id (`GET /open-apis/im/v1/messages/:message_id`, open.feishu.cn/document/
+        server-docs/im-v1/message/get): `data.items`, the message itself and, for a merge_forward,
+        every message it carries (each naming its forward in `upper_message_id`). Needs the bot in
+        the chat and `im:message` or `im:message:readonly` (group chats also `im:message.group_msg`);
+        any refusal is a `FeishuError`."""
+        from urllib.parse import quote
+
+        path = f"/open-apis/im/v1/messages/{quote(message_id, safe='')}"
+        body = await self._call("GET", path, params={"user_id_type": "open_id"})
+        data = body.get("data")
+        items = data.get("items") if isinstance(data, dict) else None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
     async def aclose(self) -> None:
         session, self._session = self._session, None
         # A session can only be closed from its own loop; one left on a dead loop is just dropped.

@@ -346,9 +346,17 @@ class FeishuChannel(Channel):
         `AttachmentSource`; the download itself: resources.py)."""
         from .resources import download_resource
 
-        kind = "image" if attachment.get("kind") == "image" else "file"
+        kind = "image" if attachment.get("kind") == "image" else "file"  # audio and video: "file"
         key = str(attachment.get("key") or "")
-        return await download_resource(self.api, message.message_id, key, kind, limit=limit, timeout=timeout)
+        holder = str(attachment.get("message_id") or message.message_id)  # a quoted message's own
+        return await download_resource(self.api, holder, key, kind, limit=limit, timeout=timeout)
+
+    async def read_references(self, message: InboundMessage, timeout: float) -> InboundMessage:
+        """The quoted message and forwarded chat logs of `message`, read now (channels/media.py
+        `ReferenceReader`; the reading itself: references.py)."""
+        from .references import read_references
+
+        return await read_references(self.api, message, timeout)
 
     async def _streamed_into(self, message: OutboundMessage) -> str | None:
         """Write the reply into its streaming card, if it has one; None: send it the usual way."""

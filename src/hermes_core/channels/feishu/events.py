@@ -45,6 +45,8 @@ MAX_BODY = 1024 * 1024
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
+MAX_ID_CHARS = 100  # a message_id is "om_" and 32 hex digits
+_ID = re.compile(r"^[A-Za-z0-9_\-]+$")
 Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 
 
@@ -211,7 +213,7 @@ _SHAPE: dict[str, type] = {
     "event.sender.sender_id.open_id": str,
     "event.message": dict, "event.message.message_id": str, "event.message.chat_id": str,
     "event.message.chat_type": str, "event.message.message_type": str, "event.message.content": str,
-    "event.message.mentions": list,
+    "event.message.mentions": list, "event.message.parent_id": str,
     "event.operator": dict, "event.operator.open_id": str, "event.action": dict,
     "event.action.value": dict, "event.action.value.approval_id": str,
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
@@ -306,6 +308,7 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
         if not any(_dict(m.get("id")).get("open_id") == bot_open_id for m in mentions):
             return Ignored("group message that does not mention the bot")
     kind, text, attachments = _text_of(message, mentions, bot_open_id)
+    attachments += quoted(message, kind)
     return InboundMessage(
         channel="feishu",
         conversation=f"feishu:{open_id if chat_type == 'p2p' else chat_id}",
@@ -325,8 +328,13 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
 def _text_of(
     message: dict[str, Any], mentions: list[dict[str, Any]], bot_open_id: str | None
 ) -> tuple[str, str, list[dict[str, Any]]]:
-    """The kind, text and attachments (channels/media.py) of a message: pictures of `image` and
-    of a post's `img` nodes, the `file` of a file message; other types are "non_text"."""
+    """The kind, text and attachments (channels/media.py) of a message, for every type a person can
+    send (FEISHU.md §4; lark_oapi/channel/normalize/converters/*.py): text and post in full (a post's
+    pictures and videos as attachments), image, file, audio and video (`media`) as attachments, a
+    merge_forward as a reference read at turn time (references.py), cards, shared chats or contacts
+    as a line of text. Stickers and unknown types are "non_text"."""
+    from .content import card_text, shared_text
+
     try:
         content = json.loads(_str(message.get("content")) or "{}")
     except (ValueError, RecursionError):  # not JSON, nested too deeply, a number too long
@@ -339,9 +347,26 @@ def _text_of(
         return "text", strip_mentions(post_text(content), mentions, bot_open_id), post_images(content)
     if kind == "image":
         return "text", "", [keyed("image", content.get("image_key"))]
-    if kind == "file":
-        return "text", "", [keyed("file", content.get("file_key"), content.get("file_name"))]
+    if kind in ("file", "audio", "media"):
+        what = {"media": "video"}.get(str(kind), str(kind))
+        return "text", "", [keyed(what, content.get("file_key"), content.get("file_name"))]
+    if kind == "merge_forward":
+        forwarded = _str(message.get("message_id"))
+        return "text", "", [{"kind": "forward", "message_id": forwarded}] if forwarded else []
+    if kind == "interactive":
+        return "text", card_text(content), []
+    if kind in ("share_chat", "share_user"):
+        return "text", shared_text(str(kind), content), []
     return "non_text", "", []
+
+
+def quoted(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The reference to the message this one replies to (`parent_id`), read when the turn runs;
+    none for a message that is itself unreadable, or for an id that is not one."""
+    parent = _str(message.get("parent_id"))
+    if kind != "text" or not parent or len(parent) > MAX_ID_CHARS or not _ID.match(parent):
+        return []
+    return [{"kind": "quote", "message_id": parent}]
 
 
 def strip_mentions(text: str, mentions: list[dict[str, JSON]], bot_open_id: str | None) -> str:
@@ -366,29 +391,34 @@ def _post_body(content: dict[str, Any]) -> dict[str, Any]:
 
 
 def post_images(content: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pictures of a post (`img` nodes), in order; more than `MAX_ATTACHMENTS` is refused."""
+    """The pictures (`img` nodes) and videos (`media` nodes) of a post, in order; more than
+    `MAX_ATTACHMENTS` is refused."""
     found = [
         keyed("image", node.get("image_key"))
+        if node.get("tag") == "img"
+        else keyed("video", node.get("file_key"))
         for paragraph in _list(_post_body(content).get("content"))
         for node in _list(paragraph)
-        if isinstance(node, dict) and node.get("tag") == "img"
+        if isinstance(node, dict) and node.get("tag") in ("img", "media")
     ]
     if len(found) > MAX_ATTACHMENTS:
-        return [{"kind": "image", "problem": f"the message has more than {MAX_ATTACHMENTS} pictures"}]
+        return [
+            {"kind": "image", "problem": f"the message has more than {MAX_ATTACHMENTS} pictures or videos"}
+        ]
     return found
 
 
 def post_text(content: dict[str, Any]) -> str:
-    """The readable text of a rich-text (post) message, in any of the shapes Feishu sends."""
+    """The readable text of a rich-text (post) message, in any of the shapes Feishu sends, every
+    node kept (lark_oapi/channel/normalize/converters/post.py): links as `[text](href)`, code
+    blocks fenced with their language, mentions (their keys, replaced by `strip_mentions`, or
+    their names), emoji as `:TYPE:`, rules as `---`; pictures and videos are attachments."""
+    from .content import post_node_text
+
     body = _post_body(content)
     title = body.get("title")
     lines = [title] if isinstance(title, str) and title else []
     for paragraph in _list(body.get("content")):
-        parts = []
-        for node in _list(paragraph):
-            if isinstance(node, dict) and node.get("tag") in ("text", "a", "code_block", "md"):
-                parts.append(_str(node.get("text")))
-            elif isinstance(node, dict) and node.get("tag") == "at":
-                parts.append(_str(node.get("user_id")))
-        lines.append("".join(parts))
+        line = "".join(post_node_text(node) for node in _list(paragraph) if isinstance(node, dict))
+        lines.append(line.strip("\n"))  # a code block or a rule alone on its line
     return "\n".join(line for line in lines if line)

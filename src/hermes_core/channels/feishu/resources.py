@@ -7,7 +7,10 @@ Success is HTTP 200 with the bytes as the body, the type in `Content-Type` and t
 `Content-Disposition` (`filename`, or RFC 2231 `filename*`), as the official SDK reads them
 (`lark_oapi` `MessageResource.get`: any 2xx is the file, else a JSON error body). A failure is a
 JSON body `{"code", "msg"}`: the documented codes get a plain reason (`REFUSALS`); an invalid or
-missing token (any of api.py's `TOKEN_CODES`) is renewed once, as for every other call.
+missing token (any of api.py's `TOKEN_CODES`) is renewed once, as for every other call. A rate limit
+(HTTP 429 or code 99991400) is no failure: every call of the client pauses for
+`x-ogw-ratelimit-reset` seconds (api.py's limiter, FEISHU.md §7) and the download is tried again,
+at most `MAX_WAITS` times and within its `timeout`.
 
 Bounded on every side: one `timeout` for headers and body together; a `Content-Length` above the
 limit is refused before a byte is read, and a body without one is read in chunks and the
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from email.message import Message
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -39,8 +43,15 @@ REFUSALS: dict[int, str] = {
     234004: "the bot is not in this chat",
     234037: "the file is larger than Feishu serves (100 MB)",
     234043: "files inside forwarded or card messages cannot be downloaded",
-    99991400: "Feishu asked us to slow down",
 }
+RATE_LIMITED = 99991400
+MAX_WAITS = 6  # rate-limit answers one download waits out
+
+
+class _Throttled(Exception):
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"rate limited for {wait:g} s")
+        self.wait = wait
 
 
 class _TokenRefused(Exception):
@@ -53,13 +64,26 @@ async def download_resource(
     api: FeishuAPI, message_id: str, file_key: str, kind: str, *, limit: int, timeout: float
 ) -> Fetched:
     """The resource's bytes; `MediaRefused` (`too_large`, `timeout`, `unavailable`) otherwise."""
-    for _ in range(2):  # a refused token is renewed once, as for every other call
+    renewed, waits, waited = False, 0, 0.0
+    while True:
         token = await api._tenant_token()
         try:
             return await _get(api, token, message_id, file_key, kind, limit, timeout)
-        except _TokenRefused as refused:
+        except _TokenRefused as refused:  # renewed once, as for every other call
+            if renewed:
+                raise MediaRefused(
+                    "unavailable", "token refused twice", why="Feishu refused the bot's token"
+                ) from None
+            renewed = True
             api._forget_token(refused.token)
-    raise MediaRefused("unavailable", "token refused twice", why="Feishu refused the bot's token")
+        except _Throttled as throttled:  # a wait, shared with every call of the client
+            waits, waited = waits + 1, waited + throttled.wait
+            if waits > MAX_WAITS or waited > timeout:
+                raise MediaRefused(
+                    "timeout", f"{kind} {file_key}: still rate limited after {waited:g} s"
+                ) from None
+            api.limiter.pause_until(api.limiter.now() + throttled.wait)
+            await asyncio.sleep(throttled.wait)
 
 
 async def _get(
@@ -79,7 +103,7 @@ async def _get(
         async with request as reply:
             content_type = reply.headers.get("Content-Type", "")
             if not 200 <= reply.status < 300:
-                raise _refusal(reply.status, await reply.content.read(ERROR_BODY_MAX), token)
+                raise _refusal(reply.status, await reply.content.read(ERROR_BODY_MAX), token, reply.headers)
             if reply.content_length is not None and reply.content_length > limit:
                 reply.close()  # not a byte of the body is read
                 raise _too_large(megabytes(reply.content_length), limit)
@@ -97,12 +121,14 @@ async def _get(
         raise MediaRefused("unavailable", reason, why="Feishu could not be reached") from None
 
 
-def _refusal(status: int, raw: bytes, token: str) -> Exception:
+def _refusal(status: int, raw: bytes, token: str, headers: Mapping[str, str]) -> Exception:
     try:
         body: Any = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         body = {}
     code = body.get("code") if isinstance(body, dict) else None
+    if status == 429 or code == RATE_LIMITED:
+        return _Throttled(_reset_seconds(headers))
     if code in TOKEN_CODES:
         return _TokenRefused(token)
     if code == 234037:
@@ -115,6 +141,14 @@ def _refusal(status: int, raw: bytes, token: str) -> Exception:
 def _too_large(size: str, limit: int | None) -> MediaRefused:
     shown = megabytes(limit) if limit is not None else "100 MB"
     return MediaRefused("too_large", f"attachment of {size} over {shown}", size=size, limit=shown)
+
+
+def _reset_seconds(headers: Mapping[str, str]) -> float:
+    """`x-ogw-ratelimit-reset` (seconds, FEISHU.md §7; any case), 1 s when absent or odd."""
+    try:
+        return min(60.0, max(0.0, float(headers.get("x-ogw-ratelimit-reset", "1"))))
+    except ValueError:
+        return 1.0
 
 
 def _file_name(disposition: str | None) -> str | None:

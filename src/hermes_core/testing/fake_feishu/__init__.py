@@ -131,6 +131,7 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         app.router.add_patch(card + "/settings", route("cardkit.card.settings", self._card_settings))
         app.router.add_put(CARDS_PATH + "/{card_id}/elements/{element_id}/content",
                            route("cardkit.card_element.content", self._card_content))  # fmt: skip
+        app.router.add_get(MESSAGES_PATH + "/{message_id}", route("im.message.get", self._get_message))
         app.router.add_post("/callback/ws/endpoint", route("ws.endpoint", self._ws_endpoint, authed=False))
         app.router.add_get("/ws", self._ws)
         return app
@@ -309,6 +310,78 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         for key, data in zip(keys, images, strict=True):
             self.add_resource(_message_id(envelope), key, data)
         return envelope
+
+    # -- every other type a person can send (FEISHU.md §4, "content per type") ----------------
+
+    def audio_message(self, data: bytes, *, duration: int = 3000, **message: Any) -> dict[str, Any]:
+        """A voice message (``audio``: ``{"file_key", "duration"}``, ms); downloaded with type=file."""
+        key = "file_v3_" + uuid.uuid4().hex[:24]
+        content = {"file_key": key, "duration": duration}
+        envelope = self.user_message(message_type="audio", content=content, **message)
+        self.add_resource(_message_id(envelope), key, data, kind="file", content_type="audio/ogg")
+        return envelope
+
+    def video_message(
+        self, data: bytes, *, file_name: str = "video.mp4", duration: int = 5000, **message: Any
+    ) -> dict[str, Any]:
+        """A video (``media``: ``{"file_key", "image_key", "file_name", "duration"}``), held likewise."""
+        key = "file_v3_" + uuid.uuid4().hex[:24]
+        content = {"file_key": key, "image_key": "img_v3_" + uuid.uuid4().hex[:24], "file_name": file_name,
+                   "duration": duration}  # fmt: skip
+        envelope = self.user_message(message_type="media", content=content, **message)
+        self.add_resource(_message_id(envelope), key, data, kind="file", content_type="video/mp4",
+                          file_name=file_name)  # fmt: skip
+        return envelope
+
+    def sticker_message(self, **message: Any) -> dict[str, Any]:
+        """A sticker (``{"file_key"}``): the resource API does not serve stickers (FEISHU.md §11)."""
+        content = {"file_key": "file_v3_" + uuid.uuid4().hex[:24]}
+        return self.user_message(message_type="sticker", content=content, **message)
+
+    def card_message(
+        self, title: str, paragraphs: Sequence[Sequence[dict[str, JSON]]], **message: Any
+    ) -> dict[str, Any]:
+        """A card as a bot receives it: the simplified ``{"title", "elements": [[node, …], …]}``."""
+        content = {"title": title, "elements": [list(paragraph) for paragraph in paragraphs]}
+        return self.user_message(message_type="interactive", content=content, **message)
+
+    def shared_chat_message(self, shared_chat: str, **message: Any) -> dict[str, Any]:
+        """A group chat shared as a card (``share_chat``: ``{"chat_id"}``)."""
+        return self.user_message(message_type="share_chat", content={"chat_id": shared_chat}, **message)
+
+    def shared_user_message(self, shared_user: str, **message: Any) -> dict[str, Any]:
+        """A contact shared as a card (``share_user``: ``{"user_id"}``)."""
+        return self.user_message(message_type="share_user", content={"user_id": shared_user}, **message)
+
+    def forward_message(self, log: Sequence[dict[str, Any]], **message: Any) -> dict[str, Any]:
+        """A merge_forward (``{"content": "Merged and Forwarded Message"}``) carrying ``log``: each
+        entry ``{"sender", "text"}``, ``{"sender", "message_type", "content"}`` (an ``image`` one
+        may add ``"data"``: held as its resource, which the API then refuses with 234043) or
+        ``{"sender", "forward": [entries]}`` for a forward inside it. The messages are read back
+        through ``GET /open-apis/im/v1/messages/:message_id``."""
+        content = {"content": "Merged and Forwarded Message"}
+        envelope = self.user_message(message_type="merge_forward", content=content, **message)
+        self._hold_forwarded(_message_id(envelope), log, time.time() - 3600)
+        return envelope
+
+    def _hold_forwarded(self, forward_id: str, log: Sequence[dict[str, Any]], start: float) -> None:
+        for number, entry in enumerate(log):
+            kind = "merge_forward" if "forward" in entry else entry.get("message_type", "text")
+            content = entry.get("content") or (
+                {"content": "Merged and Forwarded Message"}
+                if "forward" in entry
+                else {"text": entry.get("text", "")}
+            )
+            inner = SentMessage(
+                "om_" + uuid.uuid4().hex, "oc_elsewhere", kind, content, plain_text(kind, content),
+                sender=entry.get("sender", "ou_user2"), created_at=start + number * 60,
+                upper_message_id=forward_id,
+            )  # fmt: skip
+            self._messages[inner.message_id] = inner
+            if "data" in entry and kind == "image":
+                self.add_resource(inner.message_id, str(content["image_key"]), entry["data"])
+            if "forward" in entry:
+                self._hold_forwarded(inner.message_id, entry["forward"], start + number * 60)
 
     def card_action(
         self, open_id: str, message_id: str, value: dict[str, JSON], *, tag: str = "button"

@@ -48,7 +48,19 @@ What is modelled, and from where:
 - the contact API's user (``_contact_user``, for a decider's name) and what the platform does with
   a card callback's answer (``apply_card_answer``: a ``raw`` card replaces the clicked card).
 
-CardKit card entities and the JSON 2.0 rules are in cards.py. Not modelled: uploads.
+- reading a message back, ``GET /open-apis/im/v1/messages/:message_id`` ("获取指定消息的内容",
+  open.feishu.cn/document/server-docs/im-v1/message/get): ``data.items``, each a message object
+  (``message_id``, ``msg_type``, ``body.content``, ``sender{id, id_type, sender_type}``,
+  ``create_time``, ``deleted``, ``mentions``); for a merge_forward the message and then every
+  message inside it, nested forwards included, each with ``upper_message_id`` naming its forward
+  (as lark_oapi/channel/normalize/merge_forward.py reads it). The page's preconditions: the bot in
+  the chat (``chats_without_bot`` → 230002), a message-read permission (``resources_forbidden``
+  → 230027); an unknown id → 230001 "invalid message_id" (the 230001 troubleshooting page, open.
+  larkoffice.com/…/trouble-shooting/how-to-resolve-error-230001; which code the get API gives is
+  **UNCONFIRMED**). Resources of a message inside a forward → 234043 (FEISHU.md §11).
+
+CardKit card entities and the JSON 2.0 rules are in cards.py. Not modelled: uploads, listing a
+chat's history.
 """
 
 from __future__ import annotations
@@ -95,6 +107,8 @@ _MESSAGES = {
     234003: "File not in msg.",
     234004: "App not in chat.",
     234037: "Downloaded file size exceeds limit.",
+    234043: "Unsupported message type for resource download.",
+    230027: "Lack of necessary permissions.",
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
     230011: "The message was withdrawn.",
@@ -145,6 +159,7 @@ class SentMessage:
     recalled: bool = False
     deleted: bool = False  # gone from the chat (``delete``): a reply to it answers 231003
     versions: list[str] = field(default_factory=list)
+    upper_message_id: str | None = None  # the merge_forward this message was forwarded inside
 
 
 @dataclass(frozen=True)
@@ -466,6 +481,8 @@ class OpenApi:
             return error(400, 234003)
         if resource.kind != kind:
             return error(400, 234001, f"{_MESSAGES[234001]} the key is not of type {kind}")
+        if message is not None and message.upper_message_id is not None:
+            return error(400, 234043)  # inside a merge_forward: not downloadable (FEISHU.md §11)
         if len(resource.data) > RESOURCE_LIMIT:
             return error(400, 234037)
         return None
@@ -725,6 +742,50 @@ class OpenApi:
             return checked
         self._update(message, "PUT", *checked)
         return self._message_answer(message)
+
+    def _get_message(self, request: web.Request, body: Any) -> Answer:
+        """``GET /open-apis/im/v1/messages/:message_id``: the message, and a forward's contents."""
+        message = self._messages.get(request.match_info["message_id"])
+        if message is None:
+            return error(400, 230001, f"{_MESSAGES[230001]} ext=invalid message_id.")
+        if message.chat_id in self.chats_without_bot:
+            return error(400, 230002)
+        if self.resources_forbidden:
+            return error(400, 230027)
+        items = [self._message_item(message)]
+        if message.msg_type == "merge_forward":
+            items += [self._message_item(inner) for inner in self._forwarded_in(message.message_id)]
+        return Answer(200, {"code": 0, "msg": "success", "data": {"items": items}})
+
+    def _forwarded_in(self, forward_id: str) -> list[SentMessage]:
+        """Every message inside a forward, nested forwards' contents included, in order."""
+        found: list[SentMessage] = []
+        for inner in self._messages.values():
+            if inner.upper_message_id == forward_id:
+                found.append(inner)
+                if inner.msg_type == "merge_forward":
+                    found += self._forwarded_in(inner.message_id)
+        return found
+
+    def _message_item(self, message: SentMessage) -> dict[str, JSON]:
+        """A message as the get API lists it: the bot's with an app sender, a user's with its open_id."""
+        millis = str(int(message.created_at * 1000))
+        by_app = message.sender == "app"
+        sender = {
+            "id": self.app_id if by_app else message.sender, "id_type": "app_id" if by_app else "open_id",
+            "sender_type": "app" if by_app else "user", "tenant_key": self.tenant_key,
+        }  # fmt: skip
+        raw = message.raw_content or json.dumps(message.content, ensure_ascii=False)
+        item: dict[str, JSON] = {
+            "message_id": message.message_id, "msg_type": message.msg_type, "create_time": millis,
+            "update_time": millis, "deleted": message.recalled, "updated": message.updated,
+            "chat_id": message.chat_id, "sender": sender, "body": {"content": raw},
+        }  # fmt: skip
+        if message.reply_to is not None:
+            item["parent_id"], item["root_id"] = message.reply_to, message.root_id
+        if message.upper_message_id is not None:
+            item["upper_message_id"] = message.upper_message_id
+        return item
 
     def _updatable(self, message_id: str) -> SentMessage | Answer:
         message = self._messages.get(message_id)
