@@ -40,7 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _common import format_table  # noqa: E402
 
-WORDS = "the weather in Hangzhou stays dry early in the week, rain moves in on Thursday and clears by Saturday "
+WORDS = (
+    "the weather in Hangzhou stays dry early in the week, rain moves in on Thursday and clears by Saturday "
+)
 WAYS = ("before", "patch", "cardkit")
 
 
@@ -58,71 +60,76 @@ def one_budget_for_every_api() -> Any:
 
 
 async def one_run(way: str, streams: int, chars: int, chunk_delay: float) -> dict[str, Any]:
-    from gateway_harness import serving, wait_for
-    from hermes_core import Agent
-    from hermes_core.config import FeishuConfig, GatewayConfig, Settings
-    from hermes_core.gateway.server import build_gateway
     from hermes_core.testing.fake_feishu import FakeFeishu
     from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
-    answers = [(f"Answer {n}: " + WORDS * (chars // len(WORDS) + 1))[:chars].strip() + "." for n in range(streams)]
+    answers = [
+        (f"Answer {n}: " + WORDS * (chars // len(WORDS) + 1))[:chars].strip() + "." for n in range(streams)
+    ]
     # the platform and the model in threads of their own: the gateway's loop is the bot's alone
     feishu, fake = FakeFeishu().start_in_thread(), FakeOpenAIServer().start_in_thread()
-    with tempfile.TemporaryDirectory() as folder, _stopping(feishu, fake):
-        if True:
-            fake.script(*(FakeReply.text(answer, chunk_delay=chunk_delay) for answer in answers))
-            os.environ["FEISHU_APP_SECRET"] = feishu.app_secret
-            os.environ["FEISHU_VERIFICATION_TOKEN"] = feishu.verification_token
-            card_streaming = "cardkit" if way == "cardkit" else "patch"
-            settings = Settings(
-                gateway=GatewayConfig(data_dir=folder),
-                feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, card_streaming=card_streaming),
+    try:
+        fake.script(*(FakeReply.text(answer, chunk_delay=chunk_delay) for answer in answers))
+        with tempfile.TemporaryDirectory() as folder:
+            seen, waited = await _streams(
+                feishu, fake.base_url, folder, way, answers, chunk_delay * chars / 11
             )
-            agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test", tools=[])
-            gateway, routes = build_gateway(settings, agent)
-            channel: Any = gateway.channels["feishu"]
-            seen: dict[str, dict[str, float]] = {"first": {}, "complete": {}}
-            async with serving(gateway, routes) as url:
-                events = [feishu.user_message("weather?", chat_id=f"oc_{n}", sender=f"ou_{n}") for n in range(streams)]
-                pushed = time.monotonic()
-                results = await asyncio.gather(*(feishu.push(event, f"{url}/feishu/events") for event in events))
-                assert all(result.ok for result in results)
-
-                def watch() -> bool:
-                    now = time.monotonic() - pushed
-                    for message in feishu.sent:
-                        if message.chat_id.startswith("oc_") and message.text.startswith("Answer"):
-                            seen["first"].setdefault(message.chat_id, now)
-                            if message.text in answers:
-                                seen["complete"].setdefault(message.chat_id, now)
-                    return len(seen["complete"]) == streams
-
-                unrelated = asyncio.create_task(_unrelated_reply(channel, chunk_delay * chars / 11, watch))
-                await wait_for(watch, timeout=300)
-                waited = await unrelated
-            await gateway.runner.aclose()  # type: ignore[attr-defined]
-            await agent.aclose()
+    finally:
+        feishu.stop()
+        fake.stop()
     return {"way": way, "streams": streams, "first text": _median(seen["first"]),
             "complete": _median(seen["complete"]), "updates/s per card": _update_rate(feishu),
             "unrelated reply": waited, "calls per reply": _calls(feishu) / streams,
             "refused": sum(1 for r in feishu.requests if r.code not in (0, None))}  # fmt: skip
 
 
-@contextmanager
-def _stopping(*servers: Any) -> Any:
-    try:
-        yield
-    finally:
-        for server in servers:
-            server.stop()
+async def _streams(
+    feishu: Any, model_url: str, folder: str, way: str, answers: list[str], unrelated_after: float
+) -> tuple[dict[str, dict[str, float]], float]:
+    """One user per chat asks at once; when each chat first shows its answer, and when all of it."""
+    from gateway_harness import serving, wait_for
+    from hermes_core import Agent
+    from hermes_core.config import FeishuConfig, GatewayConfig, Settings
+    from hermes_core.gateway.server import build_gateway
+
+    os.environ["FEISHU_APP_SECRET"] = feishu.app_secret
+    os.environ["FEISHU_VERIFICATION_TOKEN"] = feishu.verification_token
+    feishu_config = FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url,
+                                 card_streaming="cardkit" if way == "cardkit" else "patch")  # fmt: skip
+    settings = Settings(gateway=GatewayConfig(data_dir=folder), feishu=feishu_config)
+    agent = Agent(model="fake-model", base_url=model_url, api_key="sk-test", tools=[])
+    gateway, routes = build_gateway(settings, agent)
+    seen: dict[str, dict[str, float]] = {"first": {}, "complete": {}}
+    async with serving(gateway, routes) as url:
+        events = [
+            feishu.user_message("weather?", chat_id=f"oc_{n}", sender=f"ou_{n}") for n in range(len(answers))
+        ]
+        pushed = time.monotonic()
+        results = await asyncio.gather(*(feishu.push(event, f"{url}/feishu/events") for event in events))
+        assert all(result.ok for result in results)
+
+        def watch() -> bool:
+            now = time.monotonic() - pushed
+            for message in feishu.sent:
+                if message.text.startswith("Answer"):
+                    seen["first"].setdefault(message.chat_id, now)
+                    if message.text in answers:
+                        seen["complete"].setdefault(message.chat_id, now)
+            return len(seen["complete"]) == len(answers)
+
+        unrelated = asyncio.create_task(_unrelated_reply(gateway.channels["feishu"], unrelated_after))
+        await wait_for(watch, timeout=300)
+        waited = await unrelated
+    await gateway.runner.aclose()  # type: ignore[attr-defined]
+    await agent.aclose()
+    return seen, waited
 
 
-async def _unrelated_reply(channel: Any, after: float, watch: Any) -> float:
+async def _unrelated_reply(channel: Any, after: float) -> float:
     """Half way through the streams, an ordinary message to another chat through the same client."""
     await asyncio.sleep(after)
     started = time.monotonic()
     await channel.api.send_text("oc_unrelated", "The meeting moved to 3 pm.")
-    watch()
     return time.monotonic() - started
 
 
@@ -139,8 +146,9 @@ def _update_rate(feishu: Any) -> float:
 
 
 def _calls(feishu: Any) -> int:
-    return sum(1 for r in feishu.requests if r.path.startswith("/open-apis/") and "tenant_access_token" not in r.path
-               and "bot/v3/info" not in r.path and "oc_unrelated" not in str(r.body))  # fmt: skip
+    skipped = ("tenant_access_token", "bot/v3/info")
+    return sum(1 for r in feishu.requests if r.path.startswith("/open-apis/")
+               and not any(part in r.path for part in skipped) and "oc_unrelated" not in str(r.body))  # fmt: skip
 
 
 def _median(times: dict[str, float]) -> float | None:
@@ -159,8 +167,8 @@ async def run(streams: list[int], chars: int, chunk_delay: float) -> list[dict[s
     return rows
 
 
-COLUMNS = ["streams", "way", "first text", "complete", "updates/s per card", "unrelated reply", "calls per reply",
-           "refused"]  # fmt: skip
+COLUMNS = ["streams", "way", "first text", "complete", "updates/s per card", "unrelated reply",
+           "calls per reply", "refused"]  # fmt: skip
 
 
 def main() -> None:
