@@ -147,7 +147,8 @@ def _update_rate(feishu: Any) -> float:
 
 def _calls(feishu: Any) -> int:
     skipped = ("tenant_access_token", "bot/v3/info")
-    counted = [r for r in feishu.requests if r.path.startswith("/open-apis/") and "oc_unrelated" not in str(r.body)]
+    ours = [r for r in feishu.requests if "oc_unrelated" not in str(r.body)]
+    counted = [r for r in ours if r.path.startswith("/open-apis/")]
     return sum(1 for r in counted if not any(part in r.path for part in skipped))
 
 
