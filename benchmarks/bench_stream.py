@@ -1,13 +1,14 @@
-"""Streamed Feishu replies: when the user first sees something, and what it costs in patches.
+"""Streamed Feishu replies: when the user first sees something, and what it costs in card updates.
 
     python benchmarks/bench_stream.py [--lengths 300,1200,2400] [--chunk-delay 0.02]
 
 For each reply length, one turn through the gateway `serve` builds (build_gateway), the fake
-Feishu platform (with its 5 patches/s per message limit) and the fake model streaming the reply in
-3–8 character chunks `--chunk-delay` seconds apart, once with `feishu.stream` on and once off.
-Measured on the platform's side, from the moment the user's event is pushed: when a message first
-appears, when the first words of the reply appear, when the complete reply is there; the number of
-patches, the most in any one second, and how many the platform refused (230020).
+Feishu platform (with its limits: 10 operations/s per CardKit card) and the fake model streaming
+the reply in 3–8 character chunks `--chunk-delay` seconds apart, once with `feishu.stream` on (the
+default way, CardKit) and once off. Measured on the platform's side, from the moment the user's
+event is pushed: when a message first appears, when the first words of the reply appear, when the
+complete reply is there; the number of card updates, the most in any one second, and how many
+calls the platform refused. Many streams at once: bench_feishu_streams.py.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ async def one_turn(length: int, chunk_delay: float, stream: bool) -> dict[str, A
             await agent.aclose()
             times = [patch.at for patch in feishu.patches]
             most = max((sum(1 for t in times if s <= t < s + 1.0) for s in times), default=0)
-            refused = sum(1 for r in feishu.requests if r.method == "PATCH" and r.code == 230020)
+            refused = sum(1 for r in feishu.requests if r.code not in (0, None))
             return {"chars": len(answer), "stream": "on" if stream else "off", **seen,
-                    "patches": len(times), "most in 1 s": most, "refused": refused,
+                    "updates": len(times), "most in 1 s": most, "refused": refused,
                     "messages": len(feishu.sent)}  # fmt: skip
 
 
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--chunk-delay", type=float, default=0.02, help="seconds between streamed chunks")
     args = parser.parse_args()
     rows = asyncio.run(run([int(n) for n in args.lengths.split(",")], args.chunk_delay))
-    columns = ["chars", "stream", "visible", "first words", "complete", "patches", "most in 1 s", "refused",
+    columns = ["chars", "stream", "visible", "first words", "complete", "updates", "most in 1 s", "refused",
                "messages"]  # fmt: skip
     print(format_table([{column: _cell(row.get(column)) for column in columns} for row in rows], columns))
 
