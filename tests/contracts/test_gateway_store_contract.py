@@ -3,7 +3,8 @@ protocol only, so a second implementation runs this file unchanged (tests/contra
 
 Exactly-once accept (message id per channel, event id), arrival order, the done mark atomic with
 the turn's history and its replies, retries counted, dead letters kept and resent, poison counts,
-pruning that never loses work, nonces, and all of it surviving a reopen.
+pruning that never loses work, nonces, messages their senders took back (a Feishu recall), chats
+the bot was removed from, and all of it surviving a reopen.
 
 How each test was seen to fail: tests/contracts/broken_backends.py holds implementations with one
 bug each (dedup by message id only, a done mark written apart from its replies, a prune that
@@ -396,3 +397,42 @@ async def test_everything_survives_a_reopen(gateway_stores: Stores) -> None:
     assert await store.accept(message("hi", "m1")) is None
     assert await store.accept(message("ev", "m9", event_id="ev_2")) is None
     assert await store.claim_nonce("webhook", "sig", 3600) is False
+
+
+async def test_a_withdrawn_message_is_not_run_and_one_withdrawn_before_it_came_is_a_duplicate(
+    gateway_stores: Stores,
+) -> None:
+    """A Feishu recall (open.feishu.cn/document/server-docs/im-v1/message/events/recalled): the
+    message is not answered if its turn has not started; once started, its reply stays."""
+    store = gateway_stores()
+    waiting = await accepted(store, "never mind", "m1", "feishu:oc_1")
+    running = await accepted(store, "answer me", "m2", "feishu:oc_1")
+    assert await store.begin_attempt(running) == 1
+    assert await store.withdraw("webhook", "m1", "feishu:oc_1") is True
+    assert await store.withdraw("webhook", "m2", "feishu:oc_1") is False  # its turn started
+    assert await store.begin_attempt(waiting) == 0  # not run
+    assert [m.message_id for m in await store.pending_inbound()] == ["m2"]
+    assert await store.withdraw("webhook", "m3", "feishu:oc_1") is True  # before it came
+    assert await store.accept(message("late", "m3", "feishu:oc_1")) is None
+    store = await gateway_stores.reopen(store)
+    assert [m.message_id for m in await store.pending_inbound()] == ["m2"]
+    assert await store.withdraw("webhook", "m1", "feishu:oc_1") is False  # once
+    assert await store.accept(message("late", "m3", "feishu:oc_1")) is None
+    await store.prune(time.time() + 3600)
+    assert await store.accept(message("weeks later", "m3", "feishu:oc_1")) is not None
+
+
+async def test_a_chat_the_bot_left_is_remembered_until_it_is_added_again(gateway_stores: Stores) -> None:
+    """Feishu's bot removed / added events (open.feishu.cn/document/server-docs/group/chat-member/
+    event/deleted-2, …/added-2): nothing is sent to a chat the bot left, across a restart."""
+    store = gateway_stores()
+    assert await store.chat_left("feishu", "oc_1") is False
+    await store.set_chat_left("feishu", "oc_1", True)
+    await store.set_chat_left("feishu", "oc_1", True)
+    assert await store.chat_left("feishu", "oc_1") is True
+    assert await store.chat_left("feishu", "oc_2") is False
+    assert await store.chat_left("webhook", "oc_1") is False
+    store = await gateway_stores.reopen(store)
+    assert await store.chat_left("feishu", "oc_1") is True
+    await store.set_chat_left("feishu", "oc_1", False)
+    assert await store.chat_left("feishu", "oc_1") is False

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..kernel.approvals import Pending
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_MESSAGE_CHARS = 20_000  # the longest text a channel takes from a person (a longer one is refused)
 
 
 def has_surrogate(text: str) -> bool:
@@ -47,6 +48,8 @@ class InboundMessage:
     chat_id: str | None = None  # where replies go (Feishu chat_id)
     chat_type: str = "p2p"  # "p2p" | "group"
     reply_to: str | None = None  # platform message to thread the reply under
+    thread_id: str | None = None  # the platform topic the message is in (Feishu): replies stay in it
+    speaker: str = ""  # who said it, as the model reads it in a shared (group) conversation
     callback_url: str | None = None  # webhook async variant: where to POST the reply
     received_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
@@ -76,6 +79,7 @@ class OutboundMessage:
     uuid: str  # idempotency key derived from (message_id, reply index): a resend cannot duplicate
     chat_id: str | None = None
     reply_to: str | None = None
+    thread_id: str | None = None  # of the message answered: the reply goes into the same topic
     callback_url: str | None = None
     inbound_id: int | None = None
     index: int = 0
@@ -146,8 +150,9 @@ class TurnWatcher(Protocol):
 
 
 class Records(Protocol):
-    """What an HTTP channel reads back from the gateway's store: retries, replayed signatures and
-    the platform message a streamed reply is written into."""
+    """What an HTTP channel reads back from (and notes in) the gateway's store: retries, replayed
+    signatures, the platform message a streamed reply is written into, messages their senders
+    took back and chats the bot was removed from."""
 
     async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
         """The message accepted earlier under this id, and its replies once it is done."""
@@ -164,6 +169,20 @@ class Records(Protocol):
 
     async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
         """Record, durably, that the reply to `inbound_id` is streamed into `platform_id`."""
+        ...
+
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        """Its sender took the message back (a Feishu recall): durably, its turn is not run if it
+        has not started; one not received yet is kept as withdrawn, so it is a duplicate when it
+        comes. False when its turn started or ran already (its reply stays)."""
+        ...
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
+        """Record, durably, that the bot was removed from a chat (`left`) or added to it again."""
+        ...
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        """Was the bot removed from this chat (and not added again)? Nothing is sent there then."""
         ...
 
 

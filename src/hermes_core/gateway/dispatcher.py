@@ -537,7 +537,10 @@ class Gateway:
         async with self.turn_slots.slot(batch=message.kind == "scheduled"):  # jobs after people
             started = time.perf_counter()
             try:
-                await self.store.begin_attempt(message.id)  # durable: a crash now counts against it
+                if not await self.store.begin_attempt(message.id):  # durable: a crash now counts against it
+                    log.info("%s message %s was withdrawn by its sender before its turn: not answered",
+                             message.channel, message.message_id)  # fmt: skip
+                    return
                 run = asyncio.ensure_future(self.runner(message))
                 self._running[message.conversation] = (message, run)
                 try:
@@ -703,6 +706,7 @@ def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> Outbou
         uuid=hashlib.sha256(key).hexdigest()[:40],
         chat_id=message.chat_id,
         reply_to=message.reply_to,
+        thread_id=message.thread_id,
         callback_url=message.callback_url,
         inbound_id=message.id,
         index=index,

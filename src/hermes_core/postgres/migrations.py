@@ -100,6 +100,15 @@ GATEWAY: dict[int, str] = {
     );
     CREATE INDEX send_quota_by_due ON send_quota (due)
     """,
+    # 4: chats the bot was removed from (SQLite's gateway migration 8)
+    4: """
+    CREATE TABLE left_chats (
+        channel TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        left_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (channel, chat_id)
+    )
+    """,
 }
 
 SESSIONS: dict[int, str] = {
