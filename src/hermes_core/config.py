@@ -182,7 +182,12 @@ class FeishuConfig(_Section):
     e.g. when another service shares the app's quota.
 
     `stream` (on by default): each reply appears at once as a card that fills in as the model
-    writes (channels/feishu/stream.py); off: one ordinary message once the reply is complete."""
+    writes (channels/feishu/stream.py); off: one ordinary message once the reply is complete.
+
+    Groups (docs/feishu.md): `group_session` is how many histories a group has — one for the whole
+    chat (`chat`), one per topic with messages outside topics sharing the chat's (`topic`, the
+    default), or one per member (`user`). `greeting` is what the bot says when added to a group
+    (unset: a short default in Chinese and English; empty: nothing)."""
 
     app_id: str | None = None
     mode: Literal["webhook", "longconn"] = "webhook"
@@ -192,6 +197,8 @@ class FeishuConfig(_Section):
     app_send_per_minute: float = Field(1000.0, gt=0)
     send_rate: float | None = Field(None, gt=0)
     stream: bool = True
+    group_session: Literal["chat", "topic", "user"] = "topic"
+    greeting: str | None = None
 
 
 class WebhookConfig(_Section):

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..channels.media import MediaRefused
-from ..channels.seam import TurnWatcher, inbound_of, resume_message, task_id_of
+from ..channels.seam import MAX_MESSAGE_CHARS, TurnWatcher, inbound_of, resume_message, task_id_of
 from ..kernel.approvals import DecisionRefused, Pending, PendingStore
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES
@@ -83,6 +83,12 @@ class AgentRunner:
             CURRENT_MESSAGE.reset(token)
 
     async def _message_turn(self, message: InboundMessage) -> Turn:
+        if message.kind == "greeting":  # a channel's fixed greeting (a bot added to a group)
+            return Turn([message.text])
+        if message.kind == "too_long":  # over the channels' cap (channels/seam.py): not read
+            fields = {"length": f"{message.extra.get('length', 0):,}", "limit": f"{MAX_MESSAGE_CHARS:,}"}
+            lang = self.agent.language or detect_language(message.text)
+            return Turn([fixed_reply("message_too_long", lang).format(**fields)])
         if message.kind not in ("text", "resume", "scheduled"):  # audio, stickers…: we cannot read them
             return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
         if not message.text.strip() and not message.attachments:  # a bare @mention
@@ -112,7 +118,7 @@ class AgentRunner:
         watcher = self._watcher(message) if streamed else None
         hooks = WatchedSteps(watcher) if watcher is not None else None
         reply, history, error = await self._turn(
-            original.conversation, prepared.text if prepared else text, task_id=task_id,
+            original.conversation, _spoken(original, prepared.text if prepared else text), task_id=task_id,
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
             images=prepared.images if prepared else (),
         )  # fmt: skip
@@ -239,6 +245,15 @@ class WatchedSteps(TaskHooks):
     ) -> None:
         ok = error is None and outcome is not None and (outcome.ok or outcome.error in PAUSES)
         _safely(self.watcher.tool_finished, call.name, call.id, ok)
+
+
+def _spoken(message: InboundMessage, text: str) -> str:
+    """The text as the model reads it: in a conversation several people share (a group chat), who
+    said it first (`InboundMessage.speaker`), so the history tells them apart. A command is left as
+    written, so it is still recognised."""
+    if not message.speaker or message.kind == "scheduled" or commands.parse(text) is not None:
+        return text
+    return f"{message.speaker}: {text}"
 
 
 def _both(on_text: TextCallback | None, watcher: TurnWatcher | None) -> TextCallback | None:

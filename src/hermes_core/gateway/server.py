@@ -207,6 +207,8 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
             api=api,
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
             stream=settings.feishu.stream,
+            group_session=settings.feishu.group_session,
+            greeting=settings.feishu.greeting,
         )
         channels.append(feishu)
         routes += feishu.routes()

@@ -210,7 +210,9 @@ class FeishuAPI:
         async with self._chat_order.hold(target):
             for index, part in enumerate(parts):
                 request_uuid = part_uuid(message.uuid, index)
-                message_id, reply_to = await self._send_part(part, message.chat_id, reply_to, request_uuid)
+                message_id, reply_to = await self._send_part(
+                    part, message.chat_id, reply_to, request_uuid, in_thread=message.thread_id is not None
+                )
         return message_id
 
     async def send_text(
@@ -263,14 +265,18 @@ class FeishuAPI:
     # --- sending ---------------------------------------------------------------------------
 
     async def _send_part(
-        self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str
+        self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str,
+        *, in_thread: bool = False,
     ) -> tuple[str, str | None]:
-        """Send one part; return its message_id and where the next part should reply to."""
+        """Send one part; return its message_id and where the next part should reply to.
+        `in_thread`: the message replied to is in a topic, and the reply says it stays there
+        (`reply_in_thread`, open.feishu.cn/document/server-docs/im-v1/message/reply)."""
         body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
             path = f"/open-apis/im/v1/messages/{reply_to}/reply"
             try:
-                replied = await self._call("POST", path, body=body, chat=chat_id or reply_to)
+                replied = await self._call("POST", path, body={**body, "reply_in_thread": True} if in_thread
+                                           else body, chat=chat_id or reply_to)  # fmt: skip
                 return _message_id(replied), reply_to
             except FeishuError as exc:
                 if exc.code != REPLY_TARGET_RECALLED or chat_id is None:

@@ -36,11 +36,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...kernel.messages import JSON
-from ...kernel.replies import Language, detect_language, fixed_reply
+from ...kernel.replies import REPLIES, Language, detect_language, fixed_reply
 from ..base import Channel, read_body
 from ..media import Fetched
 from ..seam import InboundMessage, OutboundMessage, TurnWatcher
-from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
+from .events import (
+    CHAT_EVENTS,
+    MAX_BODY,
+    FeishuEventVerifier,
+    GroupSession,
+    Ignored,
+    chat_event,
+    inbound_from_event,
+)
 from .formatting import approval_card
 
 if TYPE_CHECKING:
@@ -74,6 +82,8 @@ class FeishuChannel(Channel):
         retry_cap: float = 60.0,
         stream: bool = True,
         stream_interval: float | None = None,
+        group_session: GroupSession = "topic",
+        greeting: str | None = None,
     ) -> None:
         from .api import FeishuAPI
 
@@ -96,6 +106,8 @@ class FeishuChannel(Channel):
         self.stream = stream  # replies as cards patched while the turn runs (stream.py)
         self.stream_interval = stream_interval  # seconds between patches of one card (None: the default)
         self._streams: dict[int, CardStream] = {}  # by inbox row, while its turn runs
+        self.group_session: GroupSession = group_session  # one history per group, topic or member
+        self.greeting = greeting if greeting is not None else _both_languages("bot_added_greeting")
 
     async def start(self) -> None:
         """Try the platform once; whatever fails is retried in the background, never raised."""
@@ -216,6 +228,9 @@ class FeishuChannel(Channel):
         A card click returns the callback's answer (a toast)."""
         if _event_type(envelope) == "card.action.trigger":
             return await self.on_card_action(envelope)
+        if _event_type(envelope) in CHAT_EVENTS:
+            await self.on_chat_event(envelope)
+            return None
         if self.bot_open_id is None and needs_bot_id(envelope):
             async with self._hold_lock:
                 if self.bot_open_id is None:  # still unknown: keep it durably until it is known
@@ -225,7 +240,7 @@ class FeishuChannel(Channel):
                     if time.monotonic() - self._last_attempt >= self._retry.base:
                         self._wake.set()  # try the platform again now (at most once per base delay)
                     return None
-        message = inbound_from_event(envelope, self.bot_open_id)
+        message = inbound_from_event(envelope, self.bot_open_id, self.group_session)
         if isinstance(message, Ignored):
             log.debug("feishu event ignored: %s", message.reason)
             return None
@@ -237,7 +252,7 @@ class FeishuChannel(Channel):
         async with self._hold_lock:
             open_id = self._resolved_open_id
             for envelope in self._held.load():
-                message = inbound_from_event(envelope, open_id)
+                message = inbound_from_event(envelope, open_id, self.group_session)
                 if isinstance(message, Ignored):
                     log.debug("feishu held event ignored: %s", message.reason)
                 else:
@@ -245,6 +260,32 @@ class FeishuChannel(Channel):
                 await asyncio.to_thread(self._held.drop_first)
             self.bot_open_id = open_id
         log.info("feishu: every held event accepted")
+
+    async def on_chat_event(self, envelope: dict[str, JSON]) -> None:
+        """A recall or a change of membership, noted durably before the ack (docs/feishu.md): a
+        message recalled before its turn started is not answered (a reply already sent stays); a
+        chat the bot was removed from gets nothing more until the bot is added again, and an
+        addition is greeted once (the greeting is an inbox message: deduplicated by event id)."""
+        event = chat_event(envelope)
+        if isinstance(event, Ignored):
+            log.debug("feishu event ignored: %s", event.reason)
+            return
+        store = self.gateway.store
+        if event.kind == "recalled":
+            withdrawn = await store.withdraw(self.name, event.message_id, f"feishu:{event.chat_id}")
+            log.info("feishu: message %s recalled; %s", event.message_id,
+                     "not answered" if withdrawn else "its turn had started, its reply stays")  # fmt: skip
+            return
+        await store.set_chat_left(self.name, event.chat_id, event.kind == "bot_removed")
+        log.info("feishu: the bot was %s chat %s by %s", "removed from" if event.kind == "bot_removed"
+                 else "added to", event.chat_id, event.operator or "?")  # fmt: skip
+        if event.kind == "bot_added" and self.greeting:
+            greeting = InboundMessage(
+                channel=self.name, conversation=f"feishu:{event.chat_id}", sender=event.operator,
+                text=self.greeting, message_id=f"bot_added:{event.event_id or event.chat_id}",
+                kind="greeting", event_id=event.event_id, chat_id=event.chat_id, chat_type="group",
+            )  # fmt: skip
+            await self.gateway.accept(greeting)
 
     async def on_card_action(self, envelope: dict[str, JSON]) -> dict[str, JSON]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""
@@ -297,6 +338,11 @@ class FeishuChannel(Channel):
         return stream.progress
 
     async def send(self, message: OutboundMessage) -> str | None:
+        from .api import FeishuError
+
+        if message.chat_id and await self.gateway.store.chat_left(self.name, message.chat_id):
+            raise FeishuError(f"the bot was removed from chat {message.chat_id}: not sent (resend it "
+                              "once the bot is added back)", permanent=True)  # fmt: skip
         if message.index == 0 and message.inbound_id is not None:
             card_id = await self._streamed_into(message)
             if card_id is not None:
@@ -462,6 +508,10 @@ def _event_type(envelope: dict[str, JSON]) -> str | None:
 
 def _language(pending: Pending | None) -> Language:
     return detect_language(((pending.resume or {}).get("text", "") if pending else "") or "中")
+
+
+def _both_languages(key: str) -> str:
+    return f"{REPLIES[key]['zh']}\n{REPLIES[key]['en']}"
 
 
 def _toast(kind: str, key: str, language: Language, **fields: str) -> dict[str, JSON]:

@@ -29,12 +29,12 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ...kernel.messages import JSON
 from ..base import json_object
 from ..media import MAX_ATTACHMENTS, keyed
-from ..seam import InboundMessage, has_surrogate
+from ..seam import MAX_MESSAGE_CHARS, InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature
 
 MAX_BODY = 1024 * 1024
@@ -43,6 +43,8 @@ MAX_BODY = 1024 * 1024
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
+TOO_LONG_KEPT = 500  # characters of an over-long text kept: enough to tell its language
+GroupSession = Literal["chat", "topic", "user"]  # one history per group, per topic, per member
 Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 
 
@@ -208,7 +210,9 @@ _SHAPE: dict[str, type] = {
     "event.sender.sender_id.open_id": str,
     "event.message": dict, "event.message.message_id": str, "event.message.chat_id": str,
     "event.message.chat_type": str, "event.message.message_type": str, "event.message.content": str,
-    "event.message.mentions": list,
+    "event.message.mentions": list, "event.message.thread_id": str, "event.message.root_id": str,
+    "event.message_id": str, "event.chat_id": str, "event.recall_type": str,
+    "event.operator_id": dict, "event.operator_id.open_id": str, "event.name": str,
     "event.operator": dict, "event.operator.open_id": str, "event.action": dict,
     "event.action.value": dict, "event.action.value.approval_id": str,
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
@@ -275,11 +279,15 @@ class Ignored:
     reason: str
 
 
-def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> InboundMessage | Ignored:
+def inbound_from_event(
+    envelope: dict[str, JSON], bot_open_id: str | None, group_session: GroupSession = "topic"
+) -> InboundMessage | Ignored:
     """An `im.message.receive_v1` event as an InboundMessage; anything else is Ignored.
 
     One-to-one chats are always handled (session key: the sender's open_id); group messages only
-    when the bot is @mentioned (session key: the chat). Mention keys are stripped from the text.
+    when the bot is @mentioned (session key: `conversation_of`), with the sender as the speaker the
+    model reads. Mention keys are stripped from the text; a text over `MAX_MESSAGE_CHARS` is kept
+    short and answered with a note (kind "too_long"), as the webhook refuses it.
     """
     problem = envelope_problem(envelope)
     if problem is not None:
@@ -303,9 +311,13 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
         if not any(_dict(m.get("id")).get("open_id") == bot_open_id for m in mentions):
             return Ignored("group message that does not mention the bot")
     kind, text, attachments = _text_of(message, mentions, bot_open_id)
+    extra: dict[str, Any] = {"message_type": message.get("message_type")}
+    if len(text) > MAX_MESSAGE_CHARS:  # not stored whole, not read: answered with a note
+        kind, text, extra["length"] = "too_long", text[:TOO_LONG_KEPT], len(text)
+    thread_id = _str(message.get("thread_id")) or None
     return InboundMessage(
         channel="feishu",
-        conversation=f"feishu:{open_id if chat_type == 'p2p' else chat_id}",
+        conversation=conversation_of(chat_type, chat_id, open_id, thread_id, group_session),
         sender=open_id,
         text=text,
         message_id=message_id,
@@ -314,9 +326,69 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
         chat_id=chat_id,
         chat_type=chat_type,
         reply_to=message_id,
-        extra={"message_type": message.get("message_type")},
+        thread_id=thread_id,
+        speaker=speaker_label(open_id) if chat_type != "p2p" and open_id else "",
+        extra=extra,
         attachments=attachments,
     )
+
+
+def conversation_of(
+    chat_type: str, chat_id: str, open_id: str, thread_id: str | None, group_session: GroupSession
+) -> str:
+    """The session key: the sender in a one-to-one chat; in a group, per `group_session` (docs/
+    feishu.md): the chat ("chat"), each topic, messages outside topics sharing the chat's
+    ("topic"), or each member ("user")."""
+    if chat_type == "p2p":
+        return f"feishu:{open_id}"
+    if group_session == "user":
+        return f"feishu:{chat_id}:{open_id}"
+    if group_session == "topic" and thread_id:
+        return f"feishu:{chat_id}:{thread_id}"
+    return f"feishu:{chat_id}"
+
+
+def speaker_label(open_id: str) -> str:
+    """How the model is told who speaks in a group: Feishu's own mention markup for the member
+    (the event carries no sender name), which the model can also write back to @mention them."""
+    return f'<at user_id="{open_id}"></at>'
+
+
+@dataclass
+class ChatEvent:
+    """Not a message to answer: a recall (`im.message.recalled_v1`) or the bot added to / removed
+    from a group (`im.chat.member.bot.added_v1` / `deleted_v1`)."""
+
+    kind: str  # "recalled" | "bot_added" | "bot_removed"
+    chat_id: str
+    message_id: str = ""  # the recalled message
+    operator: str = ""  # open_id of whoever added or removed the bot
+    event_id: str | None = None
+
+
+CHAT_EVENTS = {
+    "im.message.recalled_v1": "recalled",
+    "im.chat.member.bot.added_v1": "bot_added",
+    "im.chat.member.bot.deleted_v1": "bot_removed",
+}
+
+
+def chat_event(envelope: dict[str, JSON]) -> ChatEvent | Ignored:
+    """A recall or a membership event (the SDK's `P2ImMessageRecalledV1`,
+    `P2ImChatMemberBotAddedV1`, `…DeletedV1` models: lark_oapi/api/im/v1/model/); Ignored when it
+    is malformed or of another type. Never raises."""
+    problem = envelope_problem(envelope)
+    if problem is not None:
+        return Ignored(f"malformed event: {problem}")
+    header, event = _dict(envelope.get("header")), _dict(envelope.get("event"))
+    kind = CHAT_EVENTS.get(_str(header.get("event_type") or event.get("type")))
+    if kind is None:
+        return Ignored("not a recall or a membership event")
+    chat_id, message_id = _str(event.get("chat_id")), _str(event.get("message_id"))
+    if not chat_id or (kind == "recalled" and not message_id):
+        return Ignored(f"{kind} event without chat_id or message_id")
+    operator = _str(_dict(event.get("operator_id")).get("open_id"))
+    return ChatEvent(kind, chat_id, message_id, operator, _str(header.get("event_id")) or None)
 
 
 def _text_of(

@@ -11,7 +11,10 @@ What is modelled, and from where:
   object) are validated → HTTP 400 code 230001; text over 150 KB and post/card over 30 KB → 230025;
   a repeated ``uuid`` within 1 h returns the ORIGINAL message with code 0 and creates nothing
   (what a duplicate returns is **UNCONFIRMED**); a reply sets ``parent_id``/``root_id``, and
-  ``reply_in_thread`` a ``thread_id``.
+  ``reply_in_thread: true`` a ``thread_id`` (the parent starts a topic). A reply to a message
+  already in a topic stays in it with or without the flag, as the reply page's ``reply_in_thread``
+  row says ("如果要回复的消息已经是话题形式的消息，则默认以话题形式进行回复":
+  open.feishu.cn/document/server-docs/im-v1/message/reply).
 - §6 PATCH (cards only, ``update_multi`` on old and new card, < 14 days, 5 QPS per message) and PUT
   (edit text/post). From the PATCH page's error table (open.feishu.cn/document/server-docs/im-v1/
   message-card/patch, "更新已发送的消息卡片": "单条消息更新频控为 5 QPS"): a sixth patch of one
