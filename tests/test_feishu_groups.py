@@ -45,8 +45,9 @@ async def team_gateway(
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
         gateway=GatewayConfig(data_dir=str(tmp_path)),
-        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url,
-                            **{"stream": False, **feishu_config}),  # fmt: skip
+        feishu=FeishuConfig(
+            app_id=feishu.app_id, base_url=feishu.base_url, **{"stream": False, **feishu_config}
+        ),  # fmt: skip
     )
     agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test")
     gateway, routes = build_gateway(settings, agent)
@@ -92,7 +93,10 @@ async def test_each_topic_has_its_own_history_and_the_model_knows_who_speaks(
             await ask(feishu, url, later, 3)
     assert user_texts(fake.requests[0]) == [said(ALICE, "the code word is plum")]
     assert user_texts(fake.requests[1]) == [said(BOB, "what is the code word?")]  # the topic's own
-    assert user_texts(fake.requests[2]) == [said(ALICE, "the code word is plum"), said(BOB, "what did alice say?")]
+    assert user_texts(fake.requests[2]) == [
+        said(ALICE, "the code word is plum"),
+        said(BOB, "what did alice say?"),
+    ]
     topic = in_topic["event"]["message"]["thread_id"]
     assert topic and feishu.sent[1].thread_id == topic and feishu.sent[1].text == "I don't know."
     replies = [r.body for r in feishu.requests if r.path.endswith("/reply")]
@@ -109,13 +113,17 @@ async def test_a_group_shares_one_history_or_keeps_one_per_member(
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(*(FakeReply.text("ok") for _ in range(3)))
         async with team_gateway(tmp_path, feishu, fake, monkeypatch, group_session=group_session) as (_, url):
-            first = feishu.user_message("plum", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True)
+            first = feishu.user_message(
+                "plum", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
+            )
             await ask(feishu, url, first, 1)
             root = first["event"]["message"]["message_id"]
             await ask(feishu, url, feishu.topic_message("pear", root=root, sender=BOB, mention_bot=True), 2)
             new = feishu.user_message("/new", chat_id=TEAM, chat_type="group", sender=BOB, mention_bot=True)
             await ask(feishu, url, new, 3)
-            again = feishu.user_message("fig", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True)
+            again = feishu.user_message(
+                "fig", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
+            )
             await ask(feishu, url, again, 4)
     assert feishu.sent[2].text == REPLIES["conversation_new"]["en"] and len(fake.requests) == 3
     if group_session == "chat":
@@ -159,7 +167,9 @@ async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_agai
         fake.script(FakeReply.slow(1.0, FakeReply.text("answer nobody will see")))
         greeting = "Hi team! @mention me to ask."
         async with team_gateway(tmp_path, feishu, fake, monkeypatch, greeting=greeting) as (gateway, url):
-            asked = feishu.user_message("hello", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True)
+            asked = feishu.user_message(
+                "hello", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
+            )
             assert (await feishu.push(asked, url)).ok
             await wait_for(lambda: len(fake.requests) == 1)
             assert (await feishu.push(feishu.bot_removed(TEAM), url)).ok
@@ -197,8 +207,32 @@ async def test_a_900_kb_message_is_not_read_and_its_sender_is_told_why(
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             huge = "log line " * (900 * 1024 // 9) + "end"  # 900 KB
             await ask(feishu, url, feishu.user_message(huge, sender=ALICE, chat_id="oc_dm"), 1)
-            [stored] = [e.message for e in [await gateway.store.replies_of("feishu", feishu.sent[0].reply_to or "")]
-                        if e is not None]  # fmt: skip
+            earlier = await gateway.store.replies_of("feishu", feishu.sent[0].reply_to or "")
     note = REPLIES["message_too_long"]["en"].format(length=f"{len(huge):,}", limit="20,000")
     assert fake.requests == [] and [m.text for m in feishu.sent] == [note]
-    assert stored.kind == "too_long" and len(stored.text) <= 500
+    assert earlier is not None and earlier.message.kind == "too_long" and len(earlier.message.text) <= 500
+
+
+async def test_new_event_fields_of_the_wrong_type_are_refused_and_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`thread_id`, a recall's `message_id` and a membership event's `chat_id` are type-checked
+    like every field the channel reads: a 400 saying which, nothing stored, nothing sent."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
+            asked = feishu.user_message("hi", sender=ALICE, chat_id="oc_dm")
+            asked["event"]["message"]["thread_id"] = 7
+            recall = feishu.recalled(
+                feishu.user_message("x", chat_id="oc_dm")["event"]["message"]["message_id"]
+            )
+            recall["event"]["message_id"] = ["om_1"]
+            removed = feishu.bot_removed(TEAM)
+            removed["event"]["chat_id"] = {"id": TEAM}
+            answers = [await feishu.push(envelope, url) for envelope in (asked, recall, removed)]
+            assert await gateway.store.pending_inbound() == [] and not await gateway.store.chat_left(
+                "feishu", TEAM
+            )
+    assert [a.status for a in answers] == [400, 400, 400]
+    assert ["event.message.thread_id" in answers[0].body, "event.message_id" in answers[1].body,
+            "event.chat_id" in answers[2].body] == [True, True, True]  # fmt: skip
+    assert feishu.sent == [] and fake.requests == []

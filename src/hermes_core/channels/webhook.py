@@ -95,8 +95,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from ..kernel.messages import JSON
 from .base import Channel, DeliveryError, json_object, read_body
 from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
-from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
 from .seam import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS  # one cap for every channel
+from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
 from .streaming import ToolStep, TurnProgress
 
 if TYPE_CHECKING:

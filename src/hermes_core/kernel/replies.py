@@ -50,21 +50,12 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "抱歉，我目前只能读懂文字消息，请用文字描述你的需求。",
         "en": "Sorry, I can only read text messages for now. Please describe what you need in text.",
     },
-    "how_can_i_help": {
-        "zh": "你好，有什么可以帮你？",
-        "en": "Hi, how can I help?",
-    },
+    "how_can_i_help": {"zh": "你好，有什么可以帮你？", "en": "Hi, how can I help?"},
     "message_too_long": {
-        "zh": "抱歉，这条消息太长了（{length} 个字符，上限 {limit} 个），我没有读它。"
-        "请缩短后再发，或者把内容作为文件发给我。",
-        "en": "Sorry, this message is too long ({length} characters; the limit is {limit}), so I did "
-        "not read it. Please shorten it, or send the content as a file.",
+        "zh": "抱歉，消息太长（{length} 字，上限 {limit}），我没有读。请缩短，或作为文件发给我。",
+        "en": "Sorry, too long to read ({length} chars, limit {limit}). Please shorten it or send a file.",
     },
-    "bot_added_greeting": {
-        "zh": "大家好，我是这个群的助手。@我 并写下问题，我就会回答；发送「@我 /help」查看命令。",
-        "en": "Hello everyone, I am this group's assistant. @mention me with a question and I will "
-        "answer; send \"@me /help\" for the commands.",
-    },
+    "bot_added_greeting": {"zh": "大家好！有问题请 @我。", "en": "Hello! @mention me with a question."},
     "empty_reply": {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",

@@ -196,10 +196,14 @@ class PostgresGatewayStore(GatewayStore):
                 (channel, chat_id, time.time()),
             )
         else:
-            await self._count("DELETE FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id))
+            await self._count(
+                "DELETE FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id)
+            )
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:
-        row = await self._one("SELECT 1 FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id))
+        row = await self._one(
+            "SELECT 1 FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id)
+        )
         return row is not None
 
     async def set_aside(

@@ -265,8 +265,13 @@ class FeishuAPI:
     # --- sending ---------------------------------------------------------------------------
 
     async def _send_part(
-        self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str,
-        *, in_thread: bool = False,
+        self,
+        part: Part,
+        chat_id: str | None,
+        reply_to: str | None,
+        request_uuid: str,
+        *,
+        in_thread: bool = False,
     ) -> tuple[str, str | None]:
         """Send one part; return its message_id and where the next part should reply to.
         `in_thread`: the message replied to is in a topic, and the reply says it stays there

@@ -341,7 +341,9 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
                  "recall_time": _millis(), "recall_type": recall_type}  # fmt: skip
         return self.event("im.message.recalled_v1", event)
 
-    def bot_added(self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat") -> dict[str, JSON]:
+    def bot_added(
+        self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat"
+    ) -> dict[str, JSON]:
         """``operator`` adds the bot to group ``chat_id`` (sends there work again): the
         ``im.chat.member.bot.added_v1`` envelope (open.feishu.cn/document/server-docs/group/
         chat-member/event/added-2; the SDK's ``P2ImChatMemberBotAddedV1Data``: ``chat_id``,
@@ -349,7 +351,9 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         self.chats_without_bot.discard(chat_id)
         return self.event("im.chat.member.bot.added_v1", self._membership(chat_id, operator, name))
 
-    def bot_removed(self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat") -> dict[str, JSON]:
+    def bot_removed(
+        self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat"
+    ) -> dict[str, JSON]:
         """``operator`` removes the bot from ``chat_id`` (sends there → 230002): the
         ``im.chat.member.bot.deleted_v1`` envelope (…/chat-member/event/deleted-2), shaped as
         ``bot_added``'s."""
