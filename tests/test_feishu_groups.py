@@ -158,6 +158,31 @@ async def test_a_message_recalled_before_its_turn_is_never_answered_even_after_a
     assert [m.text for m in feishu.sent] == ["first, answered"]
 
 
+async def test_a_message_recalled_once_its_turn_started_is_still_answered_and_the_reply_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision documented in docs/feishu.md: a recall that comes after the turn started
+    changes nothing; the reply goes out (into the chat: the message it answers is gone, 230011)
+    and a reply already sent is not withdrawn (no DELETE)."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.slow(0.8, FakeReply.text("answered anyway")), FakeReply.text("kept"))
+        async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (_, url):
+            running = feishu.user_message("first", sender=ALICE, chat_id="oc_dm")
+            assert (await feishu.push(running, url)).ok
+            await wait_for(lambda: len(fake.requests) == 1)
+            assert (await feishu.push(feishu.recalled(running["event"]["message"]["message_id"]), url)).ok
+            await wait_for(lambda: len(feishu.sent) == 1)
+            answered = feishu.user_message("second", sender=ALICE, chat_id="oc_dm")
+            await ask(feishu, url, answered, 2)
+            assert (await feishu.push(feishu.recalled(answered["event"]["message"]["message_id"]), url)).ok
+            await asyncio.sleep(0.5)
+    assert [(m.text, m.reply_to) for m in feishu.sent] == [
+        ("answered anyway", None),
+        ("kept", answered["event"]["message"]["message_id"]),
+    ]
+    assert not [r for r in feishu.requests if r.method == "DELETE"]
+
+
 async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,9 @@ sweep at once, or a new message races the sweep — with the attempt counted, th
 what the dead turn had done (a tool call cut off at level ≥ 1 is not run again: its outcome is
 unknown), and a message already run `poison_attempts` times set aside instead, under the claim.
 
+A message its sender took back before its turn started (a Feishu recall: `store.withdraw`) is
+not run: `begin_attempt` answers 0 for it, in this process and after a restart.
+
 A message that takes the process down (a tool that kills it, a native crash) would run again at
 every start and take it down again. So each run is counted durably before it starts; at start-up,
 a message that was run `poison_attempts` times (2) and never finished is set aside — an ERROR log

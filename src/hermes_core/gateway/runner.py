@@ -10,6 +10,11 @@ A message's pictures and files are made ready first (`MediaDesk.prepare`, gatewa
 that cannot be used is answered with the reason, and no turn runs. The gateway depends only on the
 `Runner` protocol.
 
+In a conversation several people share (a group chat) the model reads who said each message
+(`InboundMessage.speaker` before the text; commands are left as written), and the history keeps it.
+A channel's greeting (kind "greeting") is sent as it is; a text over the channels' cap (kind
+"too_long", channels/seam.py `MAX_MESSAGE_CHARS`) is answered with a note, unread.
+
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
 (`GatewayStore.complete`). A crash before that commit leaves no history, so the message run again

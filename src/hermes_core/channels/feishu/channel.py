@@ -15,6 +15,12 @@ Replies stream (stream.py): with `stream` on (`feishu.stream`, the default) each
 at once, patched as the model writes and as tools run, and the reply is patched into it; the
 card's message_id is stored with the message, so a run after a crash writes into the same card.
 
+Groups (docs/feishu.md): one history per topic by default (`group_session`: per chat, topic or
+member; events.py `conversation_of`), the sender named to the model, replies kept in their topic.
+A recall (`im.message.recalled_v1`) withdraws a message whose turn has not started; the bot removed
+from a group (`im.chat.member.bot.deleted_v1`) is noted so nothing more is sent there, and added
+(`…added_v1`) it greets the group once. Each is noted durably before the ack (`on_chat_event`).
+
 Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
 systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the
 background with capped, jittered backoff, while the channel reports itself `degraded`

@@ -5,6 +5,9 @@ token → signature), but every rejection is a 4xx, never the SDK's 500 that Fei
 hours. The same `inbound_from_event` serves the HTTP callback and the long connection (§8), whose
 frames carry the same envelope.
 
+Besides messages, `chat_event` reads the recall and the bot added / removed events (channel.py
+acts on them); their fields are type-checked with the others in `_SHAPE`.
+
 Card clicks come in two shapes. The current one (`card.action.trigger`, "callback configuration")
 is a v2 event like any other. The legacy one (card 1.0, the "card request URL" of older apps)
 has no envelope — `open_id`, `open_message_id`, `action.value`, a card `token` at the top — and is

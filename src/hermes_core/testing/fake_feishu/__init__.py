@@ -21,7 +21,8 @@ The pieces, one module each:
   throttling (§4–§7);
 - ``pusher.py``: webhook pushes, the §3 retry schedule, duplicates, ``drain`` (§1–§3);
 - ``ws.py``: the long-connection endpoint, frames, pings and ACKs (§8);
-- this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4).
+- this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4):
+  messages, messages in topics, recalls, the bot added to or removed from a group.
 
 Time: the §3 retry delays (15 s, 5 min, 1 h, 6 h) are multiplied by ``time_scale``; the ack
 deadlines (``ack_timeout`` 3 s, ``challenge_timeout`` 1 s) are real seconds, settable.
