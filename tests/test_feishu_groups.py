@@ -104,6 +104,27 @@ async def test_each_topic_has_its_own_history_and_the_model_knows_who_speaks(
     assert feishu.sent[0].thread_id is None and feishu.sent[2].thread_id is None
 
 
+async def test_members_are_named_from_the_contact_api_once_and_by_id_when_it_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The contact API (open.feishu.cn/document/server-docs/contact-v3/user/get) asked at turn
+    time, once per member; a member outside the contact range (41050) is shown by id."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        feishu.users[ALICE] = 'Alice <Wang>\n"ops"'
+        fake.script(*(FakeReply.text("ok") for _ in range(3)))
+        async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (_, url):
+            for n, (sender, text) in enumerate([(ALICE, "one"), (BOB, "two"), (ALICE, "three")], 1):
+                message = feishu.user_message(
+                    text, chat_id=TEAM, chat_type="group", sender=sender, mention_bot=True
+                )
+                await ask(feishu, url, message, n)
+    alice = '<at user_id="ou_alice">Alice Wang ops</at>'
+    assert user_texts(fake.requests[2]) == [f"{alice}: one", said(BOB, "two"), f"{alice}: three"]
+    lookups = [r.path.rsplit("/", 1)[-1] for r in feishu.requests if "/contact/v3/users/" in r.path]
+    assert lookups == [ALICE, BOB]  # each member once
+    assert [r.query.get("user_id_type") for r in feishu.requests if "/contact/" in r.path] == ["open_id"] * 2
+
+
 @pytest.mark.parametrize("group_session", ["chat", "user"])
 async def test_a_group_shares_one_history_or_keeps_one_per_member(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_session: str

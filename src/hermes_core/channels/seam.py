@@ -149,6 +149,15 @@ class TurnWatcher(Protocol):
     def tool_finished(self, name: str, call_id: str, ok: bool) -> None: ...
 
 
+class SpeakerNames(Protocol):
+    """A channel that can name who speaks in a shared conversation (Feishu: the contact API), asked
+    when the turn runs; the runner keeps `InboundMessage.speaker` when it cannot."""
+
+    async def speaker_label(self, message: InboundMessage) -> str:
+        """`message.speaker`, with the person's name when the platform gives it."""
+        ...
+
+
 class Records(Protocol):
     """What an HTTP channel reads back from (and notes in) the gateway's store: retries, replayed
     signatures, the platform message a streamed reply is written into, messages their senders

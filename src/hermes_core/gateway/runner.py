@@ -44,7 +44,14 @@ from typing import Any
 
 from ..agent import Agent
 from ..channels.media import MediaRefused
-from ..channels.seam import MAX_MESSAGE_CHARS, TurnWatcher, inbound_of, resume_message, task_id_of
+from ..channels.seam import (
+    MAX_MESSAGE_CHARS,
+    SpeakerNames,
+    TurnWatcher,
+    inbound_of,
+    resume_message,
+    task_id_of,
+)
 from ..kernel.approvals import DecisionRefused, Pending, PendingStore
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES
@@ -79,6 +86,7 @@ class AgentRunner:
         self.schedules: ScheduleStore | None = None  # the jobs `/jobs` lists (serve sets it)
         # who wants to see a message's turn as it runs (a channel streaming its reply): Channel.watch
         self.watch_for: Callable[[InboundMessage], TurnWatcher | None] | None = None
+        self.speakers: dict[str, SpeakerNames] = {}  # channels that name who speaks in a group
 
     async def __call__(self, message: InboundMessage) -> Turn:
         token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
@@ -122,8 +130,9 @@ class AgentRunner:
         streamed = original.kind == "scheduled" or commands.parse(text) is None
         watcher = self._watcher(message) if streamed else None
         hooks = WatchedSteps(watcher) if watcher is not None else None
+        spoken = _spoken(original, prepared.text if prepared else text, await self._speaker(original))
         reply, history, error = await self._turn(
-            original.conversation, _spoken(original, prepared.text if prepared else text), task_id=task_id,
+            original.conversation, spoken, task_id=task_id,
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
             images=prepared.images if prepared else (),
         )  # fmt: skip
@@ -192,6 +201,17 @@ class AgentRunner:
             return "\n".join(REPLIES[key][lang].format_map(fields) for lang in ("zh", "en"))
         return fixed_reply(key, self.agent.language or detect_language(text)).format_map(fields)
 
+    async def _speaker(self, message: InboundMessage) -> str:
+        """Who speaks, as the model reads it: the channel's label (a name), else the message's."""
+        names = self.speakers.get(message.channel)
+        if names is None or not message.speaker:
+            return message.speaker
+        try:
+            return await names.speaker_label(message)
+        except Exception:
+            log.exception("naming the speaker of %s message %s failed", message.channel, message.message_id)
+            return message.speaker
+
     def _watcher(self, message: InboundMessage) -> TurnWatcher | None:
         """The channel's watcher of this turn, if it streams it; a failing channel streams nothing."""
         if self.watch_for is None:
@@ -252,13 +272,13 @@ class WatchedSteps(TaskHooks):
         _safely(self.watcher.tool_finished, call.name, call.id, ok)
 
 
-def _spoken(message: InboundMessage, text: str) -> str:
+def _spoken(message: InboundMessage, text: str, speaker: str) -> str:
     """The text as the model reads it: in a conversation several people share (a group chat), who
-    said it first (`InboundMessage.speaker`), so the history tells them apart. A command is left as
-    written, so it is still recognised."""
-    if not message.speaker or message.kind == "scheduled" or commands.parse(text) is not None:
+    said it first (`speaker`), so the history tells them apart. A command is left as written, so
+    it is still recognised."""
+    if not speaker or message.kind == "scheduled" or commands.parse(text) is not None:
         return text
-    return f"{message.speaker}: {text}"
+    return f"{speaker}: {text}"
 
 
 def _both(on_text: TextCallback | None, watcher: TurnWatcher | None) -> TextCallback | None:

@@ -430,11 +430,15 @@ class SQLiteGatewayStore(GatewayStore):
         return await self.db.transaction(withdraw, urgent=True)  # on the ack path
 
     async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
-        if left:
-            sql, args = "INSERT OR REPLACE INTO left_chats VALUES (?, ?, ?)", (channel, chat_id, time.time())
-        else:
-            sql, args = "DELETE FROM left_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id)
-        await self.db.transaction(lambda db: db.execute(sql, args), urgent=True)  # on the ack path
+        def note(db: sqlite3.Connection) -> None:
+            if left:
+                db.execute(
+                    "INSERT OR REPLACE INTO left_chats VALUES (?, ?, ?)", (channel, chat_id, time.time())
+                )
+            else:
+                db.execute("DELETE FROM left_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id))
+
+        await self.db.transaction(note, urgent=True)  # on the ack path
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:
         row = await self._run(

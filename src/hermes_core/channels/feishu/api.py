@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ...kernel.messages import JSON
 from ..base import DeliveryError
@@ -254,6 +255,16 @@ class FeishuAPI:
         path = f"/open-apis/im/v1/messages/{message_id}"
         await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
                          patient=patient)  # fmt: skip
+
+    async def user_name(self, open_id: str) -> str:
+        """A member's name from the contact API (`GET /open-apis/contact/v3/users/:user_id`,
+        `user_id_type=open_id`; scope `contact:user.base:readonly`): one attempt, no waiting out
+        a rate limit (members.py asks it at turn time). "" when the answer has no name."""
+        path = f"/open-apis/contact/v3/users/{quote(open_id, safe='')}"
+        body = await self._call("GET", path, params={"user_id_type": "open_id"}, patient=False)
+        user = (body.get("data") or {}).get("user") if isinstance(body.get("data"), dict) else None
+        name = user.get("name") if isinstance(user, dict) else None
+        return name if isinstance(name, str) else ""
 
     async def aclose(self) -> None:
         session, self._session = self._session, None

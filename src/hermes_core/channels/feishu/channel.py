@@ -54,8 +54,10 @@ from .events import (
     Ignored,
     chat_event,
     inbound_from_event,
+    speaker_label,
 )
 from .formatting import approval_card
+from .members import MemberNames
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -113,6 +115,7 @@ class FeishuChannel(Channel):
         self.stream_interval = stream_interval  # seconds between patches of one card (None: the default)
         self._streams: dict[int, CardStream] = {}  # by inbox row, while its turn runs
         self.group_session: GroupSession = group_session  # one history per group, topic or member
+        self.members = MemberNames(self.api)  # names for the speaker labels (contact API, cached)
         self.greeting = greeting if greeting is not None else _both_languages("bot_added_greeting")
 
     async def start(self) -> None:
@@ -292,6 +295,12 @@ class FeishuChannel(Channel):
                 kind="greeting", event_id=event.event_id, chat_id=event.chat_id, chat_type="group",
             )  # fmt: skip
             await self.gateway.accept(greeting)
+
+    async def speaker_label(self, message: InboundMessage) -> str:
+        """Who speaks in a group turn, named when the contact API says (seam.py `SpeakerNames`)."""
+        if not message.speaker or not message.sender:
+            return message.speaker
+        return speaker_label(message.sender, await self.members.name_of(message.sender))
 
     async def on_card_action(self, envelope: dict[str, JSON]) -> dict[str, JSON]:
         """An Approve / Reject click: decide, patch the card, answer with a toast."""

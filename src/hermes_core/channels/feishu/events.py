@@ -46,6 +46,7 @@ MAX_BODY = 1024 * 1024
 # the window must cover the whole ~7 h retry schedule.)
 REPLAY_WINDOW = 24 * 3600.0
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
+MAX_NAME = 64  # characters of a member's name shown to the model
 TOO_LONG_KEPT = 500  # characters of an over-long text kept: enough to tell its language
 GroupSession = Literal["chat", "topic", "user"]  # one history per group, per topic, per member
 Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
@@ -351,10 +352,12 @@ def conversation_of(
     return f"feishu:{chat_id}"
 
 
-def speaker_label(open_id: str) -> str:
-    """How the model is told who speaks in a group: Feishu's own mention markup for the member
-    (the event carries no sender name), which the model can also write back to @mention them."""
-    return f'<at user_id="{open_id}"></at>'
+def speaker_label(open_id: str, name: str = "") -> str:
+    """How the model is told who speaks in a group: Feishu's own mention markup for the member,
+    which the model can also write back to @mention them; the name when it is known (the event
+    carries none: channel.py asks the contact API at turn time), cut and stripped of markup."""
+    name = re.sub(r'[<>"\s]+', " ", name).strip()[:MAX_NAME]
+    return f'<at user_id="{open_id}">{name}</at>'
 
 
 @dataclass

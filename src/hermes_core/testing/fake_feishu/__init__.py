@@ -117,6 +117,7 @@ class FakeFeishu(OpenApi, LongConnectionPusher):
         app.router.add_patch(MESSAGES_PATH + "/{message_id}", route("im.message.patch", self._patch))
         app.router.add_put(MESSAGES_PATH + "/{message_id}", route("im.message.update", self._edit))
         app.router.add_get(MESSAGES_PATH + "/{message_id}/resources/{file_key}", self._resource)
+        app.router.add_get("/open-apis/contact/v3/users/{user_id}", route("contact.user.get", self._user))
         app.router.add_post("/callback/ws/endpoint", route("ws.endpoint", self._ws_endpoint, authed=False))
         app.router.add_get("/ws", self._ws)
         return app

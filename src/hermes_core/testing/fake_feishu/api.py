@@ -44,6 +44,8 @@ What is modelled, and from where:
   HTTP 400. The codes come from the API's documented error table; the HTTP statuses, and which
   code an unknown message_id gets, are **UNCONFIRMED**. ``resource_reads`` records what was served.
 
+- a member's name, ``GET /open-apis/contact/v3/users/:user_id`` (``users``: see ``_user``).
+
 Not modelled: CardKit (``/open-apis/cardkit/…``), uploads, reading messages back.
 """
 
@@ -93,6 +95,7 @@ _MESSAGES = {
     234037: "Downloaded file size exceeds limit.",
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
+    41050: "no user authority error",
     230011: "The message was withdrawn.",
     230013: "Bot has NO availability to this user.",
     230020: "This operation triggers the frequency limit.",
@@ -251,6 +254,7 @@ class OpenApi:
         self.resources: dict[tuple[str, str], Resource] = {}  # (message_id, file_key) → the bytes
         self.resource_reads: list[ResourceRead] = []
         self.resources_forbidden = False  # the app lacks the permission to read messages → 234002
+        self.users: dict[str, str] = {}  # open_id → name, for the contact API (``_user``)
         self.set_limits()
         self._token_expiry: dict[str, float] = {}
         self._current_token: str | None = None
@@ -603,6 +607,21 @@ class OpenApi:
         message.reply_to, message.root_id = parent.message_id, parent.root_id or parent.message_id
         message.thread_id = parent.thread_id
         return self._message_answer(message)
+
+    def _user(self, request: web.Request, body: Any) -> Answer:
+        """``GET /open-apis/contact/v3/users/:user_id?user_id_type=open_id``: ``data.user`` with
+        ``open_id`` and ``name`` (open.feishu.cn/document/server-docs/contact-v3/user/get; the SDK's
+        ``GetUserResponseBody``). A user not in ``users`` is outside the app's contact range →
+        HTTP 400 code 41050 (the status, and that code for an unknown id, **UNCONFIRMED**)."""
+        open_id = request.match_info["user_id"]
+        if request.query.get("user_id_type") != "open_id" or open_id not in self.users:
+            return error(400, 41050)
+        user = {
+            "open_id": open_id,
+            "union_id": "on_" + open_id.removeprefix("ou_"),
+            "name": self.users[open_id],
+        }
+        return Answer(200, {"code": 0, "msg": "success", "data": {"user": user}})
 
     def _patch(self, request: web.Request, body: Any) -> Answer:
         """``PATCH /open-apis/im/v1/messages/:message_id``: replace a shared card (§6)."""
