@@ -121,6 +121,14 @@ class LeftChatsInMemory(SQLiteGatewayStore):
         return (channel, chat_id) in self.left
 
 
+class RepliesLoseTheirTopic(SQLiteGatewayStore):
+    """Reads replies back with the fields it knew before topics: after a restart a reply in a topic
+    falls out of it."""
+
+    async def pending_outbound(self) -> list[OutboundMessage]:
+        return [dataclasses.replace(reply, thread_id=None) for reply in await super().pending_outbound()]
+
+
 class NoBacklog(SQLiteGatewayStore):
     """Keeps no list of what is still to answer: a restart answers nothing."""
 
@@ -859,7 +867,7 @@ GATEWAY_STORES: list[type[SQLiteGatewayStore]] = [
     KeepsWhatItWasGiven, DoneApartFromReplies, HistoryDropped, DoneOnceSeen, SentStaysPending,
     AttemptsNotCounted, DeadStaysInOutbox, DeadLettersOldestFirst, ResendWithNewKey, ResendsNeverClaimed,
     AttemptsNeverReleased, CrashedIgnoresCount, SetAsideStillPending, CountsForgetSetAside, PruneDeletesWork,
-    NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns, LeftChatsInMemory,
+    NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns, LeftChatsInMemory, RepliesLoseTheirTopic,
 ]  # fmt: skip
 SESSION_STORES: list[type[InMemorySessionStore]] = [
     OneLogForAll, LogNewestFirst, TurnIdIgnored, TurnCheckedThenAppended, WindowIgnored,

@@ -94,6 +94,7 @@ async def test_pending_inbound_in_arrival_order_with_every_field(gateway_stores:
     rich = InboundMessage(
         "feishu", "feishu:oc_1", "ou_1", "你好 👋", "om_9", event_id="ev_9", chat_id="oc_1",
         chat_type="group", reply_to="om_8", received_at=1_700_000_000.5, extra={"task_id": "t-9", "n": [1]},
+        thread_id="omt_7", speaker='<at user_id="ou_1"></at>',
     )  # fmt: skip
     for i in range(5):
         await accepted(store, f"m{i}", f"id{i}", conversation=f"webhook:u{i % 2}")
@@ -101,6 +102,21 @@ async def test_pending_inbound_in_arrival_order_with_every_field(gateway_stores:
     found = await store.pending_inbound()
     assert [m.text for m in found] == ["m0", "m1", "m2", "m3", "m4", "你好 👋"]
     assert found[-1] == rich and found[-1].id is not None
+
+
+async def test_a_reply_keeps_the_topic_of_the_message_it_answers_across_a_reopen(
+    gateway_stores: Stores,
+) -> None:
+    """A Feishu reply in a topic goes out with `reply_in_thread` (open.feishu.cn/document/
+    server-docs/im-v1/message/reply): the outbox keeps the topic until it is sent."""
+    store = gateway_stores()
+    asked = InboundMessage("feishu", "feishu:oc_1:omt_7", "ou_1", "hi", "om_9", chat_id="oc_1",
+                           chat_type="group", reply_to="om_9", thread_id="omt_7")  # fmt: skip
+    inbound_id = await store.accept(asked)
+    assert inbound_id is not None
+    await store.complete(inbound_id, [reply_for(asked, "hello", 0)])
+    store = await gateway_stores.reopen(store)
+    assert [(r.reply_to, r.thread_id) for r in await store.pending_outbound()] == [("om_9", "omt_7")]
 
 
 async def test_accept_redacts_what_it_stores(gateway_stores: Stores) -> None:
