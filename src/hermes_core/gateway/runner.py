@@ -130,7 +130,8 @@ class AgentRunner:
         streamed = original.kind == "scheduled" or commands.parse(text) is None
         watcher = self._watcher(message) if streamed else None
         hooks = WatchedSteps(watcher) if watcher is not None else None
-        spoken = _spoken(original, prepared.text if prepared else text, await self._speaker(original))
+        speaker = await self._speaker(original) if streamed else ""  # a command is not labelled
+        spoken = _spoken(original, prepared.text if prepared else text, speaker)
         reply, history, error = await self._turn(
             original.conversation, spoken, task_id=task_id,
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,

@@ -290,9 +290,9 @@ class FeishuAPI:
         body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
             path = f"/open-apis/im/v1/messages/{reply_to}/reply"
+            reply_body = {**body, "reply_in_thread": True} if in_thread else body  # a reply's field only
             try:
-                replied = await self._call("POST", path, body={**body, "reply_in_thread": True} if in_thread
-                                           else body, chat=chat_id or reply_to)  # fmt: skip
+                replied = await self._call("POST", path, body=reply_body, chat=chat_id or reply_to)
                 return _message_id(replied), reply_to
             except FeishuError as exc:
                 if exc.code != REPLY_TARGET_RECALLED or chat_id is None:
