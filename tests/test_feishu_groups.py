@@ -208,9 +208,10 @@ async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_agai
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reply queued for a chat the bot was removed from is dead-lettered with why, without a
-    request to the platform; added again, the bot greets the group once (the event pushed twice)."""
+    request to the platform; added again, the bot greets the group once (the event pushed twice),
+    and a late redelivery of the removal (same event_id, older create_time) silences nothing."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
-        fake.script(FakeReply.slow(1.0, FakeReply.text("answer nobody will see")))
+        fake.script(FakeReply.slow(1.0, FakeReply.text("answer nobody will see")), FakeReply.text("back"))
         greeting = "Hi team! @mention me to ask."
         async with team_gateway(tmp_path, feishu, fake, monkeypatch, greeting=greeting) as (gateway, url):
             asked = feishu.user_message(
@@ -218,17 +219,24 @@ async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_agai
             )
             assert (await feishu.push(asked, url)).ok
             await wait_for(lambda: len(fake.requests) == 1)
-            assert (await feishu.push(feishu.bot_removed(TEAM), url)).ok
+            removed = feishu.bot_removed(TEAM)
+            assert (await feishu.push(removed, url)).ok
             await wait_for(lambda: gateway.counters["dead_letters"] == 1)
             [dead] = await gateway.store.dead_letters()
             assert "the bot was removed from chat oc_team" in dead["error"]
             assert not [r for r in feishu.requests if "/messages" in r.path]  # nothing tried
+            await asyncio.sleep(0.01)  # the platform's clock moves on (create_time in ms)
             added = feishu.bot_added(TEAM)
             assert (await feishu.push(added, url)).ok
             assert (await feishu.push(feishu.redelivery_of(added, new_event_id=False), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            assert (await feishu.push(feishu.redelivery_of(removed, new_event_id=False), url)).ok
+            again = feishu.user_message("hi", chat_id=TEAM, chat_type="group", sender=BOB, mention_bot=True)
+            await ask(feishu, url, again, 2)
             await asyncio.sleep(0.5)
-    assert [(m.chat_id, m.text, m.reply_to) for m in feishu.sent] == [(TEAM, greeting, None)]
+    assert [(m.chat_id, m.text) for m in feishu.sent] == [(TEAM, greeting), (TEAM, "back")]
+    assert (
+        feishu.sent[0].reply_to is None and feishu.sent[1].reply_to == again["event"]["message"]["message_id"]
+    )
 
 
 async def test_the_default_greeting_is_in_both_languages_and_an_empty_one_is_none(

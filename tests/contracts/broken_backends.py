@@ -114,7 +114,7 @@ class LeftChatsInMemory(SQLiteGatewayStore):
         super().__init__(path)
         self.left: set[tuple[str, str]] = set()
 
-    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
         (self.left.add if left else self.left.discard)((channel, chat_id))
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:
@@ -127,6 +127,15 @@ class RepliesLoseTheirTopic(SQLiteGatewayStore):
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         return [dataclasses.replace(reply, thread_id=None) for reply in await super().pending_outbound()]
+
+
+class LastMembershipWins(SQLiteGatewayStore):
+    """Takes the last change it is told of, however old: a late redelivery of "removed" silences
+    the bot in a group it was added back to."""
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self.db.transaction(lambda db: db.execute("DELETE FROM chat_membership"))
+        await super().set_chat_left(channel, chat_id, left, at)
 
 
 class NoBacklog(SQLiteGatewayStore):
@@ -868,6 +877,7 @@ GATEWAY_STORES: list[type[SQLiteGatewayStore]] = [
     AttemptsNotCounted, DeadStaysInOutbox, DeadLettersOldestFirst, ResendWithNewKey, ResendsNeverClaimed,
     AttemptsNeverReleased, CrashedIgnoresCount, SetAsideStillPending, CountsForgetSetAside, PruneDeletesWork,
     NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns, LeftChatsInMemory, RepliesLoseTheirTopic,
+    LastMembershipWins,
 ]  # fmt: skip
 SESSION_STORES: list[type[InMemorySessionStore]] = [
     OneLogForAll, LogNewestFirst, TurnIdIgnored, TurnCheckedThenAppended, WindowIgnored,

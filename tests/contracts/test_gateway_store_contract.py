@@ -440,15 +440,20 @@ async def test_a_withdrawn_message_is_not_run_and_one_withdrawn_before_it_came_i
 
 async def test_a_chat_the_bot_left_is_remembered_until_it_is_added_again(gateway_stores: Stores) -> None:
     """Feishu's bot removed / added events (open.feishu.cn/document/server-docs/group/chat-member/
-    event/deleted-2, …/added-2): nothing is sent to a chat the bot left, across a restart."""
+    event/deleted-2, …/added-2): nothing is sent to a chat the bot left, across a restart; a late
+    redelivery of an older change (the platform pushes at least once) changes nothing."""
     store = gateway_stores()
     assert await store.chat_left("feishu", "oc_1") is False
-    await store.set_chat_left("feishu", "oc_1", True)
-    await store.set_chat_left("feishu", "oc_1", True)
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)
     assert await store.chat_left("feishu", "oc_1") is True
     assert await store.chat_left("feishu", "oc_2") is False
     assert await store.chat_left("webhook", "oc_1") is False
     store = await gateway_stores.reopen(store)
     assert await store.chat_left("feishu", "oc_1") is True
-    await store.set_chat_left("feishu", "oc_1", False)
+    await store.set_chat_left("feishu", "oc_1", False, 1000.0)  # an addition before the removal
+    assert await store.chat_left("feishu", "oc_1") is True
+    await store.set_chat_left("feishu", "oc_1", False, 3000.0)
+    assert await store.chat_left("feishu", "oc_1") is False
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)  # the removal again, late
     assert await store.chat_left("feishu", "oc_1") is False

@@ -186,8 +186,9 @@ class Records(Protocol):
         comes. False when its turn started or ran already (its reply stays)."""
         ...
 
-    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
-        """Record, durably, that the bot was removed from a chat (`left`) or added to it again."""
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        """Record, durably, that the bot was removed from a chat (`left`) or added to it again, at
+        `at` (the platform's time of the change): a change older than the one kept is ignored."""
         ...
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:

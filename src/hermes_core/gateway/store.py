@@ -27,7 +27,7 @@ sent again is refused, even after a restart.
 Recalled messages: a message its sender takes back before its turn started is marked 'withdrawn'
 (`withdraw`; a recall that comes before the message leaves a withdrawn row, so the message is a
 duplicate when it comes), and `begin_attempt` answers 0 for it: its turn is not run, across
-restarts too. Chats the bot was removed from are kept in `left_chats` (`set_chat_left`).
+restarts too. Chats the bot was removed from are kept in `chat_membership` (`set_chat_left`).
 
 Poison messages: every run of a message is counted (`begin_attempt`, durable before the turn
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
@@ -165,14 +165,16 @@ MIGRATIONS: dict[int, str] = {
         created_at REAL NOT NULL
     );
     """,
-    # 8: chats the bot was removed from (a Feishu `im.chat.member.bot.deleted_v1`): nothing is sent
-    # there until it is added again. (A message its sender recalled is an inbox row with status
-    # 'withdrawn': no table of its own.)
+    # 8: whether the bot was removed from a chat (a Feishu `im.chat.member.bot.deleted_v1`; nothing
+    # is sent there) or added to it again, as of the platform's time of the change: a late
+    # redelivery of an older change does not undo a newer one. (A message its sender recalled is
+    # an inbox row with status 'withdrawn': no table of its own.)
     8: """
-    CREATE TABLE left_chats (
+    CREATE TABLE chat_membership (
         channel TEXT NOT NULL,
         chat_id TEXT NOT NULL,
-        left_at REAL NOT NULL,
+        is_left INTEGER NOT NULL,
+        changed_at REAL NOT NULL,
         PRIMARY KEY (channel, chat_id)
     );
     """,
@@ -429,24 +431,24 @@ class SQLiteGatewayStore(GatewayStore):
 
         return await self.db.transaction(withdraw, urgent=True)  # on the ack path
 
-    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
-        def note(db: sqlite3.Connection) -> None:
-            if left:
-                db.execute(
-                    "INSERT OR REPLACE INTO left_chats VALUES (?, ?, ?)", (channel, chat_id, time.time())
-                )
-            else:
-                db.execute("DELETE FROM left_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id))
-
-        await self.db.transaction(note, urgent=True)  # on the ack path
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self.db.transaction(
+            lambda db: db.execute(
+                "INSERT INTO chat_membership VALUES (?, ?, ?, ?) ON CONFLICT (channel, chat_id) DO UPDATE "
+                "SET is_left = excluded.is_left, changed_at = excluded.changed_at "
+                "WHERE excluded.changed_at >= chat_membership.changed_at",
+                (channel, chat_id, int(left), at),
+            ),
+            urgent=True,  # on the ack path
+        )
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:
         row = await self._run(
             lambda db: db.execute(
-                "SELECT 1 FROM left_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id)
+                "SELECT is_left FROM chat_membership WHERE channel = ? AND chat_id = ?", (channel, chat_id)
             ).fetchone()
         )
-        return row is not None
+        return bool(row and row[0])
 
     async def set_aside(
         self, inbound_id: int, reason: str, replies: list[OutboundMessage]

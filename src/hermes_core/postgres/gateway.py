@@ -189,22 +189,19 @@ class PostgresGatewayStore(GatewayStore):
 
         return await self.db.transaction(withdraw, wait=ACCEPT_WAIT)  # on the ack path
 
-    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
-        if left:
-            await self._count(
-                "INSERT INTO left_chats VALUES (%s, %s, %s) ON CONFLICT (channel, chat_id) DO NOTHING",
-                (channel, chat_id, time.time()),
-            )
-        else:
-            await self._count(
-                "DELETE FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id)
-            )
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self._count(
+            "INSERT INTO chat_membership VALUES (%s, %s, %s, %s) ON CONFLICT (channel, chat_id) DO UPDATE "
+            "SET is_left = excluded.is_left, changed_at = excluded.changed_at "
+            "WHERE excluded.changed_at >= chat_membership.changed_at",
+            (channel, chat_id, left, at),
+        )
 
     async def chat_left(self, channel: str, chat_id: str) -> bool:
         row = await self._one(
-            "SELECT 1 FROM left_chats WHERE channel = %s AND chat_id = %s", (channel, chat_id)
+            "SELECT is_left FROM chat_membership WHERE channel = %s AND chat_id = %s", (channel, chat_id)
         )
-        return row is not None
+        return bool(row and row[0])
 
     async def set_aside(
         self, inbound_id: int, reason: str, replies: list[OutboundMessage]

@@ -100,12 +100,14 @@ GATEWAY: dict[int, str] = {
     );
     CREATE INDEX send_quota_by_due ON send_quota (due)
     """,
-    # 4: chats the bot was removed from (SQLite's gateway migration 8)
+    # 4: whether the bot was removed from a chat, as of the platform's time of the change
+    # (SQLite's gateway migration 8)
     4: """
-    CREATE TABLE left_chats (
+    CREATE TABLE chat_membership (
         channel TEXT NOT NULL,
         chat_id TEXT NOT NULL,
-        left_at DOUBLE PRECISION NOT NULL,
+        is_left BOOLEAN NOT NULL,
+        changed_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (channel, chat_id)
     )
     """,

@@ -285,7 +285,7 @@ class FeishuChannel(Channel):
             log.info("feishu: message %s recalled; %s", event.message_id,
                      "not answered" if withdrawn else "its turn had started, its reply stays")  # fmt: skip
             return
-        await store.set_chat_left(self.name, event.chat_id, event.kind == "bot_removed")
+        await store.set_chat_left(self.name, event.chat_id, event.kind == "bot_removed", event.at)
         log.info("feishu: the bot was %s chat %s by %s", "removed from" if event.kind == "bot_removed"
                  else "added to", event.chat_id, event.operator or "?")  # fmt: skip
         if event.kind == "bot_added" and self.greeting:

@@ -222,7 +222,7 @@ class TemporalInbox:
         )
         return False
 
-    async def set_chat_left(self, channel: str, chat_id: str, left: bool) -> None:
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
         """Not kept on this engine: the workers send through the platform's API, which refuses a
         chat the bot left for good (Feishu 230002: the reply is dead-lettered)."""
 
