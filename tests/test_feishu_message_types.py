@@ -30,6 +30,9 @@ MP4 = b"\x00\x00\x00\x18ftypisom" + bytes(200)
 AVI = b"RIFF\x00\x01\x00\x00AVI LIST" + bytes(200)
 
 
+SPEAKER = '<at user_id="ou_user1">User user1</at>: '  # a group turn: who speaks (docs/feishu.md, groups)
+
+
 def said(request: Any) -> str:
     """The text of the last user message a model request carried (parts joined)."""
     content = user_parts(request)
@@ -109,7 +112,7 @@ async def test_a_reply_to_a_file_in_a_group_brings_the_file_and_the_quote_to_the
         assert await answered(feishu, url, ask) == "总结：第三季度收入 42。"
         saved = "uploads/feishu-oc_team/q3.txt"
         assert (folder / saved).read_bytes() == b"Q3 revenue: 42\n"
-    told = said(fake.requests[0])
+    told = said(fake.requests[0]).removeprefix(SPEAKER)  # a group's turn names who speaks first
     assert told.startswith(f"[quoted message from {USER}, ")
     assert "[end of quoted message]\n\n总结一下" in told and f"[file received: {saved} (text/plain" in told
     assert [read.message_id for read in feishu.resource_reads] == [file_id]  # fetched through the quote
@@ -184,7 +187,7 @@ async def test_a_reply_to_a_forwarded_log_in_a_group_reads_the_log(
         ask = feishu.user_message("summarise", mention_bot=True, chat_type="group", chat_id="oc_team",
                                   reply_to=log["event"]["message"]["message_id"])  # fmt: skip
         await answered(feishu, url, ask)
-    told = said(fake.requests[0])
+    told = said(fake.requests[0]).removeprefix(SPEAKER)
     assert told.startswith("[forwarded chat log, 2 messages]\n") and "    when is the release?" in told
     assert "ou_bob:\n    [empty]" in told and told.endswith("[end of forwarded chat log]\n\nsummarise")
 

@@ -185,7 +185,12 @@ class FeishuConfig(_Section):
     writes; off: one ordinary message once the reply is complete. `card_streaming`: `cardkit` (the
     default: the text is typed out, channels/feishu/cardkit.py; needs the `cardkit:card:write`
     scope, and falls back by itself when the platform refuses it) or `patch` (the card message is
-    patched, 4 times a second at most: channels/feishu/stream.py)."""
+    patched, 4 times a second at most: channels/feishu/stream.py).
+
+    Groups (docs/feishu.md): `group_session` is how many histories a group has — one for the whole
+    chat (`chat`), one per topic with messages outside topics sharing the chat's (`topic`, the
+    default), or one per member (`user`). `greeting` is what the bot says when added to a group
+    (unset: a short default in Chinese and English; empty: nothing)."""
 
     app_id: str | None = None
     mode: Literal["webhook", "longconn"] = "webhook"
@@ -196,6 +201,8 @@ class FeishuConfig(_Section):
     send_rate: float | None = Field(None, gt=0)
     stream: bool = True
     card_streaming: Literal["cardkit", "patch"] = "cardkit"
+    group_session: Literal["chat", "topic", "user"] = "topic"
+    greeting: str | None = None
 
 
 class WebhookConfig(_Section):

@@ -100,6 +100,44 @@ class PendingNewestFirst(SQLiteGatewayStore):
         return list(reversed(await super().pending_inbound()))
 
 
+class WithdrawnStillRuns(SQLiteGatewayStore):
+    """Takes a recall as done but keeps no mark of it: the message runs all the same."""
+
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        return True
+
+
+class LeftChatsInMemory(SQLiteGatewayStore):
+    """Remembers the chats the bot left in the process only: a restart sends there again."""
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.left: set[tuple[str, str]] = set()
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        (self.left.add if left else self.left.discard)((channel, chat_id))
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        return (channel, chat_id) in self.left
+
+
+class RepliesLoseTheirTopic(SQLiteGatewayStore):
+    """Reads replies back with the fields it knew before topics: after a restart a reply in a topic
+    falls out of it."""
+
+    async def pending_outbound(self) -> list[OutboundMessage]:
+        return [dataclasses.replace(reply, thread_id=None) for reply in await super().pending_outbound()]
+
+
+class LastMembershipWins(SQLiteGatewayStore):
+    """Takes the last change it is told of, however old: a late redelivery of "removed" silences
+    the bot in a group it was added back to."""
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self.db.transaction(lambda db: db.execute("DELETE FROM chat_membership"))
+        await super().set_chat_left(channel, chat_id, left, at)
+
+
 class NoBacklog(SQLiteGatewayStore):
     """Keeps no list of what is still to answer: a restart answers nothing."""
 
@@ -838,7 +876,8 @@ GATEWAY_STORES: list[type[SQLiteGatewayStore]] = [
     KeepsWhatItWasGiven, DoneApartFromReplies, HistoryDropped, DoneOnceSeen, SentStaysPending,
     AttemptsNotCounted, DeadStaysInOutbox, DeadLettersOldestFirst, ResendWithNewKey, ResendsNeverClaimed,
     AttemptsNeverReleased, CrashedIgnoresCount, SetAsideStillPending, CountsForgetSetAside, PruneDeletesWork,
-    NonceAlwaysFresh, NoncesInMemory,
+    NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns, LeftChatsInMemory, RepliesLoseTheirTopic,
+    LastMembershipWins,
 ]  # fmt: skip
 SESSION_STORES: list[type[InMemorySessionStore]] = [
     OneLogForAll, LogNewestFirst, TurnIdIgnored, TurnCheckedThenAppended, WindowIgnored,

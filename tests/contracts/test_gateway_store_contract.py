@@ -3,7 +3,8 @@ protocol only, so a second implementation runs this file unchanged (tests/contra
 
 Exactly-once accept (message id per channel, event id), arrival order, the done mark atomic with
 the turn's history and its replies, retries counted, dead letters kept and resent, poison counts,
-pruning that never loses work, nonces, and all of it surviving a reopen.
+pruning that never loses work, nonces, messages their senders took back (a Feishu recall), chats
+the bot was removed from, and all of it surviving a reopen.
 
 How each test was seen to fail: tests/contracts/broken_backends.py holds implementations with one
 bug each (dedup by message id only, a done mark written apart from its replies, a prune that
@@ -93,6 +94,7 @@ async def test_pending_inbound_in_arrival_order_with_every_field(gateway_stores:
     rich = InboundMessage(
         "feishu", "feishu:oc_1", "ou_1", "你好 👋", "om_9", event_id="ev_9", chat_id="oc_1",
         chat_type="group", reply_to="om_8", received_at=1_700_000_000.5, extra={"task_id": "t-9", "n": [1]},
+        thread_id="omt_7", speaker='<at user_id="ou_1"></at>',
     )  # fmt: skip
     for i in range(5):
         await accepted(store, f"m{i}", f"id{i}", conversation=f"webhook:u{i % 2}")
@@ -100,6 +102,21 @@ async def test_pending_inbound_in_arrival_order_with_every_field(gateway_stores:
     found = await store.pending_inbound()
     assert [m.text for m in found] == ["m0", "m1", "m2", "m3", "m4", "你好 👋"]
     assert found[-1] == rich and found[-1].id is not None
+
+
+async def test_a_reply_keeps_the_topic_of_the_message_it_answers_across_a_reopen(
+    gateway_stores: Stores,
+) -> None:
+    """A Feishu reply in a topic goes out with `reply_in_thread` (open.feishu.cn/document/
+    server-docs/im-v1/message/reply): the outbox keeps the topic until it is sent."""
+    store = gateway_stores()
+    asked = InboundMessage("feishu", "feishu:oc_1:omt_7", "ou_1", "hi", "om_9", chat_id="oc_1",
+                           chat_type="group", reply_to="om_9", thread_id="omt_7")  # fmt: skip
+    inbound_id = await store.accept(asked)
+    assert inbound_id is not None
+    await store.complete(inbound_id, [reply_for(asked, "hello", 0)])
+    store = await gateway_stores.reopen(store)
+    assert [(r.reply_to, r.thread_id) for r in await store.pending_outbound()] == [("om_9", "omt_7")]
 
 
 async def test_accept_redacts_what_it_stores(gateway_stores: Stores) -> None:
@@ -396,3 +413,47 @@ async def test_everything_survives_a_reopen(gateway_stores: Stores) -> None:
     assert await store.accept(message("hi", "m1")) is None
     assert await store.accept(message("ev", "m9", event_id="ev_2")) is None
     assert await store.claim_nonce("webhook", "sig", 3600) is False
+
+
+async def test_a_withdrawn_message_is_not_run_and_one_withdrawn_before_it_came_is_a_duplicate(
+    gateway_stores: Stores,
+) -> None:
+    """A Feishu recall (open.feishu.cn/document/server-docs/im-v1/message/events/recalled): the
+    message is not answered if its turn has not started; once started, its reply stays."""
+    store = gateway_stores()
+    waiting = await accepted(store, "never mind", "m1", "feishu:oc_1")
+    running = await accepted(store, "answer me", "m2", "feishu:oc_1")
+    assert await store.begin_attempt(running) == 1
+    assert await store.withdraw("webhook", "m1", "feishu:oc_1") is True
+    assert await store.withdraw("webhook", "m2", "feishu:oc_1") is False  # its turn started
+    assert await store.begin_attempt(waiting) == 0  # not run
+    assert [m.message_id for m in await store.pending_inbound()] == ["m2"]
+    assert await store.withdraw("webhook", "m3", "feishu:oc_1") is True  # before it came
+    assert await store.accept(message("late", "m3", "feishu:oc_1")) is None
+    store = await gateway_stores.reopen(store)
+    assert [m.message_id for m in await store.pending_inbound()] == ["m2"]
+    assert await store.withdraw("webhook", "m1", "feishu:oc_1") is False  # once
+    assert await store.accept(message("late", "m3", "feishu:oc_1")) is None
+    await store.prune(time.time() + 3600)
+    assert await store.accept(message("weeks later", "m3", "feishu:oc_1")) is not None
+
+
+async def test_a_chat_the_bot_left_is_remembered_until_it_is_added_again(gateway_stores: Stores) -> None:
+    """Feishu's bot removed / added events (open.feishu.cn/document/server-docs/group/chat-member/
+    event/deleted-2, …/added-2): nothing is sent to a chat the bot left, across a restart; a late
+    redelivery of an older change (the platform pushes at least once) changes nothing."""
+    store = gateway_stores()
+    assert await store.chat_left("feishu", "oc_1") is False
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)
+    assert await store.chat_left("feishu", "oc_1") is True
+    assert await store.chat_left("feishu", "oc_2") is False
+    assert await store.chat_left("webhook", "oc_1") is False
+    store = await gateway_stores.reopen(store)
+    assert await store.chat_left("feishu", "oc_1") is True
+    await store.set_chat_left("feishu", "oc_1", False, 1000.0)  # an addition before the removal
+    assert await store.chat_left("feishu", "oc_1") is True
+    await store.set_chat_left("feishu", "oc_1", False, 3000.0)
+    assert await store.chat_left("feishu", "oc_1") is False
+    await store.set_chat_left("feishu", "oc_1", True, 2000.0)  # the removal again, late
+    assert await store.chat_left("feishu", "oc_1") is False

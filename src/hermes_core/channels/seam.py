@@ -19,10 +19,17 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..kernel.replies import Language
+
 if TYPE_CHECKING:
     from ..kernel.approvals import Pending
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_MESSAGE_CHARS = 20_000  # the longest text a channel takes from a person (a longer one is refused)
+TOO_LONG: dict[Language, str] = {  # what the sender of a longer one is told, when it cannot be refused
+    "zh": "抱歉，消息太长（{length} 字，上限 {limit}），我没有读。请缩短，或作为文件发给我。",
+    "en": "Sorry, too long to read ({length} chars, limit {limit}). Please shorten it or send a file.",
+}
 
 
 def has_surrogate(text: str) -> bool:
@@ -47,6 +54,8 @@ class InboundMessage:
     chat_id: str | None = None  # where replies go (Feishu chat_id)
     chat_type: str = "p2p"  # "p2p" | "group"
     reply_to: str | None = None  # platform message to thread the reply under
+    thread_id: str | None = None  # the platform topic the message is in (Feishu): replies stay in it
+    speaker: str = ""  # who said it, as the model reads it in a shared (group) conversation
     callback_url: str | None = None  # webhook async variant: where to POST the reply
     received_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # platform details; for "resume": the task id
@@ -76,6 +85,7 @@ class OutboundMessage:
     uuid: str  # idempotency key derived from (message_id, reply index): a resend cannot duplicate
     chat_id: str | None = None
     reply_to: str | None = None
+    thread_id: str | None = None  # of the message answered: the reply goes into the same topic
     callback_url: str | None = None
     inbound_id: int | None = None
     index: int = 0
@@ -145,9 +155,19 @@ class TurnWatcher(Protocol):
     def tool_finished(self, name: str, call_id: str, ok: bool) -> None: ...
 
 
+class SpeakerNames(Protocol):
+    """A channel that can name who speaks in a shared conversation (Feishu: the contact API), asked
+    when the turn runs; the runner keeps `InboundMessage.speaker` when it cannot."""
+
+    async def speaker_label(self, message: InboundMessage) -> str:
+        """`message.speaker`, with the person's name when the platform gives it."""
+        ...
+
+
 class Records(Protocol):
-    """What an HTTP channel reads back from the gateway's store: retries, replayed signatures and
-    the platform message a streamed reply is written into."""
+    """What an HTTP channel reads back from (and notes in) the gateway's store: retries, replayed
+    signatures, the platform message a streamed reply is written into, messages their senders
+    took back and chats the bot was removed from."""
 
     async def replies_of(self, channel: str, message_id: str) -> Earlier | None:
         """The message accepted earlier under this id, and its replies once it is done."""
@@ -164,6 +184,21 @@ class Records(Protocol):
 
     async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
         """Record, durably, that the reply to `inbound_id` is streamed into `platform_id`."""
+        ...
+
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        """Its sender took the message back (a Feishu recall): durably, its turn is not run if it
+        has not started; one not received yet is kept as withdrawn, so it is a duplicate when it
+        comes. False when its turn started or ran already (its reply stays)."""
+        ...
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        """Record, durably, that the bot was removed from a chat (`left`) or added to it again, at
+        `at` (the platform's time of the change): a change older than the one kept is ignored."""
+        ...
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        """Was the bot removed from this chat (and not added again)? Nothing is sent there then."""
         ...
 
 

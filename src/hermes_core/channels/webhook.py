@@ -95,6 +95,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from ..kernel.messages import JSON
 from .base import Channel, DeliveryError, json_object, read_body
 from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
+from .seam import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS  # one cap for every channel
 from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
 from .streaming import ToolStep, TurnProgress
 
@@ -105,7 +106,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermes_core.webhook")
 
 MAX_BODY = 1024 * 1024
-MAX_MESSAGE_CHARS = 20_000
 SIGNATURE_WINDOW = 300.0
 NONCE_MEMORY = 2 * SIGNATURE_WINDOW + 60  # a timestamp is fresh from -window to +window (clock skew)
 SECRET_ENV = "HERMES_WEBHOOK_SECRET"

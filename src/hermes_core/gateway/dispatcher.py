@@ -23,6 +23,9 @@ sweep at once, or a new message races the sweep — with the attempt counted, th
 what the dead turn had done (a tool call cut off at level ≥ 1 is not run again: its outcome is
 unknown), and a message already run `poison_attempts` times set aside instead, under the claim.
 
+A message its sender took back before its turn started (a Feishu recall: `store.withdraw`) is
+not run: `begin_attempt` answers 0 for it, in this process and after a restart.
+
 A message that takes the process down (a tool that kills it, a native crash) would run again at
 every start and take it down again. So each run is counted durably before it starts; at start-up,
 a message that was run `poison_attempts` times (2) and never finished is set aside — an ERROR log
@@ -547,7 +550,10 @@ class Gateway:
         async with self.turn_slots.slot(batch=message.kind == "scheduled"):  # jobs after people
             started = time.perf_counter()
             try:
-                await self.store.begin_attempt(message.id)  # durable: a crash now counts against it
+                if not await self.store.begin_attempt(message.id):  # durable: a crash now counts against it
+                    log.info("%s message %s was withdrawn by its sender before its turn: not answered",
+                             message.channel, message.message_id)  # fmt: skip
+                    return
                 run = asyncio.ensure_future(self.runner(message))
                 self._running[message.conversation] = (message, run)
                 try:
@@ -713,6 +719,7 @@ def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> Outbou
         uuid=hashlib.sha256(key).hexdigest()[:40],
         chat_id=message.chat_id,
         reply_to=message.reply_to,
+        thread_id=message.thread_id,
         callback_url=message.callback_url,
         inbound_id=message.id,
         index=index,

@@ -10,6 +10,11 @@ A message's pictures and files are made ready first (`MediaDesk.prepare`, gatewa
 that cannot be used is answered with the reason, and no turn runs. The gateway depends only on the
 `Runner` protocol.
 
+In a conversation several people share (a group chat) the model reads who said each message
+(`InboundMessage.speaker` before the text; commands are left as written), and the history keeps it.
+A channel's greeting (kind "greeting") is sent as it is; a text over the channels' cap (kind
+"too_long", channels/seam.py `MAX_MESSAGE_CHARS`) is answered with a note, unread.
+
 The turn's messages are not stored here: the runner returns them with the replies (`Turn.history`,
 keyed by the task id) and the gateway stores them in the transaction that marks the message done
 (`GatewayStore.complete`). A crash before that commit leaves no history, so the message run again
@@ -39,7 +44,15 @@ from typing import Any
 
 from ..agent import Agent
 from ..channels.media import MediaRefused
-from ..channels.seam import TurnWatcher, inbound_of, resume_message, task_id_of
+from ..channels.seam import (
+    MAX_MESSAGE_CHARS,
+    TOO_LONG,
+    SpeakerNames,
+    TurnWatcher,
+    inbound_of,
+    resume_message,
+    task_id_of,
+)
 from ..kernel.approvals import DecisionRefused, Pending, PendingStore
 from ..kernel.hooks import TaskHooks
 from ..kernel.loop import PAUSES
@@ -74,6 +87,7 @@ class AgentRunner:
         self.schedules: ScheduleStore | None = None  # the jobs `/jobs` lists (serve sets it)
         # who wants to see a message's turn as it runs (a channel streaming its reply): Channel.watch
         self.watch_for: Callable[[InboundMessage], TurnWatcher | None] | None = None
+        self.speakers: dict[str, SpeakerNames] = {}  # channels that name who speaks in a group
 
     async def __call__(self, message: InboundMessage) -> Turn:
         token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
@@ -83,6 +97,12 @@ class AgentRunner:
             CURRENT_MESSAGE.reset(token)
 
     async def _message_turn(self, message: InboundMessage) -> Turn:
+        if message.kind == "greeting":  # a channel's fixed greeting (a bot added to a group)
+            return Turn([message.text])
+        if message.kind == "too_long":  # over the channels' cap (channels/seam.py): not read
+            fields = {"length": f"{message.extra.get('length', 0):,}", "limit": f"{MAX_MESSAGE_CHARS:,}"}
+            lang = self.agent.language or detect_language(message.text)
+            return Turn([TOO_LONG[lang].format(**fields)])
         if message.kind not in ("text", "resume", "scheduled"):  # audio, stickers…: we cannot read them
             return Turn([f"{REPLIES['non_text']['zh']}\n{REPLIES['non_text']['en']}"])
         if not message.text.strip() and not message.attachments:  # a bare @mention
@@ -111,8 +131,10 @@ class AgentRunner:
         streamed = original.kind == "scheduled" or commands.parse(text) is None
         watcher = self._watcher(message) if streamed else None
         hooks = WatchedSteps(watcher) if watcher is not None else None
+        speaker = await self._speaker(original) if streamed else ""  # a command is not labelled
+        spoken = _spoken(original, prepared.text if prepared else text, speaker)
         reply, history, error = await self._turn(
-            original.conversation, prepared.text if prepared else text, task_id=task_id,
+            original.conversation, spoken, task_id=task_id,
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
             images=prepared.images if prepared else (),
         )  # fmt: skip
@@ -181,6 +203,17 @@ class AgentRunner:
             return "\n".join(REPLIES[key][lang].format_map(fields) for lang in ("zh", "en"))
         return fixed_reply(key, self.agent.language or detect_language(text)).format_map(fields)
 
+    async def _speaker(self, message: InboundMessage) -> str:
+        """Who speaks, as the model reads it: the channel's label (a name), else the message's."""
+        names = self.speakers.get(message.channel)
+        if names is None or not message.speaker:
+            return message.speaker
+        try:
+            return await names.speaker_label(message)
+        except Exception:
+            log.exception("naming the speaker of %s message %s failed", message.channel, message.message_id)
+            return message.speaker
+
     def _watcher(self, message: InboundMessage) -> TurnWatcher | None:
         """The channel's watcher of this turn, if it streams it; a failing channel streams nothing."""
         if self.watch_for is None:
@@ -239,6 +272,15 @@ class WatchedSteps(TaskHooks):
     ) -> None:
         ok = error is None and outcome is not None and (outcome.ok or outcome.error in PAUSES)
         _safely(self.watcher.tool_finished, call.name, call.id, ok)
+
+
+def _spoken(message: InboundMessage, text: str, speaker: str) -> str:
+    """The text as the model reads it: in a conversation several people share (a group chat), who
+    said it first (`speaker`), so the history tells them apart. A command is left as written, so
+    it is still recognised."""
+    if not speaker or message.kind == "scheduled" or commands.parse(text) is not None:
+        return text
+    return f"{speaker}: {text}"
 
 
 def _both(on_text: TextCallback | None, watcher: TurnWatcher | None) -> TextCallback | None:

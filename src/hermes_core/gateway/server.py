@@ -47,7 +47,7 @@ from aiohttp import web
 
 from ..agent import Agent
 from ..channels.media import AttachmentSource
-from ..channels.seam import TurnWatcher
+from ..channels.seam import SpeakerNames, TurnWatcher
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
@@ -168,6 +168,8 @@ def build_gateway(
     }
     runner.inner.media = media_desk(settings, agent, sources)
     runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
+    # who speaks in a group, named through the channel it came in on (Feishu's contact API)
+    runner.inner.speakers = {name: cast(SpeakerNames, channel) for name, channel in sources.items()}
     return gateway, routes
 
 
@@ -208,6 +210,8 @@ def channels_for(settings: Settings, inbox: Any) -> tuple[list[Any], list[web.Ro
             hold_file=Path(settings.gateway.data_dir) / "feishu-held.jsonl",  # events awaiting the bot's id
             stream=settings.feishu.stream,
             card_streaming=settings.feishu.card_streaming,
+            group_session=settings.feishu.group_session,
+            greeting=settings.feishu.greeting,
         )
         channels.append(feishu)
         routes += feishu.routes()

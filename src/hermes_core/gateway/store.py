@@ -24,6 +24,11 @@ a webhook caller whose request was cut by a crash asks again and gets them. `see
 each signed webhook request's signature for as long as its timestamp is fresh: the same request
 sent again is refused, even after a restart.
 
+Recalled messages: a message its sender takes back before its turn started is marked 'withdrawn'
+(`withdraw`; a recall that comes before the message leaves a withdrawn row, so the message is a
+duplicate when it comes), and `begin_attempt` answers 0 for it: its turn is not run, across
+restarts too. Chats the bot was removed from are kept in `chat_membership` (`set_chat_left`).
+
 Poison messages: every run of a message is counted (`begin_attempt`, durable before the turn
 starts; a graceful stop takes its count back with `release_attempt`). A message still pending
 with two counted runs took the process down twice: at the next start it is `set_aside` — marked,
@@ -160,6 +165,19 @@ MIGRATIONS: dict[int, str] = {
         created_at REAL NOT NULL
     );
     """,
+    # 8: whether the bot was removed from a chat (a Feishu `im.chat.member.bot.deleted_v1`; nothing
+    # is sent there) or added to it again, as of the platform's time of the change: a late
+    # redelivery of an older change does not undo a newer one. (A message its sender recalled is
+    # an inbox row with status 'withdrawn': no table of its own.)
+    8: """
+    CREATE TABLE chat_membership (
+        channel TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        is_left INTEGER NOT NULL,
+        changed_at REAL NOT NULL,
+        PRIMARY KEY (channel, chat_id)
+    );
+    """,
 }
 # DeadLetter's keys, in the table's column order
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
@@ -182,7 +200,8 @@ class GatewayStore(Records, Protocol):
         ...
 
     async def begin_attempt(self, inbound_id: int) -> int:
-        """Count a run of the message, durably, before it starts; returns the runs counted."""
+        """Count a run of the message, durably, before it starts; returns the runs counted, or 0
+        when the message is no longer pending (withdrawn by its sender): then it is not run."""
         ...
 
     async def release_attempt(self, inbound_id: int) -> None:
@@ -366,8 +385,11 @@ class SQLiteGatewayStore(GatewayStore):
 
     async def begin_attempt(self, inbound_id: int) -> int:
         def begin(db: sqlite3.Connection) -> int:
-            db.execute("UPDATE inbox SET attempts = attempts + 1 WHERE id = ?", (inbound_id,))
-            row = db.execute("SELECT attempts FROM inbox WHERE id = ?", (inbound_id,)).fetchone()
+            row = db.execute(
+                "UPDATE inbox SET attempts = attempts + 1 WHERE id = ? AND status = 'pending' "
+                "RETURNING attempts",
+                (inbound_id,),
+            ).fetchone()
             return int(row[0]) if row else 0
 
         return await self._run(begin)
@@ -389,6 +411,44 @@ class SQLiteGatewayStore(GatewayStore):
             ).fetchall()
         )
         return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
+
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        def withdraw(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            marked = db.execute(
+                "UPDATE inbox SET status = 'withdrawn', finished_at = ? WHERE channel = ? AND "
+                "message_id = ? AND status = 'pending' AND attempts = 0",
+                (now, channel, message_id),
+            )
+            if marked.rowcount:
+                return True
+            kept = db.execute(
+                "INSERT OR IGNORE INTO inbox (channel, conversation, message_id, payload, status, "
+                "received_at, finished_at) VALUES (?, ?, ?, ?, 'withdrawn', ?, ?)",
+                (channel, conversation, message_id, _withdrawn(channel, conversation, message_id), now, now),
+            )
+            return bool(kept.rowcount)
+
+        return await self.db.transaction(withdraw, urgent=True)  # on the ack path
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self.db.transaction(
+            lambda db: db.execute(
+                "INSERT INTO chat_membership VALUES (?, ?, ?, ?) ON CONFLICT (channel, chat_id) DO UPDATE "
+                "SET is_left = excluded.is_left, changed_at = excluded.changed_at "
+                "WHERE excluded.changed_at >= chat_membership.changed_at",
+                (channel, chat_id, int(left), at),
+            ),
+            urgent=True,  # on the ack path
+        )
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        row = await self._run(
+            lambda db: db.execute(
+                "SELECT is_left FROM chat_membership WHERE channel = ? AND chat_id = ?", (channel, chat_id)
+            ).fetchone()
+        )
+        return bool(row and row[0])
 
     async def set_aside(
         self, inbound_id: int, reason: str, replies: list[OutboundMessage]
@@ -479,7 +539,8 @@ class SQLiteGatewayStore(GatewayStore):
     async def prune(self, older_than: float) -> None:
         def prune(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
-            db.execute("DELETE FROM inbox WHERE status = 'done' AND received_at < ?", (older_than,))
+            db.execute("DELETE FROM inbox WHERE status IN ('done', 'withdrawn') AND received_at < ?",
+                       (older_than,))  # fmt: skip
             db.execute("DELETE FROM outbox WHERE status = 'sent' AND created_at < ?", (older_than,))
             db.execute("DELETE FROM streams WHERE inbound_id NOT IN (SELECT id FROM inbox)")
 
@@ -592,6 +653,11 @@ def _dump(message: InboundMessage | OutboundMessage) -> str:
     data.pop("id", None)
     data.pop("attempts", None)
     return json.dumps(redact_data(data), ensure_ascii=False)
+
+
+def _withdrawn(channel: str, conversation: str, message_id: str) -> str:
+    """The stored payload of a message withdrawn before it arrived: its ids, no text."""
+    return _dump(InboundMessage(channel, conversation, "", "", message_id, kind="withdrawn"))
 
 
 def _error(error: str, limit: int = 2000) -> str:

@@ -63,7 +63,6 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "approval_approved": {"zh": "已批准：{tool}（{by}）", "en": "Approved: {tool} (by {by})"},
     "approval_rejected": {"zh": "已拒绝：{tool}（{by}）", "en": "Rejected: {tool} (by {by})"},
-    "approval_by_you": {"zh": "你", "en": "you"},  # {by} in the clicker's own toast, when no name is known
     "approval_expired": {
         "zh": "这个审批已过期，未执行。",
         "en": "This approval has expired; nothing was run.",

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..channels.seam import Earlier, InboundMessage, OutboundMessage
 from ..console.pages import DeadLetter
-from ..gateway.store import DEAD_LETTER_KEYS, GatewayStore, _dump, _error, _load
+from ..gateway.store import DEAD_LETTER_KEYS, GatewayStore, _dump, _error, _load, _withdrawn
 from ..kernel.redaction import redact_data, redact_text
 from .database import PostgresDatabase
 from .migrations import GATEWAY
@@ -138,8 +138,8 @@ class PostgresGatewayStore(GatewayStore):
         return await self.db.transaction(complete)
 
     async def begin_attempt(self, inbound_id: int) -> int:
-        row = await self._one("UPDATE inbox SET attempts = attempts + 1 WHERE id = %s RETURNING attempts",
-                              (inbound_id,))  # fmt: skip
+        row = await self._one("UPDATE inbox SET attempts = attempts + 1 WHERE id = %s "
+                              "AND status = 'pending' RETURNING attempts", (inbound_id,))  # fmt: skip
         return int(row[0]) if row else 0
 
     async def release_attempt(self, inbound_id: int) -> None:
@@ -169,6 +169,39 @@ class PostgresGatewayStore(GatewayStore):
             (older_than,),
         )
         return [(_load(InboundMessage, payload, id=row_id), attempts) for row_id, payload, attempts in rows]
+
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        async def withdraw(db: AsyncConnection) -> bool:
+            now = time.time()
+            marked = await db.execute(
+                "UPDATE inbox SET status = 'withdrawn', finished_at = %s WHERE channel = %s AND "
+                "message_id = %s AND status = 'pending' AND attempts = 0",
+                (now, channel, message_id),
+            )
+            if marked.rowcount:
+                return True
+            kept = await db.execute(
+                "INSERT INTO inbox (channel, conversation, message_id, payload, status, received_at, "
+                "finished_at) VALUES (%s, %s, %s, %s, 'withdrawn', %s, %s) ON CONFLICT DO NOTHING",
+                (channel, conversation, message_id, _withdrawn(channel, conversation, message_id), now, now),
+            )
+            return bool(kept.rowcount)
+
+        return await self.db.transaction(withdraw, wait=ACCEPT_WAIT)  # on the ack path
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        await self._count(
+            "INSERT INTO chat_membership VALUES (%s, %s, %s, %s) ON CONFLICT (channel, chat_id) DO UPDATE "
+            "SET is_left = excluded.is_left, changed_at = excluded.changed_at "
+            "WHERE excluded.changed_at >= chat_membership.changed_at",
+            (channel, chat_id, left, at),
+        )
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        row = await self._one(
+            "SELECT is_left FROM chat_membership WHERE channel = %s AND chat_id = %s", (channel, chat_id)
+        )
+        return bool(row and row[0])
 
     async def set_aside(
         self, inbound_id: int, reason: str, replies: list[OutboundMessage]
@@ -250,7 +283,8 @@ class PostgresGatewayStore(GatewayStore):
     async def prune(self, older_than: float) -> None:
         async def prune(db: AsyncConnection) -> None:
             await db.execute("DELETE FROM seen_events WHERE seen_at < %s", (older_than,))
-            await db.execute("DELETE FROM inbox WHERE status = 'done' AND received_at < %s", (older_than,))
+            await db.execute("DELETE FROM inbox WHERE status IN ('done', 'withdrawn') AND received_at < %s",
+                             (older_than,))  # fmt: skip
             await db.execute("DELETE FROM outbox WHERE status = 'sent' AND created_at < %s", (older_than,))
             await db.execute("DELETE FROM streams WHERE inbound_id NOT IN (SELECT id FROM inbox)")
 

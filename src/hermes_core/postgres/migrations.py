@@ -100,6 +100,17 @@ GATEWAY: dict[int, str] = {
     );
     CREATE INDEX send_quota_by_due ON send_quota (due)
     """,
+    # 4: whether the bot was removed from a chat, as of the platform's time of the change
+    # (SQLite's gateway migration 8)
+    4: """
+    CREATE TABLE chat_membership (
+        channel TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        is_left BOOLEAN NOT NULL,
+        changed_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (channel, chat_id)
+    )
+    """,
 }
 
 SESSIONS: dict[int, str] = {

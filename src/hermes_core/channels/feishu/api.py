@@ -243,7 +243,9 @@ class FeishuAPI:
         async with self._chat_order.hold(target):
             for index, part in enumerate(parts):
                 request_uuid = part_uuid(message.uuid, index)
-                message_id, reply_to = await self._send_part(part, message.chat_id, reply_to, request_uuid)
+                message_id, reply_to = await self._send_part(
+                    part, message.chat_id, reply_to, request_uuid, in_thread=message.thread_id is not None
+                )
         return message_id
 
     async def send_text(
@@ -261,16 +263,20 @@ class FeishuAPI:
         return await self.send(message)
 
     async def send_card(
-        self, card: dict[str, Any], *, chat_id: str | None, reply_to: str | None, uuid: str
-    ) -> str:
+        self, card: dict[str, Any], *, chat_id: str | None, reply_to: str | None, uuid: str,
+        in_thread: bool = False,
+    ) -> str:  # fmt: skip
         """Send one interactive card (under `reply_to` when set, else into `chat_id`); its
-        message_id. The same `uuid` again within an hour returns the first card (§6)."""
+        message_id. The same `uuid` again within an hour returns the first card (§6). `in_thread`:
+        the message replied to is in a topic, and the card stays there (`_send_part`)."""
         target = chat_id or reply_to
         if target is None:
             raise FeishuError("the message has neither chat_id nor reply_to", permanent=True)
         part = Part("interactive", json.dumps(card, ensure_ascii=False))
         async with self._chat_order.hold(target):
-            message_id, _ = await self._send_part(part, chat_id, reply_to, uuid[:UUID_MAX])
+            message_id, _ = await self._send_part(
+                part, chat_id, reply_to, uuid[:UUID_MAX], in_thread=in_thread
+            )
         return message_id
 
     async def patch_card(self, message_id: str, card: dict[str, Any], *, patient: bool = True) -> None:
@@ -377,14 +383,23 @@ class FeishuAPI:
     # --- sending ---------------------------------------------------------------------------
 
     async def _send_part(
-        self, part: Part, chat_id: str | None, reply_to: str | None, request_uuid: str
+        self,
+        part: Part,
+        chat_id: str | None,
+        reply_to: str | None,
+        request_uuid: str,
+        *,
+        in_thread: bool = False,
     ) -> tuple[str, str | None]:
-        """Send one part; return its message_id and where the next part should reply to."""
+        """Send one part; return its message_id and where the next part should reply to.
+        `in_thread`: the message replied to is in a topic, and the reply says it stays there
+        (`reply_in_thread`, open.feishu.cn/document/server-docs/im-v1/message/reply)."""
         body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
             path = f"/open-apis/im/v1/messages/{reply_to}/reply"
+            reply_body = {**body, "reply_in_thread": True} if in_thread else body  # a reply's field only
             try:
-                replied = await self._call("POST", path, body=body, chat=chat_id or reply_to,
+                replied = await self._call("POST", path, body=reply_body, chat=chat_id or reply_to,
                                            api="im.message.reply")  # fmt: skip
                 return _message_id(replied), reply_to
             except FeishuError as exc:

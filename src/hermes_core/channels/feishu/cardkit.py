@@ -185,7 +185,7 @@ class CardKitStream:
         if self.card.message_id is None:  # the entity is sent once; the uuid finds an earlier send
             self.card.message_id = await self.api.send_card(
                 card_reference(self.card.card_id), chat_id=target.chat_id, reply_to=target.reply_to,
-                uuid=self.card.uuid,
+                uuid=self.card.uuid, in_thread=target.in_thread,
             )  # fmt: skip
             await self.records.keep_stream(target.inbound_id, "feishu", str(self.card))
         self._stale.set()  # show where this run is at once
@@ -234,7 +234,8 @@ class CardKitStream:
             await self.api.update_card(self.card.card_id, cards[0], self.sequence())
         for index, card in enumerate(cards[1:], start=1):
             await self.api.send_card(card, chat_id=reply.chat_id, reply_to=reply.reply_to,
-                                     uuid=part_uuid(reply.uuid, index))  # fmt: skip
+                                     uuid=part_uuid(reply.uuid, index),
+                                     in_thread=reply.thread_id is not None)  # fmt: skip
         return self.card.message_id
 
     async def _final_text(self, text: str) -> None:
@@ -265,12 +266,13 @@ class Target:
     reply_to: str | None
     uuid: str  # of the card's message: the same on every run of the task
     language: Language
+    in_thread: bool = False  # the message answered is in a topic: the card stays there
 
     @classmethod
     def of(cls, message: InboundMessage) -> Target:
         assert message.id is not None
         return cls(message.id, message.chat_id, message.reply_to, stream_uuid(message),
-                   detect_language(message.text))  # fmt: skip
+                   detect_language(message.text), message.thread_id is not None)  # fmt: skip
 
 
 async def resume(api: FeishuAPI, records: Records, reply: OutboundMessage) -> str | None:
@@ -281,8 +283,10 @@ async def resume(api: FeishuAPI, records: Records, reply: OutboundMessage) -> st
     if stored is None:
         return None
     language = detect_language(reply.text)
-    stream = CardKitStream(api, records, Target(reply.inbound_id, reply.chat_id, reply.reply_to,
-                                                stored.uuid, language))  # fmt: skip
+    target = Target(
+        reply.inbound_id, reply.chat_id, reply.reply_to, stored.uuid, language, reply.thread_id is not None
+    )
+    stream = CardKitStream(api, records, target)
     await stream.open()
     return await stream.finish(reply)
 

@@ -19,6 +19,12 @@ tools run, and the reply is written into it. Through CardKit (cardkit.py, the de
 CardKit is off or the platform refuses it, by patching a card message (stream.py). The card is
 stored with the message, so a run after a crash writes into the same card.
 
+Groups (docs/feishu.md): one history per topic by default (`group_session`: per chat, topic or
+member; events.py `conversation_of`), the sender named to the model, replies kept in their topic.
+A recall (`im.message.recalled_v1`) withdraws a message whose turn has not started; the bot removed
+from a group (`im.chat.member.bot.deleted_v1`) is noted so nothing more is sent there, and added
+(`…added_v1`) it greets the group once. Each is noted durably before the ack (`on_chat_event`).
+
 Start-up never waits for the platform (a Feishu or network outage must not crash `serve`, or
 systemd would restart-loop it): the bot's profile is fetched once, and on failure again in the
 background with capped, jittered backoff, while the channel reports itself `degraded`
@@ -44,7 +50,16 @@ from ...kernel.replies import Language, detect_language, fixed_reply
 from ..base import Channel, read_body
 from ..media import Fetched
 from ..seam import InboundMessage, OutboundMessage, TurnWatcher
-from .events import MAX_BODY, FeishuEventVerifier, Ignored, inbound_from_event
+from .events import (
+    CHAT_EVENTS,
+    MAX_BODY,
+    FeishuEventVerifier,
+    GroupSession,
+    Ignored,
+    chat_event,
+    inbound_from_event,
+    speaker_label,
+)
 from .formatting import approval_card
 
 if TYPE_CHECKING:
@@ -81,6 +96,8 @@ class FeishuChannel(Channel):
         stream: bool = True,
         stream_interval: float | None = None,
         card_streaming: Literal["cardkit", "patch"] = "cardkit",
+        group_session: GroupSession = "topic",
+        greeting: str | None = None,
     ) -> None:
         from .api import FeishuAPI
 
@@ -104,6 +121,8 @@ class FeishuChannel(Channel):
         self.stream_interval = stream_interval  # seconds between updates of one card (None: the default)
         self.card_streaming = card_streaming  # "patch" after the platform refused CardKit (cardkit.py)
         self._streams: dict[int, CardStream | CardKitStream] = {}  # by inbox row, while its turn runs
+        self.group_session: GroupSession = group_session  # one history per group, topic or member
+        self.greeting = greeting if greeting is not None else "\n".join(GREETING.values())
 
     async def start(self) -> None:
         """Try the platform once; whatever fails is retried in the background, never raised."""
@@ -228,6 +247,9 @@ class FeishuChannel(Channel):
         A card click returns the callback's answer (a toast)."""
         if _event_type(envelope) == "card.action.trigger":
             return await self.on_card_action(envelope)
+        if _event_type(envelope) in CHAT_EVENTS:
+            await self.on_chat_event(envelope)
+            return None
         if self.bot_open_id is None and needs_bot_id(envelope):
             async with self._hold_lock:
                 if self.bot_open_id is None:  # still unknown: keep it durably until it is known
@@ -237,7 +259,7 @@ class FeishuChannel(Channel):
                     if time.monotonic() - self._last_attempt >= self._retry.base:
                         self._wake.set()  # try the platform again now (at most once per base delay)
                     return None
-        message = inbound_from_event(envelope, self.bot_open_id)
+        message = inbound_from_event(envelope, self.bot_open_id, self.group_session)
         if isinstance(message, Ignored):
             log.debug("feishu event ignored: %s", message.reason)
             return None
@@ -249,7 +271,7 @@ class FeishuChannel(Channel):
         async with self._hold_lock:
             open_id = self._resolved_open_id
             for envelope in self._held.load():
-                message = inbound_from_event(envelope, open_id)
+                message = inbound_from_event(envelope, open_id, self.group_session)
                 if isinstance(message, Ignored):
                     log.debug("feishu held event ignored: %s", message.reason)
                 else:
@@ -257,6 +279,41 @@ class FeishuChannel(Channel):
                 await asyncio.to_thread(self._held.drop_first)
             self.bot_open_id = open_id
         log.info("feishu: every held event accepted")
+
+    async def on_chat_event(self, envelope: dict[str, JSON]) -> None:
+        """A recall or a change of membership, noted durably before the ack (docs/feishu.md): a
+        message recalled before its turn started is not answered (a reply already sent stays); a
+        chat the bot was removed from gets nothing more until the bot is added again, and an
+        addition is greeted once (the greeting is an inbox message: deduplicated by event id)."""
+        event = chat_event(envelope)
+        if isinstance(event, Ignored):
+            log.debug("feishu event ignored: %s", event.reason)
+            return
+        store = self.gateway.store
+        if event.kind == "recalled":
+            withdrawn = await store.withdraw(self.name, event.message_id, f"feishu:{event.chat_id}")
+            log.info("feishu: message %s recalled; %s", event.message_id,
+                     "not answered" if withdrawn else "its turn had started, its reply stays")  # fmt: skip
+            return
+        await store.set_chat_left(self.name, event.chat_id, event.kind == "bot_removed", event.at)
+        log.info("feishu: the bot was %s chat %s by %s", "removed from" if event.kind == "bot_removed"
+                 else "added to", event.chat_id, event.operator or "?")  # fmt: skip
+        if event.kind == "bot_added" and self.greeting:
+            greeting = InboundMessage(
+                channel=self.name, conversation=f"feishu:{event.chat_id}", sender=event.operator,
+                text=self.greeting, message_id=f"bot_added:{event.event_id or event.chat_id}",
+                kind="greeting", event_id=event.event_id, chat_id=event.chat_id, chat_type="group",
+            )  # fmt: skip
+            await self.gateway.accept(greeting)
+
+    async def speaker_label(self, message: InboundMessage) -> str:
+        """Who speaks in a group turn, named when the contact API says (seam.py `SpeakerNames`;
+        `FeishuAPI.user_name` caches each member's name, or its absence, so a group turn costs at
+        most one lookup per member per hour and a bot without the scope answers with ids)."""
+        if not message.speaker or not message.sender:
+            return message.speaker
+        name = await self.api.user_name(message.sender, timeout=SPEAKER_NAME_TIMEOUT)
+        return speaker_label(message.sender, name or "")
 
     async def on_card_action(self, envelope: dict[str, JSON]) -> dict[str, JSON]:
         """An Approve / Reject click: decide, answer with a toast and the decided card.
@@ -290,7 +347,7 @@ class FeishuChannel(Channel):
         line = fixed_reply(f"approval_{pending.status}", language).format(tool=pending.tool, by=shown)
         card = decided_card(pending, line)
         toast = _toast("success", f"approval_{pending.status}", language, tool=pending.tool,
-                       by=name or fixed_reply("approval_by_you", language))  # fmt: skip
+                       by=name or YOU[language])  # fmt: skip
         if (envelope.get("header") or {}).get("legacy_card"):
             if isinstance(card_message, str) and card_message:
                 self._spawn(self._show_decision(card_message, card))
@@ -333,6 +390,11 @@ class FeishuChannel(Channel):
         return stream.progress
 
     async def send(self, message: OutboundMessage) -> str | None:
+        from .api import FeishuError
+
+        if message.chat_id and await self.gateway.store.chat_left(self.name, message.chat_id):
+            raise FeishuError(f"the bot was removed from chat {message.chat_id}: not sent (resend it "
+                              "once the bot is added back)", permanent=True)  # fmt: skip
         if message.index == 0 and message.inbound_id is not None:
             card_id = await self._streamed_into(message)
             if card_id is not None:
@@ -356,7 +418,7 @@ class FeishuChannel(Channel):
         `ReferenceReader`; the reading itself: references.py)."""
         from .references import read_references
 
-        return await read_references(self.api, message, timeout)
+        return await read_references(self.api, message, timeout, self.bot_open_id)
 
     async def _streamed_into(self, message: OutboundMessage) -> str | None:
         """Write the reply into its streaming card, if it has one; None: send it the usual way."""
@@ -405,7 +467,8 @@ class FeishuChannel(Channel):
             # the card's send failed, or its process died, but it may have reached the platform:
             # the same uuid finds it (or makes it now)
             card_id = await self.api.send_card(final_cards(message)[0], chat_id=message.chat_id,
-                                               reply_to=message.reply_to, uuid=uuid)  # fmt: skip
+                                               reply_to=message.reply_to, uuid=uuid,
+                                               in_thread=message.thread_id is not None)  # fmt: skip
             await self.gateway.store.keep_stream(message.inbound_id, self.name, card_id)
         if card_id is None:
             return None
@@ -439,6 +502,10 @@ class FeishuChannel(Channel):
 
 
 DECISIONS = ("approve", "reject")
+# The channel's own fixed texts, in both languages (the rest: kernel/replies.py)
+GREETING: dict[Language, str] = {"zh": "大家好！有问题请 @我。", "en": "Hello! @mention me with a question."}
+YOU: dict[Language, str] = {"zh": "你", "en": "you"}  # {by} in the clicker's own toast, when no name is known
+SPEAKER_NAME_TIMEOUT = 2.0  # seconds for a member's name at turn time
 
 
 class Problem:

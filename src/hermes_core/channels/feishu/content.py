@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MAX_CARD_CHARS = 20_000  # the text of one card: far more than a card can show
+MAX_CARD_CHARS = 10_000  # the text of one card: far more than a card shows, within a message's cap
 MAX_CARD_NODES = 2_000  # nodes visited in one card: bounds the work a hostile card can cause
 
 

@@ -7,6 +7,9 @@ forged request (refused each time); a verified event of a type the bot does not 
 200 and dropped, so it is not pushed again. The same `inbound_from_event` serves the HTTP callback
 and the long connection (§8), whose frames carry the same envelope.
 
+Besides messages, `chat_event` reads the recall and the bot added / removed events (channel.py
+acts on them); their fields are type-checked with the others in `_SHAPE`.
+
 Card clicks come in two shapes. The current one (`card.action.trigger`, "callback configuration")
 is a v2 event like any other. The legacy one (card 1.0, the "card request URL" of older apps)
 has no envelope — `open_id`, `open_message_id`, `action.value`, a card `token` at the top — and is
@@ -31,12 +34,12 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ...kernel.messages import JSON
 from ..base import json_object
 from ..media import MAX_ATTACHMENTS, keyed
-from ..seam import InboundMessage, has_surrogate
+from ..seam import MAX_MESSAGE_CHARS, InboundMessage, has_surrogate
 from .crypto import DecryptionError, decrypt, signature
 
 MAX_BODY = 1024 * 1024
@@ -47,6 +50,9 @@ REPLAY_WINDOW = 24 * 3600.0
 MAX_MENTIONS = 100  # mention keys replaced per message: bounds the work one event can cause
 MAX_ID_CHARS = 100  # a message_id is "om_" and 32 hex digits
 _ID = re.compile(r"^[A-Za-z0-9_\-]+$")
+MAX_NAME = 64  # characters of a member's name shown to the model
+TOO_LONG_KEPT = 500  # characters of an over-long text kept: enough to tell its language
+GroupSession = Literal["chat", "topic", "user"]  # one history per group, per topic, per member
 Signer = Callable[[str, str, str, bytes], str]  # (timestamp, nonce, secret, body) → hex signature
 
 
@@ -214,6 +220,9 @@ _SHAPE: dict[str, type] = {
     "event.message": dict, "event.message.message_id": str, "event.message.chat_id": str,
     "event.message.chat_type": str, "event.message.message_type": str, "event.message.content": str,
     "event.message.mentions": list, "event.message.parent_id": str,
+    "event.message.thread_id": str, "event.message.root_id": str,
+    "event.message_id": str, "event.chat_id": str, "event.operator_id": dict,
+    "event.operator_id.open_id": str,
     "event.operator": dict, "event.operator.open_id": str, "event.action": dict,
     "event.action.value": dict, "event.action.value.approval_id": str,
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
@@ -280,11 +289,15 @@ class Ignored:
     reason: str
 
 
-def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> InboundMessage | Ignored:
+def inbound_from_event(
+    envelope: dict[str, JSON], bot_open_id: str | None, group_session: GroupSession = "topic"
+) -> InboundMessage | Ignored:
     """An `im.message.receive_v1` event as an InboundMessage; anything else is Ignored.
 
     One-to-one chats are always handled (session key: the sender's open_id); group messages only
-    when the bot is @mentioned (session key: the chat). Mention keys are stripped from the text.
+    when the bot is @mentioned (session key: `conversation_of`), with the sender as the speaker the
+    model reads. Mention keys are stripped from the text; a text over `MAX_MESSAGE_CHARS` is kept
+    short and answered with a note (kind "too_long"), as the webhook refuses it.
     """
     problem = envelope_problem(envelope)
     if problem is not None:
@@ -309,9 +322,13 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
             return Ignored("group message that does not mention the bot")
     kind, text, attachments = _text_of(message, mentions, bot_open_id)
     attachments += quoted(message, kind)
+    extra: dict[str, Any] = {"message_type": message.get("message_type")}
+    if len(text) > MAX_MESSAGE_CHARS:  # not stored whole, not read: answered with a note
+        kind, text, extra["length"] = "too_long", text[:TOO_LONG_KEPT], len(text)
+    thread_id = _str(message.get("thread_id")) or None
     return InboundMessage(
         channel="feishu",
-        conversation=f"feishu:{open_id if chat_type == 'p2p' else chat_id}",
+        conversation=conversation_of(chat_type, chat_id, open_id, thread_id, group_session),
         sender=open_id,
         text=text,
         message_id=message_id,
@@ -320,9 +337,81 @@ def inbound_from_event(envelope: dict[str, JSON], bot_open_id: str | None) -> In
         chat_id=chat_id,
         chat_type=chat_type,
         reply_to=message_id,
-        extra={"message_type": message.get("message_type")},
+        thread_id=thread_id,
+        speaker=speaker_label(open_id) if chat_type != "p2p" and open_id else "",
+        extra=extra,
         attachments=attachments,
     )
+
+
+def conversation_of(
+    chat_type: str, chat_id: str, open_id: str, thread_id: str | None, group_session: GroupSession
+) -> str:
+    """The session key: the sender in a one-to-one chat; in a group, per `group_session` (docs/
+    feishu.md): the chat ("chat"), each topic, messages outside topics sharing the chat's
+    ("topic"), or each member ("user")."""
+    if chat_type == "p2p":
+        return f"feishu:{open_id}"
+    if group_session == "user":
+        return f"feishu:{chat_id}:{open_id}"
+    if group_session == "topic" and thread_id:
+        return f"feishu:{chat_id}:{thread_id}"
+    return f"feishu:{chat_id}"
+
+
+def speaker_label(open_id: str, name: str = "") -> str:
+    """How the model is told who speaks in a group: Feishu's own mention markup for the member,
+    which the model can also write back to @mention them; the name when it is known (the event
+    carries none: channel.py asks the contact API at turn time), cut and stripped of markup."""
+    name = re.sub(r'[<>"\s]+', " ", name).strip()[:MAX_NAME]
+    return f'<at user_id="{open_id}">{name}</at>'
+
+
+@dataclass
+class ChatEvent:
+    """Not a message to answer: a recall (`im.message.recalled_v1`) or the bot added to / removed
+    from a group (`im.chat.member.bot.added_v1` / `deleted_v1`)."""
+
+    kind: str  # "recalled" | "bot_added" | "bot_removed"
+    chat_id: str
+    message_id: str = ""  # the recalled message
+    operator: str = ""  # open_id of whoever added or removed the bot
+    event_id: str | None = None
+    at: float = 0.0  # the header's create_time (the platform's clock): orders membership changes
+
+
+CHAT_EVENTS = {
+    "im.message.recalled_v1": "recalled",
+    "im.chat.member.bot.added_v1": "bot_added",
+    "im.chat.member.bot.deleted_v1": "bot_removed",
+}
+
+
+def chat_event(envelope: dict[str, JSON]) -> ChatEvent | Ignored:
+    """A recall or a membership event (the SDK's `P2ImMessageRecalledV1`,
+    `P2ImChatMemberBotAddedV1`, `…DeletedV1` models: lark_oapi/api/im/v1/model/); Ignored when it
+    is malformed or of another type. Never raises."""
+    problem = envelope_problem(envelope)
+    if problem is not None:
+        return Ignored(f"malformed event: {problem}")
+    header, event = _dict(envelope.get("header")), _dict(envelope.get("event"))
+    kind = CHAT_EVENTS.get(_str(header.get("event_type") or event.get("type")))
+    if kind is None:
+        return Ignored("not a recall or a membership event")
+    chat_id, message_id = _str(event.get("chat_id")), _str(event.get("message_id"))
+    if not chat_id or (kind == "recalled" and not message_id):
+        return Ignored(f"{kind} event without chat_id or message_id")
+    operator = _str(_dict(event.get("operator_id")).get("open_id"))
+    return ChatEvent(kind, chat_id, message_id, operator, _str(header.get("event_id")) or None,
+                     _created_at(header.get("create_time")))  # fmt: skip
+
+
+def _created_at(value: JSON) -> float:
+    """An envelope's `create_time` (a string of digits; the pages disagree on its unit, FEISHU.md §1,
+    but the platform uses one), or now in milliseconds when it is missing or not a number. Only
+    ordering reads it, so an odd one is not a reason to refuse the event."""
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    return float(text) if text.isdigit() and len(text) <= 20 else time.time() * 1000
 
 
 def _text_of(
@@ -362,11 +451,15 @@ def _text_of(
 
 def quoted(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     """The reference to the message this one replies to (`parent_id`), read when the turn runs;
-    none for a message that is itself unreadable, or for an id that is not one."""
+    none for a message that is itself unreadable, or for an id that is not one. Every message of a
+    topic names the topic's first message as its parent: that one is a `topic_root`, which brings
+    only what it holds (a picture, a file) into the turn, not its text again and again — as the
+    vendor's channel layer does not count it as a reply (lark_oapi/channel/normalize/pipeline.py)."""
     parent = _str(message.get("parent_id"))
     if kind != "text" or not parent or len(parent) > MAX_ID_CHARS or not _ID.match(parent):
         return []
-    return [{"kind": "quote", "message_id": parent}]
+    in_topic_under_root = bool(message.get("thread_id")) and parent == _str(message.get("root_id"))
+    return [{"kind": "quote", "message_id": parent, **({"topic_root": True} if in_topic_under_root else {})}]
 
 
 def strip_mentions(text: str, mentions: list[dict[str, JSON]], bot_open_id: str | None) -> str:

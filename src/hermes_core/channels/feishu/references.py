@@ -39,8 +39,11 @@ _WHAT = {"quote": "quoted message", "forward": "forwarded chat log"}
 _HELD = {"image": "a picture", "file": "a file", "audio": "a voice message", "video": "a video"}
 
 
-async def read_references(api: FeishuAPI, message: InboundMessage, timeout: float) -> InboundMessage:
-    """`message` with its quote and forward references read (channels/media.py `ReferenceReader`)."""
+async def read_references(
+    api: FeishuAPI, message: InboundMessage, timeout: float, bot_open_id: str | None = None
+) -> InboundMessage:
+    """`message` with its quote and forward references read (channels/media.py `ReferenceReader`);
+    the bot's own @-mention is taken out of what they say, as out of the message itself."""
     texts: list[str] = []
     attachments: list[dict[str, Any]] = []
     for record in message.attachments:
@@ -48,8 +51,12 @@ async def read_references(api: FeishuAPI, message: InboundMessage, timeout: floa
         if kind not in REFERENCE_KINDS:
             attachments.append(record)
             continue
-        text, found = await _read_one(api, str(kind), str(record.get("message_id") or ""), timeout)
-        texts.append(text)
+        message_id = str(record.get("message_id") or "")
+        text, found = await _read_one(api, str(kind), message_id, timeout, bot_open_id)
+        if record.get("topic_root") and not found:  # the topic's first message holds nothing to fetch:
+            text = ""  # its text is not repeated at every message of the topic
+        if text:
+            texts.append(text)
         attachments += found
     if len(attachments) > MAX_ATTACHMENTS:
         attachments = [{"kind": "file", "problem": f"more than {MAX_ATTACHMENTS} attachments with the quote"}]
@@ -58,7 +65,7 @@ async def read_references(api: FeishuAPI, message: InboundMessage, timeout: floa
 
 
 async def _read_one(
-    api: FeishuAPI, kind: str, message_id: str, timeout: float
+    api: FeishuAPI, kind: str, message_id: str, timeout: float, bot_open_id: str | None = None
 ) -> tuple[str, list[dict[str, Any]]]:
     from .api import FeishuError
 
@@ -74,7 +81,7 @@ async def _read_one(
     top = next((item for item in items if item.get("message_id") == message_id), items[0])
     if _type(top) == "merge_forward":
         return _transcript(items, message_id), []
-    text, found = _item_text(top)
+    text, found = _item_text(top, bot_open_id)
     for attachment in found:
         if "key" in attachment:
             attachment["message_id"] = message_id  # the resource is served through the quoted message
@@ -124,14 +131,18 @@ def _write_level(
             lines.append(f"{indent}    {line}")
 
 
-def _item_text(item: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """The text and attachment records of a message object from the API, read like an event's."""
+def _item_text(item: dict[str, Any], bot_open_id: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The text and attachment records of a message object from the API, read like an event's (the
+    get page lists a mention's `id` as a string, the event as an object: both are read)."""
     body = item.get("body")
     content = body.get("content") if isinstance(body, dict) else None
     message = {"message_type": _type(item), "content": content if isinstance(content, str) else "{}"}
     listed = item.get("mentions")
-    mentions = [m for m in listed[:MAX_MENTIONS] if isinstance(m, dict)] if isinstance(listed, list) else []
-    kind, text, attachments = _text_of(message, mentions, None)
+    mentions = [
+        {**m, "id": {"open_id": m["id"]}} if isinstance(m.get("id"), str) else m
+        for m in (listed[:MAX_MENTIONS] if isinstance(listed, list) else []) if isinstance(m, dict)
+    ]  # fmt: skip
+    kind, text, attachments = _text_of(message, mentions, bot_open_id)
     if kind != "text":
         return f"[a message of type {_type(item) or 'unknown'}, which cannot be read]", []
     if item.get("deleted") is True:

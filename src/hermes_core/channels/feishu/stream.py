@@ -194,7 +194,11 @@ class CardStream:
             await self.records.keep_stream(self.message.id, "feishu", UNCONFIRMED + self.uuid)
         try:
             self.card_id = await self.api.send_card(
-                self._card(), chat_id=self.message.chat_id, reply_to=self.message.reply_to, uuid=self.uuid
+                self._card(),
+                chat_id=self.message.chat_id,
+                reply_to=self.message.reply_to,
+                uuid=self.uuid,
+                in_thread=self.message.thread_id is not None,
             )
         except FeishuError as exc:
             self.refused = exc.permanent
@@ -221,7 +225,8 @@ async def finish_card(
     await api.patch_card(card_id, cards[0])
     for index, card in enumerate(cards[1:], start=1):
         await api.send_card(card, chat_id=reply.chat_id, reply_to=reply.reply_to,
-                            uuid=part_uuid(reply.uuid, index))  # fmt: skip
+                            uuid=part_uuid(reply.uuid, index),
+                            in_thread=reply.thread_id is not None)  # fmt: skip
     return card_id
 
 

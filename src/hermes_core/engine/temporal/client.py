@@ -219,6 +219,21 @@ class TemporalInbox:
         self._nonces[f"{channel}:{nonce}"] = now + keep_seconds
         return True
 
+    async def withdraw(self, channel: str, message_id: str, conversation: str) -> bool:
+        """A recall (docs/feishu.md) is not honoured on this engine: the conversation's workflow
+        has the message already, and answers it."""
+        log.info(
+            "%s message %s recalled; on engine temporal it is answered all the same", channel, message_id
+        )
+        return False
+
+    async def set_chat_left(self, channel: str, chat_id: str, left: bool, at: float) -> None:
+        """Not kept on this engine: the workers send through the platform's API, which refuses a
+        chat the bot left for good (Feishu 230002: the reply is dead-lettered)."""
+
+    async def chat_left(self, channel: str, chat_id: str) -> bool:
+        return False
+
     async def conversation_status(self, conversation: str) -> dict[str, Any]:
         """The workflow's own account (queued, turns, duplicates dropped, history length)."""
         status: dict[str, Any] = await self.client.get_workflow_handle(workflow_id(conversation)).query(

@@ -22,7 +22,8 @@ The pieces, one module each:
 - ``cards.py``: JSON 2.0 card rules, CardKit card entities and streaming, what a card shows (§6, §11);
 - ``pusher.py``: webhook pushes, the §3 retry schedule, duplicates, ``drain`` (§1–§3);
 - ``ws.py``: the long-connection endpoint, frames, pings and ACKs (§8);
-- this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4).
+- this module: the server's lifecycle, its routes, and the events fake users cause (§1, §4):
+  messages, messages in topics, recalls, the bot added to or removed from a group.
 
 Time: the §3 retry delays (15 s, 5 min, 1 h, 6 h) are multiplied by ``time_scale``; the ack
 deadlines (``ack_timeout`` 3 s, ``challenge_timeout`` 1 s) are real seconds, settable.
@@ -216,14 +217,17 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         event_id: str | None = None,
         message_id: str | None = None,
         reply_to: str | None = None,
+        thread_id: str | None = None,
     ) -> dict[str, JSON]:
         """An ``im.message.receive_v1`` envelope (§4) for a message ``sender`` writes in ``chat_id``.
 
         Mentions (the bot first when ``mention_bot``, then ``mentions`` open_ids) get keys
         ``@_user_1``, ``@_user_2`` …, which are put in front of the text (``"@_user_1 hi"``) or as
         ``at`` nodes of a post. ``content`` (a dict) overrides the generated content; on the wire it
-        is always a JSON string. ``reply_to`` makes it a reply (``parent_id``/``root_id``). The
-        message is remembered, so the bot can reply to it.
+        is always a JSON string. ``reply_to`` makes it a reply (``parent_id``/``root_id``), in its
+        parent's topic if it has one; ``thread_id`` puts it in that topic (``"omt_…"``, as the
+        receive event carries it: open.feishu.cn/document/server-docs/im-v1/message/events/receive;
+        see ``topic_message``). The message is remembered, so the bot can reply to it.
         """
         people = ([(self.bot_open_id, self.bot_name)] if mention_bot else []) + [
             (m, _name(m)) for m in mentions
@@ -244,15 +248,17 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
         }  # fmt: skip
         record = SentMessage(
             message_id, chat_id, message_type, content, plain_text(message_type, content),
-            sender=sender, created_at=time.time(),
+            sender=sender, created_at=time.time(), mentions=wire_mentions,
         )  # fmt: skip
         if reply_to is not None:
             parent = self._messages.get(reply_to)
             record.reply_to, record.root_id = reply_to, (parent.root_id if parent else None) or reply_to
             record.thread_id = parent.thread_id if parent else None
             message.update(parent_id=record.reply_to, root_id=record.root_id)
-            if record.thread_id:
-                message["thread_id"] = record.thread_id
+        if thread_id is not None:
+            record.thread_id = thread_id
+        if record.thread_id:
+            message["thread_id"] = record.thread_id
         if wire_mentions:
             message["mentions"] = wire_mentions
         self._remember_inbound(record, chat_type)
@@ -402,6 +408,54 @@ class FakeFeishu(CardKit, OpenApi, LongConnectionPusher):
             "context": {"open_message_id": message_id, "open_chat_id": known.chat_id if known else ""},
         }
         return self.event("card.action.trigger", event)
+
+    def topic_message(self, text: str, *, root: str, **message: Any) -> dict[str, JSON]:
+        """A message written inside the topic of message ``root`` (a reply in the topic, started
+        on ``root`` if it had none): ``root_id``/``parent_id`` and ``thread_id`` set, as the topics
+        overview describes them (open.feishu.cn/document/server-docs/im-v1/message/thread-introduction).
+        """
+        parent = self._messages[root]
+        if parent.thread_id is None:
+            parent.thread_id = "omt_" + uuid.uuid4().hex[:12]
+        return self.user_message(text, chat_id=parent.chat_id, chat_type="group", reply_to=root,
+                                 thread_id=parent.thread_id, **message)  # fmt: skip
+
+    def recalled(self, message_id: str, *, recall_type: str = "message_owner") -> dict[str, JSON]:
+        """The sender recalls ``message_id``: it is marked recalled (a reply to it → 230011) and the
+        ``im.message.recalled_v1`` envelope is returned. The event's fields (``message_id``,
+        ``chat_id``, ``recall_time`` in ms as a string, ``recall_type``) are the recalled-event
+        page's (open.feishu.cn/document/server-docs/im-v1/message/events/recalled) and the SDK's
+        ``P2ImMessageRecalledV1Data``; ``recall_type`` values other than "message_owner" are
+        **UNCONFIRMED**."""
+        self.recall(message_id)
+        event = {"message_id": message_id, "chat_id": self._messages[message_id].chat_id,
+                 "recall_time": _millis(), "recall_type": recall_type}  # fmt: skip
+        return self.event("im.message.recalled_v1", event)
+
+    def bot_added(
+        self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat"
+    ) -> dict[str, JSON]:
+        """``operator`` adds the bot to group ``chat_id`` (sends there work again): the
+        ``im.chat.member.bot.added_v1`` envelope (open.feishu.cn/document/server-docs/group/
+        chat-member/event/added-2; the SDK's ``P2ImChatMemberBotAddedV1Data``: ``chat_id``,
+        ``operator_id``, ``external``, ``operator_tenant_key``, ``name``, ``i18n_names``)."""
+        self.chats_without_bot.discard(chat_id)
+        return self.event("im.chat.member.bot.added_v1", self._membership(chat_id, operator, name))
+
+    def bot_removed(
+        self, chat_id: str, *, operator: str = "ou_user1", name: str = "Team chat"
+    ) -> dict[str, JSON]:
+        """``operator`` removes the bot from ``chat_id`` (sends there → 230002): the
+        ``im.chat.member.bot.deleted_v1`` envelope (…/chat-member/event/deleted-2), shaped as
+        ``bot_added``'s."""
+        self.chats_without_bot.add(chat_id)
+        return self.event("im.chat.member.bot.deleted_v1", self._membership(chat_id, operator, name))
+
+    def _membership(self, chat_id: str, operator: str, name: str) -> dict[str, JSON]:
+        operator_id = {"union_id": _union_id(operator), "open_id": operator}
+        return {"chat_id": chat_id, "operator_id": operator_id, "external": False,
+                "operator_tenant_key": self.tenant_key, "name": name,
+                "i18n_names": {"zh_cn": name, "en_us": name}}  # fmt: skip
 
     def redelivery_of(self, envelope: dict[str, JSON], *, new_event_id: bool) -> dict[str, JSON]:
         """The same message again: same ``event_id``, or a new one (same ``message_id``) (§3)."""

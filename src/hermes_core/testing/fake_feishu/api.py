@@ -11,7 +11,10 @@ What is modelled, and from where:
   object) are validated → HTTP 400 code 230001; text over 150 KB and post/card over 30 KB → 230025;
   a repeated ``uuid`` within 1 h returns the ORIGINAL message with code 0 and creates nothing
   (what a duplicate returns is **UNCONFIRMED**); a reply sets ``parent_id``/``root_id``, and
-  ``reply_in_thread`` a ``thread_id``.
+  ``reply_in_thread: true`` a ``thread_id`` (the parent starts a topic). A reply to a message
+  already in a topic stays in it with or without the flag, as the reply page's ``reply_in_thread``
+  row says ("如果要回复的消息已经是话题形式的消息，则默认以话题形式进行回复":
+  open.feishu.cn/document/server-docs/im-v1/message/reply).
 - §6 PATCH (cards only, ``update_multi`` on old and new card, < 14 days, 5 QPS per message) and PUT
   (edit text/post). From the PATCH page's error table (open.feishu.cn/document/server-docs/im-v1/
   message-card/patch, "更新已发送的消息卡片": "单条消息更新频控为 5 QPS"): a sixth patch of one
@@ -111,6 +114,7 @@ _MESSAGES = {
     230027: "Lack of necessary permissions.",
     230001: "Your request contains an invalid request parameter.",
     230002: "The bot can not be outside the group.",
+    41050: "no user authority error",
     230011: "The message was withdrawn.",
     231003: "The message is not found.",  # UNCONFIRMED text; the code: the reply page's error table
     230013: "Bot has NO availability to this user.",
@@ -159,6 +163,7 @@ class SentMessage:
     recalled: bool = False
     deleted: bool = False  # gone from the chat (``delete``): a reply to it answers 231003
     versions: list[str] = field(default_factory=list)
+    mentions: list[dict[str, JSON]] = field(default_factory=list)  # a user's message: as the event had them
     upper_message_id: str | None = None  # the merge_forward this message was forwarded inside
 
 
@@ -785,6 +790,9 @@ class OpenApi:
             item["parent_id"], item["root_id"] = message.reply_to, message.root_id
         if message.upper_message_id is not None:
             item["upper_message_id"] = message.upper_message_id
+        mentions = _mentions_of(message, self.tenant_key)  # as the get page lists them: `id` a string
+        if mentions:
+            item["mentions"] = mentions
         return item
 
     def _updatable(self, message_id: str) -> SentMessage | Answer:
@@ -945,7 +953,11 @@ def _checked_content(
 
 
 def _mentions_of(message: SentMessage, tenant_key: str) -> list[dict[str, JSON]]:
-    """``<at user_id="ou_…">Name</at>`` tags of a sent text message, as the response lists them."""
+    """A user's message: its mentions as the event had them (key, id, name); the bot's text message:
+    its ``<at user_id="ou_…">Name</at>`` tags, as the response lists them."""
+    if message.mentions:
+        return [{"key": m.get("key"), "id": (m.get("id") or {}).get("open_id"), "id_type": "open_id",
+                 "name": m.get("name"), "tenant_key": tenant_key} for m in message.mentions]  # fmt: skip
     if message.msg_type != "text" or "<at" not in message.text:
         return []
     return [
