@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gzip
+import ipaddress
 import re
 import socket
 import ssl
@@ -24,16 +25,17 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from web_sites import local_site, run_tool
 
 from hermes_core.tools.safe_fetch import AddressGuard, FetchLimits
 from hermes_core.tools.web import WebOptions, web_tools
+from web_sites import local_site, run_tool
 
 ARTICLE = (
     "<!doctype html><html><head><title>Release notes | Example</title></head><body>"
     "<nav><a href='/'>Home</a> <a href='/about'>About</a></nav>"
     "<article><h1>Version 2.0</h1>"
-    + "<p>The new version reads feeds, fetches pages and searches the web for the team. </p>" * 8
+    + "<p>The new version reads feeds, fetches pages and searches the web for the team. </p>"
+    * 8
     + "<ul><li>faster start</li><li>smaller install</li></ul></article>"
     "<footer>© Example Corp · cookies · privacy</footer></body></html>"
 )
@@ -92,7 +94,8 @@ async def test_plain_text_json_and_pdf_are_read() -> None:
     [
         ("<html><head><title>新闻</title></head><body><p>今天的新闻：团队发布了新版本。</p></body></html>".encode("gbk"),
          "text/html; charset=gbk"),
-        ('<html><head><meta charset="gbk"><title>新闻</title></head><body><p>今天的新闻：团队发布了新版本。</p>'
+        ('<html><head><meta charset="gbk"><title>新闻</title></head>'
+         "<body><p>今天的新闻：团队发布了新版本。</p>"
          "</body></html>".encode("gbk"), "text/html"),
         ("<html><head><meta http-equiv='Content-Type' content='text/html; charset=windows-1251'></head>"
          "<body><p>Новости команды: вышла новая версия.</p></body></html>".encode("cp1251"), "text/html"),
@@ -123,7 +126,9 @@ async def error_of(handler: Any, path: str = "/", **limits: Any) -> str:
     return str(result["error"])
 
 
-@pytest.mark.parametrize(("status", "expected"), [(404, "HTTP 404"), (403, "HTTP 403"), (500, "HTTP 500"), (503, "HTTP 503")])
+@pytest.mark.parametrize(
+    ("status", "expected"), [(404, "HTTP 404"), (403, "HTTP 403"), (500, "HTTP 500"), (503, "HTTP 503")]
+)
 async def test_http_errors_are_reported_with_their_status(status: int, expected: str) -> None:
     async def failing(request: web.Request) -> web.Response:
         return web.Response(status=status, text="nope")
@@ -206,7 +211,9 @@ async def test_compression_bombs_are_refused(encoding: str, compress: Any) -> No
 
 async def test_honest_compression_is_decoded() -> None:
     for encoding, compress in (("gzip", gzip.compress), ("deflate", zlib.compress)):
-        ok, result = await fetched(await page(compress(ARTICLE.encode()), "text/html", **{"Content-Encoding": encoding}))
+        ok, result = await fetched(
+            await page(compress(ARTICLE.encode()), "text/html", **{"Content-Encoding": encoding})
+        )
         assert ok and result["content"].startswith("# Version 2.0")
 
 
@@ -219,7 +226,11 @@ async def test_unknown_content_encodings_are_refused() -> None:
     ("body", "content_type", "expected"),
     [
         (b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png", "image/png is not a content type this tool reads"),
-        (b"MZ\x90\x00" + b"\0" * 100, "application/octet-stream", "application/octet-stream is not a content type"),
+        (
+            b"MZ\x90\x00" + b"\0" * 100,
+            "application/octet-stream",
+            "application/octet-stream is not a content type",
+        ),
         (b"\0\x01\x02binary" * 50, "text/html", "declared text/html but its bytes are binary"),
         (ARTICLE.encode(), "application/pdf", "declared a PDF but is not one"),
         (b"%PDF-1.4 broken", "application/pdf", "the PDF cannot be read"),
@@ -306,12 +317,30 @@ def self_signed(folder: Path) -> tuple[str, str]:
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                       critical=False)
         .sign(key, hashes.SHA256())
     )  # fmt: skip
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
     return str(cert_path), str(key_path)
+
+
+def test_the_readers_are_imported_when_a_tool_first_runs() -> None:
+    """Building the web tools (what serve does at start-up) imports no HTML, feed or PDF library."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from hermes_core.tools.safe_fetch import AddressGuard;"
+        "from hermes_core.tools.web import WebOptions, web_tools; web_tools(WebOptions(AddressGuard()));"
+        "names = ('readability', 'markdownify', 'bs4', 'lxml', 'feedparser', 'pypdf');"
+        "print(sorted(m for m in names if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

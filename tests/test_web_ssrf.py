@@ -189,9 +189,7 @@ async def test_a_redirect_chain_through_public_looking_hosts_is_stopped_where_it
 
     async def hop(request: web.Request) -> web.Response:
         step = int(request.match_info["step"])
-        following = (
-            f"/hop/{step + 1}" if step < 2 else f"http://evil.example:{request.url.port}/secret"
-        )
+        following = f"/hop/{step + 1}" if step < 2 else f"http://evil.example:{request.url.port}/secret"
         return web.Response(status=302, headers={"Location": following})
 
     async with local_site({"/hop/{step}": hop, "/secret": _secret}) as site:
@@ -240,4 +238,3 @@ async def test_allow_list_mode_reaches_only_the_listed_hosts() -> None:
 def test_public_addresses_are_not_refused(address: str) -> None:
     """The guard is not a blanket refusal: well-known public resolvers' addresses pass."""
     assert refusal(ipaddress.ip_address(address)) is None
-

@@ -407,7 +407,9 @@ class WebSearchConfig(_Section):
     @model_validator(mode="after")
     def _searxng_has_base(self) -> WebSearchConfig:
         if self.provider == "searxng" and not self.base_url:
-            raise ValueError("provider searxng needs base_url, the instance's address (e.g. http://searxng:8080)")
+            raise ValueError(
+                "provider searxng needs base_url, the instance's address (e.g. http://searxng:8080)"
+            )
         return self
 
 

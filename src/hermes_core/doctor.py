@@ -545,7 +545,9 @@ def check_web_fetch(settings: Settings) -> Check:
     missing = [name for name in WEB_LIBRARIES if importlib.util.find_spec(name) is None]
     if missing:
         fix = 'pip install "hermes-core[web]"'
-        return Check("FAIL", "web fetch", f"web.fetch is {settings.web.fetch} but {', '.join(missing)} is missing", fix)
+        return Check(
+            "FAIL", "web fetch", f"web.fetch is {settings.web.fetch} but {', '.join(missing)} is missing", fix
+        )
     hosts = ", ".join(settings.web.allow_hosts) or "none"
     return Check("OK", "web fetch", f"web.fetch {settings.web.fetch}; internal hosts allowed: {hosts}")
 

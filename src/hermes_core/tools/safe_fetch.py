@@ -38,10 +38,11 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     import aiohttp
+    from aiohttp.abc import AbstractResolver
     from yarl import URL
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -135,19 +136,27 @@ async def fetch_url(
     if guard.mode == "off":
         raise FetchError("fetching URLs is turned off in this configuration (web.fetch: off)")
     try:
-        return await asyncio.wait_for(_follow(url, guard, limits, method, dict(headers or {}), body), limits.timeout)
+        return await asyncio.wait_for(
+            _follow(url, guard, limits, method, dict(headers or {}), body), limits.timeout
+        )
     except asyncio.TimeoutError:
         raise FetchError(f"the fetch took longer than {limits.timeout:g} s and was stopped") from None
 
 
 async def _follow(
-    url: str, guard: AddressGuard, limits: FetchLimits, method: str, headers: dict[str, str], body: bytes | None
+    url: str,
+    guard: AddressGuard,
+    limits: FetchLimits,
+    method: str,
+    headers: dict[str, str],
+    body: bytes | None,
 ) -> FetchResult:
     import aiohttp
 
     pins = PinnedResolver()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout)
-    connector = aiohttp.TCPConnector(resolver=pins, use_dns_cache=False, limit=4)
+    resolver = cast("AbstractResolver", pins)  # aiohttp's resolver protocol, without importing it here
+    connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=4)
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False, trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
@@ -183,7 +192,9 @@ async def _send(
         raise FetchError(f"the request to {target.host} failed: {_reason(exc)}") from None
 
 
-def _next_hop(response: aiohttp.ClientResponse, current: URL, limits: FetchLimits, seen: list[str]) -> URL | None:
+def _next_hop(
+    response: aiohttp.ClientResponse, current: URL, limits: FetchLimits, seen: list[str]
+) -> URL | None:
     """The checked URL a redirect points to; None when the response is not a redirect."""
     from yarl import URL
 
@@ -202,7 +213,9 @@ def _next_hop(response: aiohttp.ClientResponse, current: URL, limits: FetchLimit
     return checked_url(str(following))
 
 
-async def _result(response: aiohttp.ClientResponse, target: URL, limits: FetchLimits, seen: list[str]) -> FetchResult:
+async def _result(
+    response: aiohttp.ClientResponse, target: URL, limits: FetchLimits, seen: list[str]
+) -> FetchResult:
     media_type = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if limits.content_types and not media_type_allowed(media_type, limits.content_types):
         shown = media_type or "no content type"
@@ -253,10 +266,12 @@ class Inflater:
         if unknown or len(names) > 1:
             raise FetchError(f"the response uses a content encoding this tool does not decode: {encoding}")
         self.kind = names[0] if names else "identity"
-        self._inflate: Any = None if self.kind == "identity" else zlib.decompressobj(
-            wbits=47 if self.kind in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._inflate: Any = (
+            None
+            if self.kind == "identity"
+            else zlib.decompressobj(wbits=47 if self.kind in ("gzip", "x-gzip") else zlib.MAX_WBITS)
         )
-        self.max_bytes, self.parts, self.size, self.encoded, self.full = max_bytes, [bytes()], 0, 0, False
+        self.max_bytes, self.parts, self.size, self.encoded, self.full = max_bytes, [b""], 0, 0, False
 
     def feed(self, chunk: bytes) -> None:
         self.encoded += len(chunk)
@@ -325,7 +340,9 @@ async def checked_addresses(target: URL, guard: AddressGuard) -> list[str]:
     for address in addresses:
         problem = refusal(address)
         if problem and not named and not guard.allows_address(address):
-            raise FetchError(f"{target.host} resolves to {address}, {problem}; refused (not a public address)")
+            raise FetchError(
+                f"{target.host} resolves to {address}, {problem}; refused (not a public address)"
+            )
         if guard.mode == "allow_list" and not named and not guard.allows_address(address):
             raise FetchError(f"{target.host} is not in web.allow_hosts, the only hosts this bot may fetch")
     return [str(address) for address in addresses]
@@ -391,7 +408,10 @@ def refusal(address: Address) -> str | None:
         ("private", address.is_private),
         ("reserved", address.is_reserved),
         ("site-local", isinstance(address, ipaddress.IPv6Address) and address.is_site_local),
-        ("special-purpose", any(address.version == net.version and address in net for net in SPECIAL_PURPOSE)),
+        (
+            "special-purpose",
+            any(address.version == net.version and address in net for net in SPECIAL_PURPOSE),
+        ),
         ("not globally routable (carrier-grade NAT, documentation or benchmarking)", not address.is_global),
     ):
         if flag:

@@ -94,7 +94,9 @@ def _with_types(limits: FetchLimits, types: tuple[str, ...]) -> FetchLimits:
 
 async def _fetch(url: str, guard: AddressGuard, limits: FetchLimits) -> FetchResult:
     try:
-        fetched = await fetch_url(url, guard, limits, headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+        fetched = await fetch_url(
+            url, guard, limits, headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+        )
     except FetchError as exc:
         raise ToolError(str(exc)) from None
     if fetched.status >= 400:
@@ -128,7 +130,9 @@ def readable_text(fetched: FetchResult) -> tuple[str, str]:
     if kind == "pdf":
         return pdf_text(body, fetched.truncated)
     if kind == "binary":
-        raise ToolError(f"the response is declared {declared or 'without a type'} but its bytes are binary; not read")
+        raise ToolError(
+            f"the response is declared {declared or 'without a type'} but its bytes are binary; not read"
+        )
     text = decoded(body, fetched.charset, html=kind == "html")
     if kind == "html":
         return html_markdown(text)
@@ -221,7 +225,7 @@ def pdf_text(body: bytes, truncated: bool) -> tuple[str, str]:
         raise ToolError(EXTRA_HINT) from None
     try:
         reader = PdfReader(io.BytesIO(body))
-        title = str((reader.metadata or {}).get("/Title") or "")
+        title = str(reader.metadata.title or "") if reader.metadata else ""
         pages = [page.extract_text() or "" for page in reader.pages[:200]]
     except Exception as exc:  # pypdf raises many types on damaged files
         raise ToolError(f"the PDF cannot be read: {type(exc).__name__}: {str(exc)[:200]}") from None
@@ -238,7 +242,7 @@ def parse_feed(body: bytes) -> dict[str, Any]:
     except ImportError:
         raise ToolError(EXTRA_HINT) from None
     parsed = feedparser.parse(body, sanitize_html=True, resolve_relative_uris=True)
-    if not parsed.entries and (parsed.bozo or not parsed.feed):
+    if not parsed.entries and not parsed.version:  # an empty feed has a version; a page has neither
         problem = getattr(parsed, "bozo_exception", None) or "no feed elements"
         raise ToolError(f"not an RSS, Atom or JSON feed: {str(problem)[:200]}")
     entries = [
@@ -261,7 +265,9 @@ def json_feed(body: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ToolError(f"not a JSON Feed: {str(exc)[:200]}") from None
     version = document.get("version", "") if isinstance(document, dict) else ""
-    if not str(version).startswith("https://jsonfeed.org/version/") or not isinstance(document.get("items"), list):
+    if not str(version).startswith("https://jsonfeed.org/version/") or not isinstance(
+        document.get("items"), list
+    ):
         raise ToolError("not a JSON Feed: no jsonfeed.org version and items list")
     entries = [
         {
@@ -275,11 +281,18 @@ def json_feed(body: bytes) -> dict[str, Any]:
         for item in document["items"]
         if isinstance(item, dict)
     ]
-    return {"title": str(document.get("title") or ""), "format": "json" + str(version).rsplit("/", 1)[-1].replace(".", ""), "entries": entries}  # noqa: E501
+    return {
+        "title": str(document.get("title") or ""),
+        "format": "json" + str(version).rsplit("/", 1)[-1].replace(".", ""),
+        "entries": entries,
+    }  # noqa: E501
 
 
 def summary_text(html: str) -> str:
-    text = plain_text(html) if "<" in html else html.strip()
+    if "<" in html:  # blocks and line breaks become spaces, inline tags nothing ("<a>Star City</a>.")
+        spaced = re.sub(r"(?i)<br\s*/?>|</(p|div|li|h[1-6]|tr|td|blockquote)>", " ", html)
+        html = _bs4().BeautifulSoup(spaced, "html.parser").get_text()
+    text = html.strip()
     text = re.sub(r"\s+", " ", text)
     return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS].rstrip() + "…"
 
@@ -287,7 +300,7 @@ def summary_text(html: str) -> str:
 def _feed_date(parsed: Any) -> str:
     if not parsed:
         return ""
-    return datetime(*parsed[:6], tzinfo=timezone.utc).isoformat()
+    return datetime(*parsed[:6]).replace(tzinfo=timezone.utc).isoformat()
 
 
 __all__ = ["WebOptions", "web_tools", "readable_text", "parse_feed"]

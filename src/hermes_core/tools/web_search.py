@@ -59,7 +59,9 @@ class SearchProvider:
             return None
         value = (os.environ if environ is None else environ).get(self.api_key_env, "").strip()
         if not value:
-            raise SearchError(f"web search ({self.name}) needs an API key in the environment variable {self.api_key_env}")
+            raise SearchError(
+                f"web search ({self.name}) needs an API key in the environment variable {self.api_key_env}"
+            )
         return value
 
 
@@ -110,7 +112,10 @@ READERS: dict[str, Callable[[Any], list[Any]]] = {
 
 def _json(fetched: FetchResult, provider: SearchProvider) -> dict[str, Any]:
     if fetched.status in (401, 403):
-        raise SearchError(f"web search ({provider.name}) refused the API key in {provider.api_key_env} (HTTP {fetched.status})")
+        raise SearchError(
+            f"web search ({provider.name}) refused the API key in {provider.api_key_env} "
+            f"(HTTP {fetched.status})"
+        )
     if fetched.status == 429:
         raise SearchError(f"web search ({provider.name}) is rate limited (HTTP 429); try again later")
     if fetched.status >= 300:
@@ -118,7 +123,11 @@ def _json(fetched: FetchResult, provider: SearchProvider) -> dict[str, Any]:
     try:
         document = json.loads(fetched.body.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        hint = " (SearXNG: enable the json format in settings.yml search.formats)" if provider.name == "searxng" else ""
+        hint = (
+            " (SearXNG: enable the json format in settings.yml search.formats)"
+            if provider.name == "searxng"
+            else ""
+        )
         raise SearchError(f"web search ({provider.name}) did not answer with JSON{hint}") from None
     if not isinstance(document, dict):
         raise SearchError(f"web search ({provider.name}) answered JSON without results")
@@ -131,7 +140,9 @@ def _list(value: Any) -> list[Any]:
 
 def _result(item: dict[str, Any]) -> dict[str, str]:
     snippet = str(item.get("content") or item.get("description") or item.get("snippet") or "")
-    snippet = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", snippet)).strip()  # Brave marks matches with <strong>
+    snippet = re.sub(
+        r"\s+", " ", re.sub(r"<[^>]+>", "", snippet)
+    ).strip()  # Brave marks matches with <strong>
     if len(snippet) > SNIPPET_CHARS:
         snippet = snippet[:SNIPPET_CHARS].rstrip() + "…"
     return {"title": str(item.get("title") or ""), "url": str(item.get("url") or ""), "snippet": snippet}
