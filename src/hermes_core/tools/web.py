@@ -61,7 +61,8 @@ def web_tools(options: WebOptions) -> list[Tool]:
     page_limits = _with_types(options.limits, PAGE_TYPES)
     feed_limits = _with_types(options.limits, FEED_TYPES)
 
-    @tool(name="web_fetch", level=0, idempotent=True, timeout=options.limits.timeout + 10, groups=("web",))
+    @tool(name="web_fetch", level=0, idempotent=True, timeout=options.limits.timeout + 10, groups=("web",),
+          keywords=("url", "link", "page", "网页", "链接"))  # fmt: skip
     async def web_fetch(
         url: Annotated[str, Field(description="The http(s) URL of the page, PDF or text to read")],
     ) -> dict[str, Any]:
@@ -70,7 +71,8 @@ def web_tools(options: WebOptions) -> list[Tool]:
         title, text = await asyncio.to_thread(readable_text, fetched)
         return _page(fetched, title, text, options.max_chars)
 
-    @tool(name="read_feed", level=0, idempotent=True, timeout=options.limits.timeout + 10, groups=("web",))
+    @tool(name="read_feed", level=0, idempotent=True, timeout=options.limits.timeout + 10, groups=("web",),
+          keywords=("rss", "feed", "news", "订阅", "新闻"))  # fmt: skip
     async def read_feed(
         url: Annotated[str, Field(description="The http(s) URL of an RSS, Atom or JSON Feed")],
         limit: Annotated[int, Field(ge=1, le=100, description="How many of the newest entries")] = 10,

@@ -157,7 +157,8 @@ def _host(url: str) -> str:
 def web_search_tool(provider: SearchProvider) -> Tool:
     """The web_search tool for a configured provider."""
 
-    @tool(name="web_search", level=0, idempotent=True, timeout=provider.limits.timeout + 5, groups=("web",))
+    @tool(name="web_search", level=0, idempotent=True, timeout=provider.limits.timeout + 5, groups=("web",),
+          keywords=("search", "look up", "搜索", "查一下"))  # fmt: skip
     async def web_search(
         query: Annotated[str, Field(min_length=1, description="What to search the web for")],
         count: Annotated[int, Field(ge=1, le=20, description="How many results")] = provider.max_results,
