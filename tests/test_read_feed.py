@@ -139,3 +139,22 @@ async def test_wrong_content_types_and_internal_addresses_are_refused() -> None:
         tool = web_tools(WebOptions(AddressGuard()))[1]
         ok, result = await run_tool(tool, url=site.url + "/feed")
         assert not ok and "loopback; refused" in result["error"] and site.hits["/feed"] == 0
+
+
+LAUGHS = "".join(
+    f'<!ENTITY lol{n} "{f"&lol{n - 1};" * 10}">' for n in range(2, 10)
+)  # the "billion laughs" of OWASP's XML External Entity Prevention Cheat Sheet: 10^9 "lol"s
+ENTITY_FEEDS = {
+    "billion laughs": f'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol1 "lol">{LAUGHS}]>'
+    '<rss version="2.0"><channel><title>&lol9;</title><item><title>x</title></item></channel></rss>',
+    "external entity": '<?xml version="1.0"?><!DOCTYPE r [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
+    '<rss version="2.0"><channel><title>&xxe;</title><item><title>a</title></item></channel></rss>',
+}
+
+
+async def test_entity_expansion_and_external_entities_are_not_followed() -> None:
+    """Neither feed expands: the title stays short and holds no line of /etc/passwd."""
+    for body in ENTITY_FEEDS.values():
+        ok, feed = await read(body, "application/rss+xml")
+        assert ok, feed
+        assert len(feed["title"]) < 100 and "root:" not in feed["title"]

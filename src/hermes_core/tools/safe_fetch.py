@@ -221,7 +221,9 @@ async def _result(
         shown = media_type or "no content type"
         raise FetchError(f"{shown} is not a content type this tool reads ({', '.join(limits.content_types)})")
     data, truncated = await read_body(response, limits)
-    headers = {key: value for key, value in response.headers.items()}
+    from multidict import CIMultiDict
+
+    headers = CIMultiDict(response.headers)  # looked up in any case, as HTTP names are
     return FetchResult(response.status, headers, data, str(target), truncated, seen[1:])
 
 
