@@ -13,12 +13,9 @@ the agent does, and reads what the model would read.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gzip
-import ipaddress
 import re
 import socket
-import ssl
 import zlib
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from aiohttp import web
 
 from hermes_core.tools.safe_fetch import AddressGuard, FetchLimits
 from hermes_core.tools.web import WebOptions, web_tools
-from web_sites import local_site, run_tool
+from web_sites import local_site, run_tool, server_tls, signed_certificate
 
 ARTICLE = (
     "<!doctype html><html><head><title>Release notes | Example</title></head><body>"
@@ -147,10 +144,9 @@ async def test_an_unreachable_host_is_reported() -> None:
 
 
 async def test_a_tls_error_is_reported(tmp_path: Path) -> None:
-    """A server with a self-signed certificate: the fetcher verifies certificates and says why not."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(*self_signed(tmp_path))
-    async with local_site({"/": await page(ARTICLE)}, ssl_context=context) as site:
+    """A server whose certificate no system CA signed: the fetcher verifies and says why not."""
+    _, cert, key = signed_certificate(tmp_path, "127.0.0.1")
+    async with local_site({"/": await page(ARTICLE)}, ssl_context=server_tls(cert, key)) as site:
         ok, result = await run_tool(fetch_tool(), url=f"https://127.0.0.1:{site.port}/")
     assert not ok and "TLS error talking to 127.0.0.1" in result["error"]
     assert "certificate" in result["error"].lower()
@@ -301,34 +297,6 @@ def pdf_with_text(text: str) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
-
-
-def self_signed(folder: Path) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 signed by itself (no CA trusts it), and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return str(cert_path), str(key_path)
 
 
 def test_the_readers_are_imported_when_a_tool_first_runs() -> None:

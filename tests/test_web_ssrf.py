@@ -13,12 +13,14 @@ a stand-in resolver (there is no network here); every connection a test makes is
 from __future__ import annotations
 
 import ipaddress
+import ssl
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from hermes_core.tools.safe_fetch import AddressGuard, FetchError, fetch_url, refusal
-from web_sites import fake_dns, local_site
+from web_sites import fake_dns, local_site, server_tls, signed_certificate
 
 DNS = {
     "evil.example": ["127.0.0.1"],  # a public-looking name pointing home
@@ -216,6 +218,25 @@ async def test_the_name_is_resolved_once_and_the_connection_goes_to_that_address
         assert fetched.body == b"internal secret"
         assert calls == ["rebind.example"]
         assert site.seen[0].headers["Host"] == f"rebind.example:{site.port}"
+
+
+async def test_tls_checks_the_name_while_the_connection_goes_to_the_pinned_address(tmp_path: Path) -> None:
+    """Pinning keeps HTTPS working: the certificate of secure.example (signed by a test CA) is
+    verified against the URL's name, sent as SNI, though the socket goes to 127.0.0.1; the same server
+    reached as 127.0.0.1 fails the check, since the certificate does not name that address."""
+    ca, cert, key = signed_certificate(tmp_path, "secure.example")
+    trusting = ssl.create_default_context(cadata=ca)
+    async with local_site({"/": _secret}, ssl_context=server_tls(cert, key)) as site:
+        guard = AddressGuard(
+            allow_hosts=("127.0.0.0/8",), resolver=fake_dns({"secure.example": ["127.0.0.1"]})
+        )
+        fetched = await fetch_url(f"https://secure.example:{site.port}/", guard, ssl_context=trusting)
+        assert fetched.body == b"internal secret"
+        with pytest.raises(FetchError, match="TLS error talking to 127.0.0.1"):
+            await fetch_url(f"https://127.0.0.1:{site.port}/", guard, ssl_context=trusting)
+        with pytest.raises(FetchError, match="TLS error talking to secure.example"):
+            await fetch_url(f"https://secure.example:{site.port}/", guard)  # the system's CAs: untrusted
+        assert site.hits["/"] == 1
 
 
 async def test_allow_list_mode_reaches_only_the_listed_hosts() -> None:

@@ -4,10 +4,14 @@ what the model would read."""
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -78,3 +82,48 @@ async def run_tool(tool: Tool, **arguments: Any) -> tuple[bool, Any]:
         return outcome.ok, json.loads(outcome.content)
     except ValueError:
         return outcome.ok, outcome.content
+
+
+def signed_certificate(folder: Path, host: str) -> tuple[str, str, str]:
+    """A test CA (PEM text, trusted by no system) and a certificate for `host` (a name or an IP
+    address) it signed, with its key: (CA, certificate file, key file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def signed(subject: str, key: Any, issuer: str, issuer_key: Any, *, ca: bool) -> x509.Certificate:
+        now, day = datetime.datetime.now(datetime.timezone.utc), datetime.timedelta(days=1)
+        builder = (
+            x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - day).not_valid_after(now + day)
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )  # fmt: skip
+        if not ca:
+            try:
+                alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+            except ValueError:
+                alt = x509.DNSName(host)
+            builder = builder.add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = signed("hermes test CA", ca_key, "hermes test CA", ca_key, ca=True)
+    leaf = signed(host, leaf_key, "hermes test CA", ca_key, ca=False)
+    cert_path, key_path = folder / f"{host}.pem", folder / f"{host}.key"
+    cert_path.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    plain = serialization.NoEncryption()
+    key_path.write_bytes(
+        leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, plain)
+    )
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), str(cert_path), str(key_path)
+
+
+def server_tls(cert_path: str, key_path: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_path, key_path)
+    return context

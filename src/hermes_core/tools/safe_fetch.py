@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
@@ -130,14 +131,18 @@ async def fetch_url(
     method: str = "GET",
     headers: Mapping[str, str] | None = None,
     body: bytes | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> FetchResult:
-    """`method` `url` within `limits`, reaching only what `guard` allows; FetchError otherwise."""
+    """`method` `url` within `limits`, reaching only what `guard` allows; FetchError otherwise.
+
+    Certificates are verified against the system's CAs, or `ssl_context`'s (an internal CA), and
+    against the URL's host name, also when the connection goes to the pinned address."""
     limits = limits or FetchLimits()
     if guard.mode == "off":
         raise FetchError("fetching URLs is turned off in this configuration (web.fetch: off)")
     try:
         return await asyncio.wait_for(
-            _follow(url, guard, limits, method, dict(headers or {}), body), limits.timeout
+            _follow(url, guard, limits, method, dict(headers or {}), body, ssl_context), limits.timeout
         )
     except asyncio.TimeoutError:
         raise FetchError(f"the fetch took longer than {limits.timeout:g} s and was stopped") from None
@@ -150,13 +155,14 @@ async def _follow(
     method: str,
     headers: dict[str, str],
     body: bytes | None,
+    ssl_context: ssl.SSLContext | None,
 ) -> FetchResult:
     import aiohttp
 
     pins = PinnedResolver()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=limits.connect_timeout)
     resolver = cast("AbstractResolver", pins)  # aiohttp's resolver protocol, without importing it here
-    connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=4)
+    connector = aiohttp.TCPConnector(resolver=resolver, use_dns_cache=False, limit=4, ssl=ssl_context or True)
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False, trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
