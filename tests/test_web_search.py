@@ -50,6 +50,8 @@ BRAVE_ANSWER = {
         "results": [
             {"type": "search_result", "title": "Hermes agents", "url": "https://example.org/hermes",
              "description": "A <strong>small</strong> agent kernel.", "language": "en"},
+            {"type": "search_result", "title": "Feeds &amp; pages", "url": "https://example.org/feeds",
+             "description": "RSS &amp; Atom, <strong>JSON</strong> Feed.", "language": "en"},
         ],
         "family_friendly": True,
     },
@@ -139,6 +141,16 @@ async def test_each_provider_answers_as_title_url_snippet(name: str, key: None) 
         assert (
             asked["body"] == {"query": "hermes agent", "max_results": 1} and asked["auth"] == f"Bearer {KEY}"
         )
+
+
+async def test_markup_in_titles_and_snippets_becomes_text(key: None) -> None:
+    async with local_site(Provider().routes()) as site:
+        ok, result = await run_tool(web_search_tool(provider("brave", site)), query="feeds")
+    assert ok and result["results"][1] == {
+        "title": "Feeds & pages",
+        "url": "https://example.org/feeds",
+        "snippet": "RSS & Atom, JSON Feed.",
+    }
 
 
 async def test_a_missing_or_refused_key_names_the_variable_not_the_value(

@@ -21,6 +21,7 @@ the operator chose it, so a SearXNG on the team's network works — and its size
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -140,12 +141,12 @@ def _list(value: Any) -> list[Any]:
 
 def _result(item: dict[str, Any]) -> dict[str, str]:
     snippet = str(item.get("content") or item.get("description") or item.get("snippet") or "")
-    snippet = re.sub(
-        r"\s+", " ", re.sub(r"<[^>]+>", "", snippet)
-    ).strip()  # Brave marks matches with <strong>
+    snippet = html.unescape(re.sub(r"<[^>]+>", "", snippet))  # Brave marks matches with <strong>
+    snippet = re.sub(r"\s+", " ", snippet).strip()
     if len(snippet) > SNIPPET_CHARS:
         snippet = snippet[:SNIPPET_CHARS].rstrip() + "…"
-    return {"title": str(item.get("title") or ""), "url": str(item.get("url") or ""), "snippet": snippet}
+    title = html.unescape(str(item.get("title") or ""))
+    return {"title": title, "url": str(item.get("url") or ""), "snippet": snippet}
 
 
 def _host(url: str) -> str:
