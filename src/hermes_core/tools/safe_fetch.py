@@ -226,9 +226,9 @@ async def _result(
     if limits.content_types and not media_type_allowed(media_type, limits.content_types):
         shown = media_type or "no content type"
         raise FetchError(f"{shown} is not a content type this tool reads ({', '.join(limits.content_types)})")
-    data, truncated = await read_body(response, limits)
     from multidict import CIMultiDict
 
+    data, truncated = await read_body(response, limits)
     headers = CIMultiDict(response.headers)  # looked up in any case, as HTTP names are
     return FetchResult(response.status, headers, data, str(target), truncated, seen[1:])
 

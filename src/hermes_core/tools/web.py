@@ -42,6 +42,8 @@ FEED_TYPES = (
     "application/feed+json", "application/json", "text/plain", "text/html",
 )  # fmt: skip
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+PAGE_ACCEPT = "text/html,application/xhtml+xml,application/pdf;q=0.9,text/*;q=0.8,*/*;q=0.5"
+FEED_ACCEPT = "application/rss+xml,application/atom+xml,application/feed+json,application/xml;q=0.9,*/*;q=0.5"
 SUMMARY_CHARS = 400
 EXTRA_HINT = 'the web tools need the web extra: pip install "hermes-core[web]"'
 
@@ -67,7 +69,7 @@ def web_tools(options: WebOptions) -> list[Tool]:
         url: Annotated[str, Field(description="The http(s) URL of the page, PDF or text to read")],
     ) -> dict[str, Any]:
         """Read a public web page (or PDF, or text file) and return its main content as Markdown, with its title and final URL. Use it for a URL the user gives or one found with web_search; do not guess URLs. 读取网页正文（Markdown）。"""  # noqa: E501
-        fetched = await _fetch(url, options.guard, page_limits)
+        fetched = await _fetch(url, options.guard, page_limits, PAGE_ACCEPT)
         title, text = await asyncio.to_thread(readable_text, fetched)
         return _page(fetched, title, text, options.max_chars)
 
@@ -78,7 +80,7 @@ def web_tools(options: WebOptions) -> list[Tool]:
         limit: Annotated[int, Field(ge=1, le=100, description="How many of the newest entries")] = 10,
     ) -> dict[str, Any]:
         """Read an RSS, Atom or JSON Feed and return its newest entries (title, link, date, summary). 读取 RSS/Atom/JSON Feed 订阅源。"""  # noqa: E501
-        fetched = await _fetch(url, options.guard, feed_limits)
+        fetched = await _fetch(url, options.guard, feed_limits, FEED_ACCEPT)
         feed = await asyncio.to_thread(parse_feed, fetched.body)
         entries = feed.pop("entries")[: min(limit, options.max_entries)]
         return {**feed, "url": fetched.final_url, "entries": entries, "truncated": fetched.truncated}
@@ -94,11 +96,9 @@ def _with_types(limits: FetchLimits, types: tuple[str, ...]) -> FetchLimits:
     return dataclasses.replace(limits, content_types=limits.content_types or types)
 
 
-async def _fetch(url: str, guard: AddressGuard, limits: FetchLimits) -> FetchResult:
+async def _fetch(url: str, guard: AddressGuard, limits: FetchLimits, accept: str) -> FetchResult:
     try:
-        fetched = await fetch_url(
-            url, guard, limits, headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
-        )
+        fetched = await fetch_url(url, guard, limits, headers={"Accept": accept})
     except FetchError as exc:
         raise ToolError(str(exc)) from None
     if fetched.status >= 400:
