@@ -155,6 +155,8 @@ def redirect_targets(port: int) -> list[str]:
         f"http://0x7f.1:{p}/secret",
         f"http://[::ffff:127.0.0.1]:{p}/secret",
         f"http://localhost.:{p}/secret",
+        f"//127.0.0.1:{p}/secret",  # protocol-relative: the scheme of the page, the host internal
+        f"http://[::]:{p}/secret",
         "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
         "http://metadata.google.internal/computeMetadata/v1/",
         "http://[fd00:ec2::254]/",
