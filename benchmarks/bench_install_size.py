@@ -52,7 +52,7 @@ def venv_sizes(venv: Path) -> tuple[int, dict[str, int]]:
     return tree_size(Path(report["site_packages"])), report["dists"]
 
 
-def run() -> dict:
+def run(extras: str = "") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         source = tmp_path / "source"
@@ -62,7 +62,15 @@ def run() -> dict:
         python = tmp_path / "installed" / "bin" / "python"
         env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         done = subprocess.run(
-            [python, "-m", "pip", "install", "-q", "--no-cache-dir", str(source)],
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-cache-dir",
+                f"{source}[{extras}]" if extras else str(source),
+            ],
             capture_output=True,
             text=True,
             env=env,
@@ -91,10 +99,15 @@ def run() -> dict:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
-    figures = run()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--extras", default="", help="extras to install too, e.g. web (the target is the default's)"
+    )
+    args = parser.parse_args()
+    figures = run(args.extras)
     mb, baseline = figures["installed_mb"], figures["baseline_mb"]
-    print(f"fresh venv + pip install <repo>: {mb:.1f} MB over an empty venv ({baseline:.1f} MB)")
+    what = f"<repo>[{args.extras}]" if args.extras else "<repo>"
+    print(f"fresh venv + pip install {what}: {mb:.1f} MB over an empty venv ({baseline:.1f} MB)")
     table = [{"distribution": name, "MB": f"{mb:.2f}"} for name, mb in figures["dists_mb"].items()]
     print(format_table(table, ("distribution", "MB")))
     print()

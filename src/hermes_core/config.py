@@ -400,6 +400,46 @@ class ScheduleConfig(_Section):
         return self
 
 
+class WebSearchConfig(_Section):
+    """`web.search` (tools/web_search.py): off until a provider is named. `searxng` needs `base_url`
+    (the instance, e.g. http://searxng:8080); `brave` and `tavily` read their key from the environment
+    variable `api_key_env` (default BRAVE_SEARCH_API_KEY, TAVILY_API_KEY); `base_url` overrides
+    their API's address (tests, proxies)."""
+
+    provider: Literal["off", "searxng", "brave", "tavily"] = "off"
+    base_url: str | None = Field(None, pattern=r"^https?://")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    max_results: int = Field(5, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _searxng_has_base(self) -> WebSearchConfig:
+        if self.provider == "searxng" and not self.base_url:
+            raise ValueError(
+                "provider searxng needs base_url, the instance's address (e.g. http://searxng:8080)"
+            )
+        return self
+
+
+class WebConfig(_Section):
+    """The web tools (tools/web.py, docs/tools.md, `pip install "hermes-core[web]"`). `fetch`: `off`
+    (the default: no web_fetch or read_feed), `public` (any public address, plus `allow_hosts`) or
+    `allow_list` (only `allow_hosts`); private, loopback and metadata addresses are refused unless
+    `allow_hosts` names them (host names, addresses or networks such as 10.0.0.0/8)."""
+
+    fetch: Literal["off", "allow_list", "public"] = "off"
+    allow_hosts: list[str] = Field(default_factory=list)
+    max_chars: int = Field(12_000, ge=500, le=200_000)  # page text the model reads
+    max_bytes: int = Field(5_000_000, ge=10_000, le=100_000_000)  # bytes downloaded (decoded)
+    timeout: float = Field(20.0, gt=0, le=300)  # seconds for one fetch, redirects included
+    search: WebSearchConfig = WebSearchConfig()
+
+    @model_validator(mode="after")
+    def _allow_list_names_hosts(self) -> WebConfig:
+        if self.fetch == "allow_list" and not self.allow_hosts:
+            raise ValueError("fetch is allow_list, but allow_hosts names no host: list them, or use public")
+        return self
+
+
 class Settings(_Section):
     model: ModelSettings = Field(default_factory=ModelSettings)  # models/settings.py: every model option
     agent: AgentConfig = Field(default_factory=AgentConfig)
@@ -420,6 +460,7 @@ class Settings(_Section):
     schedule: ScheduleConfig = ScheduleConfig()
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
+    web: WebConfig = WebConfig()
     _source: str | None = PrivateAttr(None)  # the configuration file, kept out of the workspace
 
     @property
@@ -482,7 +523,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=with_confirmation(
-            load_tools(settings.tools) + workspace_tools(settings) + [clarify],
+            load_tools(settings.tools) + workspace_tools(settings) + web_tools(settings) + [clarify],
             settings.permissions.confirm,
         ),
         permissions=policy(settings.permissions),
@@ -655,6 +696,35 @@ def workspace_tools(settings: Settings) -> list[Any]:
     except ValueError as exc:  # a program run_command may not run
         raise ConfigError(str(exc)) from None
     return tools
+
+
+def web_tools(settings: Settings) -> list[Any]:
+    """web_fetch and read_feed (unless `web.fetch` is off) and web_search (with a provider)."""
+    w = settings.web
+    tools: list[Any] = []
+    if w.fetch != "off":
+        from .tools.safe_fetch import AddressGuard, FetchLimits
+        from .tools.web import WebOptions
+        from .tools.web import web_tools as page_tools
+
+        guard = AddressGuard(mode=w.fetch, allow_hosts=tuple(w.allow_hosts))
+        limits = FetchLimits(max_bytes=w.max_bytes, timeout=w.timeout)
+        tools += page_tools(WebOptions(guard, limits, max_chars=w.max_chars))
+    if w.search.provider != "off":
+        from .tools.web_search import web_search_tool
+
+        tools.append(web_search_tool(search_provider(w.search)))
+    return tools
+
+
+def search_provider(config: WebSearchConfig) -> Any:
+    """The `SearchProvider` of `web.search` (tools/web_search.py); its defaults per provider."""
+    from .tools.web_search import DEFAULT_BASE_URLS, DEFAULT_KEY_ENV, SearchProvider
+
+    name = config.provider
+    base = config.base_url or DEFAULT_BASE_URLS[name]
+    key_env = config.api_key_env or DEFAULT_KEY_ENV.get(name)
+    return SearchProvider(name, base, key_env, config.max_results)
 
 
 def workspace_of(settings: Settings) -> Any:

@@ -31,7 +31,9 @@ The checks, in order (each returns a `Check`, none raises):
   `temporal.namespace` exists there, and the server's version (GetSystemInfo); without the
   `temporal` extra a FAIL naming it;
 - shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
-  bubblewrap, or else a FAIL says they have no filesystem or /proc isolation.
+  bubblewrap, or else a FAIL says they have no filesystem or /proc isolation;
+- web fetch (only when `web.fetch` is not off): the `web` extra's libraries are installed;
+- web search (only with a `web.search.provider`): the key's variable is set and one query answers.
 
 A failed configuration skips the rest. The exit code is 1 when any check failed. Secrets never
 appear: no check puts one in its text, and every line passes through a `Redactor` that knows them.
@@ -136,6 +138,10 @@ async def diagnose(
         checks.append(await check_temporal(settings))
     if settings.agent.shell_allow and settings.agent.workspace:
         checks.append(check_shell_sandbox(settings))
+    if settings.web.fetch != "off":
+        checks.append(check_web_fetch(settings))
+    if settings.web.search.provider != "off":
+        checks.append(await check_web_search(settings))
     return checks
 
 
@@ -529,6 +535,37 @@ def check_shell_sandbox(settings: Settings) -> Check:
     return Check(
         "OK", name, f"bubblewrap ({found}): own pid and network namespaces, only the workspace writable"
     )
+
+
+WEB_LIBRARIES = ("readability", "markdownify", "bs4", "feedparser", "pypdf")
+
+
+def check_web_fetch(settings: Settings) -> Check:
+    """Are the libraries web_fetch and read_feed read pages and feeds with installed?"""
+    missing = [name for name in WEB_LIBRARIES if importlib.util.find_spec(name) is None]
+    if missing:
+        fix = 'pip install "hermes-core[web]"'
+        return Check(
+            "FAIL", "web fetch", f"web.fetch is {settings.web.fetch} but {', '.join(missing)} is missing", fix
+        )
+    hosts = ", ".join(settings.web.allow_hosts) or "none"
+    return Check("OK", "web fetch", f"web.fetch {settings.web.fetch}; internal hosts allowed: {hosts}")
+
+
+async def check_web_search(settings: Settings) -> Check:
+    """One query through the configured provider, as web_search makes it."""
+    from .config import search_provider
+    from .tools.web_search import SearchError, search
+
+    provider = search_provider(settings.web.search)
+    name = f"web search ({provider.name})"
+    try:
+        results = await asyncio.wait_for(search(provider, "hermes-core doctor", 1), PROBE_TIMEOUT)
+    except SearchError as exc:
+        return Check("FAIL", name, str(exc), "check web.search in the configuration and the key's variable")
+    except asyncio.TimeoutError:
+        return Check("FAIL", name, f"{provider.base_url} did not answer within {PROBE_TIMEOUT:g} s")
+    return Check("OK", name, f"{provider.base_url} answered a query ({len(results)} result(s))")
 
 
 def _start_write(database: Path) -> None:
