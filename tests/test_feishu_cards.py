@@ -312,3 +312,18 @@ def test_a_sent_card_is_rendered_as_the_user_reads_it() -> None:
         "om_1", "oc_1", "interactive", markdown_card("# Title\n\n`x` and > not a quote"), ""
     )
     assert rendered(message.content) == "Title\n\nx and > not a quote"
+
+
+async def test_a_close_the_platform_refuses_leaves_the_finished_card_and_sends_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply is in the card, but closing streaming is refused for good (300309: the platform
+    closed it already). That is no failure of the reply: no second message is sent with it."""
+    async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(ANSWER, chunk_delay=0.01))
+        feishu.fail_next(1, code=300309, paths=("/settings",))
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+            assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
+            await wait_for(lambda: any(r.code == 300309 for r in feishu.requests))
+            await asyncio.sleep(0.5)
+    assert [m.text for m in feishu.sent] == [ANSWER]

@@ -228,15 +228,26 @@ class CardKitStream:
         await self.pacer.wait()
         if reply.approval is None and len(cards) == 1:
             await self._final_text(_text_of(cards[0]))
-            await self.api.card_settings(self.card.card_id, _closed(_text_of(cards[0])), self.sequence())
+            await self._close(_text_of(cards[0]))
         else:  # buttons, or more than one card: the whole first card replaces the streaming one
-            await self.api.card_settings(self.card.card_id, _closed(reply.text), self.sequence())
+            await self._close(reply.text)
             await self.api.update_card(self.card.card_id, cards[0], self.sequence())
         for index, card in enumerate(cards[1:], start=1):
             await self.api.send_card(card, chat_id=reply.chat_id, reply_to=reply.reply_to,
                                      uuid=part_uuid(reply.uuid, index),
                                      in_thread=reply.thread_id is not None)  # fmt: skip
         return self.card.message_id
+
+    async def _close(self, text: str) -> None:
+        """End streaming. Refused for good (the platform closed it already, the entity gone), it is
+        no reason to send the reply again: the card holds it, and streaming ends by itself."""
+        assert self.card is not None
+        try:
+            await self.api.card_settings(self.card.card_id, _closed(text), self.sequence())
+        except FeishuError as exc:
+            if not exc.permanent:
+                raise
+            log.info("feishu: streaming of card %s not closed: %s", self.card.card_id, exc)
 
     async def _final_text(self, text: str) -> None:
         assert self.card is not None
