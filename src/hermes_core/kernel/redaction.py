@@ -43,13 +43,8 @@ from .messages import Message, ModelResponse, ToolCall
 from .model import ModelClient, ModelWrapper, TextCallback
 
 REDACTED = "[REDACTED]"
-SECRET_VARIABLES = (
-    "HERMES_API_KEY",
-    "FEISHU_APP_SECRET",
-    "FEISHU_VERIFICATION_TOKEN",
-    "FEISHU_ENCRYPT_KEY",
-    "HERMES_WEBHOOK_SECRET",
-)
+SECRET_VARIABLES = ("HERMES_API_KEY", "FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY",
+                    "HERMES_WEBHOOK_SECRET")  # fmt: skip
 SECRET_SUFFIXES = ("_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_ENCRYPT_KEY")
 MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a secret (`TRUE`, `0`)
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text
