@@ -59,6 +59,7 @@ from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..storage import StoreUnavailable
+from ..tools.secret_handles import hide
 from .commands import is_stop
 from .messages import Turn
 from .store import GatewayStore
@@ -362,6 +363,7 @@ class Gateway:
             ACKS.inc(channel=message.channel, outcome="refused")
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
+        message.text = hide(message.conversation, message.text)  # pasted credentials: handles, from here on
         task_id_of(message)  # stored with the message: a run after a crash finds its own journal
         running = self._stoppable(message)
         if running is not None:  # said before it is stored: its reply says what it stopped
