@@ -274,7 +274,8 @@ async def test_bad_answers_are_error_results(team_api: TeamAPI) -> None:
 
 
 async def test_hand_written_operations(team_api: TeamAPI) -> None:
-    """`operations:` written in the configuration: `{id}` is a path parameter, the rest query."""
+    """`operations:` written in the configuration: `{id}` is a path parameter, the rest query; HEAD
+    (no body, RFC 9110 §9.3.2) answers with its status."""
     config = team_config(
         team_api.url,
         openapi=None,
@@ -288,6 +289,13 @@ async def test_hand_written_operations(team_api: TeamAPI) -> None:
                 "parameters": {"id": {"type": "integer"}, "verbose": {"type": "boolean", "required": True}},
             },
             {"name": "plain", "method": "GET", "path": "/text", "description": "Some text."},
+            {
+                "name": "exists",
+                "method": "HEAD",
+                "path": "/people/{id}",
+                "description": "Whether one exists.",
+                "parameters": {"id": {"type": "integer"}},
+            },
         ],
     )
     tools = {t.name: t for t in api_tools(config, DATA)}
@@ -296,6 +304,8 @@ async def test_hand_written_operations(team_api: TeamAPI) -> None:
     assert await run(registry, "person", {"id": 3, "verbose": "true"}) == (True, {"id": 3, "name": "Ada"})
     assert team_api.seen[-1]["query"] == [("verbose", "true")]
     assert await run(registry, "plain", {}) == (True, "plain words")
+    assert await run(registry, "exists", {"id": 4}) == (True, {"status": 200}) and tools["exists"].level == 0
+    assert team_api.seen[-1]["method"] == "HEAD"
 
 
 async def test_the_model_never_sees_the_credential(team_api: TeamAPI, tmp_path: Path) -> None:

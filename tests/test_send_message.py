@@ -14,12 +14,15 @@ import json
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway, post, serving, wait_for
 from hermes_core import Agent
+from hermes_core.config import GatewayConfig, PermissionsConfig, Settings, WebhookConfig
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.outgoing import send_message
 from hermes_core.gateway.runner import AgentRunner
+from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.messages import ToolCall
 from hermes_core.kernel.tools import ToolContext, ToolRegistry
 from hermes_core.kernel.tools.permissions import Caller, Policy
@@ -135,3 +138,42 @@ async def test_targets_the_channel_cannot_reach_are_refused(channel: str, target
     finally:
         CURRENT_MESSAGE.reset(token)
     assert not outcome.ok and refusal in outcome.content
+
+
+async def test_on_the_webhook_a_post_goes_to_an_allowed_callback_url(tmp_path: Path) -> None:
+    """The webhook channel reaches nobody but a callback URL of `webhook.callback_hosts`
+    (channels/webhook.py): the post is delivered there, signed and with its idempotency key, once the
+    admin approved the call (the webhook approvals API)."""
+    received: list[tuple[dict[str, object], str]] = []
+
+    async def notify(request: web.Request) -> web.Response:
+        received.append((await request.json(), request.headers.get("Idempotency-Key", "")))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/notify", notify)
+    site = web.AppRunner(app)
+    await site.setup()
+    await web.TCPSite(site, "127.0.0.1", 0).start()
+    target = f"http://127.0.0.1:{site.addresses[0][1]}/notify"
+    settings = Settings(
+        gateway=GatewayConfig(data_dir=str(tmp_path)),
+        webhook=WebhookConfig(callback_hosts=["127.0.0.1"]),
+        permissions=PermissionsConfig(admins=["webhook:boss"], allow_irreversible=["send_message"]),
+    )
+    model = ScriptedModel([call("send_message", {"target": target, "text": POST}), reply("Posted.")])
+    agent = Agent(model=model, permissions=Policy.from_lists(["webhook:boss"], None, ["send_message"]))
+    gateway, routes = build_gateway(settings, agent)
+    try:
+        async with serving(gateway, routes) as url:
+            status, answer = await post(f"{url}/webhook", {"message": "tell the hook", "user_id": "boss"})
+            assert status == 200 and answer["approval"]["tool"] == "send_message" and received == []
+            decide = f"{url}/webhook/approvals/{answer['approval']['id']}"
+            status, decided = await post(decide, {"user_id": "boss", "decision": "approve"})
+            assert status == 200 and decided["reply"] == "Posted."
+            await wait_for(lambda: len(received) == 1)
+    finally:
+        await gateway.runner.aclose()  # type: ignore[attr-defined]
+        await site.cleanup()
+    ((body, key),) = received
+    assert body["reply"] == POST and len(key) == 40
