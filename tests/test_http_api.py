@@ -409,3 +409,21 @@ def test_two_tools_with_one_name_stop_the_start(tmp_path: Path) -> None:
     path.write_text(json.dumps({"tools": [], "apis": [api, {**api, "name": "b", "prefix": "b_"}]}))
     agent = build_agent(load_settings(path, env={}, dotenv=None), model_required=False)
     assert agent.registry.get("b_getPerson") is not None and agent.registry.get("getPerson") is not None
+
+
+def test_openapi_30_keywords_become_json_schema(tmp_path: Path) -> None:
+    """OpenAPI 3.0 §4.7.24: `nullable` and boolean `exclusiveMinimum` are 3.0's own (JSON Schema
+    2020-12, which 3.1 and the tool schemas use, has a `"null"` type and numeric bounds instead)."""
+    (tmp_path / "v30.yaml").write_text(
+        "openapi: 3.0.3\npaths:\n  /items:\n    get:\n      operationId: listItems\n      parameters:\n"
+        "        - {name: above, in: query, schema: {type: integer, minimum: 0, exclusiveMinimum: true}}\n"
+        "        - {name: owner, in: query, schema: {type: string, nullable: true}}\n"
+    )
+    config = APIConfig.model_validate(
+        {"name": "v30", "base_url": "http://127.0.0.1:9", "openapi": "v30.yaml"}
+    )
+    (listed,) = api_tools(config, tmp_path)
+    assert listed.parameters["properties"] == {
+        "above": {"type": "integer", "exclusiveMinimum": 0},
+        "owner": {"type": ["string", "null"]},
+    }

@@ -236,7 +236,7 @@ def _operation(
             continue  # headers and cookies: the operator's (auth), not the model's
         if not isinstance(pname, str) or pname in locations:
             raise APIDeclarationError(f"{where}: parameter {pname!r} is declared twice or has no name")
-        schema = dict(parameter.get("schema") or {"type": "string"})
+        schema = dict(standard_schema(parameter.get("schema") or {"type": "string"}))
         if parameter.get("description") and "description" not in schema:
             schema["description"] = parameter["description"]
         properties[pname], locations[pname] = schema, place
@@ -294,7 +294,7 @@ def _body(
     if "body" in properties:
         raise APIDeclarationError(f"{where}: a parameter is named `body`, which the JSON request body is")
     media = content[json_type] if isinstance(content[json_type], dict) else {}
-    properties["body"] = dict(media.get("schema") or {})
+    properties["body"] = dict(standard_schema(media.get("schema") or {}))
     if body.get("required"):
         required.append("body")
     return True
@@ -322,6 +322,26 @@ def _resolved(node: Any, document: dict[str, Any], where: str, seen: tuple[str, 
             else resolved
         )
     return {key: _resolved(value, document, where, seen) for key, value in node.items()}
+
+
+def standard_schema(node: Any) -> Any:
+    """An OpenAPI 3.0 schema as JSON Schema 2020-12 (what 3.1 uses): `nullable: true` becomes a
+    `"null"` type, a boolean `exclusiveMinimum`/`exclusiveMaximum` the bound itself."""
+    if isinstance(node, list):
+        return [standard_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: standard_schema(value) for key, value in node.items()}
+    for bound in ("minimum", "maximum"):
+        exclusive = f"exclusive{bound.title()}"
+        if isinstance(out.get(exclusive), bool):
+            if out.pop(exclusive) and bound in out:
+                out[exclusive] = out.pop(bound)
+    if out.get("nullable") is True:
+        del out["nullable"]
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+    return out
 
 
 def _pointer(document: dict[str, Any], ref: str, where: str) -> Any:
