@@ -11,6 +11,7 @@ and its SQLite files are real.
 
 from __future__ import annotations
 
+import json
 import random
 import string
 from pathlib import Path
@@ -22,6 +23,9 @@ from hermes_core import Agent, tool
 from hermes_core.config import GatewayConfig, Settings
 from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.redaction import default_redactor
+from hermes_core.observe.replay import replay
+from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from hermes_core.tools.secret_handles import HANDLE, SecretHandles, accepts_secrets, credential_spans
 
@@ -157,3 +161,22 @@ def test_accepts_secrets_names_real_parameters() -> None:
 
     with pytest.raises(ToolDefinitionError, match="no parameter"):
         accepts_secrets("password")(login)
+
+
+async def test_traces_and_replays_keep_the_handle(tmp_path: Path) -> None:
+    """The trace records the handle (never the value) and a replay of it is reproduced call for call,
+    the write's recorded result standing in (observe/replay.py)."""
+    store = SQLiteTraceStore(tmp_path / "traces.db")
+    handle = "[secret:1:credential]"
+    steps = [
+        call("add_postgres_server", {"host": "db1", "username": "admin", "password": handle}),
+        reply("ok"),
+    ]
+    agent = Agent(model=ScriptedModel(steps), tools=TOOLS, tracer=Tracer(store))
+    await agent.run(f"add db1, password={PASTED_PASSWORD}", task_id="t-secret")
+    recorded = await store.get("t-secret")
+    await store.close()
+    assert recorded is not None and RECEIVED[0][1]["password"] == PASTED_PASSWORD
+    assert PASTED_PASSWORD not in json.dumps(recorded) and handle in json.dumps(recorded)
+    report = await replay(recorded, Agent(model=ScriptedModel([]), tools=TOOLS))
+    assert report.reproduced, report.divergences
