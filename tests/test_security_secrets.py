@@ -14,7 +14,7 @@ webhook replies, the console's pages and trace JSON, and every prompt the model 
    longer than 4 characters anywhere.
 2. Pasted credentials. A user pasting an API key, a token or a private key into a message had it
    stored raw in the inbox and the session history, and sent to the model. Wanted: none of it stored,
-   logged, traced or sent; the model sees `[REDACTED:<kind>]` and the reply flow still works. The
+   logged, traced or sent; the model sees a handle `[secret:<n>:<kind>]` and the reply flow works. The
    test vectors follow the shapes of gitleaks' rules (config/gitleaks.toml: github-pat, slack-bot-
    token, aws-access-token, private-key, jwt, …); they are built at run time from a seeded random
    source, so no credential-shaped literal sits in this file.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import signal
 import sqlite3
 import string
@@ -321,13 +322,16 @@ def test_a_pasted_credential_is_not_stored_logged_traced_or_sent(run: Run) -> No
 
 @pytest.mark.slow
 def test_the_model_sees_what_kind_of_credential_was_pasted_and_the_reply_flows(run: Run) -> None:
-    """Attack 2, continued: the turn still runs and answers; the model reads `[REDACTED:<kind>]`."""
+    """Attack 2, continued: the turn still runs and answers; the model reads a handle that names the
+    kind, `[secret:<n>:<kind>]` (issue 28: a handle a tool declared to accept secrets gets back as the
+    value; it was `[REDACTED:<kind>]` before)."""
     assert run.replies["pasted"]["reply"] == "ok, noted"
     prompt = next(r for r in run.prompts if "Here are my keys" in json.dumps(r.messages))
     user = next(m for m in reversed(prompt.messages) if m.get("role") == "user")["content"]
     for kind in (*PASTED, "credential"):
-        assert f"[REDACTED:{kind}]" in user, kind
-    assert "Authorization: Bearer [REDACTED:" in user and "password=[REDACTED:credential]" in user
+        assert re.search(rf"\[secret:\d+:{kind}\]", user), kind
+    assert re.search(r"Authorization: Bearer \[secret:\d+:", user)
+    assert re.search(r"password=\[secret:\d+:credential\]", user)
 
 
 @pytest.mark.slow

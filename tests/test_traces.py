@@ -68,7 +68,13 @@ async def test_a_task_is_recorded_whole(tmp_path: Path) -> None:
     await store.close()
     assert record is not None and RECORD_KEYS <= set(record)
     assert (record["conversation"], record["channel"]) == ("webhook:u1", "webhook")
-    assert record["caller"] == {"user_id": "u1", "role": "member", "channel": "webhook", "interactive": True}
+    assert record["caller"] == {
+        "user_id": "u1",
+        "role": "member",
+        "channel": "webhook",
+        "interactive": True,
+        "preapproved": [],
+    }
     assert record["input"] == "40 + 2, and the weather?"
     assert [m["role"] for m in record["history"]] == ["system", "user", "assistant"]  # as sent
     assert record["messages"] == json.loads(json.dumps(result.messages))

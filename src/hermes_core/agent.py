@@ -27,6 +27,7 @@ from .kernel.tools.declare import ToolLike
 from .kernel.tools.permissions import Caller, Policy
 from .models.settings import ModelSettings
 from .stack import TaskStack, model_client, task_stack
+from .tools.secret_handles import hide, secrets_of
 
 if TYPE_CHECKING:
     from .modes import TaskMode
@@ -163,6 +164,9 @@ class Agent:
         person has decided or answered, and it continues from its journal.
         `hooks` observe the run besides the tracer's (kernel/hooks.py): a channel streaming the reply.
         """
+        task_id = task_id or secrets.token_hex(16)  # as uuid4().hex reads, at a third of its cost
+        conversation = session.id if session is not None else task_id
+        message = hide(conversation, message)  # a pasted credential: a handle (tools/secret_handles.py)
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
         prompt = self.system_prompt  # + skill names, and the steps of skills this message triggers (P5)
@@ -171,21 +175,21 @@ class Agent:
         messages: list[Message] = [{"role": "system", "content": system}, *history]
         messages.append(user_message(message, images))
         fast = self.is_greeting(message)
-        task_id = task_id or secrets.token_hex(16)  # as uuid4().hex reads, at a third of its cost
         stack = await task_stack(self, task_id, message, messages, session, caller)
-        result = await run_loop(
-            stack.model,
-            stack.registry,
-            messages,
-            self.limits if not fast else Limits(max_turns=1),
-            self.language or detect_language(message),
-            offer_tools=not fast,
-            task_id=task_id,
-            session_id=session.id if session is not None else None,
-            on_text=on_text,
-            caller=caller,
-            hooks=stack.hooks if hooks is None else all_hooks([stack.hooks, hooks]),
-        )
+        with secrets_of(conversation):  # tools that accept secrets get this conversation's values
+            result = await run_loop(
+                stack.model,
+                stack.registry,
+                messages,
+                self.limits if not fast else Limits(max_turns=1),
+                self.language or detect_language(message),
+                offer_tools=not fast,
+                task_id=task_id,
+                session_id=session.id if session is not None else None,
+                on_text=on_text,
+                caller=caller,
+                hooks=stack.hooks if hooks is None else all_hooks([stack.hooks, hooks]),
+            )
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
         if session is not None:

@@ -271,7 +271,7 @@ OFFLINE_NOTICE = (
 def offered_tools(agent: Agent, settings: Settings | None = None) -> ToolRegistry:
     """The agent's tools as serve and chat offer them: with what a conversation adds (the memory's
     `remember`), attached by the same `AgentRunner` serve and chat run the agent through, and, given
-    the settings, the scheduling tools serve adds (gateway/server.py `add_scheduler`)."""
+    the settings, the scheduling tools and `send_message` serve adds (gateway/server.py)."""
     from .gateway.runner import AgentRunner
 
     AgentRunner(agent)
@@ -281,6 +281,10 @@ def offered_tools(agent: Agent, settings: Settings | None = None) -> ToolRegistr
 
         unopened = cast(ScheduleStore, object())  # listed, never called: no database is opened
         register_schedule_tools(agent, unopened, timezone=settings.schedule.timezone)
+    if settings is not None and settings.engine == "embedded":  # gateway/server.py `build_gateway`
+        from .gateway.outgoing import register_outgoing_tools
+
+        register_outgoing_tools(agent)
     return agent.registry
 
 

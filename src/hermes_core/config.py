@@ -308,6 +308,62 @@ class MCPServerConfig(_Section):
         return self
 
 
+class APIAuthConfig(_Section):
+    """Where an API's credential goes: a `header` (with `prefix`, e.g. "Bearer ") or a `query`
+    parameter; its value is read from the environment variable `env`, never from the file."""
+
+    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    header: str | None = None
+    query: str | None = None
+    prefix: str = ""
+
+    @model_validator(mode="after")
+    def _one_place(self) -> APIAuthConfig:
+        if (self.header is None) == (self.query is None):
+            raise ValueError("give either header (e.g. Authorization) or query (e.g. api_key)")
+        return self
+
+
+class APIOperationConfig(_Section):
+    """One hand-written operation: `parameters` maps each name to its JSON Schema (plus `required`);
+    a name written `{name}` in `path` is a path parameter, the others go in the query; `body` is the
+    JSON Schema of a JSON request body."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    path: str = Field(pattern=r"^/")
+    description: str = Field(min_length=1)
+    parameters: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    body: dict[str, Any] | None = None
+
+
+class APIConfig(_Section):
+    """A team's HTTP API whose operations become tools (tools/http_api.py, docs/tools.md): an OpenAPI
+    3 document (`openapi`, relative to the configuration file's folder) or hand-written `operations`.
+    `levels` overrides the level a method gives (GET 0, POST/PUT/PATCH 1, DELETE 2); `tools` offers
+    only the operations it names; `prefix` goes before every tool name."""
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
+    base_url: str
+    description: str = ""
+    openapi: str | None = None
+    operations: list[APIOperationConfig] = Field(default_factory=list)
+    auth: APIAuthConfig | None = None
+    levels: dict[str, Literal[0, 1, 2]] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    prefix: str = ""
+    timeout: float = Field(30.0, gt=0, le=600)
+    max_chars: int | None = Field(None, ge=100)  # None: the agent's max_result_chars
+
+    @model_validator(mode="after")
+    def _one_source(self) -> APIConfig:
+        if (self.openapi is None) == (not self.operations):
+            raise ValueError(f"api {self.name}: give either openapi (a document's path) or operations")
+        if not re.match(r"^https?://[^/?#\s]+", self.base_url):
+            raise ValueError(f"api {self.name}: base_url must be an http:// or https:// URL with a host")
+        return self
+
+
 class ConsoleConfig(_Section):
     """The web console under /console/ (console/, docs/console.md). On by default when serving on a
     loopback address; on any other address only with a token in the environment variable `token_env`
@@ -461,6 +517,7 @@ class Settings(_Section):
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
     web: WebConfig = WebConfig()
+    apis: list[APIConfig] = Field(default_factory=list)  # HTTP APIs as tools (tools/http_api.py)
     _source: str | None = PrivateAttr(None)  # the configuration file, kept out of the workspace
 
     @property
@@ -523,7 +580,9 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=with_confirmation(
-            load_tools(settings.tools) + workspace_tools(settings) + web_tools(settings) + [clarify],
+            with_api_tools(
+                load_tools(settings.tools) + workspace_tools(settings) + web_tools(settings) + [clarify], settings
+            ),
             settings.permissions.confirm,
         ),
         permissions=policy(settings.permissions),
@@ -669,6 +728,27 @@ def mcp_toolset(servers: list[MCPServerConfig]) -> MCPToolset | None:
     except ImportError as exc:
         raise ConfigError(f"mcp: {exc}") from None
     return MCPToolset.from_config(servers)
+
+
+def with_api_tools(tools: list[Any], settings: Settings) -> list[Any]:
+    """`tools` and those of the `apis:` entries (tools/http_api.py); a bad declaration, or a name two
+    tools would have, is a ConfigError."""
+    if not settings.apis:
+        return tools
+    from .tools.http_api import APIDeclarationError, api_tools
+
+    folder = Path(settings.source).parent if settings.source else Path(".")
+    declared: list[Any] = []
+    try:
+        for api in settings.apis:
+            declared += api_tools(api, folder)
+    except APIDeclarationError as exc:
+        raise ConfigError(str(exc)) from None
+    names = [t.name for t in tools + declared]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ConfigError(f"apis: more than one tool is named {', '.join(twice)}; give the API a prefix")
+    return tools + declared
 
 
 def workspace_tools(settings: Settings) -> list[Any]:

@@ -75,6 +75,7 @@ class Reply:
     text: str
     approval: dict[str, Any] | None = None  # tasks/pending.Pending.summary()
     error: str | None = None  # the task failed ("model_unavailable", …): `text` is the apology
+    to: str | None = None  # posted elsewhere on the channel (send_message: gateway/outgoing.py)
 
 
 @dataclass

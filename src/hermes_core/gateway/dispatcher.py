@@ -46,6 +46,7 @@ overtakes turn writes in the database writer's queue (storage/sqlite.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import random
@@ -61,6 +62,7 @@ from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
 from ..storage import StoreUnavailable
+from ..tools.secret_handles import hide
 from .commands import is_stop
 from .messages import Turn
 from .store import GatewayStore
@@ -364,6 +366,7 @@ class Gateway:
             ACKS.inc(channel=message.channel, outcome="refused")
             raise RuntimeError("the gateway is not accepting messages (starting or shutting down)")
         message.received_at = message.received_at or time.time()
+        message.text = hide(message.conversation, message.text)  # pasted credentials: handles, from here on
         task_id_of(message)  # stored with the message: a run after a crash finds its own journal
         running = self._stoppable(message)
         if running is not None:  # said before it is stored: its reply says what it stopped
@@ -711,7 +714,7 @@ def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> Outbou
     two users' messages with the same client-chosen id must not share one)."""
     key = f"{task_id_of(message)}|{message.message_id}|{index}".encode()
     reply = reply if isinstance(reply, Reply) else Reply(reply)
-    return OutboundMessage(
+    outbound = OutboundMessage(
         channel=message.channel,
         conversation=message.conversation,
         text=reply.text,
@@ -726,3 +729,14 @@ def reply_for(message: InboundMessage, reply: str | Reply, index: int) -> Outbou
         message_id=message.message_id,
         error=reply.error,
     )
+    return outbound if reply.to is None else posted_elsewhere(outbound, reply.to)
+
+
+def posted_elsewhere(outbound: OutboundMessage, to: str) -> OutboundMessage:
+    """A reply addressed to `to` on its channel (gateway/outgoing.py): a Feishu chat or user gets it
+    in its own conversation, a webhook as a callback, the console (no other chats) marked."""
+    if outbound.channel == "feishu":
+        return dataclasses.replace(outbound, conversation=f"feishu:{to}", chat_id=to, reply_to=None)
+    if outbound.channel == "webhook":
+        return dataclasses.replace(outbound, callback_url=to, reply_to=None)
+    return dataclasses.replace(outbound, text=f"→ {to}: {outbound.text}")

@@ -59,7 +59,7 @@ from ..kernel.loop import PAUSES
 from ..kernel.messages import ToolCall
 from ..kernel.model import TextCallback
 from ..kernel.replies import REPLIES, detect_language, fixed_reply
-from ..kernel.tools.permissions import Caller
+from ..kernel.tools.permissions import ADMIN, Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..modes import run_task
 from ..schedule.jobs import SCHEDULED_PROMPT, ScheduleStore
@@ -68,6 +68,7 @@ from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from . import commands
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
+from .outgoing import PREAPPROVED_IN_ADMIN_JOBS, posts_of
 
 __all__ = ["AgentRunner", "WatchedSteps", "resume_message"]  # resume_message: channels/seam.py
 
@@ -119,6 +120,8 @@ class AgentRunner:
                 original = inbound_of(answered.resume)
                 task_id = answered.task_id
         caller = self.agent.permissions.caller(original.sender, original.channel)
+        if original.kind == "scheduled" and original.extra.get("creator_role") == ADMIN:  # an admin's job
+            caller = dataclasses.replace(caller, preapproved=PREAPPROVED_IN_ADMIN_JOBS)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
         text = original.text
         if original.kind == "scheduled":  # a job's prompt: never read as a command, said to be one
@@ -133,14 +136,14 @@ class AgentRunner:
         hooks = WatchedSteps(watcher) if watcher is not None else None
         speaker = await self._speaker(original) if streamed else ""  # a command is not labelled
         spoken = _spoken(original, prepared.text if prepared else text, speaker)
-        reply, history, error = await self._turn(
+        reply, history, error, posts = await self._turn(
             original.conversation, spoken, task_id=task_id,
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
             images=prepared.images if prepared else (),
         )  # fmt: skip
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
-        return Turn([reply], history)
+        return Turn([reply, *posts], history)
 
     async def reply(
         self,
@@ -154,7 +157,7 @@ class AgentRunner:
     ) -> str | Reply:
         """One user message in, the reply out: a memory command, or one agent turn, stored here
         (outside the gateway: the terminal, tests)."""
-        reply, history, _ = await self._turn(
+        reply, history, _, _ = await self._turn(
             conversation, text, on_text=on_text, task_id=task_id, caller=caller, message=message,
             hooks=None,
         )  # fmt: skip
@@ -173,25 +176,27 @@ class AgentRunner:
         message: InboundMessage | None,
         images: Sequence[str] = (),
         hooks: TaskHooks | None,
-    ) -> tuple[str | Reply, TurnAppend | None, str | None]:
-        """The reply, the turn's history to store (None: nothing to store) and why the task failed."""
+    ) -> tuple[str | Reply, TurnAppend | None, str | None, list[Reply]]:
+        """The reply, the turn's history to store (None: nothing to store), why the task failed and
+        the posts it asked for (`send_message`: gateway/outgoing.py)."""
         answer = await commands.answer(
             text, conversation=conversation, memory=self.memory, registry=self.agent.registry, caller=caller,
             models=self.agent.client.models, language=self.agent.language, schedules=self.schedules,
             message=message,
         )  # fmt: skip
         if answer is not None:  # /new, /help, /stop, /jobs, /memory, /forget: no model call
-            return answer, None, None
+            return answer, None, None, []
         prompt = await self.memory.prepare(conversation, text, self.agent.client)
         session = prompt.session()
         # the agent's mode (loop, plan or team) decides how the turn runs: modes.run_task
         result = await run_task(self.agent, text, session=session, on_text=on_text, task_id=task_id,
                                 caller=caller, images=images, hooks=hooks)  # fmt: skip
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
-            return await self._paused(result.reply, task_id, message), None, None
+            return await self._paused(result.reply, task_id, message), None, None, []
         await self.memory.learn(conversation, result)
         history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
-        return result.reply, history, None if result.ok else result.stop_reason
+        posts = posts_of(result, self.agent.registry.get("send_message"))
+        return result.reply, history, None if result.ok else result.stop_reason, posts
 
     def _refusal(self, refused: MediaRefused, text: str) -> str:
         """The fixed reply for an attachment that cannot be used, in the user's language (both

@@ -60,6 +60,7 @@ from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
+from .outgoing import register_outgoing_tools
 from .runner import AgentRunner
 
 if TYPE_CHECKING:
@@ -150,6 +151,7 @@ def build_gateway(
         from ..observe.traces import tracer_for
 
         agent.tracer = tracer_for(settings, serving=True)
+    register_outgoing_tools(agent)  # send_message: admins, level 2 (gateway/outgoing.py)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     options = settings.gateway
     gateway = Gateway(

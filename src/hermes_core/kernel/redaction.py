@@ -11,15 +11,15 @@ replaces:
   the text, or just before a cut marker: `…`, `[truncated`, `[output truncated`), with `[REDACTED]`;
 - credentials nobody registered, recognised by their shape (`CREDENTIAL_RULES`: API keys, access
   tokens, private key blocks, JWTs, `Authorization:` and `Bearer` credentials, `password=…`), with
-  `[REDACTED:<kind>]` — a pasted key is hidden from storage, logs and the model alike, and the model
-  still learns that a key of that kind was there.
+  `[REDACTED:<kind>]`. What a user pastes becomes a handle before this runs (`[secret:1:<kind>]`,
+  tools/secret_handles.py), which a tool declared to accept it gets back as the value.
 
 Text is redacted before it is cut, never after: `cut(text, limit)` redacts the whole text, cuts it
 and redacts the cut edge, so a secret straddling a limit cannot leave its first characters behind.
 
 Where it is installed:
 - `install_log_redaction()` (observe/log_redaction.py): every log record, before any handler sees it;
-- `RedactingModelClient`: the prompt sent to the model and the answer it gives back;
+- `RedactingModelClient`: the prompt and the answer; a tool call's arguments only of known values;
 - the gateway's inbox and the session store: what a user pasted is redacted before it is stored;
 - `redact_text` / `redact_data` / `cut_text`: anything else shown or stored (replies, traces).
 
@@ -43,13 +43,8 @@ from .messages import Message, ModelResponse, ToolCall
 from .model import ModelClient, ModelWrapper, TextCallback
 
 REDACTED = "[REDACTED]"
-SECRET_VARIABLES = (
-    "HERMES_API_KEY",
-    "FEISHU_APP_SECRET",
-    "FEISHU_VERIFICATION_TOKEN",
-    "FEISHU_ENCRYPT_KEY",
-    "HERMES_WEBHOOK_SECRET",
-)
+SECRET_VARIABLES = ("HERMES_API_KEY", "FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY",
+                    "HERMES_WEBHOOK_SECRET")  # fmt: skip
 SECRET_SUFFIXES = ("_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_ENCRYPT_KEY")
 MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a secret (`TRUE`, `0`)
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text
@@ -144,18 +139,10 @@ CREDENTIAL_RULES: tuple[tuple[str, str], ...] = (
 def _cut_rules(cut: str) -> tuple[tuple[str, str], ...]:
     """The start of a credential left at a cut (`ghp_Ab3…`, `password=hun…`): too short for its
     rule, redacted all the same when `cut` (a lookahead) follows."""
-    shapes = (
-        ("anthropic-key", "sk-ant-"),
-        ("openai-key", r"sk-(?<![\w-]sk-)(?=[\w-]*\d)"),
-        ("github-token", "gh[pousr]_"),
-        ("github-token", "github_pat_"),
-        ("gitlab-token", "glpat-"),
-        ("slack-token", "xox[abeoprs]-"),
-        ("slack-token", "xapp-"),
-        ("aws-access-key", "A(?:KIA|SIA)"),
-        ("google-api-key", "AIza"),
-        ("jwt", r"eyJ(?=[\w-]*\d)"),
-    )
+    shapes = (("anthropic-key", "sk-ant-"), ("openai-key", r"sk-(?<![\w-]sk-)(?=[\w-]*\d)"),
+              ("github-token", "gh[pousr]_"), ("github-token", "github_pat_"), ("gitlab-token", "glpat-"),
+              ("slack-token", "xox[abeoprs]-"), ("slack-token", "xapp-"), ("aws-access-key", "A(?:KIA|SIA)"),
+              ("google-api-key", "AIza"), ("jwt", r"eyJ(?=[\w-]*\d)"))  # fmt: skip
     partial = rf"(?!\[REDACTED){_TOKEN_CHARS}+{cut}"
     return (
         *((kind, f"{start}{partial}") for kind, start in shapes),
@@ -239,6 +226,8 @@ class Redactor:
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._sub)
         self._cached_short = functools.lru_cache(maxsize=SHORT_CACHED_TEXTS)(self._sub)
         self._cached_changes = functools.lru_cache(maxsize=CACHED_TEXTS)(self._changes)
+        known = _on_first_use(lambda: functools.partial(_compile(forms, _CUT, []).sub, REDACTED))
+        self._known = known if forms else str  # (no value: an empty pattern would match everywhere)
 
     def __len__(self) -> int:
         return len(self._secrets)
@@ -253,6 +242,11 @@ class Redactor:
         if size < CACHED_CHARS.start:
             return self._cached_short(text)
         return self._cached(text) if size < CACHED_CHARS.stop else self._sub(text)
+
+    def redact_known(self, text: str) -> str:
+        """`text` with the known values (and their starts at a cut) replaced, and no shape rule: what
+        a model writes as a tool's arguments reaches the tool as written, but for a known secret."""
+        return self._known(text)
 
     def cut(self, text: str, limit: int) -> tuple[str, int]:
         """`text` redacted, then cut to its first `limit` characters with nothing of a secret left at
@@ -447,9 +441,9 @@ class RedactingModelClient(ModelWrapper):
     """A model client whose prompts carry no secret and whose answers cannot leak one.
 
     The messages are redacted before they are sent (a tool result or a user message may contain a
-    secret); the answer is redacted before anything stores it, runs a tool with it or shows it
-    (a prompt-injected model may echo one). Streamed pieces are redacted one by one, so a secret
-    split across two pieces reaches `on_text` unrecognised; the returned answer is always redacted.
+    secret); the answer before anything stores or shows it (a prompt-injected model may echo one); a
+    tool call's arguments of known values only: no shape rule rewrites what a tool receives. Streamed
+    pieces are redacted one by one: a secret split across two reaches `on_text` unrecognised.
     """
 
     def __init__(self, inner: ModelClient, redactor: Redactor | None = None) -> None:
@@ -471,7 +465,7 @@ class RedactingModelClient(ModelWrapper):
         new_refusal = refusal if refusal is None else redact(refusal)
         new_reasoning = reasoning if reasoning is None else redact(reasoning)
         calls = response.tool_calls
-        arguments = [redact(call.arguments) for call in calls] if calls else []
+        arguments = [self.redactor.redact_known(call.arguments) for call in calls] if calls else []
         if new_content == content and new_refusal == refusal and new_reasoning == reasoning:
             if arguments == [call.arguments for call in calls]:
                 return response  # nothing to hide: the response as it came (no call rebuilt to compare)

@@ -411,7 +411,7 @@ class FeishuAPI:
         created = await self._call(
             "POST",
             "/open-apis/im/v1/messages",
-            params={"receive_id_type": "chat_id"},
+            params={"receive_id_type": "open_id" if chat_id.startswith("ou_") else "chat_id"},  # a user
             body={"receive_id": chat_id, **body},
             chat=chat_id,
             api="im.message.create",

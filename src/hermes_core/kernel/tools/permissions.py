@@ -51,6 +51,7 @@ class Caller:
     role: str = MEMBER
     channel: str = ""
     interactive: bool = True
+    preapproved: tuple[str, ...] = ()  # tools approved in advance (a job an admin made: gateway/runner.py)
 
     @property
     def identity(self) -> str:

@@ -220,7 +220,8 @@ class ToolRegistry:
         except ArgumentError as exc:
             message = f"invalid arguments for {call.name}: {exc}. Fix the arguments and call again."
             return ToolOutcome(call, error_result(message), ok=False, error="bad_arguments")
-        if declared.confirm or declared.level >= 2:
+        preapproved = context.caller is not None and declared.name in context.caller.preapproved
+        if (declared.confirm or declared.level >= 2) and not preapproved:
             held = await self._approval(declared, call, arguments, context)
             if held is not None:
                 return held
