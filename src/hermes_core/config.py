@@ -581,7 +581,8 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
         tools=with_confirmation(
             with_api_tools(
-                load_tools(settings.tools) + workspace_tools(settings) + web_tools(settings) + [clarify], settings
+                [*load_tools(settings.tools), *workspace_tools(settings), *web_tools(settings), clarify],
+                settings,
             ),
             settings.permissions.confirm,
         ),
