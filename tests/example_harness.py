@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,20 +54,25 @@ def example_settings(
     *,
     allow_hosts: tuple[str, ...] = (),
     addresses: Mapping[str, str] | None = None,
+    apis: Mapping[str, str] | None = None,
 ) -> Settings:
     """examples/<name>/hermes.yaml with `env`; its data in `data_dir`, `allow_hosts` added to the
-    web tools' and each public address of `addresses` in its jobs' prompts replaced by a local one."""
+    web tools', each public address of `addresses` in its jobs' prompts replaced by a local one and
+    the declared APIs named in `apis` at the base URL given there."""
     settings = load_settings(EXAMPLES / name / "hermes.yaml", env=env, dotenv=None)
     jobs = [
         job.model_copy(update={"prompt": swapped(job.prompt, addresses or {})}) for job in settings.schedule.jobs
     ]
-    return settings.model_copy(
-        update={
-            "gateway": settings.gateway.model_copy(update={"data_dir": str(data_dir)}),
-            "web": settings.web.model_copy(update={"allow_hosts": [*settings.web.allow_hosts, *allow_hosts]}),
-            "schedule": settings.schedule.model_copy(update={"jobs": jobs}),
-        }
-    )
+    update: dict[str, Any] = {
+        "gateway": settings.gateway.model_copy(update={"data_dir": str(data_dir)}),
+        "web": settings.web.model_copy(update={"allow_hosts": [*settings.web.allow_hosts, *allow_hosts]}),
+        "schedule": settings.schedule.model_copy(update={"jobs": jobs}),
+    }
+    if apis:
+        declared = getattr(settings, "apis")  # noqa: B009  # the `apis:` section (tools/http_api.py)
+        assert set(apis) <= {api.name for api in declared}, f"the example declares no API {set(apis)}"
+        update["apis"] = [api.model_copy(update={"base_url": apis.get(api.name, api.base_url)}) for api in declared]
+    return settings.model_copy(update=update)
 
 
 def swapped(text: str, addresses: Mapping[str, str]) -> str:
