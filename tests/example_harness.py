@@ -61,7 +61,8 @@ def example_settings(
     the declared APIs named in `apis` at the base URL given there."""
     settings = load_settings(EXAMPLES / name / "hermes.yaml", env=env, dotenv=None)
     jobs = [
-        job.model_copy(update={"prompt": swapped(job.prompt, addresses or {})}) for job in settings.schedule.jobs
+        job.model_copy(update={"prompt": swapped(job.prompt, addresses or {})})
+        for job in settings.schedule.jobs
     ]
     update: dict[str, Any] = {
         "gateway": settings.gateway.model_copy(update={"data_dir": str(data_dir)}),
@@ -71,7 +72,9 @@ def example_settings(
     if apis:
         declared = getattr(settings, "apis")  # noqa: B009  # the `apis:` section (tools/http_api.py)
         assert set(apis) <= {api.name for api in declared}, f"the example declares no API {set(apis)}"
-        update["apis"] = [api.model_copy(update={"base_url": apis.get(api.name, api.base_url)}) for api in declared]
+        update["apis"] = [
+            api.model_copy(update={"base_url": apis.get(api.name, api.base_url)}) for api in declared
+        ]
     return settings.model_copy(update=update)
 
 
@@ -83,7 +86,9 @@ def swapped(text: str, addresses: Mapping[str, str]) -> str:
 
 
 @asynccontextmanager
-async def example_gateway(settings: Settings, clock: Callable[[], float]) -> AsyncIterator[tuple[Gateway, str]]:
+async def example_gateway(
+    settings: Settings, clock: Callable[[], float]
+) -> AsyncIterator[tuple[Gateway, str]]:
     """The gateway `serve` builds from `settings`, its scheduler on `clock`, served on a free local
     port: the gateway and its base URL; its runner and agent closed afterwards."""
     agent = build_agent(settings)

@@ -25,7 +25,7 @@ from aiohttp import web
 from example_harness import Clock, endpoints, example_gateway, example_settings, utc
 from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
-from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest, ToolArgs
 from web_sites import Site, local_site
 
 GROUP = "oc_team_news"  # the example's chat_id
@@ -51,7 +51,7 @@ JSON_FEED = {
     "version": "https://jsonfeed.org/version/1.1",
     "title": "JSON Feed",
     "items": [
-        {"id": "1", "url": "https://example.org/jsonfeed-1-2", "title": "JSON Feed 1.2 draft adds translations",
+        {"id": "1", "url": "https://example.org/jsonfeed-1-2", "title": "JSON Feed 1.2 adds translations",
          "content_text": "A draft of the next version.", "date_published": "2026-11-29T08:00:00Z"},
     ],
 }  # fmt: skip
@@ -84,7 +84,7 @@ class DigestModel:
         if last["role"] == "tool":
             return FakeReply.text(digest(tool_results(request.messages)))
         prompt = str(last.get("content") or "")
-        calls: list[tuple[str, dict[str, Any]]] = []
+        calls: list[tuple[str, ToolArgs]] = []
         for line in prompt.splitlines():
             for address in URL.findall(line):
                 if "web_fetch" in line:
@@ -111,7 +111,9 @@ def digest(results: list[dict[str, Any]]) -> str:
         return -sum(word in item[0].lower() for word in IMPORTANT)
 
     ranked = sorted(items, key=weight)[:5]
-    return "## 每日简报\n\n" + "\n".join(f"{n}. [{title}]({link})" for n, (title, link) in enumerate(ranked, 1))
+    return "## 每日简报\n\n" + "\n".join(
+        f"{n}. [{title}]({link})" for n, (title, link) in enumerate(ranked, 1)
+    )
 
 
 @asynccontextmanager
@@ -147,7 +149,9 @@ async def test_the_daily_digest_reads_its_sources_and_posts_one_card_a_day_acros
             await asyncio.sleep(0.2)
             assert not fake.requests, "the job ran before 09:00"
             clock.now = utc("2026-12-01T01:00:00")
-            await wait_for(lambda: bool(feishu.messages_in(GROUP)) and "5." in feishu.messages_in(GROUP)[-1].text)
+            await wait_for(
+                lambda: bool(feishu.messages_in(GROUP)) and "5." in feishu.messages_in(GROUP)[-1].text
+            )
 
         [card] = feishu.messages_in(GROUP)
         assert card.msg_type == "interactive" and card.reply_to is None
@@ -158,7 +162,7 @@ async def test_the_daily_digest_reads_its_sources_and_posts_one_card_a_day_acros
         assert sum(site.hits.values()) == 4 and all(site.hits[path] == 1 for path, _, _ in FEEDS.values())
         [written] = digest_requests(fake)
         seen = " ".join(str(m["content"]) for m in written.messages if m["role"] == "tool")
-        for text in ("A tiny agent kernel", "Dependabot now opens", "JSON Feed 1.2 draft", "tarfile module"):
+        for text in ("A tiny agent kernel", "Dependabot now opens", "JSON Feed 1.2 adds", "tarfile module"):
             assert text in seen, f"the model did not see {text!r}"
 
         # restarted the same morning on the same data folder: today's digest is not posted again
@@ -170,5 +174,7 @@ async def test_the_daily_digest_reads_its_sources_and_posts_one_card_a_day_acros
             await asyncio.sleep(0.2)
             assert len(feishu.messages_in(GROUP)) == 1
             clock.now = utc("2026-12-02T01:00:00")  # the next morning's
-            await wait_for(lambda: len(feishu.messages_in(GROUP)) == 2 and "5." in feishu.messages_in(GROUP)[-1].text)
+            await wait_for(
+                lambda: len(feishu.messages_in(GROUP)) == 2 and "5." in feishu.messages_in(GROUP)[-1].text
+            )
         assert len(digest_requests(fake)) == 2 and sum(site.hits.values()) == 8

@@ -17,6 +17,7 @@ import pytest
 from example_harness import Clock, endpoints, example_gateway, example_settings, utc
 from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_feishu.api import SentMessage
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 
 ASKED = {  # what a person writes → what the model schedules
@@ -77,5 +78,5 @@ async def test_remind_me_at_3pm_arrives_at_15_shanghai_in_the_chat_it_was_asked_
         assert "call schedule_task" in system  # the example's own instructions reached the model
 
 
-def chats(feishu: FakeFeishu) -> list[list]:  # type: ignore[type-arg]
+def chats(feishu: FakeFeishu) -> list[list[SentMessage]]:
     return [feishu.messages_in("oc_dm_ann"), feishu.messages_in("oc_team")]

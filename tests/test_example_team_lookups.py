@@ -41,7 +41,9 @@ class LookupModel:
     the runbook its answer links to (together), then the reply from what they returned."""
 
     def __call__(self, request: RecordedRequest) -> FakeReply:
-        results = {m["tool_call_id"]: json.loads(str(m["content"])) for m in request.messages if m["role"] == "tool"}
+        results = {
+            m["tool_call_id"]: json.loads(str(m["content"])) for m in request.messages if m["role"] == "tool"
+        }
         if not results:
             return FakeReply.tool_call("getService", {"name": "checkout"})
         if len(results) == 1:
@@ -53,7 +55,8 @@ class LookupModel:
         page = next(r for r in results.values() if "content" in r)
         steps = [line for line in page["content"].splitlines() if line[:2] in ("1.", "2.", "3.")]
         return FakeReply.text(
-            f"{shift['primary']['name']} 在值班（到 {shift['until']}）。重启步骤（{page['url']}）：\n" + "\n".join(steps)
+            f"{shift['primary']['name']} 在值班（到 {shift['until']}）。重启步骤（{page['url']}）：\n"
+            + "\n".join(steps)
         )
 
 
@@ -79,7 +82,11 @@ def on_call_api_and_wiki(wiki_url: list[str]) -> dict[str, Any]:
     async def runbook(request: web.Request) -> web.Response:
         return web.Response(text=RUNBOOK, content_type="text/html", charset="utf-8")
 
-    return {"/api/v1/services/{name}": service, "/api/v1/oncall/{team}": shift, "/wiki/runbooks/{name}": runbook}
+    return {
+        "/api/v1/services/{name}": service,
+        "/api/v1/oncall/{team}": shift,
+        "/wiki/runbooks/{name}": runbook,
+    }
 
 
 async def test_a_question_is_answered_through_the_declared_api_and_the_runbook_it_links_to(
@@ -93,8 +100,9 @@ async def test_a_question_is_answered_through_the_declared_api_and_the_runbook_i
     ):
         wiki_url.append(f"{site.url}/wiki/runbooks")
         monkeypatch.setenv("ONCALL_API_TOKEN", TOKEN)
-        settings = example_settings("team-lookups", endpoints(fake, feishu, monkeypatch), tmp_path / "data",
-                                    allow_hosts=("127.0.0.1",), apis={"oncall": f"{site.url}/api/v1"})  # fmt: skip
+        env = endpoints(fake, feishu, monkeypatch)
+        settings = example_settings("team-lookups", env, tmp_path / "data", allow_hosts=("127.0.0.1",),
+                                    apis={"oncall": f"{site.url}/api/v1"})  # fmt: skip
         async with example_gateway(settings, Clock(utc("2026-12-01T06:00:00"))) as (_, url):
             asked = feishu.user_message(QUESTION, chat_id="oc_dm_dev", sender="ou_dev")
             assert (await feishu.push(asked, f"{url}/feishu/events")).ok
@@ -102,8 +110,15 @@ async def test_a_question_is_answered_through_the_declared_api_and_the_runbook_i
 
     [reply] = feishu.messages_in("oc_dm_dev")
     assert "王芳 在值班（到 2026-12-01T18:00:00+08:00）" in reply.text
-    assert "deployctl restart checkout --region cn-east" in reply.text and "/wiki/runbooks/checkout" in reply.text
-    assert site.hits == {"/api/v1/services/checkout": 1, "/api/v1/oncall/payments": 1, "/wiki/runbooks/checkout": 1}
+    assert (
+        "deployctl restart checkout --region cn-east" in reply.text
+        and "/wiki/runbooks/checkout" in reply.text
+    )
+    assert site.hits == {
+        "/api/v1/services/checkout": 1,
+        "/api/v1/oncall/payments": 1,
+        "/wiki/runbooks/checkout": 1,
+    }
     offered = {t["function"]["name"]: t["function"] for t in fake.requests[0].tools}
     assert {"getService", "whoIsOnCall", "web_fetch"} <= set(offered)
     assert "e.g. payments" in json.dumps(offered["whoIsOnCall"]["parameters"])  # the document's schema
