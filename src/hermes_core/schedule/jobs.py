@@ -61,6 +61,8 @@ class Job:
     chat_id: str | None = None
     chat_type: str = "p2p"
     callback_url: str | None = None
+    thread_id: str | None = None  # the platform topic it was asked in (Feishu): the fire posts there
+    reply_to: str | None = None  # with thread_id: the message in the topic the fire replies under
     source: str = "chat"  # chat | config | cli
     created_at: float = field(default_factory=time.time)
     last_fire: float | None = None
@@ -75,7 +77,8 @@ class Job:
 
     def message(self, fire_at: float) -> InboundMessage:
         """The task's message for the fire at `fire_at`: its own message id (job, fire time), so a
-        fire inserted twice is one inbox row; no `reply_to`: the reply is sent proactively."""
+        fire inserted twice is one inbox row. The reply is sent proactively: into the chat, or for a
+        job asked inside a topic into that topic (a topic is reached by replying in it)."""
         return InboundMessage(
             channel=self.channel,
             conversation=self.conversation,
@@ -86,6 +89,8 @@ class Job:
             chat_id=self.chat_id,
             chat_type=self.chat_type,
             callback_url=self.callback_url,
+            reply_to=self.reply_to if self.thread_id else None,
+            thread_id=self.thread_id,
             received_at=fire_at,
             extra={"job": self.id, "fire_at": fire_at, "creator_role": self.creator_role},
         )
