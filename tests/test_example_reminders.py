@@ -10,6 +10,7 @@ arriving at 15:00 Asia/Shanghai (07:00 UTC) in the chat it was asked in, and onl
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -29,15 +30,17 @@ ASKED = {  # what a person writes → what the model schedules
 class ReminderModel:
     """A model that follows the example's system prompt: a request to be reminded becomes a
     schedule_task call for 15:00 today (2026-12-01, the test's day); the tool's answer is confirmed
-    with the time it returned; a scheduled task's prompt is the reminder itself."""
+    with the time it returned; a scheduled task's prompt is the reminder itself, addressed to the
+    person who set it up when the fire names them (in a group)."""
 
     def __call__(self, request: RecordedRequest) -> FakeReply:
         last = request.messages[-1]
         content = str(last.get("content") or "")
         if last["role"] == "tool":
             return FakeReply.text(f"OK: {content}")
-        if content.startswith("[scheduled task"):
-            return FakeReply.text("⏰ " + content.split("] ", 1)[1])
+        if content.startswith("[scheduled task"):  # in a group it says who asked: address them
+            asker = re.search(r" by (<at user_id=\"\w+\">.*?</at>)", content)
+            return FakeReply.text("⏰ " + (f"{asker.group(1)} " if asker else "") + content.split("] ", 1)[1])
         for words, prompt in ASKED.items():
             if words in content:
                 return FakeReply.tool_call("schedule_task", {"prompt": prompt, "at": "2026-12-01T15:00"})
@@ -71,7 +74,9 @@ async def test_remind_me_at_3pm_arrives_at_15_shanghai_in_the_chat_it_was_asked_
 
         private, group = chats(feishu)
         assert [m.text for m in private][1:] == ["⏰ 提醒用户交周报"]
-        assert [m.text for m in group][1:] == ["⏰ Remind the user to join the release call"]
+        # in the group the model is told who asked, and @mentions them (Feishu's <at> markup)
+        bob = '<at user_id="ou_bob">User bob</at>'
+        assert [m.text for m in group][1:] == [f"⏰ {bob} Remind the user to join the release call"]
         assert all(m.reply_to is None for m in (private[1], group[1]))  # posted when due, not a reply
         assert {m.chat_id for m in feishu.sent} == {"oc_dm_ann", "oc_team"}
         system = " ".join(str(fake.requests[0].messages[0]["content"]).split())

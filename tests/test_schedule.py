@@ -247,6 +247,9 @@ async def test_in_20_minutes_in_a_group_fires_into_that_group(
     assert feishu.messages_in("oc_team")[1].text == "Reminder: check the deploy"
     [job] = await jobs_in(tmp_path)
     assert job.conversation == "feishu:oc_team" and job.chat_type == "group" and job.status == "done"
+    [fired] = fired_requests(fake)  # in a group the model is told who set it up, to address them
+    said = str(fired.messages[-1]["content"])
+    assert 'set up earlier in this conversation by <at user_id="ou_dev">' in said
 
 
 async def test_in_20_minutes_asked_inside_a_group_topic_fires_into_that_topic(

@@ -183,7 +183,8 @@ def _target(message: InboundMessage, chat_id: str | None, role: str) -> dict[str
         topic = message.thread_id  # asked inside a topic: the fire replies in it
         return {"conversation": message.conversation, "chat_id": message.chat_id, "broadcast": False,
                 "chat_type": message.chat_type, "callback_url": message.callback_url,
-                "thread_id": topic, "reply_to": message.reply_to if topic else None}  # fmt: skip
+                "thread_id": topic, "reply_to": message.reply_to if topic else None,
+                "speaker": message.speaker}  # fmt: skip
     if role != ADMIN:
         raise ToolError("scheduling into another chat is for admins only; schedule into this conversation")
     if message.channel != "feishu":
