@@ -247,6 +247,40 @@ async def test_in_20_minutes_in_a_group_fires_into_that_group(
     assert feishu.messages_in("oc_team")[1].text == "Reminder: check the deploy"
     [job] = await jobs_in(tmp_path)
     assert job.conversation == "feishu:oc_team" and job.chat_type == "group" and job.status == "done"
+    [fired] = fired_requests(fake)  # in a group the model is told who set it up, to address them
+    said = str(fired.messages[-1]["content"])
+    assert 'set up earlier in this conversation by <at user_id="ou_dev">' in said
+
+
+async def test_in_20_minutes_asked_inside_a_group_topic_fires_into_that_topic(
+    tmp_path: Path, fake: FakeOpenAIServer, feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job asked for inside a topic belongs to the topic's conversation (feishu.group_session:
+    topic, the default): its reminder goes into that topic, as the reply to the request did, not
+    into the group's main stream (Feishu: a reply in the topic, `reply_in_thread`; the topics
+    overview, open.feishu.cn/document/server-docs/im-v1/message/thread-introduction)."""
+    model = fake.handler = Model()
+    model.calls["in 20 minutes"] = ("schedule_task", {"prompt": "check the deploy", "delay_minutes": 20})
+    clock = Clock(utc("2026-12-01T10:00:00"))
+    async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu) as (_, url):
+        events = f"{url}/feishu/events"
+        first = feishu.user_message("deploying now", chat_id="oc_team", chat_type="group", sender="ou_dev",
+                                    mention_bot=True)  # fmt: skip
+        assert (await feishu.push(first, events)).ok
+        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 1)
+        root = first["event"]["message"]["message_id"]
+        asked = feishu.topic_message("in 20 minutes check whether the deploy finished", root=root,
+                                     sender="ou_dev", mention_bot=True)  # fmt: skip
+        topic = asked["event"]["message"]["thread_id"]
+        assert (await feishu.push(asked, events)).ok
+        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 2)
+        assert feishu.messages_in("oc_team")[1].thread_id == topic
+        clock.now = utc("2026-12-01T10:20:00")
+        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 3)
+    reminder = feishu.messages_in("oc_team")[2]
+    assert reminder.text == "Reminder: check the deploy" and reminder.thread_id == topic
+    [job] = await jobs_in(tmp_path)
+    assert job.conversation == f"feishu:oc_team:{topic}" and job.thread_id == topic
 
 
 async def test_a_member_may_not_post_into_another_chat_an_admin_may_and_loses_it_by_the_fire(

@@ -62,7 +62,7 @@ from ..kernel.replies import REPLIES, detect_language, fixed_reply
 from ..kernel.tools.permissions import ADMIN, Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..modes import run_task
-from ..schedule.jobs import SCHEDULED_PROMPT, ScheduleStore
+from ..schedule.jobs import ScheduleStore, scheduled_prompt
 from ..schedule.tools import CURRENT_MESSAGE
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from . import commands
@@ -125,7 +125,7 @@ class AgentRunner:
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
         text = original.text
         if original.kind == "scheduled":  # a job's prompt: never read as a command, said to be one
-            text = SCHEDULED_PROMPT.format(job=original.extra.get("job", "?"), prompt=original.text)
+            text = scheduled_prompt(original, await self._speaker(original))
         try:  # pictures and files: fetched, checked, saved now (gateway/media.py)
             prepared = await self.media.prepare(original) if original.attachments else None
         except MediaRefused as refused:

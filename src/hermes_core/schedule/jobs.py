@@ -37,7 +37,15 @@ FireStatus = Literal["queued", "skipped", "refused"]
 MAX_CATCH_UP = 10_000  # missed fire times counted one by one; beyond, the count says "at least"
 # how a fire's prompt reaches the model (gateway/runner.py, engine/temporal/workflow.py): said to be a
 # job's, never read as a command
-SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation, is due now] {prompt}"
+SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation{by}, is due now] {prompt}"
+
+
+def scheduled_prompt(message: InboundMessage, speaker: str = "") -> str:
+    """A fire as the model reads it: said to be a scheduled task, and in a group by whom it was set
+    up (`speaker`: the label of Job.speaker, with their name when the channel gives it), so that
+    "remind me" can be answered to that person."""
+    by = f" by {speaker}" if speaker else ""
+    return SCHEDULED_PROMPT.format(job=message.extra.get("job", "?"), by=by, prompt=message.text)
 
 
 class ScheduleError(ValueError):
@@ -61,6 +69,9 @@ class Job:
     chat_id: str | None = None
     chat_type: str = "p2p"
     callback_url: str | None = None
+    speaker: str = ""  # in a group: who set it up, as the model read them (the request's speaker)
+    thread_id: str | None = None  # the platform topic it was asked in (Feishu): the fire posts there
+    reply_to: str | None = None  # with thread_id: the message in the topic the fire replies under
     source: str = "chat"  # chat | config | cli
     created_at: float = field(default_factory=time.time)
     last_fire: float | None = None
@@ -75,7 +86,8 @@ class Job:
 
     def message(self, fire_at: float) -> InboundMessage:
         """The task's message for the fire at `fire_at`: its own message id (job, fire time), so a
-        fire inserted twice is one inbox row; no `reply_to`: the reply is sent proactively."""
+        fire inserted twice is one inbox row. The reply is sent proactively: into the chat, or for a
+        job asked inside a topic into that topic (a topic is reached by replying in it)."""
         return InboundMessage(
             channel=self.channel,
             conversation=self.conversation,
@@ -86,6 +98,9 @@ class Job:
             chat_id=self.chat_id,
             chat_type=self.chat_type,
             callback_url=self.callback_url,
+            reply_to=self.reply_to if self.thread_id else None,
+            thread_id=self.thread_id,
+            speaker=self.speaker,
             received_at=fire_at,
             extra={"job": self.id, "fire_at": fire_at, "creator_role": self.creator_role},
         )

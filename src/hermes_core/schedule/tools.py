@@ -174,13 +174,17 @@ def _current() -> InboundMessage:
 
 
 def _target(message: InboundMessage, chat_id: str | None, role: str) -> dict[str, Any]:
-    """Where the job posts: this conversation, or (admins, Feishu) another chat."""
+    """Where the job posts: this conversation (inside a topic: that topic), or (admins, Feishu)
+    another chat."""
     if chat_id is None or chat_id == message.chat_id:
         if message.channel == "webhook" and not message.callback_url:
             raise ToolError("this webhook conversation has no callback_url: a scheduled reply could not be "
                             "delivered; send the request with a callback_url to schedule")  # fmt: skip
+        topic = message.thread_id  # asked inside a topic: the fire replies in it
         return {"conversation": message.conversation, "chat_id": message.chat_id, "broadcast": False,
-                "chat_type": message.chat_type, "callback_url": message.callback_url}  # fmt: skip
+                "chat_type": message.chat_type, "callback_url": message.callback_url,
+                "thread_id": topic, "reply_to": message.reply_to if topic else None,
+                "speaker": message.speaker}  # fmt: skip
     if role != ADMIN:
         raise ToolError("scheduling into another chat is for admins only; schedule into this conversation")
     if message.channel != "feishu":

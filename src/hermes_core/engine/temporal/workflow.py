@@ -64,7 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from ...kernel.tools.permissions import MEMBER, Caller
     from ...kernel.tools.registry import DEFAULT_TOOL_TIMEOUT, ToolOutcome
     from ...kernel.tools.results import DEFAULT_MAX_CHARS, error_result
-    from ...schedule.jobs import SCHEDULED_PROMPT
+    from ...schedule.jobs import scheduled_prompt
     from ...tools import ToolContext, ToolRegistry
 
 WORKFLOW = "HermesConversation"
@@ -348,7 +348,7 @@ class ConversationWorkflow:
             return
         text = message.text
         if message.kind == "scheduled":  # a job's fire (schedules.py): its prompt, said to be one
-            text = SCHEDULED_PROMPT.format(job=message.extra.get("job", "?"), prompt=message.text)
+            text = scheduled_prompt(message, message.speaker)
         asked = {
             "sender": message.sender,
             "channel": message.channel,
