@@ -23,8 +23,6 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from web_sites import local_site
 
-pytest.importorskip("hermes_core.tools.http_api", reason="declared APIs (apis:) are not in this tree yet")
-
 TOKEN = "oncall-token-7f3a9c2e51d04b8b"
 QUESTION = "checkout 报 502 了，现在谁值班？重启步骤是什么？"
 RUNBOOK = """<!doctype html><html><head><title>Runbook: checkout</title></head><body>
