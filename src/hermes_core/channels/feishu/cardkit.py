@@ -60,8 +60,8 @@ from ...kernel.replies import Language, detect_language, fixed_reply
 from ..seam import InboundMessage, OutboundMessage, Records
 from ..streaming import TurnProgress
 from .api import SEQUENCE_STALE, STREAMING_CLOSED, FeishuError, card_reference, part_uuid
-from .formatting import REPLY_ELEMENT, card_chunks, markdown_card, streaming_card
-from .stream import CardStream, PatchPacer, final_cards, stream_uuid
+from .formatting import REPLY_ELEMENT, markdown_card, streaming_card
+from .stream import CardStream, PatchPacer, final_cards, shown_progress, stream_uuid
 
 if TYPE_CHECKING:
     from .api import FeishuAPI
@@ -259,10 +259,7 @@ class CardKitStream:
             await self.api.update_card(self.card.card_id, markdown_card(text), self.sequence())
 
     def _markdown(self) -> str:
-        """The progress as the card's text; past one card's size, its beginning (the reply's first
-        part holds it too, the rest follows in cards of its own)."""
-        pieces = card_chunks(self.progress.markdown(self.language))
-        return pieces[0] if len(pieces) == 1 else pieces[0].rstrip() + " …"
+        return shown_progress(self.progress, self.language)
 
     def _summary(self) -> str:
         return fixed_reply("stream_thinking", self.language)

@@ -53,7 +53,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ...kernel.redaction import Redactor
-from ...kernel.replies import detect_language, fixed_reply
+from ...kernel.replies import Language, detect_language, fixed_reply
 from ..seam import InboundMessage, OutboundMessage, Records, task_id_of
 from ..streaming import TurnProgress
 from .api import FeishuError, part_uuid
@@ -99,6 +99,13 @@ def stream_uuid(message: InboundMessage) -> str:
     """The request uuid of a message's streaming card: the same on every run of its task."""
     key = f"{task_id_of(message)}|{message.message_id}|stream".encode()
     return "s" + hashlib.sha256(key).hexdigest()[:39]
+
+
+def shown_progress(progress: TurnProgress, language: Language) -> str:
+    """A turn so far as a streaming card shows it; past one card's size (30 KB) its beginning, which
+    the reply's first part holds too (the rest follows in messages of its own)."""
+    pieces = card_chunks(progress.markdown(language))
+    return pieces[0] if len(pieces) == 1 else pieces[0].rstrip() + " …"
 
 
 def final_cards(reply: OutboundMessage) -> list[dict[str, Any]]:
@@ -208,10 +215,7 @@ class CardStream:
         await self.records.keep_stream(self.message.id, "feishu", self.card_id)
 
     def _card(self) -> dict[str, Any]:
-        """The progress as a card; past one card's size (30 KB) its beginning, which the reply's
-        first part will hold too (the rest follows in messages of its own)."""
-        pieces = card_chunks(self.progress.markdown(self.language))
-        return markdown_card(pieces[0] if len(pieces) == 1 else pieces[0].rstrip() + " …")
+        return markdown_card(shown_progress(self.progress, self.language))
 
 
 async def finish_card(
