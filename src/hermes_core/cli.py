@@ -13,6 +13,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
+from .onboarding import add_init_command
+
 if TYPE_CHECKING:  # imported by the commands that need them (see above)
     from .agent import Agent
     from .cli_display import Terminal, TurnDisplay
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_turn_commands(commands)
+    add_init_command(commands)
     commands.add_parser("tools", help="list the tools and their JSON schemas")
     commands.add_parser("doctor", help="check configuration, model endpoint, Feishu credentials, database")
     serve = commands.add_parser("serve", help="run the gateway: webhook and Feishu channels, /healthz")
@@ -166,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         from .doctor import run_doctor
 
         return run_doctor(args)
+    if args.command == "init":  # writes the configuration: none is loaded before
+        from .onboarding import run_init
+
+        return run_init(args)
     from .config import ConfigError, build_agent, load_settings
     from .kernel.redaction import redact_text
 
