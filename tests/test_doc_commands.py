@@ -18,7 +18,7 @@ distinct command is then exercised:
   must exist in pyproject.toml; the README's test set-up line is what `.ci/run` runs.
 - `python benchmarks/….py [flags]` must exist and parse its flags (`--help`): the benchmarks
   themselves take minutes of a whole machine and are run by `benchmarks/run_all.py`.
-- `python -c …` runs.
+- `python -c …` runs; `python -m hermes_core.testing.<fake> …` takes its flags (`--help` after them).
 
 Anything else fails with "this command is not exercised", except the few in `NOT_RUN_HERE`, each
 with the reason it cannot run in a test.
@@ -407,6 +407,15 @@ def check_test_selection(argv: list[str]) -> None:
     assert "deselected" in collected.stdout, collected.stdout[-500:]
 
 
+def check_fake_program(command: str, cwd: Path) -> None:
+    """`python -m hermes_core.testing.<fake> …`: the module exists and takes these flags (`--help`
+    after them); tests/test_fake_commands.py runs the fakes as programs and talks to them."""
+    result = bash(f"{command} --help", cwd, environment(cwd))
+    assert result.returncode == 0 and "usage:" in result.stdout, result.stderr
+    unknown = [flag for flag in re.findall(r"(?<!\S)--[\w-]+", command) if flag not in result.stdout]
+    assert not unknown, f"flags the program does not take: {unknown}"
+
+
 def exercise(command: str, cwd: Path) -> None:
     """Run or check one command (one part of a `&&` chain); fail if nothing here exercises it."""
     argv = shlex.split(command)
@@ -424,6 +433,8 @@ def exercise(command: str, cwd: Path) -> None:
         check_test_selection(argv)
     elif program in ("python", "python3") and argv[1].startswith("benchmarks/"):
         check_benchmark(command)
+    elif program.startswith("python") and argv[1:2] == ["-m"] and argv[2].startswith("hermes_core.testing."):
+        check_fake_program(command, cwd)
     else:
         pytest.fail(f"this command is not exercised: {command}")
 

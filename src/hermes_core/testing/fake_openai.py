@@ -17,7 +17,17 @@ For benchmarks in another process::
 
     python -m hermes_core.testing.fake_openai --port 0 --latency 0.2 --tool-args '{"a": 1}'
 
-prints one line ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM or SIGINT.
+prints one line ``READY http://127.0.0.1:PORT/v1`` and serves until SIGTERM or SIGINT. With
+``--script replies.yaml`` it answers the requests in order from a file (``load_script``), then by
+the default::
+
+    - Hello! How can I help?                    # a text reply
+    - tool_call: current_time                   # one tool call …
+      arguments: {timezone: Asia/Shanghai}      # … with its arguments (default {})
+    - tool_calls: [{name: calculator, arguments: {expression: "2+3"}}, {name: current_time}]
+    - text: It is 15:00 in Shanghai.
+    - error: 429                                # an OpenAI-style error, with an optional message
+      message: slow down
 """
 
 from __future__ import annotations
@@ -748,6 +758,50 @@ def _json_dict(text: str) -> dict[str, JSON]:
     return value
 
 
+SCRIPT_KINDS = ("text", "tool_call", "tool_calls", "error")
+
+
+def load_script(path: str) -> list[FakeReply]:
+    """The replies of a script file (module docstring); ValueError naming the item that is wrong."""
+    import yaml
+
+    with open(path, encoding="utf-8") as file:
+        try:
+            items = yaml.safe_load(file)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: a script is a list of replies (text, tool_call, tool_calls or error)")
+    return [_scripted_reply(item, f"{path}: reply {number}") for number, item in enumerate(items, 1)]
+
+
+def _scripted_reply(item: Any, where: str) -> FakeReply:
+    if isinstance(item, str):
+        return FakeReply.text(item)
+    kinds = [kind for kind in SCRIPT_KINDS if isinstance(item, dict) and kind in item]
+    if len(kinds) != 1:
+        raise ValueError(f"{where}: give a text, or exactly one of {', '.join(SCRIPT_KINDS)}")
+    kind, value = kinds[0], item[kinds[0]]
+    if kind == "text":
+        return FakeReply.text(str(value))
+    if kind == "error":
+        if not isinstance(value, int) or not 400 <= value <= 599:
+            raise ValueError(f"{where}: error is an HTTP status from 400 to 599")
+        return FakeReply.error(value, str(item.get("message", "scripted error")))
+    calls = [{"name": value, "arguments": item.get("arguments")}] if kind == "tool_call" else value
+    if not isinstance(calls, list) or not all(_is_call(call) for call in calls):
+        raise ValueError(f"{where}: each tool call needs a name, and its arguments are a mapping")
+    return FakeReply.parallel_tool_calls([(c["name"], dict(c.get("arguments") or {})) for c in calls])
+
+
+def _is_call(call: Any) -> bool:
+    return (
+        isinstance(call, dict)
+        and isinstance(call.get("name"), str)
+        and isinstance(call.get("arguments") or {}, dict)
+    )
+
+
 async def _serve_until_signalled(server: FakeOpenAIServer) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -771,7 +825,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 lets the OS pick a free port")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each reply")
     parser.add_argument("--tool-args", type=_json_dict, default={}, help="JSON arguments of tool calls")
+    parser.add_argument("--script", help="YAML list of replies, answered in order (then the default)")
     args = parser.parse_args(argv)
+    try:
+        replies = load_script(args.script) if args.script else []
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"fake_openai: {exc}\n")
     server = FakeOpenAIServer(
         host=args.host,
         port=args.port,
@@ -779,6 +838,7 @@ def main(argv: list[str] | None = None) -> None:
         default_tool_args=args.tool_args,
         record_requests=False,  # nobody can read them from another process
     )
+    server.script(*replies)
     asyncio.run(_serve_until_signalled(server))
 
 
