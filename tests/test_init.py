@@ -179,3 +179,11 @@ def test_odd_values_are_quoted_so_they_load_as_given(tmp_path: Path) -> None:
         assert main(["init", "--provider", "ollama", "--data-dir", data_dir, "--yes", "--force"]) == 0
         settings = load_settings(tmp_path / "hermes.yaml", env={}, dotenv=None)
         assert settings.gateway.data_dir == data_dir
+
+
+def test_the_global_config_flag_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--config FILE init` writes FILE (what the later commands will be given), and doctor reads it."""
+    assert main(["--config", "team.yaml", "init", "--provider", "ollama", "--yes"]) == 0
+    assert not (tmp_path / "hermes.yaml").exists()
+    assert load_settings(tmp_path / "team.yaml", env={}, dotenv=None).model.provider == "ollama"
+    assert "configuration: team.yaml" in capsys.readouterr().out

@@ -71,7 +71,9 @@ def add_init_command(commands: argparse._SubParsersAction[argparse.ArgumentParse
     )
     init.add_argument("--dir", default=".", help="the folder to write the files into (default: here)")
     init.add_argument("--yes", "-y", action="store_true", help="ask nothing: flags, else the defaults")
-    init.add_argument("--force", action="store_true", help="overwrite hermes.yaml and .env.example")
+    init.add_argument(
+        "--force", action="store_true", help="overwrite hermes.yaml (or --config) and .env.example"
+    )
 
 
 def run_init(args: argparse.Namespace) -> int:
@@ -79,13 +81,13 @@ def run_init(args: argparse.Namespace) -> int:
     folder = Path(args.dir)
     try:
         answers = gather(args, ask=None if args.yes else ask_stdin)
-        written = write_setup(answers, folder, force=args.force)
+        written = write_setup(answers, folder, force=args.force, name=args.config or CONFIG_NAME)
     except InitError as exc:
         print(f"hermes-core init: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(f"wrote {path}")
-    return report_doctor(answers, folder)
+    return report_doctor(answers, folder, args.config or CONFIG_NAME)
 
 
 def gather(args: argparse.Namespace, ask: Callable[[str, str], str] | None) -> Answers:
@@ -103,7 +105,8 @@ def gather(args: argparse.Namespace, ask: Callable[[str, str], str] | None) -> A
     if model is None:
         raise InitError(f"provider {preset.name} serves whatever model it loaded: give its name with --model")
     wanted = ",".join(args.channel) if args.channel else None
-    channels = answer("Channels (" + ", ".join(CHANNELS) + ")", wanted, ",".join(DEFAULT_CHANNELS))
+    listed = "".join(f"  {name}: {what}\n" for name, what in CHANNELS.items())
+    channels = answer(f"{listed}Channels, comma-separated", wanted, ",".join(DEFAULT_CHANNELS))
     timezone = answer("Time zone of scheduled jobs", args.timezone, local_zone())
     data_dir = answer("Data folder", args.data_dir, DEFAULT_DATA_DIR)
     return Answers(
@@ -221,11 +224,14 @@ def render_env_example(answers: Answers) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_setup(answers: Answers, folder: Path, *, force: bool = False) -> list[Path]:
-    """Write both files into `folder` (created); InitError for a bad answer or a file in the way."""
+def write_setup(
+    answers: Answers, folder: Path, *, force: bool = False, name: str = CONFIG_NAME
+) -> list[Path]:
+    """Write the configuration (`name`) and `.env.example` into `folder` (created); InitError for a
+    bad answer or a file in the way."""
     config = render_config(answers)
     check_config(config)
-    targets = {folder / CONFIG_NAME: config, folder / ENV_EXAMPLE_NAME: render_env_example(answers)}
+    targets = {folder / name: config, folder / ENV_EXAMPLE_NAME: render_env_example(answers)}
     present = [str(path) for path in targets if path.exists()]
     if present and not force:
         verb = "exist" if len(present) > 1 else "exists"
@@ -263,7 +269,7 @@ def _scalar(value: str) -> str:
 # --- the check at the end ---------------------------------------------------------------------------
 
 
-def report_doctor(answers: Answers, folder: Path) -> int:
+def report_doctor(answers: Answers, folder: Path, name: str = CONFIG_NAME) -> int:
     """Run doctor in `folder` (where serve will run); 1 only for a problem filling in .env will not fix."""
     import asyncio
 
@@ -275,7 +281,7 @@ def report_doctor(answers: Answers, folder: Path) -> int:
     os.chdir(folder)
     try:
         print("\nhermes-core doctor:")
-        checks = asyncio.run(diagnose(CONFIG_NAME))
+        checks = asyncio.run(diagnose(name))
     finally:
         os.chdir(here)
     redactor = Redactor.from_environment()
