@@ -198,7 +198,8 @@ def parse_tools_output(text: str) -> dict[str, dict]:
 def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None:
     """Attack: compare `hermes-core tools` (and doctor's count) with the tools a real `serve` sends
     the model for a webhook message, captured by the fake server. They used to list 3 while serve
-    offered 4 (the conversation memory's `remember` was missing)."""
+    offered 4 (the conversation memory's `remember` was missing). A tool only a role may use (an
+    admin's `send_message`) is listed as such, and not offered to this member."""
     with FakeOpenAIServer() as fake:
         fake.script(FakeReply.text("noted"))
         env = {"HERMES_BASE_URL": fake.base_url, "HERMES_MODEL": "m"}
@@ -217,9 +218,12 @@ def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None
         listed = cli("tools", env=env, cwd=tmp_path)
         doctor = cli("doctor", env=env, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert parse_tools_output(listed.stdout) == offered
+    every = parse_tools_output(listed.stdout)
+    admins_only = set(re.findall(r"^([A-Za-z0-9_]+): .*\n  \(admin only", listed.stdout, re.M))
+    assert admins_only == {"send_message"}
+    assert {name: schema for name, schema in every.items() if name not in admins_only} == offered
     assert {"calculator", "current_time", "date_diff", "clarify", "remember"} <= set(offered)
-    assert f"{len(offered)} tools" in doctor.stdout
+    assert f"{len(every)} tools" in doctor.stdout
 
 
 @pytest.mark.slow

@@ -427,6 +427,13 @@ def print_tools(agent: Agent, settings: Settings | None = None) -> int:
             return 2
     for declared in agent.registry:
         print(f"{declared.name}: {declared.description}")
+        who = f"{declared.required_role} only" if declared.required_role else ""
+        if declared.level >= 2:
+            asked = "level 2: off unless permissions.allow_irreversible names it, then each call approved"
+        else:
+            asked = "each call approved by a person" if declared.confirm else ""
+        if who or asked:  # serve offers it only to that role, and runs it only once approved
+            print(f"  ({'; '.join(note for note in (who, asked) if note)})")
         print(json.dumps(declared.parameters, ensure_ascii=False, indent=2))
     return 0
 
