@@ -26,7 +26,6 @@ Every method returns at once and never raises into the turn: the turn never wait
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,7 +38,7 @@ log = logging.getLogger("hermes_core.channels")
 # The text's last word of printable ASCII, held back: a secret is such a word (a key, a token, a
 # password, a JWT, a `user:password@` URL), or ends with one after its label (`Bearer `,
 # `password = `, `密码是`), so until the word has ended it may still become one.
-_OPEN_WORD = re.compile(r"[!-~]*\Z")
+_WORD_CHARS = "".join(map(chr, range(0x21, 0x7F)))  # printable ASCII but the space
 BLOCK_GAP = "\n\n"  # between the text blocks of a turn
 
 Event = dict[str, Any]
@@ -61,10 +60,9 @@ class ToolStep:
 def streamable(redactor: Redactor, written: str) -> str:
     """What of `written`, a reply still being written, may be shown now: redacted as a whole, less
     its last word of printable ASCII, with the start of a known secret left at that edge redacted too
-    (`Redactor.cut`). Text that ends in a space, CJK or its punctuation is shown whole."""
+    (`Redactor.cut_redacted`). Text that ends in a space, CJK or its punctuation is shown whole."""
     redacted = redactor.redact(written)
-    held = _OPEN_WORD.search(redacted)
-    return redactor.cut(written, len(redacted) - (len(held.group()) if held else 0))[0]
+    return redactor.cut_redacted(redacted, len(redacted.rstrip(_WORD_CHARS)))
 
 
 class TurnProgress:
