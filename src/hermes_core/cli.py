@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         if traced and agent.tracer is None:  # log events, traces (observe/)
             from .observe.traces import tracer_for
 
-            agent.tracer = tracer_for(settings, serving=args.command == "serve")
+            agent.tracer = tracer_for(settings)
     except (ConfigError, ValueError, TypeError) as exc:
         print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2

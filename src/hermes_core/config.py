@@ -387,15 +387,15 @@ class ObserveConfig(_Section):
     """Logs, traces and X-rays (observe/, docs/observability.md). `log_format` is standard error's
     (`console`: one readable line per event; `json`: the JSON lines of docs/log-schema.json); with
     `log_dir`, JSON lines also go to `<log_dir>/hermes-core.log`, rotated at midnight, `retention_days`
-    old files kept. `traces` (None: on for serve only) stores each task's record in the gateway's
-    database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns them off).
-    `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
+    old files kept. `traces` (on by default, for serve, run and chat) stores each task's record in the
+    gateway's database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns
+    them off). `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # None: INFO for serve, else quiet
     log_format: Literal["console", "json"] = "console"
     log_dir: str | None = None
     retention_days: int = Field(7, ge=1, le=3650)
-    traces: bool | None = None
+    traces: bool = True
     xray_dir: str | None = None
     otel: bool = False
 
