@@ -28,14 +28,15 @@ TRACE_HELP = "a task id as `traces` prints it (or a beginning only it has), or a
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .models.providers import names  # the one table of presets (standard library only)
+
     parser = argparse.ArgumentParser(
         prog="hermes-core",
         description="A small Hermes-style agent: the model decides, code runs the tools.",
         epilog="With no model configured, a built-in offline demo model answers. Configure one with a "
-        "provider preset (HERMES_PROVIDER or --provider: openai, deepseek, qwen, moonshot, zhipu, "
-        "siliconflow, "
-        "openrouter, ollama, vllm, llamacpp, lmstudio) and its key variable, or with HERMES_BASE_URL, "
-        "HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); `hermes-core doctor` checks it.",
+        f"provider preset (HERMES_PROVIDER or --provider: {', '.join(names())}) and its key variable, "
+        "or with HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); "
+        "`hermes-core doctor` checks it.",
     )
     parser.add_argument("--config", help="YAML configuration file")
     parser.add_argument(
