@@ -3,6 +3,7 @@
 - `fake`: the fake OpenAI-compatible server (hermes_core.testing), on a free local port.
 - `feishu`: the fake Feishu platform, default credentials.
 - `http`: an aiohttp client session without a connection limit.
+- for every test, TZ=UTC: the machine's time zone, the default of `schedule.timezone`.
 - `clean_env`: this test's os.environ without the machine's HERMES_*/FEISHU_* variables; and
   for every test, HERMES_*/FEISHU_* are put back as they were afterwards.
 - `serve`: starts `python -m hermes_core … serve` processes (tests/serve_process.py) and stops
@@ -67,6 +68,14 @@ def _hermes_environment_restored() -> Iterator[None]:
         if name not in saved:
             del os.environ[name]
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _machine_zone_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's time zone is UTC in every test (the default of `schedule.timezone` is the
+    machine's own): a test reads the same times on any developer's machine; a test about another
+    zone sets TZ itself (tests/serve_process.py does the same for processes)."""
+    monkeypatch.setenv("TZ", "UTC")
 
 
 @pytest.fixture

@@ -29,8 +29,10 @@ from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
-    """This process's environment without HERMES_*/FEISHU_* (the machine's own), plus `extra`."""
+    """This process's environment without HERMES_*/FEISHU_* (the machine's own) and in the UTC zone
+    (the default of `schedule.timezone` is the machine's: the same times on every machine), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
+    env["TZ"] = "UTC"
     env.update(extra)
     return env
 

@@ -19,7 +19,7 @@ import pytest
 from hermes_core import Agent
 from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings, WebhookConfig
 from hermes_core.console.access import is_loopback
-from hermes_core.console.channel import HOLD_BACK, TextStreams
+from hermes_core.console.channel import TextStreams
 from hermes_core.gateway.server import serve
 from hermes_core.kernel.redaction import Redactor, default_redactor
 from hermes_core.kernel.tools.permissions import Policy
@@ -253,7 +253,7 @@ async def test_chat_runs_through_the_gateway_and_streams_the_text(tmp_path: Path
     assert seen[0]["trace"] == "/console/tasks/" + seen[0]["task_id"].replace(":", "%3A")
     texts = [e["text"] for e in seen if e["type"] == "text"]
     assert texts and all(long_reply.startswith(text) for text in texts)
-    assert all(len(text) <= len(long_reply.strip()) - HOLD_BACK for text in texts)  # the tail waits
+    assert all(text.endswith(" ") for text in texts)  # its last word waits: it may still become a secret
     assert seen[-1] == {"type": "reply", "text": long_reply.strip(), "approval": None}
     assert json.loads(health)["replies_sent"] == 1  # the web channel's send, through the outbox
 
@@ -267,7 +267,7 @@ async def test_chat_input_is_checked(tmp_path: Path) -> None:
 
 def test_streamed_text_never_shows_a_secret_split_across_pieces() -> None:
     redactor = Redactor([SECRET])
-    streams = TextStreams(redactor.redact)
+    streams = TextStreams(redactor)
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     streams.open("web:1", queue)
     on_text = streams.on_text("web:1")
@@ -278,6 +278,20 @@ def test_streamed_text_never_shows_a_secret_split_across_pieces() -> None:
     shown = [queue.get_nowait()["text"] for _ in range(queue.qsize())]
     assert shown and not any(SECRET[:6] in piece for piece in shown)
     assert "[REDACTED]" in shown[-1]
+
+
+def test_a_short_chinese_reply_streams_before_the_turn_ends() -> None:
+    """Issue 29: the console held back the last 64 characters, so a short reply (most short Chinese
+    answers) was never streamed; now only a last word that could still be a secret waits."""
+    streams = TextStreams(Redactor([SECRET]))
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    streams.open("web:1", queue)
+    on_text = streams.on_text("web:1")
+    assert on_text is not None
+    for piece in ("好的，", "已经为你", "记下了。"):
+        on_text(piece)
+    shown = [queue.get_nowait()["text"] for _ in range(queue.qsize())]
+    assert shown == ["好的，", "好的，已经为你", "好的，已经为你记下了。"]
 
 
 # -- approvals ----------------------------------------------------------------------------------

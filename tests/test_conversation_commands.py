@@ -108,6 +108,18 @@ async def test_webhook_commands_never_reach_the_model(
     assert new == fixed_reply("conversation_new", "en") and chinese_new == fixed_reply(
         "conversation_new", "zh"
     )
+    for shown, language in ((member_help, "en"), (chinese_help, "zh")):
+        assert_every_command_word_listed(shown, language)
+
+
+def assert_every_command_word_listed(shown: str, language: str) -> None:
+    """Every word the parser takes (gateway/commands.py `WORDS`, English and Chinese) is on the help
+    of either language: a Chinese speaker typing /帮助 learns /新对话 and /停止, not only /new."""
+    from hermes_core.gateway.commands import WORDS
+
+    missing = [word for word in WORDS if f"/{word}" not in shown]
+    assert not missing, f"{language} help lacks {missing}:\n{shown}"
+    assert shown.startswith(fixed_reply("help_header", language))  # type: ignore[arg-type]
 
 
 async def test_new_starts_a_fresh_history_where_forget_kept_it(
@@ -230,3 +242,15 @@ async def test_console_chat_answers_help_without_the_model(
         await served
     assert fake.requests == []
     assert any(fixed_reply("jobs_none", "en") in line for line in lines), lines
+
+
+def test_both_readmes_document_every_command_word() -> None:
+    """The Chinese command words were documented nowhere (issue 29): both READMEs name each word the
+    parser takes (gateway/commands.py `WORDS`)."""
+    from hermes_core.gateway.commands import WORDS
+
+    root = Path(__file__).resolve().parents[1]
+    for readme in ("README.md", "README.zh-CN.md"):
+        text = (root / readme).read_text(encoding="utf-8")
+        missing = [word for word in WORDS if f"`/{word}`" not in text]
+        assert not missing, f"{readme} does not name {missing}"

@@ -483,6 +483,7 @@ def test_every_document_is_read_and_the_allow_list_is_current() -> None:
             f"{command!r} is no longer in the documentation: take it off the list"
         )
     assert "hermes-core eval --cases examples/evals/" in shown
+    assert 'hermes-core schedule add --cron "0 9 * * 1-5" --prompt "…"' in shown  # README: runs as written
 
 
 def test_the_extractor_finds_what_a_reader_would_copy() -> None:

@@ -126,6 +126,25 @@ def test_every_preset_is_complete() -> None:
     assert find_provider("Kimi").name == "moonshot" and find_provider("llama.cpp").name == "llamacpp"
 
 
+def test_help_doctor_and_both_readmes_list_every_preset(tmp_path: Path) -> None:
+    """Issue 29: `--help` and `doctor` listed 11 providers, the README 13. All of them now come from
+    the one table (models/providers.py): `--help`, `doctor`'s fix line and the READMEs' preset tables
+    name each preset, and the tables hold no other."""
+    names = [p.name for p in PROVIDERS]
+    shown = {
+        "--help": " ".join(cli("--help").stdout.split()),
+        "doctor": cli("doctor", cwd=tmp_path).stdout,
+    }
+    root = Path(__file__).resolve().parents[1]
+    for readme in ("README.md", "README.zh-CN.md"):
+        text = (root / readme).read_text(encoding="utf-8")
+        table = re.findall(r"^\| `([\w.-]+)` \|.*https?://", text, flags=re.M)
+        assert sorted(table) == sorted(names), readme
+    for where, text in shown.items():
+        missing = [name for name in names if not re.search(rf"\b{re.escape(name)}\b", text)]
+        assert not missing, f"{where} does not list {missing}"
+
+
 @pytest.mark.slow
 def test_run_says_the_offline_demo_is_answering_on_stderr(tmp_path: Path) -> None:
     """Nothing configured: the offline demo answers, and says so in one line on stderr (stdout keeps

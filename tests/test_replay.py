@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,9 @@ from hermes_core.observe.replay import replay
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from hermes_core.tools import clock
+from hermes_core.tools.examples import current_time
+from serve_process import CLEAN_ENV
 
 WRITES: list[str] = []
 
@@ -213,3 +219,37 @@ async def test_the_replay_command_reads_a_task_id_or_a_file(
     assert await asyncio.to_thread(main, ["replay", str(changed), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [d["kind"] for d in report["divergences"]] == ["result"] and report["reproduced"] is False
+
+
+async def test_a_recorded_clock_reading_is_replayed_not_reported_as_a_divergence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: replaying a task that asked `current_time` reported DIVERGED and exited 1 (today's
+    clock is not the recording's) as a first experience. A tool declared `varies` gets its recorded
+    result back; a changed argument is still a divergence."""
+    monkeypatch.setattr(clock, "_clock", lambda: datetime(2026, 12, 1, 7, 0, tzinfo=timezone.utc))
+    asked = [call("current_time", {"timezone": "Asia/Shanghai"}), reply("下午 3 点。")]
+    recorded = await record(tmp_path, asked, tools=[current_time])
+    monkeypatch.setattr(clock, "_clock", lambda: datetime(2026, 12, 6, 9, 30, tzinfo=timezone.utc))
+    report = await replay(recorded, current(tools=[current_time]))
+    assert report.reproduced, report.divergences
+    assert "15:00:00" in report.calls[0].result and not report.calls[0].ran
+    assert "varies from run to run" in report.calls[0].note
+    moved = json.loads(json.dumps(recorded))  # recorded for Tokyo: the call made now is not that one
+    moved["tool_calls"][0]["arguments"] = json.dumps({"timezone": "Asia/Tokyo"})
+    report = await replay(moved, current(tools=[current_time]))
+    assert "arguments" in [d.kind for d in report.divergences]
+
+
+def test_replay_of_what_time_is_it_from_the_command_line_is_reproduced(tmp_path: Path) -> None:
+    """The README's path on a fresh folder: `run "现在几点"` (the offline demo model asks
+    `current_time`), then `replay` of that task a moment later: reproduced, exit 0."""
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hermes_core", *argv], cwd=tmp_path, env=CLEAN_ENV,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert cli("run", "现在几点").returncode == 0
+    [summary] = json.loads(cli("traces", "--json").stdout)
+    replayed = cli("replay", summary["task_id"])
+    assert replayed.returncode == 0 and "reproduced" in replayed.stdout, replayed.stdout + replayed.stderr

@@ -221,6 +221,20 @@ def test_a_secret_split_across_streamed_pieces_never_reaches_the_card() -> None:
     assert "[REDACTED" in shown[-1] and "it works." in shown[-1]
 
 
+def test_a_short_reply_streams_before_the_turn_ends() -> None:
+    """Issue 29: the last 64 characters were held back, so a short reply ("好的，已经为你记下了。",
+    most short Chinese answers) never streamed. Only what could still be a secret's start waits: a
+    last word of printable ASCII (a key, `Bearer abc…`), never CJK text or a finished word."""
+    progress = TurnProgress(Redactor(["sk-live-4f9a2c7e1b8d6035aa91c4e7f2b0d3c6"]))
+    deltas: list[str] = []
+    progress.listen(lambda event: deltas.append(event.get("delta", "")))
+    for piece in ("好的，", "已经为你", "记下了。"):
+        progress.text(piece)
+    assert "".join(deltas) == progress.shown_text == "好的，已经为你记下了。"  # all of it, mid-turn
+    progress.text(" Your key: sk-live-4f9a")  # a word that may still become a secret waits
+    assert progress.shown_text == "好的，已经为你记下了。 Your key: "
+
+
 @pytest.mark.slow  # several seconds of real time
 async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the_next_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -404,3 +404,21 @@ def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) 
         rows = db.execute("SELECT * FROM traces").fetchall()
         rows += db.execute("SELECT * FROM trace_tools").fetchall()
     assert len(rows) == 3 and "[REDACTED]" in repr(rows) and SECRET not in repr(rows)
+
+
+def test_run_and_chat_record_traces_that_traces_failed_lists(tmp_path: Path) -> None:
+    """The README's order, from a fresh folder (issue 29: `run`/`chat` recorded no trace, so the next
+    command, `traces --failed`, showed nothing): a `run` that fails (its model endpoint refuses the
+    connection) and a `chat` turn (the offline demo model) are both in `traces`, the failed one in
+    `traces --failed`."""
+    unreachable = {**CLEAN_ENV, "HERMES_BASE_URL": "http://127.0.0.1:9/v1", "HERMES_MODEL": "m"}
+
+    def cli(*argv: str, env: dict[str, str] = CLEAN_ENV, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hermes_core", *argv], cwd=tmp_path, env=env,
+                              input=stdin, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert cli("run", "what is 2+3", env=unreachable).returncode == 1
+    assert cli("chat", "--quiet", stdin="计算 (12+34)*2\nexit\n").returncode == 0
+    listed, failed = cli("traces").stdout, cli("traces", "--failed").stdout
+    assert "what is 2+3" in listed and "计算 (12+34)*2" in listed
+    assert "what is 2+3" in failed and "计算" not in failed

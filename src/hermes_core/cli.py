@@ -30,14 +30,15 @@ TRACE_HELP = "a task id as `traces` prints it (or a beginning only it has), or a
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .models.providers import names  # the one table of presets (standard library only)
+
     parser = argparse.ArgumentParser(
         prog="hermes-core",
         description="A small Hermes-style agent: the model decides, code runs the tools.",
         epilog="With no model configured, a built-in offline demo model answers. Configure one with a "
-        "provider preset (HERMES_PROVIDER or --provider: openai, deepseek, qwen, moonshot, zhipu, "
-        "siliconflow, "
-        "openrouter, ollama, vllm, llamacpp, lmstudio) and its key variable, or with HERMES_BASE_URL, "
-        "HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); `hermes-core doctor` checks it.",
+        f"provider preset (HERMES_PROVIDER or --provider: {', '.join(names())}) and its key variable, "
+        "or with HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); "
+        "`hermes-core doctor` checks it.",
     )
     parser.add_argument("--config", help="YAML configuration file")
     parser.add_argument(
@@ -128,7 +129,11 @@ def add_schedule_commands(commands: Any) -> None:
     when.add_argument("--at", help="once, at this ISO date and time, e.g. 2026-12-01T15:00")
     when.add_argument("--in", dest="minutes", type=float, help="once, this many minutes from now")
     add.add_argument("--timezone", help="IANA zone of the time (default: schedule.timezone)")
-    add.add_argument("--channel", choices=("feishu", "webhook", "web"), default="feishu")
+    add.add_argument(
+        "--channel", choices=("feishu", "webhook", "web"),
+        help="where its reply goes (default: feishu with --chat-id, webhook with --callback-url, "
+        "else web, the console's chat)",
+    )  # fmt: skip
     add.add_argument("--chat-id", help="feishu: the chat it posts into")
     add.add_argument("--callback-url", help="webhook: where its reply is POSTed")
     add.add_argument("--conversation", help="the conversation key (default from the channel and chat)")
@@ -193,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if traced and agent.tracer is None:  # log events, traces (observe/)
             from .observe.traces import tracer_for
 
-            agent.tracer = tracer_for(settings, serving=args.command == "serve")
+            agent.tracer = tracer_for(settings)
     except (ConfigError, ValueError, TypeError) as exc:
         print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
         return 2
@@ -343,6 +348,12 @@ async def deadletters_command(settings: Settings, args: argparse.Namespace) -> i
     return 0
 
 
+def job_channel(chat_id: str | None, callback_url: str | None) -> str:
+    """The channel a `schedule add` without --channel means: the one its other flags name, else the
+    console's chat (`web`), which every setup has — a reminder then shows where the user reads."""
+    return "feishu" if chat_id else "webhook" if callback_url else "web"
+
+
 async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) -> int:
     """`schedule list | add | cancel`, on the gateway's database (SQLite, or PostgreSQL with
     database.url): a running gateway sees a change within `schedule.tick` seconds (it reads the next
@@ -373,6 +384,7 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
             print(f"job {args.id} cancelled")
             return 0
         zone_name, now = args.timezone or settings.schedule.timezone, time.time()
+        args.channel = args.channel or job_channel(args.chat_id, args.callback_url)
         if args.channel == "feishu" and not args.chat_id:
             raise ScheduleError("a feishu job needs --chat-id (the chat it posts into)")
         if args.channel == "webhook" and not args.callback_url:

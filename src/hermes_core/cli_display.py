@@ -6,10 +6,11 @@ call by name with its arguments, shortened); on stdout, the model's text as it a
 endpoint streams. What `run` writes to a pipe stays exactly the reply (status only on a terminal,
 none with `--quiet`; streamed text only when stdout is a terminal).
 
-Streamed text is redacted as a whole each time a piece arrives and its last `HOLD_BACK` characters
-are held until more follows (the console does the same, console/channel.py), so a secret split
-across two pieces is never shown; what was printed cannot be taken back, so if the redacted text
-stops extending what is on the screen, the reply is printed again whole, redacted, at the end.
+Streamed text is redacted as a whole each time a piece arrives and only what could still be the
+start of a secret is held until more follows (channels/streaming.py `streamable`, as the console and
+Feishu do), so a secret split across two pieces is never shown; what was printed cannot be taken
+back, so if the redacted text stops extending what is on the screen, the reply is printed again
+whole, redacted, at the end.
 
 Ctrl-C: `Terminal` catches SIGINT in the event loop. During a turn it cancels that turn (the
 prompt comes back); at the prompt, or a second time while a turn is being cancelled, it leaves.
@@ -29,6 +30,7 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, TextIO, TypeVar
 
+from .channels.streaming import streamable
 from .kernel.hooks import TaskHooks
 from .kernel.messages import ToolCall
 from .kernel.redaction import Redactor, cut_text, default_redactor
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-HOLD_BACK = 32  # characters of streamed text held until more follows
 ARGUMENTS_SHOWN = 80  # characters of a tool call's arguments on its status line
 CLEAR_LINE = "\r\x1b[2K"
 THINKING = "thinking… 思考中"
@@ -107,8 +108,7 @@ class TurnDisplay:
         if not self.streams:
             return
         self._written.append(piece)
-        text = "".join(self._written)
-        self._extend(self.redactor.cut(text, max(0, len(text) - HOLD_BACK))[0])
+        self._extend(streamable(self.redactor, "".join(self._written)))
 
     def tool_started(self, call: ToolCall) -> None:
         self._flush_text()

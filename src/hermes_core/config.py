@@ -387,15 +387,15 @@ class ObserveConfig(_Section):
     """Logs, traces and X-rays (observe/, docs/observability.md). `log_format` is standard error's
     (`console`: one readable line per event; `json`: the JSON lines of docs/log-schema.json); with
     `log_dir`, JSON lines also go to `<log_dir>/hermes-core.log`, rotated at midnight, `retention_days`
-    old files kept. `traces` (None: on for serve only) stores each task's record in the gateway's
-    database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns them off).
-    `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
+    old files kept. `traces` (on by default, for serve, run and chat) stores each task's record in the
+    gateway's database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns
+    them off). `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # None: INFO for serve, else quiet
     log_format: Literal["console", "json"] = "console"
     log_dir: str | None = None
     retention_days: int = Field(7, ge=1, le=3650)
-    traces: bool | None = None
+    traces: bool = True
     xray_dir: str | None = None
     otel: bool = False
 
@@ -429,20 +429,23 @@ class ScheduledJobConfig(_Section):
 
 class ScheduleConfig(_Section):
     """Scheduled and proactive tasks (schedule/, gateway/schedules.py, docs/scheduling.md): times
-    without an offset and cron fields are read in `timezone`; a fire missed while the service was
-    down runs once at start-up if at most `misfire_grace` seconds late, else it is recorded skipped."""
+    without an offset and cron fields are read in `timezone` (`local`: the machine's own zone, from
+    TZ or /etc/localtime); a fire missed while the service was down runs once at start-up if at most
+    `misfire_grace` seconds late, else it is recorded skipped."""
 
     enabled: bool = True
-    timezone: str = "UTC"
+    timezone: str = "local"
     misfire_grace: float = Field(300.0, ge=0)
     tick: float = Field(1.0, gt=0, le=60)  # seconds between looks when nothing is due sooner
     jobs: list[ScheduledJobConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _zones_exist(self) -> ScheduleConfig:
-        from .schedule.jobs import ScheduleError, check_cron, zone
+        from .schedule.jobs import MACHINE_ZONE, ScheduleError, check_cron, machine_zone, zone
 
         try:
+            if self.timezone == MACHINE_ZONE:  # an IANA name from here on: jobs store their zone by name
+                self.timezone = machine_zone()
             zone(self.timezone)
             for job in self.jobs:
                 zone(job.timezone or self.timezone)
@@ -513,7 +516,7 @@ class Settings(_Section):
     engine: Literal["embedded", "temporal"] = "embedded"
     temporal: TemporalConfig = TemporalConfig()
     team: TeamConfig = TeamConfig()
-    schedule: ScheduleConfig = ScheduleConfig()
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)  # its zone: the machine's when loaded
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
     web: WebConfig = WebConfig()

@@ -58,7 +58,7 @@ from typing import Any, Literal
 
 from .config import ConfigError, Settings, build_agent, load_settings, model_endpoint
 from .kernel.redaction import Redactor
-from .models.providers import Endpoint, without_credentials
+from .models.providers import Endpoint, names, without_credentials
 
 PROBE_TIMEOUT = 10.0  # seconds: a doctor should answer quickly even when a host does not
 TEMPORAL_TIMEOUT = 5.0  # seconds for the Temporal frontend to accept a connection and answer
@@ -184,9 +184,8 @@ async def check_model(settings: Settings) -> Check:
     name, endpoint = "model endpoint", model_endpoint(settings)  # the configuration check resolved it
     if endpoint is None:
         fix = (
-            "set HERMES_PROVIDER (openai, deepseek, qwen, moonshot, zhipu, siliconflow, openrouter, ollama, "
-            "vllm, llamacpp, lmstudio) and its API key, or HERMES_BASE_URL and HERMES_MODEL, to use a real "
-            "model"
+            f"set HERMES_PROVIDER ({', '.join(names())}) and its API key, or HERMES_BASE_URL and "
+            "HERMES_MODEL, to use a real model"
         )
         return Check("SKIP", name, "no model configured: the offline demo model answers", fix)
     shown, model = without_credentials(endpoint.base_url), endpoint.model

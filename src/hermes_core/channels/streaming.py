@@ -8,11 +8,12 @@ the tool calls through the loop's hooks (kernel/hooks.py). The progress keeps, i
 - text blocks: what the model wrote before each tool call and after the last one;
 - tool steps: name and state (`running`, then `done` or `failed`).
 
-Streamed text is what the model writes, not yet the reply, so it is redacted as a whole each time
-a piece arrives and its last `HOLD_BACK` characters are held until more follows (console/channel.py
-does the same): a secret split across two pieces is never shown, nor the start of one. A text
-block is shown whole once a tool call ends it. Tool steps show the tool's name only, never its
-arguments.
+Streamed text is what the model writes, not yet the reply, so it is redacted as a whole each time a
+piece arrives and only what could still be the start of a secret is held until more follows
+(`streamable`, also used by console/channel.py and the terminal, cli_display.py): a secret split
+across two pieces is never shown, nor the start of one, and a short reply ("好的，已经为你记下了。") is shown
+as it is written. A text block is shown whole once a tool call ends it. Tool steps show the tool's
+name only, never its arguments.
 
 Listeners are told of each change as an event (a dict): `{"type": "text", "delta": …}` for text
 that extends what was shown (all blocks, joined by a blank line), `{"type": "tool", "name", "id",
@@ -34,7 +35,10 @@ from ..kernel.replies import Language, fixed_reply
 
 log = logging.getLogger("hermes_core.channels")
 
-HOLD_BACK = 64  # characters of streamed text held until more follows (as the console)
+# The text's last word of printable ASCII, held back: a secret is such a word (a key, a token, a
+# password, a JWT, a `user:password@` URL), or ends with one after its label (`Bearer `,
+# `password = `, `密码是`), so until the word has ended it may still become one.
+_WORD_CHARS = "".join(map(chr, range(0x21, 0x7F)))  # printable ASCII but the space
 BLOCK_GAP = "\n\n"  # between the text blocks of a turn
 
 Event = dict[str, Any]
@@ -51,6 +55,14 @@ class ToolStep:
         """The status line: `⏳ running search…`, then `✓ search` (or `✗ search`)."""
         key = {"running": "stream_tool_running", "done": "stream_tool_done", "failed": "stream_tool_failed"}
         return fixed_reply(key[self.state], language).format(tool=self.name)
+
+
+def streamable(redactor: Redactor, written: str) -> str:
+    """What of `written`, a reply still being written, may be shown now: redacted as a whole, less
+    its last word of printable ASCII, with the start of a known secret left at that edge redacted too
+    (`Redactor.cut_redacted`). Text that ends in a space, CJK or its punctuation is shown whole."""
+    redacted = redactor.redact(written)
+    return redactor.cut_redacted(redacted, len(redacted.rstrip(_WORD_CHARS)))
 
 
 class TurnProgress:
@@ -78,8 +90,7 @@ class TurnProgress:
         if not piece:
             return
         self._written.append(piece)
-        raw = "".join(self._written)
-        self._show_text(self.redactor.cut(raw, max(0, len(raw) - HOLD_BACK))[0])
+        self._show_text(streamable(self.redactor, "".join(self._written)))
 
     def tool_started(self, name: str, call_id: str) -> None:
         self._close_text()
@@ -156,4 +167,4 @@ class TurnProgress:
         return delta
 
 
-__all__ = ["HOLD_BACK", "TurnProgress", "ToolStep"]
+__all__ = ["TurnProgress", "ToolStep", "streamable"]

@@ -12,9 +12,10 @@ synchronous variant, the channel waits for the reply of the message it accepted;
 left misses nothing durable: the turn runs on and its reply is marked sent.
 
 Streamed text is what the model writes, not yet the reply: it is redacted as a whole each time a
-piece arrives (a secret split across two pieces is still found) and its last `HOLD_BACK` characters
-are held until more follows, so the start of a secret is never shown before the end of it is known;
-a secret longer than that has its start at the held-back edge redacted (`Redactor.cut`).
+piece arrives (a secret split across two pieces is still found) and only what could still be the
+start of a secret (its last word of printable ASCII) is held until more follows, so the start of a
+secret is never shown before the end of it is known, and a short Chinese reply streams as it is
+written (`channels.streaming.streamable`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from aiohttp import web
 
 from ..channels.base import Channel
 from ..channels.seam import InboundMessage, Inbox, OutboundMessage
+from ..channels.streaming import streamable
 from ..kernel.redaction import Redactor
 
 log = logging.getLogger("hermes_core.console")
 
-HOLD_BACK = 64  # characters of streamed text held until more follows (longer than the usual secret)
 SENDER = "console"  # who chats from the console (its role is the one `permissions` gives this id)
 
 Event = dict[str, Any]
@@ -43,16 +44,8 @@ Event = dict[str, Any]
 class TextStreams:
     """Task id → where its streamed text goes, while a browser is waiting for that task."""
 
-    def __init__(self, redact: Callable[[str], str] | Redactor) -> None:
-        """`redact`: a `Redactor` (whose `cut` also hides the start of a secret longer than
-        `HOLD_BACK` at the held-back edge), or a plain function (tests)."""
-        self.redact: Callable[[str], str]
-        self.cut: Callable[[str, int], tuple[str, int]]
-        if isinstance(redact, Redactor):
-            self.redact, self.cut = redact.redact, redact.cut
-        else:
-            plain = redact
-            self.redact, self.cut = plain, lambda text, limit: (plain(text[:limit]), len(text))
+    def __init__(self, redactor: Redactor) -> None:
+        self.redactor = redactor
         self._open: dict[str, asyncio.Queue[Event]] = {}
 
     def open(self, task_id: str, queue: asyncio.Queue[Event]) -> None:
@@ -72,8 +65,7 @@ class TextStreams:
         def on_text(piece: str) -> None:
             nonlocal shown
             written.append(piece)
-            text = self.redact("".join(written))
-            text = self.cut(text, max(0, len(text) - HOLD_BACK))[0]  # the start of a longer secret too
+            text = streamable(self.redactor, "".join(written))
             if text != shown:
                 shown = text
                 queue.put_nowait({"type": "text", "text": text})

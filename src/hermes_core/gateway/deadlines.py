@@ -20,12 +20,15 @@ connection, and with a few hundred such clients the server, for as long as it li
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+
+from ..config import ConfigError
 
 log = logging.getLogger("hermes_core.server")
 
@@ -159,6 +162,19 @@ class DeadlineSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self.deadlines.wrap(server), self.host, self.port, reuse_address=True
-        )
+        try:
+            self._server = await loop.create_server(
+                self.deadlines.wrap(server), self.host, self.port, reuse_address=True
+            )
+        except OSError as exc:  # a start-up error like the others: one line naming the fix, exit 2
+            raise ConfigError(cannot_listen(self.host, self.port, exc)) from None
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """Why `host:port` cannot be listened on, and what to change."""
+    where, choose = f"port {port} on {host}", "choose another port with --port or gateway.port"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where} is already in use: stop the process holding it, or {choose}"
+    if exc.errno == errno.EACCES:
+        return f"{where} needs privileges: {choose} (above 1023)"
+    return f"cannot listen on {where} ({exc.strerror}): check --host/gateway.host and --port/gateway.port"

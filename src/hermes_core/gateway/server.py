@@ -150,7 +150,7 @@ def build_gateway(
     if agent.tracer is None:  # every task's record and log events; failed ones as X-rays (observe/traces.py)
         from ..observe.traces import tracer_for
 
-        agent.tracer = tracer_for(settings, serving=True)
+        agent.tracer = tracer_for(settings)
     register_outgoing_tools(agent)  # send_message: admins, level 2 (gateway/outgoing.py)
     runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
     options = settings.gateway

@@ -252,9 +252,11 @@ class Redactor:
         """`text` redacted, then cut to its first `limit` characters with nothing of a secret left at
         the cut; and the length of the whole redacted text (more than `limit`: it was cut)."""
         redacted = self.redact(text)
-        if len(redacted) <= limit:
-            return redacted, len(redacted)
-        return self._edge(redacted[: max(limit, 0)]), len(redacted)
+        return self.cut_redacted(redacted, limit), len(redacted)
+
+    def cut_redacted(self, redacted: str, limit: int) -> str:
+        """`cut` of a text `redact` returned: a stream's text, redacted once per piece (channels/)."""
+        return redacted if len(redacted) <= limit else self._edge(redacted[: max(limit, 0)])
 
     def redact_data(self, value: T) -> T:
         """Every string inside `value` (JSON-like: dicts, lists, tuples, strings) redacted.

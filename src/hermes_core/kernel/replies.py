@@ -156,11 +156,13 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "help_header": {"zh": "可用命令：", "en": "Commands:"},
     "help_commands": {
-        "zh": "/new（或 /reset）开始新对话\n/stop 停止本对话正在运行的任务\n/jobs 列出本对话的定时任务\n"
-        "/memory 查看记下的要点，/forget [N] 删除（聊天记录保留）\n/help 显示本帮助",
-        "en": "/new (or /reset) start a new conversation\n/stop stop the task running in this conversation\n"
-        "/jobs list this conversation's scheduled tasks\n/memory what I noted, /forget [N] remove it "
-        "(the chat history is kept)\n/help this list",
+        "zh": "/新对话 或 /重置（/new、/reset）开始新对话\n/停止（/stop）停止本对话正在运行的任务\n"
+        "/任务（/jobs）列出本对话的定时任务\n/记忆（/memory）查看记下的要点，/忘记 [N]（/forget）删除"
+        "（聊天记录保留）\n/帮助（/help）显示本帮助",
+        "en": "/new or /reset (/新对话, /重置) start a new conversation\n/stop (/停止) stop the task "
+        "running in this conversation\n/jobs (/任务) list this conversation's scheduled tasks\n"
+        "/memory (/记忆) what I noted, /forget [N] (/忘记) remove it (the chat history is kept)\n"
+        "/help (/帮助) this list",
     },
     "help_tools": {"zh": "你可以使用的工具：{tools}", "en": "Tools you may use: {tools}"},
     "help_no_tools": {"zh": "你目前没有可用的工具。", "en": "There are no tools you may use."},

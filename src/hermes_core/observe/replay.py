@@ -16,6 +16,9 @@ What runs for real during a replay:
   when the call is the recorded one (same tool, same arguments at the same place);
 - irreversible tools (level 2), tools that need a person's approval, and `clarify` never run:
   checked the same way, the recorded outcome stands in.
+- a tool whose result varies from run to run (declared `varies`: `current_time`) is not run either
+  when the call is the recorded one: the recorded result stands in, since today's clock differing
+  from the recording's is no divergence.
 
 The conversation is replayed as it was sent (the recorded system message included), under the
 recorded task id, caller and conversation.
@@ -278,7 +281,7 @@ class ReplayTools(RegistryWrapper):
             return f"level {declared.level}, needs a person's approval"
         if declared.level >= 1 and not self.run_writes:
             return f"level {declared.level}: it writes; --run-writes runs it"
-        return None
+        return "its result varies from run to run" if declared.varies else None
 
     def check(self, declared: Tool, call: ToolCall, context: ToolContext) -> ToolOutcome | dict[str, JSON]:
         """The refusal the registry would give this call now, or its parsed arguments."""

@@ -588,15 +588,15 @@ class TaskTrace(TaskHooks):
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def tracer_for(settings: Any, *, serving: bool) -> Tracer:
-    """The tracer `settings.observe` asks for. Traces (`observe.traces`, default: on when `serving`)
-    go to the gateway's database (SQLite, or PostgreSQL with `database.url`: stores.py); X-rays to
-    `observe.xray_dir`, by default `<data_dir>/xray` when traces are on. Without traces the tracer
-    still writes the log events."""
+def tracer_for(settings: Any) -> Tracer:
+    """The tracer `settings.observe` asks for. Traces (`observe.traces`, default on, for `serve` as
+    for `run` and `chat`, so `traces --failed` shows what just failed) go to the gateway's database
+    (SQLite, or PostgreSQL with `database.url`: stores.py); X-rays to `observe.xray_dir`, by default
+    `<data_dir>/xray` when traces are on. Without traces the tracer still writes the log events."""
     from ..stores import trace_store
 
     observe, data_dir = settings.observe, Path(settings.gateway.data_dir)
-    keep = observe.traces if observe.traces is not None else serving
+    keep = observe.traces
     store = trace_store(settings) if keep else None
     xray_dir = observe.xray_dir if observe.xray_dir is not None else (str(data_dir / "xray") if keep else "")
     spans = None

@@ -25,9 +25,11 @@ fire time after now.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..channels.seam import InboundMessage
@@ -133,13 +135,43 @@ def job_id_for(*parts: str) -> str:
     return "j" + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:11]
 
 
+MACHINE_ZONE = "local"  # `schedule.timezone: local` (the default): the machine's own zone
+
+
+def machine_zone() -> str:
+    """The machine's own time zone as an IANA name, found as the C library finds it: `TZ` (a name,
+    `:name` or a path into a zoneinfo folder), else the zone file /etc/localtime links to, else the
+    name in /etc/timezone (Debian copies the file instead of linking it); UTC when none names a zone.
+    Written here rather than taken from tzlocal: these few lines are all of it on a POSIX machine."""
+    candidates = [os.environ.get("TZ", "").removeprefix(":")]
+    if os.path.islink("/etc/localtime"):
+        candidates.append(os.path.realpath("/etc/localtime"))
+    try:
+        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+    except OSError:
+        pass
+    for candidate in candidates:
+        name = candidate.rpartition("zoneinfo/")[2].removeprefix("posix/")
+        if name and _is_zone(name):
+            return name
+    return "UTC"
+
+
+def _is_zone(name: str) -> bool:
+    try:
+        zone(name)
+    except ScheduleError:
+        return False
+    return True
+
+
 def zone(name: str) -> Any:
     """The `ZoneInfo` of `name`; ScheduleError naming it when there is no such zone."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a folder (`Asia`)
         raise ScheduleError(f"unknown time zone {name!r} (use an IANA name such as Asia/Shanghai)") from exc
 
 

@@ -26,7 +26,7 @@ def calculator_tool(
     return {"expression": expression, "result": value}
 
 
-@tool(name="current_time", level=0)
+@tool(name="current_time", level=0, varies=True)  # a replay uses the recorded time
 def current_time(
     timezone: Annotated[
         str | None, Field(description="IANA timezone such as Asia/Shanghai; omit for local")

@@ -102,6 +102,7 @@ class Tool:
     keywords: tuple[str, ...] = ()
     level: int = 1  # 0 read-only, 1 reversible write, 2 irreversible; unknown side effects count as writes
     idempotent: bool = False  # running it twice with the same arguments has the effect of running it once
+    varies: bool = False  # its result differs from run to run (the clock): a replay uses the recorded one
     required_role: str | None = None  # e.g. "admin": only callers with that role may run it
     allowed_models: tuple[str, ...] = ()  # empty: any model
     confirm: bool = False  # a person approves each call before it runs (level-2 tools always need it)
@@ -155,6 +156,7 @@ def tool(
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
     inline: bool = False,
+    varies: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -174,6 +176,7 @@ def tool(
     confirm: bool = False,
     groups: tuple[str, ...] | list[str] = (),
     inline: bool = False,
+    varies: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
     """Turn a typed, documented function (sync or async) into a `Tool`.
 
@@ -187,7 +190,8 @@ def tool(
     approval (tasks/pending.py), as level-2 tools always do. `groups` tags the tool for routing: with
     many tools, only the groups a message is about are offered (tools/routing.py). `inline` runs a
     sync tool on the event loop instead of a worker thread (tools/registry.py `_invoke`): for quick
-    pure functions only, since nothing else runs meanwhile and its timeout cannot stop it.
+    pure functions only, since nothing else runs meanwhile and its timeout cannot stop it. `varies`:
+    its result differs from run to run (the time), so a replay uses the recorded one (observe/replay.py).
     """
 
     def decorate(func: ToolFunction) -> Tool:
@@ -196,8 +200,7 @@ def tool(
         )
         declared.level, declared.idempotent = _check_level(level, declared.name), idempotent
         declared.required_role, declared.allowed_models = required_role, tuple(allowed_models)
-        declared.confirm = confirm
-        declared.groups = _groups(groups)
+        declared.confirm, declared.groups, declared.varies = confirm, _groups(groups), varies
         if inline and declared.is_async:
             raise ToolDefinitionError(
                 f"tool {declared.name!r}: inline is for sync functions; an async one runs on the loop"
