@@ -46,7 +46,8 @@ async def test_a_reply_to_a_deleted_message_arrives_as_a_new_message_in_the_chat
             ask = feishu.user_message("where did it go", chat_id="oc_group", chat_type="group",
                                       mention_bot=True)  # fmt: skip
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            # the platform has the message before the gateway has recorded it as sent
+            await wait_for(lambda: len(feishu.sent) == 1 and gateway.replies_sent == 1)  # type: ignore[attr-defined]
             counts = await gateway.store.counts()  # type: ignore[attr-defined]
     [reply] = feishu.messages_in("oc_group")
     assert reply.text == "echo: where did it go" and reply.reply_to is None

@@ -148,6 +148,12 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     # the dead node: three conversations with two messages each (the first one's turn was running),
     # and one message that had taken a node down twice already
     texts = {f"flaky:c{c}": [f"c{c} m{n}" for n in range(2)] for c in range(3)}
+    # the dead node's claims, live while it writes (a sweep in between must not take its messages
+    # early: on a slow machine writing them outlasts a sweep period), expired once it is done
+    await dead._count(
+        "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at) "
+        f"SELECT c, 'dead', 0, {NOW} + 60 FROM unnest(%s::text[]) AS c", ([*texts, "flaky:poison"],)
+    )
     for conversation, pair in texts.items():
         ids = [await dead.accept(inbound(conversation, text, text)) for text in pair]
         assert ids[0] is not None
@@ -157,8 +163,9 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     for _ in range(2):
         await dead.begin_attempt(poison)
     await dead._count(
-        "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at) "
-        f"SELECT conversation, 'dead', MIN(id), {NOW} - 1 FROM inbox GROUP BY conversation"
+        f"UPDATE turn_claims SET inbound_id = first.id, expires_at = {NOW} - 1 FROM (SELECT "
+        "conversation, MIN(id) AS id FROM inbox GROUP BY conversation) AS first "
+        "WHERE turn_claims.conversation = first.conversation"
     )
     release = asyncio.Event()
     locked = asyncio.Event()
