@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from example_harness import Clock, endpoints, example_gateway, example_settings, utc
+from example_harness import endpoints, example_gateway, example_settings
 from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest, ToolArgs
+from virtual_clock import Clock, utc
 from web_sites import Site, local_site
 
 GROUP = "oc_team_news"  # the example's chat_id

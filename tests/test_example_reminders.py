@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from example_harness import Clock, endpoints, example_gateway, example_settings, utc
+from example_harness import endpoints, example_gateway, example_settings
 from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import SentMessage
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from virtual_clock import Clock, utc
 
 ASKED = {  # what a person writes → what the model schedules
     "下午 3 点提醒我交周报": "提醒用户交周报",

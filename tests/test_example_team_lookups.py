@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from example_harness import Clock, endpoints, example_gateway, example_settings, utc
+from example_harness import endpoints, example_gateway, example_settings
 from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from virtual_clock import Clock, utc
 from web_sites import local_site
 
 TOKEN = "oncall-token-7f3a9c2e51d04b8b"

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from documents import pdf
 from gateway_harness import post, serving, wait_for
 from hermes_core.channels.media import MediaLimits
 from hermes_core.config import AgentConfig, FeishuConfig, GatewayConfig, Settings, build_agent
@@ -374,28 +375,6 @@ async def test_webhook_images_that_are_not_pictures_are_a_400(
         status, answer = await post(f"{url}/webhook", {"message": "look", "user_id": "u1", "images": images})
     assert status == 400 and expected in answer["error"]
     assert fake.requests == []
-
-
-def pdf(text: str) -> bytes:
-    """A one-page PDF showing `text` in Helvetica, written object by object with its xref table."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> "
-        b"/Contents 4 0 R >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 async def test_a_pdf_is_saved_with_its_text_beside_it_for_read_file(

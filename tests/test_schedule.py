@@ -31,20 +31,7 @@ from hermes_core.gateway.server import build_gateway
 from hermes_core.schedule.jobs import Job, next_cron, utc_iso
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-
-
-def utc(text: str) -> float:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
-
-
-class Clock:
-    """The scheduler's wall clock, moved by the test."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
+from virtual_clock import Clock, utc
 
 
 class Model:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from documents import pdf as pdf_with_text
 from hermes_core.tools.safe_fetch import AddressGuard, FetchLimits
 from hermes_core.tools.web import WebOptions, web_tools
 from web_sites import local_site, run_tool, server_tls, signed_certificate
@@ -275,28 +276,6 @@ async def test_urls_with_userinfo_or_odd_schemes_are_refused(url: str, expected:
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def pdf_with_text(text: str) -> bytes:
-    """A one-page PDF showing `text` (PDF 1.4, Helvetica), with a correct cross-reference table."""
-    stream = f"BT /F1 24 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def test_the_readers_are_imported_when_a_tool_first_runs() -> None:

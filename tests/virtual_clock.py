@@ -14,6 +14,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -63,3 +64,18 @@ class VirtualClock:
                 self.now = max(self.now, wake)
                 future.set_result(None)
         return [task.result() for task in tasks]
+
+
+def utc(text: str) -> float:
+    """The epoch seconds of an ISO date and time read as UTC."""
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+
+
+class Clock:
+    """A scheduler's wall clock, moved by the test (`clock.now = …`)."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
