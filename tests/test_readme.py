@@ -60,3 +60,18 @@ def test_readme_configuration_example_is_valid(tmp_path: Path) -> None:
     path.write_text(block.group(1).replace("mypkg.tools", "hermes_core.tools.examples"), encoding="utf-8")
     settings = load_settings(path, env={}, dotenv=None)
     assert settings.model.tool_mode == "auto" and settings.model.fallback == ["qwen2.5-7b-instruct"]
+
+
+def test_the_test_command_says_what_skips_and_that_ci_installs_it() -> None:
+    """Every Debian package `.ci/run` installs for the tests, and the Temporal server's pin file,
+    is named beside the README's test command, so a reader knows why tests skip on a bare machine."""
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    packages = re.search(r"apt-get install -y -qq --no-install-recommends ([^>]*)>", ci)
+    assert packages, "the apt-get line of .ci/run"
+    names = packages.group(1).replace("\\", " ").split()
+    assert "postgresql" in names and "chromium" in names
+    text = README.read_text(encoding="utf-8")
+    start = text.index('pip install ".[test]" && python -m pytest')
+    section = text[start : text.index("\n## ", start)]
+    for name in [*names, ".ci/temporal-server.txt", "-rs"]:
+        assert name in section, f"the README's test command does not mention {name}"
