@@ -364,7 +364,8 @@ def ack_phase(rate: float, seconds: float, chats: int, latency: float) -> dict[s
             with model_process(latency, workdir) as (model_url, model_pid):
                 with gateway_process(model_url, feishu, workdir) as server:
                     gateway = asyncio.run(_gateway_run(feishu, server, model_pid, rate, n, chats))
-                    send_rate = server.settings.feishu.send_rate
+                    feishu_settings = server.settings.feishu
+                    send_rate = feishu_settings.send_rate or feishu_settings.app_send_rate
                     max_turns = server.settings.gateway.max_turns_in_flight
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -418,7 +419,7 @@ def _print_ack(f: dict[str, Any]) -> None:
     h = g["health_at_end"]
     print(
         f"at the end of the window: turns_done {h.get('turns_done')}, replies_sent {h.get('replies_sent')} "
-        f"(send_rate {f['send_rate']:g}/s), messages_waiting {h.get('messages_waiting')}, "
+        f"(send rate cap {f['send_rate']:g}/s), messages_waiting {h.get('messages_waiting')}, "
         f"inbox_pending {h.get('inbox_pending')}; server peak RSS {g['server_peak_rss_mb']:.1f} MB"
     )
     for name in ("bare", "gateway"):
