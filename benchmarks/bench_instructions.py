@@ -94,10 +94,22 @@ def run(turns: int = 100, concurrent: bool = False) -> dict[str, float]:
         return {c: (full.result() - base.result()) / turns for c, (full, base) in jobs.items()}
 
 
+def smoke(turns: int) -> None:
+    """Each contender's turns in this process, without valgrind: the code runs, no figures (the
+    quick run CI makes of every benchmark, tests/test_benchmarks_quick.py)."""
+    with fake_server(latency=0.0) as url:
+        for contender in CONTENDERS:
+            asyncio.run(_turns(url, contender, turns, False))
+    print(f"smoke: {len(CONTENDERS)} contenders ran {WARMUP} + {turns} turns each, without valgrind")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100, help="measured turns of each contender")
     parser.add_argument("--concurrent", type=int, metavar="N", help="N turns in one burst instead")
+    parser.add_argument(
+        "--smoke", action="store_true", help="run each contender briefly, no valgrind, no figures"
+    )
     parser.add_argument(
         "--run", nargs=4, metavar=("URL", "CONTENDER", "TURNS", "HOW"), help=argparse.SUPPRESS
     )
@@ -105,6 +117,9 @@ def main() -> None:
     if args.run:  # one contender's process, under valgrind
         url, contender, turns, how = args.run
         asyncio.run(_turns(url, contender, int(turns), how == "concurrent"))
+        return
+    if args.smoke:
+        smoke(args.turns)
         return
     turns = args.concurrent or args.turns
     per_turn = run(turns, concurrent=bool(args.concurrent))

@@ -127,7 +127,8 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         ):
             url = found.group(1)
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-                await Load(url, callback_url).run(http, args.rate, 1.0, "warm-up")  # first-use imports
+                load = Load(url, callback_url)  # its replies end the warm-up (else it waited 60 s)
+                await load.run(http, args.rate, 1.0, "warm-up")  # first-use imports
                 quiet = load = Load(url, callback_url)
                 await quiet.run(http, args.rate, args.seconds, "quiet")
                 await asyncio.sleep(max(0.0, due - 1 - time.time()))

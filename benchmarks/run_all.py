@@ -1,8 +1,10 @@
 """Run every benchmark, print one summary table, write it to benchmarks/results/latest.md.
 
-    python benchmarks/run_all.py [--quick] [--gateway]
+    python benchmarks/run_all.py [--quick | --smoke] [--gateway]
 
---quick runs fewer repetitions (still at the minimums the benchmarks ask for). --gateway adds the
+--quick runs fewer repetitions (still at the minimums the benchmarks ask for). --smoke runs each
+benchmark a few iterations only, to show that it runs (its figures mean nothing, nothing is
+written): CI runs it so, with every other script (tests/test_benchmarks_quick.py). --gateway adds the
 gateway benchmark (a real `hermes-core serve` process, ~2 min: Feishu ack latency under load and
 draining 1,000 conversations, whose replies are paced by the send rate limits).
 """
@@ -30,17 +32,23 @@ from _common import BENCH_DIR, format_table, machine, markdown_table  # noqa: E4
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="minimum repetitions")
+    parser.add_argument("--smoke", action="store_true", help="a few iterations, no figures kept")
     parser.add_argument("--gateway", action="store_true", help="also the gateway benchmark (~2 min)")
     args = parser.parse_args()
-    quick = args.quick
+
+    def runs(full: int, quick: int, smoke: int) -> int:
+        return smoke if args.smoke else quick if args.quick else full
+
     benchmarks = {
-        "import": lambda: bench_import.run(runs=7 if quick else 11),
-        "one turn, process": lambda: bench_one_turn_process.run(runs=10 if quick else 15),
-        "overhead": lambda: bench_overhead.run(turns=200 if quick else 1000),
-        "concurrency": lambda: bench_concurrency.run(runs=3 if quick else 7),
+        "import": lambda: bench_import.run(runs=runs(11, 7, 2)),
+        "one turn, process": lambda: bench_one_turn_process.run(runs=runs(15, 10, 2)),
+        "overhead": lambda: bench_overhead.run(turns=runs(1000, 200, 20)),
+        "concurrency": lambda: bench_concurrency.run(runs=runs(7, 3, 1), turns=runs(500, 500, 50)),
         "install size": bench_install_size.run,
-        "tool routing": lambda: bench_routing.run(repeats=50 if quick else 200),
+        "tool routing": lambda: bench_routing.run(repeats=runs(200, 50, 2)),
     }
+    if args.smoke:  # a minute of pip; the quick run of bench_install_size.py itself covers it
+        del benchmarks["install size"]
     if args.gateway:
         benchmarks["gateway"] = bench_gateway.run
     started = time.perf_counter()
@@ -69,6 +77,8 @@ def main() -> None:
     print(format_table(rows))
     print()
     print("\n".join(notes))
+    if args.smoke:
+        return
     results = BENCH_DIR / "results"
     results.mkdir(exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
