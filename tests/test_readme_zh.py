@@ -142,6 +142,8 @@ def test_every_command_and_link_is_in_the_same_section() -> None:
 
 @pytest.mark.parametrize("path", [ENGLISH, CHINESE], ids=lambda p: p.name)
 def test_links_inside_the_page_reach_a_heading(path: Path) -> None:
+    """Attack: the quick start's link to its model section copied as `#connect-a-model` into the
+    Chinese file, whose heading is 接入模型 (ids by GitHub's rule, as in the module docstring)."""
     text = path.read_text(encoding="utf-8")
     targets = {anchor(heading) for _, heading in _HEADING.findall(text)}
     broken = sorted(link for link in links(text) if link.startswith("#") and link[1:] not in targets)
