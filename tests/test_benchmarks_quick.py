@@ -36,6 +36,7 @@ QUICK: dict[str, list[str]] = {
         "1",
     ],  # fmt: skip
     "bench_concurrency": ["--runs", "1", "--turns", "20", "--latency", "0.05"],
+    "bench_conversation_cost": ["--turns", "3"],  # without --peers: installing them needs the network
     "bench_crash_soak": ["--kills", "2"],
     "bench_feishu_streams": ["--streams", "1,2", "--chars", "60", "--chunk-delay", "0.005"],
     "bench_fuzz": ["--requests", "100", "--rounds", "2"],
