@@ -176,7 +176,7 @@ class Pages:
         reply = self.show(record.get("reply") or "")
         parts.append(f'<h2>{self.w("reply")}</h2><pre id="reply" class="reply">{reply}</pre>')
         parts.append(self._messages(record.get("messages") or []))
-        return self.layout("tasks", f"{self.w('task')} {task_id}", "\n".join(parts))
+        return self.layout("tasks", f"{self.w('task_title')} {task_id}", "\n".join(parts))
 
     def _timeline(self, record: dict[str, JSON]) -> str:
         model_calls = list(record.get("model_calls") or [])
@@ -294,7 +294,7 @@ class Pages:
             f'<table id="approvals" class="approvals cards">'
             f"<thead>{self._head((*columns, 'expires', ''))}</thead><tbody>{rows}</tbody></table>"
             f'<h2>{self.w("recently_decided")}</h2><table id="decided" class="approvals cards">'
-            f"<thead>{self._head((*columns, 'decided', 'status'))}</thead><tbody>{done}</tbody></table>"
+            f"<thead>{self._head((*columns, 'decided', 'state'))}</thead><tbody>{done}</tbody></table>"
         )
         return self.layout("approvals", self.w("approvals"), body)
 
@@ -320,7 +320,7 @@ class Pages:
             ("asked_by", self.show(who)),
             ("task", f'<a class="id" href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
             ("expires" if decidable else "decided", expires),
-            ("" if decidable else "status", last),
+            ("" if decidable else "state", last),
         ]
         return f'<tr id="approval-{pid}">{self._cells(cells)}</tr>'
 

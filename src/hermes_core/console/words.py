@@ -22,7 +22,7 @@ WORDS: dict[str, tuple[str, str]] = {  # key: (English, 中文)
     # navigation and headings
     "chat": ("Chat", "对话"),
     "tasks": ("Tasks", "任务"),
-    "task": ("Task", "任务"),
+    "task_title": ("Task", "任务"),
     "approvals": ("Approvals", "审批"),
     "deadletters": ("Dead letters", "投递失败"),
     "schedule": ("Schedule", "定时任务"),
@@ -58,6 +58,8 @@ WORDS: dict[str, tuple[str, str]] = {  # key: (English, 中文)
     ),
     # table heads
     "started": ("started", "开始"),
+    "task": ("task", "任务"),
+    "state": ("status", "状态"),
     "conversation": ("conversation", "会话"),
     "outcome": ("outcome", "结果"),
     "model_calls": ("model calls", "模型调用"),
@@ -106,7 +108,7 @@ WORDS: dict[str, tuple[str, str]] = {  # key: (English, 中文)
     "approval_needed": ("Approval needed:", "需要审批："),
     "resent": ("resent", "已重新发送"),
     "cancelled": ("cancelled", "已取消"),
-    "proactive": ("sent by itself", "主动发送"),
+    "proactive": ("sent on its own", "主动发送"),
     "too_large": ("The picture is larger than {limit}.", "图片超过 {limit}。"),
 }
 SCRIPT_WORDS = (
