@@ -763,5 +763,5 @@ async def test_the_status_page_names_the_model_configured_and_never_its_key(
     assert configured == {"provider": "deepseek", "model": "deepseek-chat", "host": "127.0.0.1"}
     assert json.loads(numbers)["degraded"] == []
     assert "<th>提供方</th><td>deepseek</td>" in page and "<td>deepseek-chat</td>" in page
-    assert "<th>接口地址</th><td>127.0.0.1</td>" in page
+    assert "<th>接口地址</th><td>127.0.0.1</td>" in page and "已完成轮次" in page and "模型错误率" in page
     assert key not in page and key not in numbers

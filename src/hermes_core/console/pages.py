@@ -396,27 +396,29 @@ class Pages:
     def status(self, data: dict[str, JSON]) -> str:
         gateway = data["gateway"]
         cards = [
-            ("accepting messages", "yes" if gateway.get("ok") else "no"),
-            ("turns in flight", gateway.get("conversations_busy", 0)),
-            ("messages waiting", gateway.get("messages_waiting", 0)),
-            ("replies waiting", gateway.get("replies_waiting", 0)),
-            ("inbox pending", gateway.get("inbox_pending", "?")),
-            ("outbox pending", gateway.get("outbox_pending", "?")),
-            ("dead letters", gateway.get("dead_letters", "?")),
-            ("set aside", gateway.get("set_aside", "?")),
-            ("approvals waiting", data.get("approvals_waiting", 0)),
-            ("turns done", gateway.get("turns_done", 0)),
-            ("replies sent", gateway.get("replies_sent", 0)),
+            ("accepting", self.w("yes") if gateway.get("ok") else self.w("no")),
+            ("turns_in_flight", gateway.get("conversations_busy", 0)),
+            ("messages_waiting", gateway.get("messages_waiting", 0)),
+            ("replies_waiting", gateway.get("replies_waiting", 0)),
+            ("inbox_pending", gateway.get("inbox_pending", "?")),
+            ("outbox_pending", gateway.get("outbox_pending", "?")),
+            ("dead_letters", gateway.get("dead_letters", "?")),
+            ("set_aside", gateway.get("set_aside", "?")),
+            ("approvals_waiting", data.get("approvals_waiting", 0)),
+            ("turns_done", gateway.get("turns_done", 0)),
+            ("replies_sent", gateway.get("replies_sent", 0)),
         ]
         rates = data["rates"]
         cards += [
-            ("turns / min", f"{rates['turns_per_minute']:.1f}"),
-            ("sends / min", f"{rates['sends_per_minute']:.1f}"),
+            ("turns_per_minute", f"{rates['turns_per_minute']:.1f}"),
+            ("sends_per_minute", f"{rates['sends_per_minute']:.1f}"),
         ]
-        grid = "".join(f'<div class="card"><b>{self.show(v)}</b><span>{k}</span></div>' for k, v in cards)
+        grid = "".join(
+            f'<div class="card"><b>{self.show(v)}</b><span>{self.w(k)}</span></div>' for k, v in cards
+        )
         parts = [
             f'<div id="status" class="cards">{grid}</div>',
-            '<p class="hint">Rates: in the last minute. This page refreshes every 5 s.</p>',
+            f'<p class="hint">{self.w("status_hint")}</p>',
             f"<h2>{self.w('conversations')}</h2>" + self._lanes(data["lanes"]),
             f"<h2>{self.w('model')}</h2>" + self._configured(data.get("configured"), data.get("degraded")),
             self._model(data["model"]),
@@ -453,16 +455,16 @@ class Pages:
         rate = f"{model['error_rate'] * 100:.1f}%" if model["model_calls"] else "–"
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(model["stop_reasons"].items())) or "–"
         rows = [
-            ("tasks (last hour)", model["tasks"]),
-            ("failed tasks", model["failed"]),
-            ("model calls", model["model_calls"]),
-            ("failed model calls", model["model_errors"]),
-            ("model error rate", rate),
-            ("tokens", model["tokens"]),
-            ("outcomes", reasons),
+            (self.w("tasks_last_hour"), model["tasks"]),
+            (self.w("failed_tasks"), model["failed"]),
+            (self.w("model_calls"), model["model_calls"]),
+            (self.w("failed_model_calls"), model["model_errors"]),
+            (self.w("model_error_rate"), rate),
+            (self.w("tokens"), model["tokens"]),
+            (self.w("outcomes"), reasons),
         ]
         body = "".join(f"<tr><th>{k}</th><td>{self.show(v)}</td></tr>" for k, v in rows)
-        link = '<p><a href="/console/tasks?failed=1">Failed tasks</a></p>'
+        link = f'<p><a href="/console/tasks?failed=1">{self.w("failed_tasks_link")}</a></p>'
         return f'<table id="model" class="facts">{body}</table>{link}'
 
     # -- access ----------------------------------------------------------------------------------
