@@ -126,6 +126,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def send_chat(stack: Stack, text: str) -> Any:
     """Type a message in the chat page; returns the agent's bubble once its reply is complete."""
+    stack.wait(ec.presence_of_element_located((By.CSS_SELECTOR, "#log[data-loaded]")))  # its history
     replies = len(stack.browser.find_elements(By.CSS_SELECTOR, ".msg.agent"))
     box = stack.browser.find_element(By.ID, "message")
     box.send_keys(text)
@@ -375,13 +376,16 @@ def test_every_page_fits_a_phone_and_ids_and_tool_names_wrap_sensibly(stack: Sta
         stack.screenshot("22-approvals-desktop")
     finally:
         stack.browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-        stack.open("/console/approvals")
-        for _ in range(5):  # reject what waits: the other tests start from nothing waiting
-            buttons = stack.browser.find_elements(By.CSS_SELECTOR, "button.decide.quiet")
-            if not buttons:
-                break
-            buttons[0].click()
-            stack.wait(ec.staleness_of(buttons[0]))  # the page reloads once it is decided
+        stack.open("/console/approvals")  # reject what waits: the other tests start from nothing waiting
+        waiting = stack.browser.find_elements(By.CSS_SELECTOR, "button.decide.quiet")
+        for approval in [button.get_attribute("data-approval") for button in waiting]:
+            status = stack.browser.execute_script(
+                "return fetch('/console/api/approvals/' + arguments[0], {method: 'POST',"
+                " headers: {'Content-Type': 'application/json'}, body: '{\"decision\": \"reject\"}'})"
+                ".then((answer) => answer.status);",
+                approval,
+            )
+            assert status == 200, status
 
 
 def trace_path(task_id: str | None) -> str:

@@ -65,6 +65,7 @@ log = logging.getLogger("hermes_core.console")
 
 STATIC = Path(__file__).parent / "static"
 CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+BAD_CONVERSATION = "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"
 MAX_MESSAGE_CHARS = 20_000
 MODEL_FAILURES = ("model_unavailable", "model_rejected")
 RATE_WINDOW = 60.0  # seconds the turn and send rates are measured over
@@ -245,7 +246,7 @@ class Console:
         if not isinstance(text, str) or not (text.strip() or image) or len(text) > MAX_MESSAGE_CHARS:
             return _json({"error": f"'message' must be 1 to {MAX_MESSAGE_CHARS} characters"}, 400)
         if not isinstance(conversation, str) or not CONVERSATION.match(conversation):
-            return _json({"error": "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"}, 400)
+            return _json({"error": BAD_CONVERSATION}, 400)
         try:
             images = [] if image is None else [inline_image(image, self.media)]
         except ValueError as bad:
@@ -262,7 +263,7 @@ class Console:
         `data: {"type": "message", "text", "approval"}`, until the page or the server goes."""
         conversation = request.query.get("conversation", "")
         if not CONVERSATION.match(conversation):
-            return _json({"error": "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"}, 400)
+            return _json({"error": BAD_CONVERSATION}, 400)
         feeds: ConversationFeeds = self.channel.feeds
         queue = feeds.listen(f"web:{conversation}")
         response = web.StreamResponse(
@@ -290,7 +291,7 @@ class Console:
         """The conversation's earlier messages, from the session store (history.py), redacted."""
         conversation = request.query.get("conversation", "")
         if not CONVERSATION.match(conversation):
-            return _json({"error": "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"}, 400)
+            return _json({"error": BAD_CONVERSATION}, 400)
         if self.sessions is None:
             return _json({"messages": []})
         stored = await self.sessions.load(f"web:{conversation}")
@@ -358,7 +359,8 @@ class Console:
         typed = form.get("token")
         if not isinstance(typed, str) or not self.access.token_matches(typed):
             await self.access.refuse_guess()
-            return _html(self.pages(request).login(self.pages(request).w("wrong_token")), 401)
+            pages = self.pages(request)
+            return _html(pages.login(pages.w("wrong_token")), 401)
         response = web.Response(status=303, headers={"Location": "/console/"})
         self.access.login(response, request)
         return response
@@ -465,7 +467,7 @@ def mount_console(
     memory = getattr(runner, "memory", None)
     console = Console(
         gateway, agent, channel, access, redactor, sessions=getattr(memory, "store", None),
-        configured=configured_model(settings), degraded=degraded, media=settings.media,
+        configured=configured_model(settings, agent), degraded=degraded, media=settings.media,
     )  # fmt: skip
     sub = web.Application(middlewares=[access.middleware(console.denied), remember_language])
     sub.add_routes(console.routes())
@@ -478,11 +480,14 @@ def mount_console(
     return console
 
 
-def configured_model(settings: Settings) -> dict[str, str] | None:
+def configured_model(settings: Settings, agent: Agent) -> dict[str, str] | None:
     """The model the settings name: provider, model name, the base URL's host (never the key);
-    None for the offline demo model."""
+    None for the offline demo model. A client handed to serve (embedding code, tests) by its name."""
     from ..config import ConfigError, model_endpoint
+    from ..kernel.model import ModelClient
 
+    if isinstance(agent.model, ModelClient):  # as gateway/server.py `log_model` tells them apart
+        return {"provider": "", "model": agent.model.name, "host": ""}
     try:
         endpoint = model_endpoint(settings)
     except ConfigError:  # serve has refused to start already

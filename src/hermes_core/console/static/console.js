@@ -119,7 +119,8 @@
   const follow = (conversation) => {
     if (feed) feed.close();
     const query = "?conversation=" + encodeURIComponent(conversation);
-    feed = new EventSource("/console/api/events" + query);
+    delete log.dataset.loaded;
+    const mine = (feed = new EventSource("/console/api/events" + query));
     feed.onmessage = (event) => {
       const reply = JSON.parse(event.data);
       const box = bubble("agent", reply.text, true);
@@ -128,9 +129,11 @@
     fetch("/console/api/history" + query, { credentials: "same-origin" })
       .then((response) => response.json())
       .then((answer) => {
+        if (feed !== mine) return; // another conversation was started meanwhile
         const earlier = (answer.messages || []).map((m) => bubble(m.role, m.text, m.proactive));
         log.prepend(...earlier); // before anything the feed brought meanwhile
         log.scrollTop = log.scrollHeight;
+        log.dataset.loaded = "true"; // the history is in (tests wait for it)
       });
   };
 
