@@ -72,7 +72,7 @@ def start_server(
     workspace.mkdir()
     config = tmp_path / "hermes.yaml"
     config.write_text(
-        f"model:\n  name: fake-model\n  base_url: {fake.base_url}\n  max_retries: 0\n"
+        f"model:\n  name: fake-model\n  base_url: {fake.base_url}\n  max_retries: 0\n  vision: true\n"
         f"agent:\n  workspace: {workspace}\n"
         f"gateway:\n  data_dir: {tmp_path / 'data'}\n"
         f"feishu:\n  app_id: {feishu.app_id}\n  base_url: {feishu.base_url}\n"
@@ -392,6 +392,35 @@ def trace_path(task_id: str | None) -> str:
     from urllib.parse import quote
 
     return "/console/tasks/" + quote(task_id or "", safe="")
+
+
+def test_a_picture_chosen_in_the_chat_reaches_the_model_and_too_large_a_one_is_refused(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Issue 29, item 9: the console could not send a picture. One chosen with the file input goes
+    with the message and reaches the model as an image part (docs/media.md); one over
+    `media.max_image_mb` (10 MB by default) is refused by the page, saying the limit, before anything
+    is sent. Screenshot: 24."""
+    from test_media_e2e import data_url, png
+
+    picture = tmp_path / "square.png"
+    picture.write_bytes(png(4, 4))
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(png(4, 4) + bytes(11 * 1024 * 1024))
+    stack.fake.script(FakeReply.text("A small grey square."))
+    stack.open("/console/")
+    chooser = stack.browser.find_element(By.ID, "picture")
+    chooser.send_keys(str(huge))
+    error = stack.browser.find_element(By.ID, "picture-error")
+    assert "larger than 10.0 MB" in error.text and chooser.get_attribute("value") == ""
+    chooser.send_keys(str(picture))
+    assert error.text == ""
+    sent = len(stack.fake.requests)
+    bubble = send_chat(stack, "what is in this picture?")
+    assert bubble.find_element(By.CLASS_NAME, "text").text == "A small grey square."
+    request = stack.fake.requests[sent]
+    assert request.images == [data_url(png(4, 4))]
+    stack.screenshot("24-chat-picture")
 
 
 def test_the_console_speaks_chinese_to_a_chinese_browser(stack: Stack) -> None:
