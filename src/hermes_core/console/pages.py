@@ -125,7 +125,8 @@ class Pages:
 
     def _task_row(self, row: TraceSummary) -> str:
         task_id = str(row.get("task_id", ""))
-        tools = ", ".join(str(name) for name in row.get("tool_names") or [])
+        names = row.get("tool_names") or []
+        tools = ", ".join(f'<span class="tool-name">{self.show(str(name))}</span>' for name in names)
         cells = [
             ("started", _when(row.get("started_at"))),
             ("task", f'<a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
@@ -134,7 +135,7 @@ class Pages:
             ("reply", self.show(_clip(row.get("reply")))),
             ("outcome", self._outcome(row)),
             ("model_calls", self.show(row.get("model_calls", ""))),
-            ("tools", f'<span class="tool-name">{self.show(tools)}</span>' if tools else ""),
+            ("tools", tools),
             ("tokens", self.show(_tokens(row.get("tokens")))),
             ("time", _seconds(row.get("started_at"), row.get("finished_at"))),
         ]
