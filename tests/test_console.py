@@ -41,12 +41,19 @@ def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @asynccontextmanager
 async def console(
-    tmp_path: Path, agent: Agent, *, host: str = "127.0.0.1", config: ConsoleConfig | None = None
+    tmp_path: Path,
+    agent: Agent | None,
+    *,
+    host: str = "127.0.0.1",
+    config: ConsoleConfig | None = None,
+    **sections: Any,
 ) -> AsyncIterator[str]:
-    """`serve` in this event loop (the real mounting path) on a free port; yields its base URL."""
+    """`serve` in this event loop (the real mounting path) on a free port; yields its base URL.
+    `sections`: more of the settings (`model=ModelSettings(…)`); without `agent`, serve builds it."""
     settings = Settings(
         gateway=GatewayConfig(data_dir=str(tmp_path)), console=config or ConsoleConfig(),
         webhook=WebhookConfig(allow_unsigned=host != "127.0.0.1"),  # its own rules: test_security_webhook.py
+        **sections,
     )  # fmt: skip
     threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
     stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
@@ -545,3 +552,216 @@ def test_serve_refuses_a_public_console_without_a_token_in_one_line(tmp_path: Pa
     )  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "HERMES_CONSOLE_TOKEN" in done.stderr
+
+
+# -- issue 29: what a new team meets in the console ---------------------------------------------
+
+
+class EventStream:
+    """The chat page's `EventSource`, as a client: the `data:` events of /console/api/events
+    (the text/event-stream format of the HTML standard, "Server-sent events"), collected as they come."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.received = url, []  # type: ignore[var-annotated]
+        self.opened = asyncio.Event()
+
+    async def __aenter__(self) -> EventStream:
+        self._session = aiohttp.ClientSession()
+        self._task = asyncio.create_task(self._read())
+        await asyncio.wait_for(self.opened.wait(), 10)
+        return self
+
+    async def _read(self) -> None:
+        async with self._session.get(self.url) as answer:
+            assert answer.headers["Content-Type"].startswith("text/event-stream")
+            async for line in answer.content:
+                self.opened.set()
+                if line.startswith(b"data: "):
+                    self.received.append(json.loads(line[6:]))
+
+    async def wait_for(self, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.received
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._task.cancel()
+        await self._session.close()
+
+
+def reminder_model(fire_at: str) -> ScriptedModel:
+    """A model that sets a reminder when asked ("remind me"), and, when the job fires, posts with
+    `send_message` and then says the reminder."""
+
+    def answer(messages: list[dict[str, Any]], tools: Any) -> Any:
+        last = messages[-1]
+        content = str(last.get("content") or "")
+        if last["role"] == "user" and "remind me" in content:
+            return call("schedule_task", {"prompt": "remind the user to drink water", "at": fire_at,
+                                          "timezone": "UTC"})  # fmt: skip
+        if last["role"] == "user" and content.startswith("[scheduled task"):
+            return call("send_message", {"target": "team", "text": "Water break in 5 minutes"})
+        if last["role"] == "tool" and "queued" in content:
+            return reply("Reminder: drink water.")
+        return reply("Reminder set.")
+
+    return ScriptedModel(answer)
+
+
+async def test_a_reminder_set_in_the_chat_shows_live_in_the_open_chat_and_in_its_history(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, item 2: a reminder set from the console chat fired on time and its reply was sent
+    to the web channel, where no browser waited for it: lost. Now the reply and the job's
+    `send_message` post reach every chat page open on the conversation (server-sent events), in
+    the order they are sent, and a page opened later reads the conversation back from the session
+    store: the user's message, the answer, then the proactive ones, marked as such."""
+    fire_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3))
+    policy = Policy.from_lists(admins=["web:console"], allow_irreversible=["send_message"])
+    agent = Agent(model=reminder_model(fire_at), permissions=policy)
+    async with console(tmp_path, agent) as url:
+        async with EventStream(f"{url}/console/api/events?conversation=r1") as feed:
+            status, body, _ = await fetch(
+                f"{url}/console/api/chat", method="POST",
+                body={"message": "remind me in a moment to drink water", "conversation": "r1"},
+            )  # fmt: skip
+            assert status == 200 and events(body)[-1]["text"] == "Reminder set."
+            live = await feed.wait_for(2)
+        _, history, _ = await fetch(f"{url}/console/api/history?conversation=r1")
+        _, other, _ = await fetch(f"{url}/console/api/history?conversation=r2")
+        assert (await fetch(f"{url}/console/api/history?conversation=../x"))[0] == 400
+    assert [(e["type"], e["text"]) for e in live] == [
+        ("message", "Reminder: drink water."),
+        ("message", "→ team: Water break in 5 minutes"),
+    ]
+    assert json.loads(history)["messages"] == [
+        {"role": "user", "text": "remind me in a moment to drink water", "proactive": False},
+        {"role": "agent", "text": "Reminder set.", "proactive": False},
+        {"role": "agent", "text": "Reminder: drink water.", "proactive": True},
+        {"role": "agent", "text": "→ team: Water break in 5 minutes", "proactive": True},
+    ]
+    assert json.loads(other) == {"messages": []}
+
+
+def test_the_history_shown_is_bounded_and_leaves_tool_steps_out() -> None:
+    """The chat history a page reloads is the last 50 items; tool calls and results, a picture's
+    bytes and a job's prompt are not shown (they stay in the task's trace)."""
+    from hermes_core.console.history import chat_items
+
+    turns: list[dict[str, Any]] = []
+    for n in range(40):
+        turns += [
+            {"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{n}", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": "42"},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]  # fmt: skip
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    turns.append({"role": "user", "content": [{"type": "text", "text": "what is this?"}, picture]})
+    items = chat_items(turns)
+    assert len(items) == 50 and items[0] == {"role": "agent", "text": "answer 15", "proactive": False}
+    assert items[-1] == {"role": "user", "text": "what is this?\n[picture]", "proactive": False}
+    assert not any("42" == item["text"] or "base64" in item["text"] for item in items)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("zh-CN,zh;q=0.9,en;q=0.8", "zh"),  # a browser set to Chinese
+        ("en-US,en;q=0.9,zh-CN;q=0.8", "en"),
+        ("da, en-gb;q=0.8, en;q=0.7", "en"),  # RFC 9110 §12.5.4's own example
+        ("fr-FR, en;q=0.3, zh-TW;q=0.5", "zh"),  # the higher q wins, not the order
+        ("zh;q=0, en;q=0.1", "en"),  # q=0: "not acceptable"
+        ("zh;q=abc", "en"),  # a broken weight is skipped
+        ("fr", "en"),
+        ("", "en"),
+    ],
+)
+def test_the_language_follows_accept_language(header: str, expected: str) -> None:
+    """Cases: RFC 9110 §12.5.4 (Accept-Language, q values), and the headers Chrome and Firefox send."""
+    from hermes_core.console.words import accepted
+
+    assert accepted(header) == expected
+
+
+async def test_pages_speak_chinese_or_english_by_the_browser_or_a_switch_kept_in_a_cookie(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, item 9: the console was English-only around Chinese replies. The console's own words
+    (navigation, headings, buttons, table heads, empty states) follow Accept-Language; `?lang=`
+    switches and is kept in a cookie."""
+    async with console(tmp_path, Agent(model=ScriptedModel([]))) as url:
+        zh = {"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.8"}
+        _, chinese, _ = await fetch(f"{url}/console/approvals", headers=zh)
+        _, english, _ = await fetch(f"{url}/console/approvals", headers={"Accept-Language": "en-US,en"})
+        _, chat, _ = await fetch(f"{url}/console/", headers=zh)
+        jar = aiohttp.CookieJar(unsafe=True)  # keeps cookies of an IP address, as a browser does
+        async with aiohttp.ClientSession(cookie_jar=jar) as session:  # the switch, then a plain visit
+            async with session.get(f"{url}/console/schedule?lang=zh", headers={"Accept-Language": "en"}) as a:
+                switched, cookie = await a.text(), a.cookies.get("hermes_console_lang")
+            async with session.get(f"{url}/console/tasks", headers={"Accept-Language": "en"}) as b:
+                kept = await b.text()
+    assert '<html lang="zh">' in chinese and ">审批</a>" in chinese and ">定时任务</a>" in chinese
+    assert "<th>工具</th>" in chinese and "没有等待审批的调用。" in chinese and "最近的决定" in chinese
+    assert '<html lang="en">' in english and ">Approvals</a>" in english and "Nothing waits" in english
+    assert ">发送</button>" in chat and ">新对话</button>" in chat and "批准" in chat  # data-words too
+    assert cookie is not None and cookie.value == "zh" and "没有定时任务。" in switched
+    assert "<h1>任务</h1>" in kept and "只看失败" in kept
+
+
+async def test_a_picture_sent_from_the_chat_reaches_the_model_as_an_image_part(tmp_path: Path) -> None:
+    """Issue 29, item 9: the console could not send a picture. A chat message carries one as a
+    `data:` URL; the model receives it as an OpenAI image part after the text, as a Feishu or a
+    webhook picture (docs/media.md). One over `media.max_image_mb`, or bytes that are no picture,
+    is refused with a clear error and never reaches the model."""
+    from hermes_core.channels.media import MediaLimits
+    from hermes_core.models.settings import ModelSettings
+    from test_media_e2e import data_url, png
+
+    picture = data_url(png(4, 4))
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text("A small grey square."))
+        model = ModelSettings(model="fake-model", base_url=fake.base_url, vision=True, max_retries=0)
+        async with console(tmp_path, None, model=model, media=MediaLimits(max_image_mb=0.05)) as url:
+            chat = f"{url}/console/api/chat"
+            body = {"message": "what is this?", "conversation": "p1", "image": picture}
+            status, answer, _ = await fetch(chat, method="POST", body=body)
+            large = data_url(png(4, 4) + bytes(60_000))
+            too_large = await fetch(chat, method="POST", body={**body, "image": large})
+            huge = await fetch(chat, method="POST", body={**body, "image": data_url(bytes(300_000))})
+            not_a_picture = await fetch(chat, method="POST", body={**body, "image": data_url(b"<svg/>")})
+            _, history, _ = await fetch(f"{url}/console/api/history?conversation=p1")
+        requests = list(fake.requests)
+    assert status == 200 and events(answer)[-1]["text"] == "A small grey square."
+    assert len(requests) == 1 and requests[0].images == [picture]
+    parts = [m for m in requests[0].messages if m["role"] == "user"][-1]["content"]
+    assert [part["type"] for part in parts] == ["text", "image_url"] and parts[0]["text"] == "what is this?"
+    for refused, status_code in ((too_large, 400), (huge, 413)):  # huge: not even read to its end
+        assert refused[0] == status_code and "larger than the limit of" in json.loads(refused[1])["error"]
+    assert not_a_picture[0] == 400 and "PNG, JPEG, GIF or WebP" in json.loads(not_a_picture[1])["error"]
+    shown = json.loads(history)["messages"][0]["text"]  # as the session store keeps it: named, no bytes
+    assert shown.startswith("what is this?\n[image") and "base64" not in history
+
+
+async def test_the_status_page_names_the_model_configured_and_never_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, item 9: the status page did not say which model is configured. It shows the
+    provider, the model name and the endpoint's host; the key is never on it (nor in its JSON)."""
+    from hermes_core.models.settings import ModelSettings
+
+    key = "sk-test-ab12cd34ef56gh78ij90"
+    monkeypatch.setenv("DEEPSEEK_API_KEY", key)
+    async with FakeOpenAIServer() as fake:  # the preset's endpoint moved to the fake: nothing leaves here
+        model = ModelSettings(provider="deepseek", model="deepseek-chat", base_url=fake.base_url)
+        async with console(tmp_path, None, model=model) as url:
+            _, page, _ = await fetch(f"{url}/console/status", headers={"Accept-Language": "zh-CN"})
+            _, numbers, _ = await fetch(f"{url}/console/api/status")
+    configured = json.loads(numbers)["configured"]
+    assert configured == {"provider": "deepseek", "model": "deepseek-chat", "host": "127.0.0.1"}
+    assert json.loads(numbers)["degraded"] == []
+    assert "<th>提供方</th><td>deepseek</td>" in page and "<td>deepseek-chat</td>" in page
+    assert "<th>接口地址</th><td>127.0.0.1</td>" in page and "已完成轮次" in page and "模型错误率" in page
+    assert key not in page and key not in numbers

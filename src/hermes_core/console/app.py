@@ -6,9 +6,11 @@
     GET  /console/approvals             approvals waiting for a decision, and recent ones
     GET  /console/deadletters           replies given up on, with why, and a Resend button
     GET  /console/schedule              scheduled jobs, with a Cancel button (docs/scheduling.md)
-    GET  /console/status                queues, turns in flight per conversation, rates, model errors
+    GET  /console/status                the model configured, queues, turns in flight, rates, model errors
     GET  /console/login, POST           the token form (only when a token is required)
-    POST /console/api/chat              {"message", "conversation"} → JSON lines (channel.py)
+    POST /console/api/chat              {"message", "conversation", "image"?} → JSON lines (channel.py)
+    GET  /console/api/events?conversation=…   server-sent events: replies sent on their own (channel.py)
+    GET  /console/api/history?conversation=…  the conversation's earlier messages (history.py)
     POST /console/api/approvals/{id}    {"decision": "approve"|"reject", "stream": bool}
     GET  /console/api/deadletters       the dead letters, as JSON
     POST /console/api/deadletters/{id}/resend   {} → the reply goes back to its conversation's outbox
@@ -19,44 +21,56 @@
 
 The console is an admin's view: a decision taken here is an admin's (`decided_by: console`),
 whoever started the task. Chat messages are sent as the user `console`, with the role the
-permissions give that id (a member unless listed).
+permissions give that id (a member unless listed). A chat message may carry one picture, as a
+`data:` URL checked like a webhook's `images` (channels/media.py `inline_image`, `media.max_image_mb`);
+it reaches the model as an image part, as a Feishu picture does (gateway/media.py).
+
+Pages speak English or Chinese (words.py): `?lang=`, a cookie, or the browser's Accept-Language.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from ..channels.media import MediaLimits, inline_image, megabytes
 from ..channels.seam import resume_message, task_id_of
 from ..config import Settings
 from ..kernel.approvals import DecisionRefused, PendingStore
 from ..kernel.redaction import Redactor, default_redactor
 from ..kernel.tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
-from .channel import WebChannel
+from .channel import ConversationFeeds, WebChannel
+from .history import chat_items
 from .pages import Pages, dead_letter_summary, trace_url
+from .words import language, remember_language
 
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..observe.traces import Tracer, TraceStore
+    from ..sessions.store import SessionStore
 
 log = logging.getLogger("hermes_core.console")
 
 STATIC = Path(__file__).parent / "static"
 CONVERSATION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+BAD_CONVERSATION = "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"
 MAX_MESSAGE_CHARS = 20_000
 MODEL_FAILURES = ("model_unavailable", "model_rejected")
 RATE_WINDOW = 60.0  # seconds the turn and send rates are measured over
 SAMPLE_EVERY = 5.0
+KEEPALIVE = 15.0  # seconds between the comments that keep an idle event stream open through proxies
 
 
 class Console:
@@ -64,15 +78,34 @@ class Console:
     them except through the gateway's own paths (accept, and a decision's resume message)."""
 
     def __init__(
-        self, gateway: Any, agent: Agent, channel: WebChannel, access: Access, redactor: Redactor
+        self,
+        gateway: Any,
+        agent: Agent,
+        channel: WebChannel,
+        access: Access,
+        redactor: Redactor,
+        *,
+        sessions: SessionStore | None = None,
+        configured: dict[str, str] | None = None,
+        degraded: Callable[[], list[Any]] = list,
+        media: MediaLimits | None = None,
     ) -> None:
+        """`sessions`: where conversations are kept (the chat's history); `configured`: the model
+        (provider, model, host; None: the offline demo); `degraded`: what /healthz reports degraded."""
         self.gateway = gateway
         self.agent = agent
         self.channel = channel
         self.access = access
         self.redactor = redactor
-        self.pages = Pages(redactor)
+        self.sessions = sessions
+        self.configured = configured
+        self.degraded = degraded
+        self.media = media or MediaLimits()
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=int(RATE_WINDOW / SAMPLE_EVERY) + 1)
+
+    def pages(self, request: web.Request) -> Pages:
+        """The pages in the language of this request (words.py)."""
+        return Pages(self.redactor, language(request))
 
     @property
     def traces(self) -> TraceStore | None:
@@ -92,6 +125,8 @@ class Console:
             web.get("/login", self.login_form),
             web.post("/login", self.login),
             web.post("/api/chat", self.post_chat),
+            web.get("/api/events", self.events),
+            web.get("/api/history", self.history),
             web.post("/api/approvals/{id}", self.decide),
             web.get("/api/deadletters", self.dead_letters_json),
             web.post("/api/deadletters/{id}/resend", self.resend),
@@ -105,27 +140,27 @@ class Console:
     # -- pages -----------------------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.Response:
-        return _html(self.pages.chat())
+        return _html(self.pages(request).chat(self.media.limit("image")))
 
     async def tasks(self, request: web.Request) -> web.Response:
         query = request.query
         filters = {key: query.get(key, "").strip()[:200] for key in ("failed", "conversation", "tool")}
         if self.traces is None:
-            return _html(self.pages.tasks(None, filters))
+            return _html(self.pages(request).tasks(None, filters))
         rows = await self.traces.list(
             failed=True if filters["failed"] else None,
             conversation=filters["conversation"] or None,
             tool=filters["tool"] or None,
             limit=100,
         )
-        return _html(self.pages.tasks(rows, filters))
+        return _html(self.pages(request).tasks(rows, filters))
 
     async def task(self, request: web.Request) -> web.Response:
         task_id = request.match_info["task_id"]
         record = await self.traces.get(task_id) if self.traces is not None else None
         if record is None:
-            return _html(self.pages.missing_trace(task_id, self.traces is not None), 404)
-        return _html(self.pages.trace(record))
+            return _html(self.pages(request).missing_trace(task_id, self.traces is not None), 404)
+        return _html(self.pages(request).trace(record))
 
     async def task_json(self, request: web.Request) -> web.Response:
         record = await self.traces.get(request.match_info["task_id"]) if self.traces is not None else None
@@ -136,20 +171,20 @@ class Console:
     async def approvals(self, request: web.Request) -> web.Response:
         interactions = self.agent.interactions
         if not isinstance(interactions, PendingStore):
-            return _html(self.pages.approvals([], [], has_store=False))
+            return _html(self.pages(request).approvals([], [], has_store=False))
         waiting = [p.summary() for p in await interactions.list("pending") if p.kind == "approval"]
         recent = [
             p.summary()
             for p in await interactions.list(None, limit=50)
             if p.kind == "approval" and not p.open
         ][:20]
-        return _html(self.pages.approvals(waiting, recent, has_store=True))
+        return _html(self.pages(request).approvals(waiting, recent, has_store=True))
 
     async def status(self, request: web.Request) -> web.Response:
-        return _html(self.pages.status(await self.numbers()))
+        return _html(self.pages(request).status(await self.numbers()))
 
     async def dead_letters(self, request: web.Request) -> web.Response:
-        return _html(self.pages.dead_letters(await self._dead_letter_rows()))
+        return _html(self.pages(request).dead_letters(await self._dead_letter_rows()))
 
     async def dead_letters_json(self, request: web.Request) -> web.Response:
         rows = await self._dead_letter_rows()
@@ -175,7 +210,7 @@ class Console:
         return None if store is None else [job.describe() for job in await store.jobs(active_only=False)]
 
     async def schedule(self, request: web.Request) -> web.Response:
-        return _html(self.pages.schedule(await self._jobs()))
+        return _html(self.pages(request).schedule(await self._jobs()))
 
     async def schedule_json(self, request: web.Request) -> web.Response:
         jobs = await self._jobs()
@@ -202,22 +237,69 @@ class Console:
     # -- chat and decisions ----------------------------------------------------------------------
 
     async def post_chat(self, request: web.Request) -> web.StreamResponse:
-        data = await _json_body(request)
-        text, conversation = data.get("message"), data.get("conversation") or "console"
-        if not isinstance(text, str) or not text.strip() or len(text) > MAX_MESSAGE_CHARS:
+        limit = self.media.limit("image")
+        data = await _json_body(request, limit=limit * 4 // 3 + MAX_MESSAGE_CHARS * 4 + 4096)
+        if data is None:
+            return _json({"error": f"the picture is larger than the limit of {megabytes(limit)}"}, 413)
+        text, image = data.get("message", ""), data.get("image")
+        conversation = data.get("conversation") or "console"
+        if not isinstance(text, str) or not (text.strip() or image) or len(text) > MAX_MESSAGE_CHARS:
             return _json({"error": f"'message' must be 1 to {MAX_MESSAGE_CHARS} characters"}, 400)
         if not isinstance(conversation, str) or not CONVERSATION.match(conversation):
-            return _json({"error": "'conversation' must be 1 to 64 letters, digits, '.', '_' or '-'"}, 400)
+            return _json({"error": BAD_CONVERSATION}, 400)
+        try:
+            images = [] if image is None else [inline_image(image, self.media)]
+        except ValueError as bad:
+            return _json({"error": str(bad).replace("'images'", "'image'")}, 400)
         if not self.gateway.accepting:
             return _json({"error": "shutting down, try again"}, 503)
-        message = self.channel.message(text, conversation)
+        message = self.channel.message(text, conversation, images)
         task_id = task_id_of(message)  # named before it is accepted: its text is streamed from the start
         head = {"task_id": task_id, "trace": trace_url(task_id)}
         return await self.channel.converse(request, task_id, lambda: self.gateway.accept(message), head)
 
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events for one conversation: each reply sent on its own (a job's, a post),
+        `data: {"type": "message", "text", "approval"}`, until the page or the server goes."""
+        conversation = request.query.get("conversation", "")
+        if not CONVERSATION.match(conversation):
+            return _json({"error": BAD_CONVERSATION}, 400)
+        feeds: ConversationFeeds = self.channel.feeds
+        queue = feeds.listen(f"web:{conversation}")
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", "X-Accel-Buffering": "no"}
+        )
+        try:
+            await response.prepare(request)
+            await response.write(b": open\n\n")
+            while self.gateway.accepting:
+                try:
+                    event = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                except asyncio.TimeoutError:
+                    await response.write(b": still here\n\n")
+                    continue
+                if event is None:  # the server is stopping
+                    break
+                await response.write(f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the page was closed
+        finally:
+            feeds.leave(f"web:{conversation}", queue)
+        return response
+
+    async def history(self, request: web.Request) -> web.Response:
+        """The conversation's earlier messages, from the session store (history.py), redacted."""
+        conversation = request.query.get("conversation", "")
+        if not CONVERSATION.match(conversation):
+            return _json({"error": BAD_CONVERSATION}, 400)
+        if self.sessions is None:
+            return _json({"messages": []})
+        stored = await self.sessions.load(f"web:{conversation}")
+        return _json(self.redactor.redact_data({"messages": chat_items(stored.messages)}))
+
     async def decide(self, request: web.Request) -> web.StreamResponse:
         """An admin's decision; with `stream` and a task of the web channel, its reply is streamed."""
-        data = await _json_body(request)
+        data = await _json_body(request) or {}
         if data.get("decision") not in ("approve", "reject"):
             return _json({"error": "'decision' must be 'approve' or 'reject'"}, 400)
         interactions = self.agent.interactions
@@ -270,14 +352,15 @@ class Console:
     async def login_form(self, request: web.Request) -> web.Response:
         if not self.access.required:
             raise web.HTTPSeeOther("/console/")
-        return _html(self.pages.login())
+        return _html(self.pages(request).login())
 
     async def login(self, request: web.Request) -> web.Response:
         form = await request.post()
         typed = form.get("token")
         if not isinstance(typed, str) or not self.access.token_matches(typed):
             await self.access.refuse_guess()
-            return _html(self.pages.login("Wrong token."), 401)
+            pages = self.pages(request)
+            return _html(pages.login(pages.w("wrong_token")), 401)
         response = web.Response(status=303, headers={"Location": "/console/"})
         self.access.login(response, request)
         return response
@@ -286,7 +369,7 @@ class Console:
         if request.path.startswith("/console/api/"):
             error = "token required" if status == 401 else "the console answers only on this machine"
             return _json({"error": error}, status)
-        page = self.pages.login() if status == 401 else self.pages.refused()
+        page = self.pages(request).login() if status == 401 else self.pages(request).refused()
         return _html(page, status)
 
     # -- numbers ---------------------------------------------------------------------------------
@@ -304,6 +387,8 @@ class Console:
             "rates": self.rates(),
             "approvals_waiting": sum(1 for p in waiting if p.kind == "approval"),
             "model": await self.model_errors(),
+            "configured": self.configured,
+            "degraded": self.degraded(),
         }
 
     def sample(self) -> None:
@@ -344,7 +429,6 @@ class Console:
 
     async def sampling(self, app: web.Application) -> AsyncIterator[None]:
         """`cleanup_ctx`: sample the counters every few seconds, for the rates."""
-        import asyncio
 
         async def every() -> None:
             while True:
@@ -364,6 +448,7 @@ def mount_console(
     *,
     host: str,
     environ: Mapping[str, str] | None = None,
+    degraded: Callable[[], list[Any]] = list,
 ) -> Console | None:
     """Add the web channel to `gateway` and the console to `app` under /console/, if the console is
     on for `host` (access.py); None when it is off. Call before the app and the gateway start."""
@@ -379,10 +464,15 @@ def mount_console(
     if hasattr(runner, "on_text_for"):
         runner.on_text_for = channel.streams.on_text
     access = Access(token, host)  # local-only by the address served on, never by a request's address
-    console = Console(gateway, agent, channel, access, redactor)
-    sub = web.Application(middlewares=[access.middleware(console.denied)])
+    memory = getattr(runner, "memory", None)
+    console = Console(
+        gateway, agent, channel, access, redactor, sessions=getattr(memory, "store", None),
+        configured=configured_model(settings, agent), degraded=degraded, media=settings.media,
+    )  # fmt: skip
+    sub = web.Application(middlewares=[access.middleware(console.denied), remember_language])
     sub.add_routes(console.routes())
     sub.on_response_prepare.append(add_headers)
+    sub.on_shutdown.append(channel.feeds.closing)
     sub.cleanup_ctx.append(console.sampling)
     app.router.add_get("/console", _to_console)  # before the sub-application, which would answer 404
     app.add_subapp("/console/", sub)
@@ -390,13 +480,46 @@ def mount_console(
     return console
 
 
+def configured_model(settings: Settings, agent: Agent) -> dict[str, str] | None:
+    """The model the settings name: provider, model name, the base URL's host (never the key);
+    None for the offline demo model. A client handed to serve (embedding code, tests) by its name."""
+    from ..config import ConfigError, model_endpoint
+    from ..kernel.model import ModelClient
+
+    if isinstance(agent.model, ModelClient):  # as gateway/server.py `log_model` tells them apart
+        return {"provider": "", "model": agent.model.name, "host": ""}
+    try:
+        endpoint = model_endpoint(settings)
+    except ConfigError:  # serve has refused to start already
+        return None
+    if endpoint is None:
+        return None
+    return {
+        "provider": endpoint.provider or "",
+        "model": endpoint.model,
+        "host": urlsplit(endpoint.base_url).hostname or "",
+    }
+
+
 async def _to_console(request: web.Request) -> web.Response:
     raise web.HTTPFound("/console/")
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+async def _json_body(request: web.Request, limit: int | None = None) -> dict[str, Any] | None:
+    """The JSON object posted ({} for anything else); with `limit`, the body is read up to that
+    many bytes instead of the server's own limit, and None when it is longer."""
+    if limit is None:
+        body = await request.read()
+    else:
+        chunks, size = [], 0
+        async for chunk in request.content.iter_any():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return None
+        body = b"".join(chunks)
     try:
-        data = json.loads(await request.text())
+        data = json.loads(body)
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

@@ -11,6 +11,12 @@ The answer to the POST is a stream of JSON lines (`application/x-ndjson`), read 
 synchronous variant, the channel waits for the reply of the message it accepted; a browser that
 left misses nothing durable: the turn runs on and its reply is marked sent.
 
+Replies nobody waits for — a scheduled job's, a `send_message` post, the reply to a turn whose
+browser left — go to the conversation's feed (`ConversationFeeds`): every chat page open on that
+conversation listens to it as server-sent events (`GET /console/api/events`) and shows them as
+they come. A page opened later reads the conversation's earlier messages from the session store
+(console/history.py); the feed only carries what happens while it is open.
+
 Streamed text is what the model writes, not yet the reply: it is redacted as a whole each time a
 piece arrives (a secret split across two pieces is still found) and only what could still be the
 start of a secret (its last word of printable ASCII) is held until more follows, so the start of a
@@ -73,6 +79,37 @@ class TextStreams:
         return on_text
 
 
+class ConversationFeeds:
+    """Conversation → the queues of the chat pages open on it: what they are sent, as it is sent."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, set[asyncio.Queue[Event | None]]] = {}
+
+    def listen(self, conversation: str) -> asyncio.Queue[Event | None]:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._open.setdefault(conversation, set()).add(queue)
+        return queue
+
+    def leave(self, conversation: str, queue: asyncio.Queue[Event | None]) -> None:
+        listeners = self._open.get(conversation, set())
+        listeners.discard(queue)
+        if not listeners:
+            self._open.pop(conversation, None)
+
+    def publish(self, conversation: str, event: Event) -> int:
+        """Hand `event` to every page open on `conversation`; how many there were."""
+        listeners = self._open.get(conversation, set())
+        for queue in listeners:
+            queue.put_nowait(event)
+        return len(listeners)
+
+    async def closing(self, app: web.Application) -> None:
+        """`on_shutdown`: every open feed ends (None), so no response holds the server up."""
+        for listeners in self._open.values():
+            for queue in listeners:
+                queue.put_nowait(None)
+
+
 class WebChannel(Channel):
     name = "web"
 
@@ -81,16 +118,21 @@ class WebChannel(Channel):
         self.redactor = redactor
         self.reply_timeout = reply_timeout
         self.streams = TextStreams(redactor)
+        self.feeds = ConversationFeeds()
         self._waiting: dict[int, asyncio.Queue[Event]] = {}
 
-    def message(self, text: str, conversation: str) -> InboundMessage:
-        """A message typed in the console, in the console conversation `conversation`."""
+    def message(
+        self, text: str, conversation: str, images: list[dict[str, Any]] | None = None
+    ) -> InboundMessage:
+        """A message typed in the console, in the console conversation `conversation`, with the
+        pictures sent with it (checked attachment records: channels/media.py `inline_image`)."""
         return InboundMessage(
             channel=self.name,
             conversation=f"web:{conversation}",
             sender=SENDER,
             text=text,
             message_id=uuid.uuid4().hex,
+            attachments=images or [],
         )
 
     async def converse(
@@ -144,12 +186,15 @@ class WebChannel(Channel):
                 return
 
     async def send(self, message: OutboundMessage) -> str | None:
-        """The reply goes to the browser that waits for it, if it still does."""
-        queue = self._waiting.get(message.inbound_id or -1)
+        """The reply goes to the browser that waits for it, if it still does; anything else (a
+        job's reply, a post, a second reply of the same turn) to the pages open on its conversation."""
+        approval = approval_fields(message.approval) if message.approval is not None else None
+        reply = self.redactor.redact_data({"type": "reply", "text": message.text, "approval": approval})
+        queue = self._waiting.pop(message.inbound_id or -1, None)  # its first reply only
         if queue is not None:
-            approval = approval_fields(message.approval) if message.approval is not None else None
-            reply = {"type": "reply", "text": message.text, "approval": approval}
-            queue.put_nowait(self.redactor.redact_data(reply))
+            queue.put_nowait(reply)
+        else:
+            self.feeds.publish(message.conversation, {**reply, "type": "message"})
         return None
 
 

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode
 
+from ..channels.media import megabytes
 from ..kernel.redaction import Redactor, cut_text
+from .words import SCRIPT_WORDS, Lang, word
 
 if TYPE_CHECKING:
     from ..observe.traces import TraceSummary
@@ -24,13 +26,15 @@ if TYPE_CHECKING:
 from ..kernel.messages import JSON
 
 NAV = (
-    ("chat", "/console/", "Chat"),
-    ("tasks", "/console/tasks", "Tasks"),
-    ("approvals", "/console/approvals", "Approvals"),
-    ("deadletters", "/console/deadletters", "Dead letters"),
-    ("schedule", "/console/schedule", "Schedule"),
-    ("status", "/console/status", "Status"),
+    ("chat", "/console/"),
+    ("tasks", "/console/tasks"),
+    ("approvals", "/console/approvals"),
+    ("deadletters", "/console/deadletters"),
+    ("schedule", "/console/schedule"),
+    ("status", "/console/status"),
 )
+JOB_COLUMNS = ("id", "when", "next_fire", "conversation", "created_by", "last_fire", "prompt", "")
+DEAD_LETTER_COLUMNS = ("id", "died", "conversation", "attempts", "error", "text", "")
 BAR_WIDTH = 1000  # the SVG's own units; it is stretched to the column's width
 
 
@@ -39,8 +43,15 @@ def trace_url(task_id: str) -> str:
 
 
 class Pages:
-    def __init__(self, redactor: Redactor) -> None:
+    """The pages in one language (words.py): the console's own words in it, everything else as is."""
+
+    def __init__(self, redactor: Redactor, lang: Lang = "en") -> None:
         self.redactor = redactor
+        self.lang = lang
+
+    def w(self, key: str) -> str:
+        """One of the console's own words (words.py), in this page's language."""
+        return word(key, self.lang)
 
     def show(self, value: object) -> str:
         """Any value as HTML text: redacted, then escaped (quotes too: safe inside attributes)."""
@@ -49,68 +60,90 @@ class Pages:
 
     def layout(self, page: str, title: str, body: str, *, refresh: int | None = None) -> str:
         nav = "".join(
-            f'<a href="{href}"{" class=current" if key == page else ""}>{label}</a>'
-            for key, href, label in NAV
+            f'<a href="{href}"{" class=current" if key == page else ""}>{self.w(key)}</a>'
+            for key, href in NAV
         )
         meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
+        words = self.show({key: self.w(key) for key in SCRIPT_WORDS})
         document = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
+<html lang="{self.lang}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 {meta}<title>{self.show(title)} · hermes-core console</title>
 <link rel="stylesheet" href="/console/static/console.css">
 <script src="/console/static/console.js" defer></script>
-</head><body data-page="{page}"><header><strong>hermes-core</strong><nav>{nav}</nav></header>
+</head><body data-page="{page}" data-words="{words}">
+<header><strong>hermes-core</strong><nav>{nav}</nav></header>
 <main><h1>{self.show(title)}</h1>
 {_scrollable(body)}</main></body></html>"""
         return self.redactor.redact(document)
 
     # -- chat ------------------------------------------------------------------------------------
 
-    def chat(self) -> str:
-        body = """<div id="log" class="log" aria-live="polite"></div>
-<form id="chat" class="chat" autocomplete="off">
-<textarea id="message" name="message" rows="2" required
- placeholder="Message the agent (Enter to send)"></textarea>
-<button id="send" type="submit">Send</button>
-<button id="new-conversation" type="button" class="quiet">New conversation</button>
+    def chat(self, max_image_bytes: int) -> str:
+        """The chat: its log (earlier messages and those sent on their own are loaded by console.js),
+        the message box, and a picture to send with the message (at most `max_image_bytes`)."""
+        hint = self.w("conversation_hint").format(id='<code id="conversation"></code>')
+        body = f"""<div id="log" class="log" aria-live="polite"></div>
+<form id="chat" class="chat" autocomplete="off" data-max-image="{max_image_bytes}"
+ data-max-image-text="{self.show(megabytes(max_image_bytes))}">
+<textarea id="message" name="message" rows="2"
+ placeholder="{self.w("message_placeholder")}"></textarea>
+<label class="picture quiet">{self.w("picture")} <input id="picture" type="file" accept="image/*"></label>
+<button id="send" type="submit">{self.w("send")}</button>
+<button id="new-conversation" type="button" class="quiet">{self.w("new_conversation")}</button>
+<div id="picture-error" class="error" role="alert"></div>
 </form>
-<p class="hint">Conversation <code id="conversation"></code>: the same gateway path as every channel;
-each reply links to its trace.</p>"""
-        return self.layout("chat", "Chat", body)
+<p class="hint">{hint}</p>"""
+        return self.layout("chat", self.w("chat"), body)
 
     # -- tasks -----------------------------------------------------------------------------------
 
     def tasks(self, rows: list[TraceSummary] | None, filters: dict[str, str]) -> str:
         if rows is None:
-            return self.layout("tasks", "Tasks", NO_TRACES)
+            return self.layout("tasks", self.w("tasks"), self._no_traces())
         failed = " checked" if filters.get("failed") else ""
         form = f"""<form class="filters" method="get" action="/console/tasks">
-<label><input type="checkbox" name="failed" value="1"{failed}> failed only</label>
-<label>conversation <input name="conversation" value="{self.show(filters.get("conversation", ""))}"></label>
-<label>tool <input name="tool" value="{self.show(filters.get("tool", ""))}"></label>
-<button type="submit">Filter</button> <a href="/console/tasks">clear</a></form>"""
-        head = "<tr><th>started</th><th>task</th><th>conversation</th><th>input</th><th>reply</th>"
-        head += "<th>outcome</th><th>model calls</th><th>tools</th><th>tokens</th><th>time</th></tr>"
-        body = "".join(self._task_row(row) for row in rows) or '<tr><td colspan="10">No tasks.</td></tr>'
+<label><input type="checkbox" name="failed" value="1"{failed}> {self.w("failed_only")}</label>
+<label>{self.w("conversation")}
+<input name="conversation" value="{self.show(filters.get("conversation", ""))}"></label>
+<label>{self.w("tool")} <input name="tool" value="{self.show(filters.get("tool", ""))}"></label>
+<button type="submit">{self.w("filter")}</button> <a href="/console/tasks">{self.w("clear")}</a></form>"""
+        columns = ("started", "task", "conversation", "input", "reply", "outcome", "model_calls", "tools",
+                   "tokens", "time")  # fmt: skip
+        head = self._head(columns)
+        empty = f'<tr><td colspan="10">{self.w("no_tasks")}</td></tr>'
+        body = "".join(self._task_row(row) for row in rows) or empty
         table = f'<table id="tasks" class="tasks"><thead>{head}</thead><tbody>{body}</tbody></table>'
-        return self.layout("tasks", "Tasks", form + table)
+        return self.layout("tasks", self.w("tasks"), form + table)
+
+    def _head(self, columns: tuple[str, ...]) -> str:
+        """A table's head row: each column's name in this page's language ("" for none)."""
+        return "<tr>" + "".join(f"<th>{self.w(key) if key else ''}</th>" for key in columns) + "</tr>"
+
+    def _no_traces(self) -> str:
+        return f"<p>{self.w('no_traces')}</p>"
 
     def _task_row(self, row: TraceSummary) -> str:
         task_id = str(row.get("task_id", ""))
-        tools = ", ".join(str(name) for name in row.get("tool_names") or [])
-        return (  # data-label: the column's name, shown before each value on a phone (console.css)
-            f'<tr class="{"ok" if row.get("ok") else "failed"}">'
-            f'<td data-label="started">{_when(row.get("started_at"))}</td>'
-            f'<td data-label="task"><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
-            f"<td data-label=conversation>{self.show(row.get('conversation') or '')}</td>"
-            f"<td data-label=input>{self.show(_clip(row.get('input')))}</td>"
-            f"<td data-label=reply>{self.show(_clip(row.get('reply')))}</td>"
-            f"<td data-label=outcome>{self._outcome(row)}</td>"
-            f"<td data-label='model calls'>{self.show(row.get('model_calls', ''))}</td>"
-            f"<td data-label=tools>{self.show(tools)}</td>"
-            f"<td data-label=tokens>{self.show(_tokens(row.get('tokens')))}</td>"
-            f"<td data-label=time>{_seconds(row.get('started_at'), row.get('finished_at'))}</td></tr>"
-        )
+        names = row.get("tool_names") or []
+        tools = ", ".join(f'<span class="tool-name">{self.show(str(name))}</span>' for name in names)
+        cells = [
+            ("started", _when(row.get("started_at"))),
+            ("task", f'<a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
+            ("conversation", self.show(row.get("conversation") or "")),
+            ("input", self.show(_clip(row.get("input")))),
+            ("reply", self.show(_clip(row.get("reply")))),
+            ("outcome", self._outcome(row)),
+            ("model_calls", self.show(row.get("model_calls", ""))),
+            ("tools", tools),
+            ("tokens", self.show(_tokens(row.get("tokens")))),
+            ("time", _seconds(row.get("started_at"), row.get("finished_at"))),
+        ]
+        return f'<tr class="{"ok" if row.get("ok") else "failed"}">{self._cells(cells)}</tr>'
+
+    def _cells(self, cells: list[tuple[str, str]]) -> str:
+        """A row's cells, each with its column's name (data-label: shown before it on a phone)."""
+        return "".join(f'<td data-label="{self.w(key) if key else ""}">{value}</td>' for key, value in cells)
 
     def _outcome(self, record: Mapping[str, Any]) -> str:
         reason = record.get("stop_reason") or ("completed" if record.get("ok") else "failed")
@@ -134,18 +167,17 @@ each reply links to its trace.</p>"""
         summary = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
         parts = [
             f'<dl class="facts">{summary}</dl>',
-            f'<h2>Input</h2><pre class="input">{self.show(record.get("input") or "")}</pre>',
-            f"<h2>Timeline</h2>{self._timeline(record)}",
+            f'<h2>{self.w("input")}</h2><pre class="input">{self.show(record.get("input") or "")}</pre>',
+            f"<h2>{self.w('timeline')}</h2>{self._timeline(record)}",
         ]
         if record.get("error"):
-            parts.append(f'<h2>Error</h2><pre class="error">{self.show(record["error"])}</pre>')
+            parts.append(f'<h2>{self.w("error")}</h2><pre class="error">{self.show(record["error"])}</pre>')
         if record.get("approvals"):
-            parts.append(f"<h2>Approvals</h2>{self._approvals_of(record['approvals'])}")
-        parts.append(
-            f'<h2>Reply</h2><pre id="reply" class="reply">{self.show(record.get("reply") or "")}</pre>'
-        )
+            parts.append(f"<h2>{self.w('approvals')}</h2>{self._approvals_of(record['approvals'])}")
+        reply = self.show(record.get("reply") or "")
+        parts.append(f'<h2>{self.w("reply")}</h2><pre id="reply" class="reply">{reply}</pre>')
         parts.append(self._messages(record.get("messages") or []))
-        return self.layout("tasks", f"Task {task_id}", "\n".join(parts))
+        return self.layout("tasks", f"{self.w('task_title')} {task_id}", "\n".join(parts))
 
     def _timeline(self, record: dict[str, JSON]) -> str:
         model_calls = list(record.get("model_calls") or [])
@@ -159,7 +191,7 @@ each reply links to its trace.</p>"""
             )
         turns = {call.get("turn") for call in model_calls}
         rows.extend(self._tool_row(t, start, total) for t in tool_calls if t.get("turn") not in turns)
-        head = "<tr><th>step</th><th>what</th><th>time</th><th>detail</th></tr>"
+        head = self._head(("step", "what", "time", "detail"))
         body = "".join(rows)
         return f'<table id="timeline" class="timeline"><thead>{head}</thead><tbody>{body}</tbody></table>'
 
@@ -239,14 +271,14 @@ each reply links to its trace.</p>"""
 
     def missing_trace(self, task_id: str, has_store: bool) -> str:
         text = (
-            NO_TRACES
+            self._no_traces()
             if not has_store
             else (
                 f"<p>No trace of <code>{self.show(task_id)}</code> yet: a task's trace is written when it "
                 'finishes or pauses. <a href="">Reload</a></p>'
             )
         )
-        return self.layout("tasks", "Task not found", text)
+        return self.layout("tasks", self.w("task_missing"), text)
 
     # -- approvals ------------------------------------------------------------------------------
 
@@ -254,51 +286,55 @@ each reply links to its trace.</p>"""
         self, waiting: list[dict[str, JSON]], recent: list[dict[str, JSON]], has_store: bool
     ) -> str:
         if not has_store:
-            return self.layout("approvals", "Approvals", "<p>Approvals are not configured.</p>")
-        head = "<tr><th>id</th><th>tool</th><th>arguments</th><th>asked by</th><th>task</th>"
+            return self.layout("approvals", self.w("approvals"), f"<p>{self.w('no_approvals')}</p>")
+        columns = ("id", "tool", "arguments", "asked_by", "task")
         rows = "".join(self._approval_row(p, decidable=True) for p in waiting)
-        rows = rows or '<tr><td colspan="7">Nothing waits for a decision.</td></tr>'
+        rows = rows or f'<tr><td colspan="7">{self.w("nothing_waits")}</td></tr>'
         done = "".join(self._approval_row(p, decidable=False) for p in recent)
         body = (
-            f'<table id="approvals" class="approvals"><thead>{head}<th>expires</th><th></th></tr></thead>'
-            f"<tbody>{rows}</tbody></table><h2>Recently decided</h2>"
-            f'<table id="decided" class="approvals"><thead>{head}<th>decided</th><th>status</th></tr></thead>'
-            f"<tbody>{done}</tbody></table>"
+            f'<table id="approvals" class="approvals cards">'
+            f"<thead>{self._head((*columns, 'expires', ''))}</thead><tbody>{rows}</tbody></table>"
+            f'<h2>{self.w("recently_decided")}</h2><table id="decided" class="approvals cards">'
+            f"<thead>{self._head((*columns, 'decided', 'state'))}</thead><tbody>{done}</tbody></table>"
         )
-        return self.layout("approvals", "Approvals", body)
+        return self.layout("approvals", self.w("approvals"), body)
 
     def _approval_row(self, pending: dict[str, JSON], *, decidable: bool) -> str:
         pid = self.show(pending.get("id", ""))
         task_id = str(pending.get("task_id", ""))
         if decidable:
             last = (
-                f'<button class="decide" data-approval="{pid}" data-decision="approve">Approve</button> '
-                f'<button class="decide quiet" data-approval="{pid}" data-decision="reject">Reject</button>'
+                f'<button class="decide" data-approval="{pid}" data-decision="approve">'
+                f"{self.w('approve')}</button> "
+                f'<button class="decide quiet" data-approval="{pid}" data-decision="reject">'
+                f"{self.w('reject')}</button>"
             )
             expires = _until(pending.get("expires_at"))
         else:
             by = f" by {pending['decided_by']}" if pending.get("decided_by") else ""
             last, expires = self.show(f"{pending.get('status', '')}{by}"), _when(pending.get("decided_at"))
         who = f"{pending.get('requested_by', '')} ({pending.get('channel', '')})"
-        return (
-            f'<tr id="approval-{pid}"><td><code>{pid}</code></td>'
-            f"<td>{self.show(pending.get('tool', ''))}</td>"
-            f'<td><pre class="arguments">{self.show(_pretty(pending.get("arguments")))}</pre></td>'
-            f"<td>{self.show(who)}</td>"
-            f'<td><a href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a></td>'
-            f"<td>{expires}</td><td>{last}</td></tr>"
-        )
+        cells = [
+            ("id", f'<code class="id">{pid}</code>'),
+            ("tool", f'<span class="tool-name">{self.show(pending.get("tool", ""))}</span>'),
+            ("arguments", f'<pre class="arguments">{self.show(_pretty(pending.get("arguments")))}</pre>'),
+            ("asked_by", self.show(who)),
+            ("task", f'<a class="id" href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
+            ("expires" if decidable else "decided", expires),
+            ("" if decidable else "state", last),
+        ]
+        return f'<tr id="approval-{pid}">{self._cells(cells)}</tr>'
 
     # -- dead letters ----------------------------------------------------------------------------
 
     def dead_letters(self, rows: list[dict[str, JSON]] | None) -> str:
         """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
+        title = self.w("deadletters")
         if rows is None:
-            return self.layout("deadletters", "Dead letters", "<p>This gateway keeps no dead letters.</p>")
-        columns = ("id", "died", "conversation", "attempts", "error", "text", "")
-        head = "<tr>" + "".join(f"<th>{name}</th>" for name in columns) + "</tr>"
+            return self.layout("deadletters", title, f"<p>{self.w('keeps_no_dead_letters')}</p>")
+        head = self._head(DEAD_LETTER_COLUMNS)
         body_rows = "".join(self._dead_letter_row(row) for row in rows)
-        body_rows = body_rows or '<tr><td colspan="7">No reply was given up on.</td></tr>'
+        body_rows = body_rows or f'<tr><td colspan="7">{self.w("no_dead_letters")}</td></tr>'
         hint = (
             '<p class="hint">A reply is dead-lettered when the platform refuses it for good (the bot was '
             "removed from the chat, the chat was dissolved…) or after repeated real failures — never "
@@ -306,40 +342,40 @@ each reply links to its trace.</p>"""
             "idempotency key, so it is never delivered twice.</p>"
         )
         table = (
-            f'<table id="deadletters" class="approvals"><thead>{head}</thead>'
+            f'<table id="deadletters" class="approvals cards"><thead>{head}</thead>'
             f"<tbody>{body_rows}</tbody></table>"
         )
-        return self.layout("deadletters", "Dead letters", hint + table)
+        return self.layout("deadletters", title, hint + table)
 
     def schedule(self, jobs: list[dict[str, Any]] | None) -> str:
         """Scheduled jobs (schedule/jobs.py `Job.describe()`), each active one with a Cancel button."""
         if jobs is None:
-            return self.layout("schedule", "Schedule", "<p>Scheduling is off in this gateway.</p>")
-        columns = ("id", "when", "next fire", "conversation", "created by", "last fire", "prompt", "")
-        head = "<tr>" + "".join(f"<th>{name}</th>" for name in columns) + "</tr>"
+            return self.layout("schedule", self.w("schedule"), f"<p>{self.w('scheduling_off')}</p>")
+        head = self._head(JOB_COLUMNS)
         rows = "".join(self._job_row(job) for job in jobs)
-        rows = rows or f'<tr><td colspan="{len(columns)}">No job is scheduled.</td></tr>'
+        rows = rows or f'<tr><td colspan="{len(JOB_COLUMNS)}">{self.w("no_jobs")}</td></tr>'
         hint = (
             '<p class="hint">Jobs come from chat (<code>schedule_task</code>), from '
             "<code>schedule.jobs</code> in the configuration and from <code>hermes-core schedule "
             "add</code>. Each fire runs once as a task in its conversation; the last fire says "
             "whether it ran, was skipped or refused.</p>"
         )
-        table = f'<table id="schedule" class="approvals"><thead>{head}</thead><tbody>{rows}</tbody></table>'
-        return self.layout("schedule", "Schedule", hint + table)
+        table = f'<table id="schedule" class="approvals cards"><thead>{head}</thead><tbody>{rows}</tbody>'
+        table += "</table>"
+        return self.layout("schedule", self.w("schedule"), hint + table)
 
     def _job_row(self, job: dict[str, Any]) -> str:
         jid = self.show(job.get("id", ""))
         active = job.get("status") == "active"
-        action = f'<button class="cancel-job" data-job="{jid}">Cancel</button>' if active else self.show(
-            job.get("status", ""))  # fmt: skip
+        cancel = f'<button class="cancel-job" data-job="{jid}">{self.w("cancel")}</button>'
+        action = cancel if active else self.show(job.get("status", ""))
         last = f"{_when(job.get('last_fire'))} {self.show(job.get('last_outcome') or '')}".strip()
         upcoming = self.show(job.get("next_fire_local") or "-")
-        cells = [f"<code>{jid}</code>", self.show(job.get("when", "")), upcoming,
+        cells = [f'<code class="id">{jid}</code>', self.show(job.get("when", "")), upcoming,
                  self.show(f"{job.get('conversation', '')} ({job.get('channel', '')})"),
                  self.show(f"{job.get('channel', '')}:{job.get('sender', '')}"), last or "-",
                  self.show(job.get("prompt", "")), action]  # fmt: skip
-        return f'<tr id="job-{jid}">' + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+        return f'<tr id="job-{jid}">{self._cells(list(zip(JOB_COLUMNS, cells, strict=True)))}</tr>'
 
     def _dead_letter_row(self, row: dict[str, Any]) -> str:
         did = self.show(row.get("id", ""))
@@ -347,75 +383,89 @@ each reply links to its trace.</p>"""
         button = (
             "resend requested"
             if row.get("resend_requested_at")
-            else f'<button class="resend" data-deadletter="{did}">Resend</button>'
+            else f'<button class="resend" data-deadletter="{did}">{self.w("resend")}</button>'
         )
-        return (
-            f'<tr id="deadletter-{did}"><td><code>{did}</code></td><td>{_when(row.get("dead_at"))}</td>'
-            f"<td>{self.show(conversation)}</td><td>{self.show(row.get('attempts', ''))}</td>"
-            f'<td><pre class="arguments">{self.show(row.get("error", ""))}</pre></td>'
-            f"<td>{self.show(row.get('text', ''))}</td><td>{button}</td></tr>"
-        )
+        cells = [f'<code class="id">{did}</code>', _when(row.get("dead_at")), self.show(conversation),
+                 self.show(row.get("attempts", "")),
+                 f'<pre class="arguments">{self.show(row.get("error", ""))}</pre>',
+                 self.show(row.get("text", "")), button]  # fmt: skip
+        named = list(zip(DEAD_LETTER_COLUMNS, cells, strict=True))
+        return f'<tr id="deadletter-{did}">{self._cells(named)}</tr>'
 
     # -- status ----------------------------------------------------------------------------------
 
     def status(self, data: dict[str, JSON]) -> str:
         gateway = data["gateway"]
         cards = [
-            ("accepting messages", "yes" if gateway.get("ok") else "no"),
-            ("turns in flight", gateway.get("conversations_busy", 0)),
-            ("messages waiting", gateway.get("messages_waiting", 0)),
-            ("replies waiting", gateway.get("replies_waiting", 0)),
-            ("inbox pending", gateway.get("inbox_pending", "?")),
-            ("outbox pending", gateway.get("outbox_pending", "?")),
-            ("dead letters", gateway.get("dead_letters", "?")),
-            ("set aside", gateway.get("set_aside", "?")),
-            ("approvals waiting", data.get("approvals_waiting", 0)),
-            ("turns done", gateway.get("turns_done", 0)),
-            ("replies sent", gateway.get("replies_sent", 0)),
+            ("accepting", self.w("yes") if gateway.get("ok") else self.w("no")),
+            ("turns_in_flight", gateway.get("conversations_busy", 0)),
+            ("messages_waiting", gateway.get("messages_waiting", 0)),
+            ("replies_waiting", gateway.get("replies_waiting", 0)),
+            ("inbox_pending", gateway.get("inbox_pending", "?")),
+            ("outbox_pending", gateway.get("outbox_pending", "?")),
+            ("dead_letters", gateway.get("dead_letters", "?")),
+            ("set_aside", gateway.get("set_aside", "?")),
+            ("approvals_waiting", data.get("approvals_waiting", 0)),
+            ("turns_done", gateway.get("turns_done", 0)),
+            ("replies_sent", gateway.get("replies_sent", 0)),
         ]
         rates = data["rates"]
         cards += [
-            ("turns / min", f"{rates['turns_per_minute']:.1f}"),
-            ("sends / min", f"{rates['sends_per_minute']:.1f}"),
+            ("turns_per_minute", f"{rates['turns_per_minute']:.1f}"),
+            ("sends_per_minute", f"{rates['sends_per_minute']:.1f}"),
         ]
-        grid = "".join(f'<div class="card"><b>{self.show(v)}</b><span>{k}</span></div>' for k, v in cards)
+        grid = "".join(
+            f'<div class="card"><b>{self.show(v)}</b><span>{self.w(k)}</span></div>' for k, v in cards
+        )
         parts = [
             f'<div id="status" class="cards">{grid}</div>',
-            '<p class="hint">Rates: in the last minute. This page refreshes every 5 s.</p>',
-            "<h2>Conversations</h2>" + self._lanes(data["lanes"]),
-            "<h2>Model</h2>" + self._model(data["model"]),
+            f'<p class="hint">{self.w("status_hint")}</p>',
+            f"<h2>{self.w('conversations')}</h2>" + self._lanes(data["lanes"]),
+            f"<h2>{self.w('model')}</h2>" + self._configured(data.get("configured"), data.get("degraded")),
+            self._model(data["model"]),
         ]
-        return self.layout("status", "Status", "\n".join(parts), refresh=5)
+        return self.layout("status", self.w("status"), "\n".join(parts), refresh=5)
 
     def _lanes(self, lanes: dict[str, dict[str, int]]) -> str:
         names = sorted(set(lanes["turns"]) | set(lanes["replies"]))
         if not names:
-            return "<p>No conversation is busy.</p>"
+            return f"<p>{self.w('no_busy_conversation')}</p>"
         rows = "".join(
             f"<tr><td>{self.show(name)}</td><td>{1 if lanes['turns'].get(name) else 0}</td>"
             f"<td>{max(0, lanes['turns'].get(name, 0) - 1)}</td><td>{lanes['replies'].get(name, 0)}</td></tr>"
             for name in names
         )
-        head = "<tr><th>conversation</th><th>turn in flight</th><th>messages waiting</th>"
-        head += "<th>replies to send</th></tr>"
+        head = self._head(("conversation", "turn_in_flight", "messages_waiting", "replies_to_send"))
         return f'<table id="lanes"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+
+    def _configured(self, configured: dict[str, JSON] | None, degraded: JSON) -> str:
+        """Which model is configured (provider, model, the endpoint's host; never a key), and what
+        is degraded (status JSON `degraded`: a part not working yet, as /healthz reports it)."""
+        rows: list[tuple[str, JSON]] = [(self.w("model_name"), self.w("no_model"))]
+        if configured is not None:
+            rows = [(self.w(key), configured.get(field) or "–") for key, field in
+                    (("provider", "provider"), ("model_name", "model"), ("endpoint", "host"))]  # fmt: skip
+        parts = degraded if isinstance(degraded, list) else []
+        rows += [(self.w("degraded"), _compact(part)) for part in parts]
+        body = "".join(f"<tr><th>{k}</th><td>{self.show(v)}</td></tr>" for k, v in rows)
+        return f'<table id="configured" class="facts">{body}</table>'
 
     def _model(self, model: dict[str, JSON] | None) -> str:
         if model is None:
-            return NO_TRACES
+            return self._no_traces()
         rate = f"{model['error_rate'] * 100:.1f}%" if model["model_calls"] else "–"
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(model["stop_reasons"].items())) or "–"
         rows = [
-            ("tasks (last hour)", model["tasks"]),
-            ("failed tasks", model["failed"]),
-            ("model calls", model["model_calls"]),
-            ("failed model calls", model["model_errors"]),
-            ("model error rate", rate),
-            ("tokens", model["tokens"]),
-            ("outcomes", reasons),
+            (self.w("tasks_last_hour"), model["tasks"]),
+            (self.w("failed_tasks"), model["failed"]),
+            (self.w("model_calls"), model["model_calls"]),
+            (self.w("failed_model_calls"), model["model_errors"]),
+            (self.w("model_error_rate"), rate),
+            (self.w("tokens"), model["tokens"]),
+            (self.w("outcomes"), reasons),
         ]
         body = "".join(f"<tr><th>{k}</th><td>{self.show(v)}</td></tr>" for k, v in rows)
-        link = '<p><a href="/console/tasks?failed=1">Failed tasks</a></p>'
+        link = f'<p><a href="/console/tasks?failed=1">{self.w("failed_tasks_link")}</a></p>'
         return f'<table id="model" class="facts">{body}</table>{link}'
 
     # -- access ----------------------------------------------------------------------------------
@@ -423,21 +473,18 @@ each reply links to its trace.</p>"""
     def login(self, error: str = "") -> str:
         message = f'<p class="error">{self.show(error)}</p>' if error else ""
         body = f"""{message}<form class="login" method="post" action="/console/login">
-<label>Console token
+<label>{self.w("token")}
 <input id="token" type="password" name="token" autocomplete="current-password" autofocus></label>
-<button type="submit">Open</button></form>
+<button type="submit">{self.w("open")}</button></form>
 <p class="hint">The token is the value of the server's console token variable (HERMES_CONSOLE_TOKEN).</p>"""
-        return self.layout("login", "Console login", body)
+        return self.layout("login", self.w("login"), body)
 
     def refused(self) -> str:
         text = (
             "<p>The console answers only on this machine (a loopback address, not through a proxy). "
             "To open it to others, set HERMES_CONSOLE_TOKEN on the server.</p>"
         )
-        return self.layout("refused", "Console not available here", text)
-
-
-NO_TRACES = "<p>No trace store is configured: tasks are not recorded.</p>"
+        return self.layout("refused", self.w("refused"), text)
 
 
 def filters_query(filters: dict[str, str]) -> str:

@@ -1,8 +1,11 @@
-// The console's only script: chat with streamed replies, approval and resend buttons.
+// The console's only script: chat with streamed replies, its earlier messages and the ones sent on
+// their own (server-sent events), a picture with a message, approval and resend buttons.
 // Text from the server is always set with textContent, never parsed as HTML.
 "use strict";
 
 (() => {
+  const words = JSON.parse(document.body.dataset.words || "{}"); // the page's language (words.py)
+
   const post = (url, body) =>
     fetch(url, {
       method: "POST",
@@ -33,9 +36,13 @@
     return id;
   };
 
-  const bubble = (who, text) => {
+  const bubble = (who, text, proactive) => {
     const box = element("div", "msg " + who);
     box.append(element("div", "text", text || ""), element("div", "meta"));
+    if (proactive) {
+      box.classList.add("proactive");
+      box.querySelector(".meta").textContent = words.proactive;
+    }
     log.append(box);
     box.scrollIntoView({ block: "end" });
     return box;
@@ -43,9 +50,9 @@
 
   const showApproval = (box, approval) => {
     const panel = element("div", "approval");
-    panel.append(element("div", "", "Approval needed: " + approval.tool + " " + approval.arguments));
+    panel.append(element("div", "", words.approval_needed + " " + approval.tool + " " + approval.arguments));
     for (const decision of ["approve", "reject"]) {
-      const button = element("button", decision, decision === "approve" ? "Approve" : "Reject");
+      const button = element("button", decision, words[decision]);
       button.type = "button";
       button.addEventListener("click", () => {
         panel.querySelectorAll("button").forEach((b) => (b.disabled = true));
@@ -86,7 +93,7 @@
       if (!type.startsWith("application/x-ndjson")) {
         const answer = await response.json();
         box.classList.remove("streaming");
-        box.querySelector(".text").textContent = answer.error ? "Error: " + answer.error : answer.status;
+        box.querySelector(".text").textContent = answer.error ? words.error + ": " + answer.error : answer.status;
         return;
       }
       const reader = response.body.getReader();
@@ -102,22 +109,67 @@
       }
     } catch (error) {
       box.classList.remove("streaming");
-      box.querySelector(".text").textContent = "Error: " + error;
+      box.querySelector(".text").textContent = words.error + ": " + error;
     }
   };
+
+  // The conversation's earlier messages (from the server's session store), then every reply sent
+  // on its own (a scheduled job's, a post) as it is sent, for as long as the page is open.
+  let feed = null;
+  const follow = (conversation) => {
+    if (feed) feed.close();
+    const query = "?conversation=" + encodeURIComponent(conversation);
+    delete log.dataset.loaded;
+    const mine = (feed = new EventSource("/console/api/events" + query));
+    feed.onmessage = (event) => {
+      const reply = JSON.parse(event.data);
+      const box = bubble("agent", reply.text, true);
+      if (reply.approval) showApproval(box, reply.approval);
+    };
+    fetch("/console/api/history" + query, { credentials: "same-origin" })
+      .then((response) => response.json())
+      .then((answer) => {
+        if (feed !== mine) return; // another conversation was started meanwhile
+        const earlier = (answer.messages || []).map((m) => bubble(m.role, m.text, m.proactive));
+        log.prepend(...earlier); // before anything the feed brought meanwhile
+        log.scrollTop = log.scrollHeight;
+        log.dataset.loaded = "true"; // the history is in (tests wait for it)
+      });
+  };
+
+  const readPicture = (file) =>
+    new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(reader.result);
+      reader.onerror = () => reject(reader.error);
+      reader.readAsDataURL(file);
+    });
 
   if (form) {
     let conversation = conversationId(false);
     const input = document.getElementById("message");
     const send = document.getElementById("send");
+    const picture = document.getElementById("picture");
+    const pictureError = document.getElementById("picture-error");
+    follow(conversation);
+    picture.addEventListener("change", () => {
+      const file = picture.files[0];
+      const tooLarge = file && file.size > Number(form.dataset.maxImage);
+      pictureError.textContent = tooLarge ? words.too_large.replace("{limit}", form.dataset.maxImageText) : "";
+      if (tooLarge) picture.value = "";
+    });
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const message = input.value.trim();
-      if (!message) return;
+      const file = picture.files[0];
+      if (!message && !file) return;
+      const body = { message, conversation };
+      if (file) body.image = await readPicture(file);
       input.value = "";
+      picture.value = "";
       send.disabled = true;
-      bubble("user", message);
-      await stream("/console/api/chat", { message, conversation }, bubble("agent streaming"));
+      bubble("user", file ? (message + "\n[" + file.name + "]").trim() : message);
+      await stream("/console/api/chat", body, bubble("agent streaming"));
       send.disabled = false;
       input.focus();
     });
@@ -130,6 +182,7 @@
     document.getElementById("new-conversation").addEventListener("click", () => {
       conversation = conversationId(true);
       log.replaceChildren();
+      follow(conversation);
     });
   }
 
@@ -145,7 +198,7 @@
       if (response.ok) {
         window.location.reload();
       } else {
-        row.lastElementChild.textContent = "Error: " + answer.error;
+        row.lastElementChild.textContent = words.error + ": " + answer.error;
       }
     });
   });
@@ -158,7 +211,7 @@
       const url = "/console/api/deadletters/" + encodeURIComponent(button.dataset.deadletter) + "/resend";
       const response = await post(url, {});
       const answer = await response.json();
-      button.parentElement.textContent = response.ok ? "resent" : "Error: " + answer.error;
+      button.parentElement.textContent = response.ok ? words.resent : words.error + ": " + answer.error;
     });
   });
 
@@ -170,7 +223,7 @@
       const url = "/console/api/schedule/" + encodeURIComponent(button.dataset.job) + "/cancel";
       const response = await post(url, {});
       const answer = await response.json();
-      button.parentElement.textContent = response.ok ? "cancelled" : "Error: " + answer.error;
+      button.parentElement.textContent = response.ok ? words.cancelled : words.error + ": " + answer.error;
     });
   });
 })();
