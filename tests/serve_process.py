@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,14 +45,18 @@ SERVING = re.compile(r"serving on (http://\S+) \((.*)\)")
 
 
 def start_serve(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None, stderr: int | None = subprocess.STDOUT
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    stderr: int | None = subprocess.STDOUT,
+    python: str | Path = sys.executable,
 ) -> tuple[subprocess.Popen[str], re.Match[str]]:
     """`python -m hermes_core <args>` in `cwd`, read up to its `serving on <url> (<routes>)` line.
 
     Returns the process and that line's match (group 1 the base URL, group 2 the routes). With
     `stderr=subprocess.PIPE` the log stays apart from stdout (read it after `stop_serve`)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "hermes_core", *args], cwd=cwd, env=dict(CLEAN_ENV if env is None else env),
+        [str(python), "-m", "hermes_core", *args], cwd=cwd, env=dict(CLEAN_ENV if env is None else env),
         stdout=subprocess.PIPE, stderr=stderr, text=True,
     )  # fmt: skip
     assert process.stdout is not None
@@ -186,3 +192,48 @@ class Server:
                     self.process.kill()
                     self.process.wait()
         return time.monotonic() - started
+
+
+class Program:
+    """A `python -m` program whose output lines are read in the background."""
+
+    def __init__(
+        self, *args: str, cwd: Path, env: dict[str, str] | None = None, python: str | Path = sys.executable
+    ) -> None:
+        self.process = subprocess.Popen(
+            [str(python), "-m", *args], cwd=cwd, env=env or clean_environ(), text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        """The first line (from here on) holding `text`."""
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r} in:\n{''.join(self.seen)}") from None
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def type(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=15)
+        finally:
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    stream.close()

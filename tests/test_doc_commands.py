@@ -269,6 +269,8 @@ def endpoint() -> Iterator[str]:
 
 @pytest.fixture
 def workdir(recorded: Path, tmp_path: Path) -> Path:
+    """The clone, with the README's configuration example as ./hermes.yaml (for the commands that
+    name it; the test removes it for the others, which run as in a fresh clone)."""
     folder = tmp_path / "clone"
     shutil.copytree(recorded, folder, symlinks=True)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -468,6 +470,8 @@ def test_each_documented_command_works(doc: DocCommand, workdir: Path, endpoint:
         for page in pages:  # that test must exist and read this page
             assert page in (Path(__file__).parent / RUN_BY[page]).read_text("utf-8"), page
         return
+    if "hermes.yaml" not in command:  # a command without --config reads ./hermes.yaml: a fresh clone has none
+        (workdir / "hermes.yaml").unlink()
     try:
         for part in command.split(" && "):
             exercise(part.strip(), workdir)

@@ -10,10 +10,8 @@ wire format (text, tool_calls, an error object) as `FakeReply` sends them.
 from __future__ import annotations
 
 import json
-import queue
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_process import clean_environ, free_port, start_serve, stop_serve
+from serve_process import Program, clean_environ, free_port, start_serve, stop_serve
 
 SCRIPT = """\
 - Hello from the script!
@@ -31,49 +29,6 @@ SCRIPT = """\
 - error: 429
   message: slow down
 """
-
-
-class Program:
-    """A `python -m` program whose output lines are read in the background."""
-
-    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", *args], cwd=cwd, env=env or clean_environ(), text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line)
-
-    def wait_for(self, text: str, timeout: float = 30.0) -> str:
-        """The first line (from here on) holding `text`."""
-        while True:
-            try:
-                line = self.lines.get(timeout=timeout)
-            except queue.Empty:
-                raise AssertionError(f"no line with {text!r} in:\n{''.join(self.seen)}") from None
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def type(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def stop(self) -> int:
-        self.process.terminate()
-        try:
-            return self.process.wait(timeout=15)
-        finally:
-            for stream in (self.process.stdin, self.process.stdout):
-                if stream is not None:
-                    stream.close()
 
 
 @pytest.fixture

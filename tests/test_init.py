@@ -187,3 +187,21 @@ def test_the_global_config_flag_names_the_file(tmp_path: Path, capsys: pytest.Ca
     assert not (tmp_path / "hermes.yaml").exists()
     assert load_settings(tmp_path / "team.yaml", env={}, dotenv=None).model.provider == "ollama"
     assert "configuration: team.yaml" in capsys.readouterr().out
+
+
+def test_the_folder_init_wrote_is_read_without_config(tmp_path: Path) -> None:
+    """Attack (found by the first-hour test): `init`, then `serve` in that folder as the README says,
+    ignored the hermes.yaml just written — a vllm bot with HERMES_BASE_URL set was refused for "no
+    model name" although the file names one. A command without --config reads ./hermes.yaml."""
+    from hermes_core.testing.fake_openai import FakeOpenAIServer
+
+    assert main(init_flags("vllm", "terminal")) == 0
+    with FakeOpenAIServer(default_tool_args={"expression": "2+3"}) as fake:
+        env = clean_environ(HERMES_BASE_URL=fake.base_url)
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_core", "run", "what is 2+3?"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert fake.requests and fake.requests[0].model == "served-model"
+    assert "done:" in done.stdout

@@ -11,8 +11,10 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from .onboarding import CONFIG_NAME as DEFAULT_CONFIG
 from .onboarding import add_init_command
 
 if TYPE_CHECKING:  # imported by the commands that need them (see above)
@@ -40,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         "or with HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); "
         "`hermes-core doctor` checks it.",
     )
-    parser.add_argument("--config", help="YAML configuration file")
+    parser.add_argument(
+        "--config", help=f"YAML configuration file (default: ./{DEFAULT_CONFIG} when there is one)"
+    )
     parser.add_argument(
         "--provider", help="provider preset, e.g. deepseek, qwen, ollama (overrides configuration)"
     )
@@ -167,6 +171,8 @@ def add_turn_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config is None and args.command != "init" and Path(DEFAULT_CONFIG).is_file():
+        args.config = DEFAULT_CONFIG  # what `init` wrote here: `serve` in the bot's folder reads it
     if args.command is None:
         parser.print_help()
         return 0
