@@ -673,10 +673,10 @@ def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:
 
     keys = ("id", "tool", "arguments", "requested_by", "created_at", "expires_at", "status")
     fields = {key: approval.get(key) for key in keys}
-    try:  # the same reading as the registry's, which asked for the approval only once it had read them
+    try:  # the registry's own reading: it asks for an approval only once it has read the arguments
         fields["arguments"] = parse_arguments(approval.get("arguments"))
-    except ArgumentError:
-        pass  # a record changed since (redacted): shown as kept
+    except ArgumentError:  # a record the registry did not write (another engine's, an older one)
+        pass  # shown as stored rather than not at all
     channel, requester = approval.get("channel"), approval.get("requested_by")
     if channel and requester:
         fields["requested_by"] = qualified(str(channel), str(requester))
