@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import subprocess
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +31,7 @@ from hermes_core.gateway.model_health import MISCONFIGURED, ModelHealth
 from hermes_core.gateway.server import serve
 from hermes_core.models.providers import Endpoint
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from serve_process import clean_environ, start_serve, stop_serve
 
 RIGHT_KEY = "sk-right-5f1c0e9a7b3d44e1"
 WRONG_KEY = "sk-wrong-83d2aa61c4f07b95"
@@ -190,3 +193,27 @@ async def test_a_probe_that_hangs_is_cut_and_a_degraded_model_is_probed_again() 
         finally:
             await health.stop()
     assert health.probes >= 2
+
+
+@pytest.mark.slow
+def test_the_command_serve_says_it_in_one_error_line_naming_the_variable(tmp_path: Path) -> None:
+    """`hermes-core serve` as an operator starts it, a provider preset with the wrong key in the
+    provider's variable: /healthz names DEEPSEEK_API_KEY, and the log has one ERROR line saying
+    what to set, without the key."""
+    with FakeOpenAIServer(api_key=RIGHT_KEY) as fake:
+        (tmp_path / "hermes.yaml").write_text(f"model: {{provider: deepseek, base_url: '{fake.base_url}'}}\n")
+        env = clean_environ(DEEPSEEK_API_KEY=WRONG_KEY)
+        process, found = start_serve("--config", "hermes.yaml", "serve", "--port", "0", cwd=tmp_path, env=env,
+                                     stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            deadline, parts = time.monotonic() + 20, []
+            while not parts and time.monotonic() < deadline:
+                with urllib.request.urlopen(f"{found.group(1)}/healthz", timeout=5) as response:
+                    parts = [p for p in json.loads(response.read())["degraded"] if p["component"] == "model"]
+                time.sleep(0.05)
+        finally:
+            log = stop_serve(process)
+    assert parts and "DEEPSEEK_API_KEY was refused" in parts[0]["detail"]
+    [line] = [line for line in log.splitlines() if "model degraded" in line]
+    assert "ERROR" in line and "set DEEPSEEK_API_KEY to a key this endpoint accepts" in line
+    assert WRONG_KEY not in log
