@@ -4,7 +4,9 @@ With no configuration it starts on embedded defaults: SQLite under ./.hermes/, t
 channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID and
 FEISHU_APP_SECRET are set. SIGTERM or SIGINT stops it gracefully: no new messages are accepted
 (callers get 503 and retry), in-flight turns get `shutdown_grace` seconds to finish, and whatever
-is still unfinished stays in the inbox for the next start.
+is still unfinished stays in the inbox for the next start. Once listening it probes the model in the
+background (gateway/model_health.py): a refused key or an unknown model is `degraded` in /healthz
+and /metrics, never a failed start.
 
 Two refusals keep the edge safe (docs/security.md): serve does not start when it would put an
 unsigned webhook (no HERMES_WEBHOOK_SECRET) on a non-loopback address, unless the configuration says
