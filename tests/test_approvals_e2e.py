@@ -59,8 +59,8 @@ async def test_webhook_approval_named_by_id_and_decided_by_a_follow_up_request(t
         status, answer = await post(f"{url}/webhook", {"message": "invoice ACME 120", "user_id": "alice"})
         assert status == 200 and RAN == []
         approval = answer["approval"]
-        assert approval["tool"] == "send_invoice" and approval["requested_by"] == "alice"
-        assert json.loads(approval["arguments"]) == {"customer": "ACME", "amount": 120}
+        assert approval["tool"] == "send_invoice" and approval["requested_by"] == "webhook:alice"
+        assert approval["arguments"] == {"customer": "ACME", "amount": 120}
         assert approval["id"] in answer["reply"]
         decide = f"{url}/webhook/approvals/{approval['id']}"
 

@@ -240,7 +240,8 @@ async def test_console_chat_answers_help_without_the_model(
     finally:
         stop.set()
         await served
-    assert fake.requests == []
+    # at most serve's start-up probe of the model (gateway/model_health.py): `/jobs` never reached it
+    assert [request.messages for request in fake.requests] in ([], [[{"role": "user", "content": "ping"}]])
     assert any(fixed_reply("jobs_none", "en") in line for line in lines), lines
 
 

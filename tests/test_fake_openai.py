@@ -157,6 +157,20 @@ async def test_per_model_scripts_come_before_the_general_queue(
     assert message_of((await chat(http, fake, model="big"))[1])["content"] == "hello"
 
 
+async def test_a_one_token_health_probe_takes_nothing_from_the_script(
+    fake: FakeOpenAIServer, http: aiohttp.ClientSession
+) -> None:
+    """`serve` probes the model once it listens (models/probe.py: at most one token), racing the
+    first message: the scripted replies stay the conversation's, whichever request comes first."""
+    fake.script(FakeReply.text("scripted"))
+    fake.script_for("m", FakeReply.text("scripted for m"))
+    assert (await chat(http, fake, max_tokens=1))[0] == 200
+    assert (await chat(http, fake, max_completion_tokens=1))[0] == 200
+    assert fake.pending == 2 and len(fake.requests) == 2
+    assert message_of((await chat(http, fake, max_tokens=256))[1])["content"] == "scripted for m"
+    assert message_of((await chat(http, fake))[1])["content"] == "scripted"
+
+
 async def test_default_handler_calls_the_first_tool_then_reports_the_tool_result(
     fake: FakeOpenAIServer, http: aiohttp.ClientSession
 ) -> None:

@@ -5,8 +5,8 @@ gave up left /healthz healthy while no event arrived any more.
 The fake platform plays the outage (testing/fake_feishu/ws.py): it drops every long connection
 (`disconnect_all`) and refuses new ones (more than `max_ws_connections` clients: code 1000040350),
 with the platform's `ClientConfig` (ReconnectCount, ReconnectInterval) from the handshake (FEISHU.md
-§8, lark-oapi ws/client.py `_reconnect`). /healthz is `degraded_parts` of the gateway (what
-`serve`'s handler returns), /metrics the process registry's exposition, parsed with
+§8, lark-oapi ws/client.py `_reconnect`). /healthz is `Gateway.degraded` (what `serve`'s
+handler returns), /metrics the process registry's exposition, parsed with
 prometheus_client's parser.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway_harness import feishu_gateway, wait_for
-from hermes_core.gateway.server import degraded_parts
+from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.observe.metrics import REGISTRY
 from hermes_core.testing.fake_feishu import FakeFeishu
 
@@ -31,8 +31,8 @@ def link_up(app_id: str) -> float | None:
     return None
 
 
-def longconn_parts(gateway: object) -> list[dict]:
-    return [part for part in degraded_parts(gateway) if part["component"] == "feishu.longconn"]  # type: ignore[arg-type]
+def longconn_parts(gateway: Gateway) -> list[dict]:
+    return [part for part in gateway.degraded() if part["component"] == "feishu.longconn"]
 
 
 async def test_a_long_connection_that_gives_up_is_degraded_on_healthz_and_0_on_metrics(

@@ -117,7 +117,7 @@ def asked_for(answer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The tool and arguments of the approval an answer asks for."""
     approval = answer["approval"]
     assert isinstance(approval, dict), answer
-    return approval["tool"], json.loads(approval["arguments"])
+    return approval["tool"], approval["arguments"]
 
 
 def tool_results(request: Any) -> list[str]:

@@ -155,7 +155,8 @@ def cut_by_a_crash(serve: Serve, model: FakeOpenAIServer, body: bytes, headers: 
 
     caller = threading.Thread(target=call)
     caller.start()
-    wait(lambda: len(model.requests) > asked)  # the turn is in flight
+    text = json.loads(body)["message"]  # not serve's start-up probe of the model: this message's turn
+    wait(lambda: any(r.messages[-1].get("content") == text for r in model.requests[asked:]))  # in flight
     serve.kill()
     caller.join(timeout=10)
     return outcome[0]

@@ -43,26 +43,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
 import importlib.util
 import logging
 import os
-import re
 import shutil
 import sqlite3
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from .config import ConfigError, Settings, build_agent, load_settings, model_endpoint
 from .kernel.redaction import Redactor
-from .models.providers import Endpoint, names, without_credentials
+from .models.probe import PROBE_TIMEOUT
+from .models.providers import Endpoint, names
 
-PROBE_TIMEOUT = 10.0  # seconds: a doctor should answer quickly even when a host does not
 TEMPORAL_TIMEOUT = 5.0  # seconds for the Temporal frontend to accept a connection and answer
-MODEL_UNAVAILABLE_PREFIX = "every model failed after retries: "
 
 
 @dataclass(frozen=True)
@@ -178,8 +174,8 @@ def check_configuration(
 
 
 async def check_model(settings: Settings) -> Check:
-    """One chat completion of at most one token, without retries or fallback models."""
-    from .kernel.model import ModelRequestRejected, ModelUnavailable
+    """One chat completion of at most one token, without retries or fallback models (models/probe.py)."""
+    from .models.probe import probe_model
 
     name, endpoint = "model endpoint", model_endpoint(settings)  # the configuration check resolved it
     if endpoint is None:
@@ -188,71 +184,8 @@ async def check_model(settings: Settings) -> Check:
             "HERMES_MODEL, to use a real model"
         )
         return Check("SKIP", name, "no model configured: the offline demo model answers", fix)
-    shown, model = without_credentials(endpoint.base_url), endpoint.model
-    client = _probe_client(settings, endpoint, max_tokens=1)
-    started = time.monotonic()
-    try:
-        await client.complete([{"role": "user", "content": "ping"}])
-    except ModelRequestRejected as exc:
-        return await _rejected(endpoint, exc)
-    except ModelUnavailable as exc:
-        reason = str(exc).removeprefix(MODEL_UNAVAILABLE_PREFIX).removeprefix(f"{model}: ")
-        where = (
-            "model.base_url or the provider" if endpoint.provider else "HERMES_BASE_URL (or model.base_url)"
-        )
-        fix = f"check {where} and that the server runs and is reachable from here"
-        return Check("FAIL", name, f"cannot get an answer from {shown} ({reason})", fix)
-    finally:
-        await client.aclose()
-    elapsed = (time.monotonic() - started) * 1000
-    return Check("OK", name, f"{model} at {shown} answered in {elapsed:.0f} ms")
-
-
-async def _rejected(endpoint: Endpoint, exc: Any) -> Check:
-    """The FAIL line for a refused probe: the key's variable, or the model and the closest names."""
-    name, shown, model = "model endpoint", without_credentials(endpoint.base_url), endpoint.model
-    detail = f"{shown} refused the request for {model} (HTTP {exc.status}: {exc})"
-    if exc.status in (401, 403):
-        key = endpoint.key_env or "HERMES_API_KEY"
-        state = "is not set" if not endpoint.api_key else "was refused"
-        detail = f"{shown} refused the API key for {model} ({key} {state}; HTTP {exc.status})"
-        return Check("FAIL", name, detail,
-                     f"set {key} to a key this endpoint accepts")  # fmt: skip
-    if exc.status == 404 or _MODEL_NOT_FOUND.search(str(exc)):
-        listed = await list_models(endpoint)
-        fix = "set HERMES_MODEL (model.name, --model) to a model this endpoint serves"
-        if listed:
-            closest = difflib.get_close_matches(model, listed, n=3, cutoff=0.3) or listed[:3]
-            fix += f"; closest it lists: {', '.join(closest)}"
-        else:
-            fix += ", and check the /v1 part of the base URL"
-        return Check(
-            "FAIL", name, f"{shown} does not know the model {model!r} (HTTP {exc.status}: {exc})", fix
-        )
-    return Check("FAIL", name, detail, "check model.name, model.base_url and the endpoint's documentation")
-
-
-_MODEL_NOT_FOUND = re.compile(r"model[^.]{0,80}(not (?:be )?found|does not exist|not exist|unknown)|"
-                              r"(unknown|invalid|no such) model", re.I)  # fmt: skip
-
-
-async def list_models(endpoint: Endpoint) -> list[str]:
-    """The model ids GET <base_url>/models lists, or [] when it does not answer with a list."""
-    import aiohttp
-
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
-    url = endpoint.base_url.rstrip("/") + "/models"
-    try:
-        timeout = aiohttp.ClientTimeout(total=PROBE_TIMEOUT)
-        async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers=headers) as response,
-        ):
-            data = await response.json(content_type=None) if response.status == 200 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-        return []
-    entries = data.get("data") if isinstance(data, dict) else None
-    return [str(e["id"]) for e in entries or [] if isinstance(e, dict) and e.get("id")]
+    found = await probe_model(endpoint, timeout=min(settings.model.timeout, PROBE_TIMEOUT))
+    return Check("OK" if found.verdict == "ok" else "FAIL", name, found.detail, found.fix)
 
 
 async def check_model_tools(settings: Settings) -> Check:
@@ -314,14 +247,9 @@ def _tools_skipped(endpoint: Check) -> Check:
 
 def _probe_client(settings: Settings, endpoint: Endpoint, *, max_tokens: int) -> Any:
     """The client serve would use for this endpoint, without retries or fallbacks, at most 10 s."""
-    from .models.openai_compat import OpenAICompatClient
-    from .models.settings import ModelSettings
+    from .models.probe import probe_client
 
-    probe = ModelSettings(
-        model=endpoint.model, base_url=endpoint.base_url, api_key=endpoint.api_key, max_tokens=max_tokens,
-        timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_retries=0, provider=endpoint.provider,
-    )  # fmt: skip
-    return OpenAICompatClient(probe)
+    return probe_client(endpoint, timeout=min(settings.model.timeout, PROBE_TIMEOUT), max_tokens=max_tokens)
 
 
 async def check_feishu_credentials(settings: Settings) -> Check:

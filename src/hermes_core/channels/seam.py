@@ -122,6 +122,15 @@ def task_id_of(message: InboundMessage) -> str:
     return str(task_id)
 
 
+APPROVAL_ENDS = ("approved", "rejected", "expired")  # how an approval is settled; each runs its task on
+
+
+def resumed_id(message_id: str, pending_id: str, status: str) -> str:
+    """The message id of the message that runs a task on once approval `pending_id`, asked for
+    while message `message_id` ran, was settled `status`: a retry of `message_id` finds it here."""
+    return f"{message_id}#{pending_id}:{status}"
+
+
 def resume_message(pending: Pending) -> InboundMessage | None:
     """The message that runs a decided task again: the original one, under the same task id."""
     if not pending.resume:
@@ -130,7 +139,7 @@ def resume_message(pending: Pending) -> InboundMessage | None:
     return dataclasses.replace(
         original,
         kind="resume",
-        message_id=f"{original.message_id}#{pending.id}:{pending.status}",
+        message_id=resumed_id(original.message_id, pending.id, pending.status),
         event_id=None,
         extra={"task_id": pending.task_id, "pending": pending.id},
         id=None,

@@ -54,7 +54,11 @@ A tool call that needs approval (tasks/pending.py) answers with the request and 
                    → 200 {"status": "approved", "reply": "…"}  (the task's reply once it has run on)
 
 Only the user who started the task, or an admin, may decide (403 otherwise); an expired or
-already decided approval gives 409.
+already decided approval gives 409. The approval shows `arguments` as an object and `requested_by`
+qualified by its channel (`webhook:u1`), as docs/webhook.md does. A decision anywhere (here, the
+console, a Feishu card) or the expiry runs the task on as another message (channels/seam.py
+`resumed_id`); a retry of the first message finds it, so a caller that did not decide learns the
+outcome: the task's reply after the decision, or the next approval it asked for.
 
 Who may call (docs/security.md):
 
@@ -95,8 +99,18 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from ..kernel.messages import JSON
 from .base import Channel, DeliveryError, json_object, read_body
 from .media import MAX_ATTACHMENTS, MediaLimits, inline_image
+from .seam import (
+    APPROVAL_ENDS,
+    Earlier,
+    InboundMessage,
+    Inbox,
+    OutboundMessage,
+    TurnWatcher,
+    has_surrogate,
+    resumed_id,
+    task_id_of,
+)
 from .seam import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS  # one cap for every channel
-from .seam import InboundMessage, Inbox, OutboundMessage, TurnWatcher, has_surrogate, task_id_of
 from .streaming import ToolStep, TurnProgress
 
 if TYPE_CHECKING:
@@ -377,27 +391,48 @@ class WebhookChannel(Channel):
             return _json(fields)
         if earlier.message.callback_url:  # its reply is (or was) POSTed there
             return _json({**fields, "accepted": True}, 202)
-        inbound_id = earlier.message.id
-        task_id = str(earlier.message.extra.get("task_id", ""))
+        task_id = str(earlier.message.extra.get("task_id", ""))  # the same for the runs it resumes
         streamed = request is not None and message.extra.get("stream")
         queue = self._listen(task_id) if streamed else None  # the turn's events from now on
-        waiter = self._wait(inbound_id)  # before reading again: a reply sent from now on reaches it
         try:
-            again = await self.gateway.store.replies_of(self.name, message.message_id)
-            if again is not None and again.done:
-                stored = next((reply for reply in again.replies if reply.index == 0), None)
-                if streamed and stored is not None:
-                    assert request is not None
-                    return await self._stored_events(request, stored, {**fields, "task_id": task_id})
-                return _json({**fields, **_reply_fields(stored)}) if stored else _json(fields)
-            if queue is not None:
-                assert request is not None
-                return await self._send_events(request, queue, waiter, {**fields, "task_id": task_id})
-            return await self._answer(inbound_id, waiter, fields)
+            while True:  # the message, then each run of its task that a settled approval started
+                inbound_id = earlier.message.id
+                assert inbound_id is not None
+                waiter = self._wait(inbound_id)  # before reading again: a reply sent from now on reaches it
+                try:
+                    again = await self.gateway.store.replies_of(self.name, earlier.message.message_id)
+                    later = await self._resumed(again) if again is not None and again.done else None
+                    if later is not None:  # it asked for an approval, settled since: follow the task on
+                        earlier = later
+                        continue
+                    if again is not None and again.done:
+                        stored = next((reply for reply in again.replies if reply.index == 0), None)
+                        if streamed and stored is not None:
+                            assert request is not None
+                            return await self._stored_events(request, stored, {**fields, "task_id": task_id})
+                        return _json({**fields, **_reply_fields(stored)}) if stored else _json(fields)
+                    if queue is not None:
+                        assert request is not None
+                        return await self._send_events(request, queue, waiter, {**fields, "task_id": task_id})
+                    return await self._answer(inbound_id, waiter, fields)
+                finally:
+                    self._unwait(inbound_id, waiter)
         finally:
-            self._unwait(inbound_id, waiter)
             if queue is not None:
                 self._unlisten(task_id, queue)
+
+    async def _resumed(self, earlier: Earlier) -> Earlier | None:
+        """When `earlier`'s reply asked for an approval that has been settled since (from here, the
+        console, a Feishu card, or by expiry), the message that ran its task on with the decision."""
+        first = next((reply for reply in earlier.replies if reply.index == 0), None)
+        if first is None or first.approval is None:
+            return None
+        for status in APPROVAL_ENDS:
+            message_id = resumed_id(earlier.message.message_id, str(first.approval.get("id")), status)
+            found = await self.gateway.store.replies_of(self.name, message_id)
+            if found is not None and found.message.id is not None:
+                return found
+        return None
 
     async def _stored_events(
         self, request: web.Request, reply: OutboundMessage, fields: dict[str, Any]
@@ -630,8 +665,22 @@ async def _write_final(response: web.StreamResponse, reply: OutboundMessage, fie
 
 
 def _approval_fields(approval: dict[str, Any]) -> dict[str, Any]:
+    """The approval as docs/webhook.md shows it: `arguments` an object, as the tool reads them (the
+    record keeps the model's text), and `requested_by` qualified by its channel (`webhook:u1`), as
+    permissions name people."""
+    from ..kernel.tools.arguments import ArgumentError, parse_arguments
+    from ..kernel.tools.permissions import qualified
+
     keys = ("id", "tool", "arguments", "requested_by", "created_at", "expires_at", "status")
-    return {key: approval.get(key) for key in keys}
+    fields = {key: approval.get(key) for key in keys}
+    try:  # the registry's own reading: it asks for an approval only once it has read the arguments
+        fields["arguments"] = parse_arguments(approval.get("arguments"))
+    except ArgumentError:  # a record the registry did not write (another engine's, an older one)
+        pass  # shown as stored rather than not at all
+    channel, requester = approval.get("channel"), approval.get("requested_by")
+    if channel and requester:
+        fields["requested_by"] = qualified(str(channel), str(requester))
+    return fields
 
 
 def _replayed() -> web.Response:

@@ -58,6 +58,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..channels.base import Channel, DeliveryError
 from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
 from ..kernel.approvals import ApprovalDesk, Pending
+from ..kernel.messages import JSON
 from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
@@ -332,6 +333,8 @@ class Gateway:
         self._suspects: dict[int, int] = {}  # inbox id → runs counted, of messages a sweep took up
         self.swept = 0  # messages other processes left unfinished that this one took up
         self.scheduler: Background | None = None  # fires scheduled jobs (gateway/schedules.py)
+        # parts besides the channels that report trouble: the model (gateway/model_health.py)
+        self.health_reports: list[Callable[[], list[dict[str, JSON]]]] = []
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
@@ -427,8 +430,10 @@ class Gateway:
             await channel.stop()
         await self.store.close()
 
-    def status(self) -> dict[str, int]:
+    def status(self) -> dict[str, Any]:
+        """The numbers /healthz, /metrics and the console show, and what is `degraded`."""
         return {
+            "degraded": self.degraded(),
             "conversations_busy": self._inbound.busy,
             "messages_waiting": self._inbound.waiting,
             "turns_in_flight": self.turn_slots.in_flight,
@@ -438,6 +443,18 @@ class Gateway:
             "turns_done": self.turns_done,
             "replies_sent": self.replies_sent,
         }
+
+    def degraded(self) -> list[dict[str, JSON]]:
+        """What does not work yet: the channels' reports (e.g. Feishu unreachable at start, retrying)
+        and `health_reports` (the model refusing the key)."""
+        parts: list[dict[str, JSON]] = []
+        for channel in self.channels.values():
+            report = getattr(channel, "degraded", None)
+            if callable(report):
+                parts += report()
+        for report in self.health_reports:
+            parts += report()
+        return parts
 
     def lanes(self) -> dict[str, dict[str, int]]:
         """Per conversation: messages in its lane (the first is the turn in flight), replies to send."""

@@ -68,6 +68,7 @@ from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from . import commands
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
+from .model_health import ModelHealth
 from .outgoing import PREAPPROVED_IN_ADMIN_JOBS, posts_of
 
 __all__ = ["AgentRunner", "WatchedSteps", "resume_message"]  # resume_message: channels/seam.py
@@ -89,6 +90,7 @@ class AgentRunner:
         # who wants to see a message's turn as it runs (a channel streaming its reply): Channel.watch
         self.watch_for: Callable[[InboundMessage], TurnWatcher | None] | None = None
         self.speakers: dict[str, SpeakerNames] = {}  # channels that name who speaks in a group
+        self.model_health: ModelHealth | None = None  # serve's watch of the key (gateway/model_health.py)
 
     async def __call__(self, message: InboundMessage) -> Turn:
         token = CURRENT_MESSAGE.set(message)  # where the scheduling tools create jobs (schedule/tools.py)
@@ -141,6 +143,8 @@ class AgentRunner:
             caller=caller, message=original, on_text=_both(on_text, watcher), hooks=hooks,
             images=prepared.images if prepared else (),
         )  # fmt: skip
+        if error == "model_rejected" and self.model_health is not None:  # the key, not the user's words
+            reply = self.model_health.apology(self.agent.language or detect_language(original.text)) or reply
         if error is not None:
             reply = dataclasses.replace(reply if isinstance(reply, Reply) else Reply(reply), error=error)
         return Turn([reply, *posts], history)

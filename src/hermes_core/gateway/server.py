@@ -4,7 +4,9 @@ With no configuration it starts on embedded defaults: SQLite under ./.hermes/, t
 channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID and
 FEISHU_APP_SECRET are set. SIGTERM or SIGINT stops it gracefully: no new messages are accepted
 (callers get 503 and retry), in-flight turns get `shutdown_grace` seconds to finish, and whatever
-is still unfinished stays in the inbox for the next start.
+is still unfinished stays in the inbox for the next start. Once listening it probes the model in the
+background (gateway/model_health.py): a refused key or an unknown model is `degraded` in /healthz
+and /metrics, never a failed start.
 
 Two refusals keep the edge safe (docs/security.md): serve does not start when it would put an
 unsigned webhook (no HERMES_WEBHOOK_SECRET) on a non-loopback address, unless the configuration says
@@ -52,7 +54,6 @@ from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
 from ..kernel.approvals import Pending
-from ..kernel.messages import JSON
 from ..kernel.redaction import Redactor, default_redactor
 from ..sessions import ConversationMemory
 from ..tasks import TaskJournal
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from ..observe.metrics import Sample
     from ..observe.traces import TraceStore
     from ..schedule.jobs import ScheduleStore
+    from .model_health import ModelHealth
 
 log = logging.getLogger("hermes_core.server")
 METRICS_TOKEN_ENV = "HERMES_METRICS_TOKEN"
@@ -321,11 +323,12 @@ async def serve(
     refuse_open_webhook(settings, bind)  # before anything is built or logged: the refusal is one line
     agent = agent or build_agent(settings)
     gateway, routes = build_gateway(settings, agent)
+    model_health = watch_model(gateway, settings, agent)
 
     async def healthz(request: web.Request) -> web.Response:
         counts = await gateway.store.counts()
-        degraded = degraded_parts(gateway)  # still 200: a healthcheck must not kill a process that retries
-        body = {"ok": gateway.accepting, "degraded": degraded, **gateway.status(), **counts}
+        # `degraded` (in the status) keeps it 200: a healthcheck must not kill a process that retries
+        body = {"ok": gateway.accepting, **gateway.status(), **counts}
         return web.json_response(body, status=200 if gateway.accepting else 503)
 
     routes = [*routes, web.get("/healthz", healthz)]
@@ -366,6 +369,8 @@ async def serve(
         address = _address(site)
         log.info("hermes-core serving on %s", address)
         log_model(settings, agent)
+        if model_health is not None:  # in the background: start-up does not wait for the endpoint
+            model_health.start()
         from ..stores import describe
 
         log.info("state: %s", describe(settings))
@@ -377,6 +382,8 @@ async def serve(
         log.info("stopping: finishing in-flight turns (up to %.0fs)", settings.gateway.shutdown_grace)
     finally:
         gateway.accepting = False
+        if model_health is not None:
+            await model_health.stop()
         await gateway.stop(settings.gateway.shutdown_grace)
         if isinstance(gateway.runner, RedactingRunner):
             await gateway.runner.aclose()
@@ -400,14 +407,23 @@ def log_model(settings: Settings, agent: Agent) -> None:
         log.info("model: %s; tool_mode %s", endpoint.describe(), settings.model.tool_mode)
 
 
-def degraded_parts(gateway: Gateway) -> list[dict[str, JSON]]:
-    """What the channels report as not working yet (e.g. Feishu unreachable at start, retrying)."""
-    parts: list[dict[str, JSON]] = []
-    for channel in gateway.channels.values():
-        report = getattr(channel, "degraded", None)
-        if callable(report):
-            parts += report()
-    return parts
+def watch_model(gateway: Gateway, settings: Settings, agent: Agent) -> ModelHealth | None:
+    """The model's health (gateway/model_health.py), told of every model call, reported as degraded
+    while it refuses the key or the model, and answering the users politely meanwhile. None when
+    there is nothing to probe: the offline demo model, or a client handed over by the caller."""
+    from ..config import model_endpoint
+    from ..kernel.model import ModelClient
+    from .model_health import ModelHealth
+
+    endpoint = None if isinstance(agent.model, ModelClient) else model_endpoint(settings)
+    if endpoint is None:
+        return None
+    health = ModelHealth(endpoint)
+    agent.hooks = [*agent.hooks, health]
+    gateway.health_reports.append(health.degraded)
+    if isinstance(gateway.runner, RedactingRunner):
+        gateway.runner.inner.model_health = health
+    return health
 
 
 def route_summary(app: web.Application) -> str:
@@ -496,6 +512,10 @@ async def gateway_samples(gateway: Gateway) -> list[Sample]:
          status["conversations_busy"]),
     ]  # fmt: skip
     samples = [Sample(name, text, value) for name, text, value in gauges]
+    degraded: dict[tuple[str, ...], float] = {(str(part["component"]),): 1.0 for part in status["degraded"]}
+    degraded.setdefault(("model",), 0.0)
+    text = "1 while a component is degraded (GET /healthz says why): the model refusing the key, a link down."
+    samples.append(Sample("hermes_degraded", text, labels=("component",), values=degraded))
     from .store import SQLiteGatewayStore
 
     if isinstance(gateway.store, SQLiteGatewayStore):  # the embedded store's single writer thread

@@ -222,6 +222,10 @@ class FakeOpenAIServer:
     - ``latency``: seconds before each reply that has no ``delay`` of its own (``asyncio.sleep``,
       so concurrent requests overlap instead of queueing).
     - ``handler``: ``(RecordedRequest) -> FakeReply`` (sync or async), used when no script is left.
+
+    The script is the replies of conversations: a health probe — a request for at most one token,
+    as ``doctor`` and ``serve``'s start-up check send (models/probe.py) — takes nothing from it
+    and is answered by the handler or the default.
     - ``default_tool_args``: arguments of the default handler's tool call.
     - ``models``: if set, any other requested model gets 404 ``model_not_found``.
     - ``api_key``: if set, requests need ``Authorization: Bearer <key>`` or get 401.
@@ -503,9 +507,10 @@ class FakeOpenAIServer:
 
     async def _next_reply(self, record: RecordedRequest) -> FakeReply:
         model_queue = self._model_scripts.get(record.model or "")
-        if model_queue:
+        probe = _output_limit(record) == 1  # a health probe is no turn of the scripted conversation
+        if model_queue and not probe:
             return model_queue.popleft()
-        if self._script:
+        if self._script and not probe:
             return self._script.popleft()
         if self.handler is None:
             return self.default_reply(record)
@@ -530,9 +535,8 @@ class FakeOpenAIServer:
 
     def _token_limit(self, record: RecordedRequest, reply: FakeReply) -> FakeReply:
         """The reply as the request's output limit leaves it (``honor_max_tokens``)."""
-        body = record.body or {}
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        if not self.honor_max_tokens or not isinstance(limit, int) or isinstance(limit, bool):
+        limit = _output_limit(record)
+        if not self.honor_max_tokens or limit is None:
             return reply
         room = limit * 4 - len(reply.content or "")
         kept: list[tuple[str, ToolArgs]] = []
@@ -595,6 +599,13 @@ class FakeOpenAIServer:
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
             "usage": reply.usage or _estimate_usage(record, reply.content, calls),
         }
+
+
+def _output_limit(record: RecordedRequest) -> int | None:
+    """The request's `max_completion_tokens` (or `max_tokens`), when it is a whole number."""
+    body = record.body or {}
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 def _prompt_tool(messages: list[dict[str, JSON]]) -> str | None:
