@@ -341,9 +341,7 @@ async def serve(
     app.add_routes(routes)
     from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
 
-    console = mount_console(
-        app, gateway, agent, settings, host=bind, degraded=lambda: degraded_parts(gateway)
-    )
+    console = mount_console(app, gateway, agent, settings, host=bind, degraded=gateway.degraded)
     app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()

@@ -208,8 +208,11 @@ class ConsoleGateway:
 
 
 class ConsoleView:
-    """The console's `agent` (console/app.py reads its `tracer` and `interactions`): the shared
-    store's traces, and the approvals list whose decisions go to the workflows."""
+    """The console's `agent` (console/app.py reads its `tracer`, `interactions` and `model`): the
+    shared store's traces, and the approvals list whose decisions go to the workflows. `model` is
+    None: the Status page names the model the settings configure (the workers call it)."""
+
+    model = None
 
     def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
         from ...observe.traces import Tracer
