@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.messages import Message, ModelResponse, ToolCall, Usage, json_encoder
+from ..kernel.messages import Message, ModelResponse, ToolCall, json_encoder
 from ..kernel.model import (
     ModelClient,
     ModelRequestRejected,
@@ -49,6 +49,7 @@ from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
 from .sse import DONE, REASONING_FIELDS, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
+from .usage import usage_from_wire
 
 if TYPE_CHECKING:
     import aiohttp
@@ -329,7 +330,7 @@ def _parse_completion(raw: bytes) -> ModelResponse:
         content=content if content or isinstance(message.get("content"), str) else None,
         reasoning=thought or None,
         tool_calls=_tool_calls(message.get("tool_calls")),
-        usage=Usage.from_wire(data.get("usage")),
+        usage=usage_from_wire(data.get("usage")),
         model=model if isinstance(model, str) else "",
         finish_reason=choice.get("finish_reason"),
         refusal=refusal if isinstance(refusal, str) else None,

@@ -38,6 +38,7 @@ import inspect
 import itertools
 import json
 import math
+import os
 import re
 import signal
 import threading
@@ -247,6 +248,11 @@ class FakeOpenAIServer:
     - ``honor_max_tokens``: a request's ``max_tokens`` (or ``max_completion_tokens``) cuts a
       tool-call reply at about four characters per token, mid-argument, with
       ``finish_reason: "length"``, as a real server's output limit does.
+    - ``prompt_cache``: ``"openai"`` or ``"deepseek"`` — the estimated usage says how much of the
+      prompt (its tools, then its messages, as JSON, at four characters per token) a prefix cache
+      would have served: the longest prefix shared with one of the last requests, in the field
+      that provider uses (``prompt_tokens_details.cached_tokens``, or ``prompt_cache_hit_tokens``
+      and ``prompt_cache_miss_tokens``). A scripted ``usage`` is sent as it is.
 
     Speech to text, ``POST /v1/audio/transcriptions`` (platform.openai.com/docs/api-reference/audio/
     createTranscription): multipart form fields ``file`` (its name's extension is the format:
@@ -284,6 +290,8 @@ class FakeOpenAIServer:
         self.reject_tools = reject_tools
         self.text_tool_calls = False
         self.honor_max_tokens = False
+        self.prompt_cache: str | None = None  # "openai" or "deepseek": usage reports cached tokens
+        self._prompts: deque[str] = deque(maxlen=64)  # the latest prompts, for `prompt_cache`
         self.vision = True  # False: image parts are refused, as by a text-only model
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
@@ -593,8 +601,22 @@ class FakeOpenAIServer:
             "created": int(time.time()),
             "model": reply.model or record.model or "fake-model",
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
-            "usage": reply.usage or _estimate_usage(record, reply.content, calls),
+            "usage": reply.usage or self._usage(record, reply.content, calls),
         }
+
+    def _usage(self, record: RecordedRequest, content: str | None, calls: list[dict[str, JSON]]) -> JSON:
+        """The estimated usage; with `prompt_cache`, the tokens a prefix cache would have served."""
+        usage = _estimate_usage(record, content, calls)
+        if self.prompt_cache is None:
+            return usage
+        prompt = json.dumps([record.tools, record.messages], ensure_ascii=False)
+        shared = max((len(os.path.commonprefix([prompt, seen])) for seen in self._prompts), default=0)
+        self._prompts.append(prompt)
+        total, cached = len(prompt) // 4, shared // 4
+        usage.update(prompt_tokens=total, total_tokens=total + usage["completion_tokens"])
+        if self.prompt_cache == "deepseek":
+            return usage | {"prompt_cache_hit_tokens": cached, "prompt_cache_miss_tokens": total - cached}
+        return usage | {"prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def _prompt_tool(messages: list[dict[str, JSON]]) -> str | None:
