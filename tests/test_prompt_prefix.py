@@ -20,7 +20,7 @@ import yaml
 
 from gateway_harness import gateway_for
 from hermes_core import Agent, tool
-from hermes_core.agent import Session
+from hermes_core.agent import CONTEXT_HEADING, Session
 from hermes_core.sessions import REMEMBER, SUMMARY_INSTRUCTIONS
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from prompt_parts import context_of, without_context
@@ -183,3 +183,34 @@ async def test_agent_run_with_a_session_keeps_the_prefix_and_sends_the_notes() -
     assert [unchanged for _, unchanged in reuse] == [turn % 4 != 0 for turn in range(1, 12)]
     assert all(r >= 0.9 for r, unchanged in reuse if unchanged), reuse
     assert uncached(anchored) < uncached(await converse(changing, move_context=True))
+
+
+async def test_a_model_that_demands_alternating_roles_gets_the_context_merged_into_the_message() -> None:
+    """Cases: the error a Hugging Face chat template raises through vLLM ("Conversation roles must
+    alternate user/assistant/user/assistant/..."; the old deepseek-reasoner answered "does not
+    support successive user or assistant messages"). The first refusal is answered by sending the
+    context and the message as one user message, and the model is remembered: the next turn goes
+    merged at once, and the model still reads the notes."""
+    async with FakeOpenAIServer() as fake:
+        fake.alternating_roles = True
+        fake.script(FakeReply.text("First."), FakeReply.text("Second."))
+        agent = Agent(model="m", base_url=fake.base_url, max_retries=0)
+        session = Session(notes="Conversation state: orders in yuan, East China only.")
+        try:
+            assert (await agent.run("order 1", session=session)).reply == "First."
+            assert (await agent.run("order 2", session=session)).reply == "Second."
+        finally:
+            await agent.aclose()
+    refused, first, second = fake.requests
+    assert [m["role"] for m in refused.messages] == ["system", "user", "user"]
+    for request in (first, second):
+        roles = [m["role"] for m in request.messages]
+        assert all(not (a == b == "user") for a, b in zip(roles, roles[1:], strict=False))
+        merged = request.messages[1]["content"]  # the unchanged context stays where it stood
+        assert merged.startswith(CONTEXT_HEADING) and "East China only." in merged
+        assert merged.endswith("order 1")
+    assert second.messages[-1] == {"role": "user", "content": "order 2"}
+    assert session.messages[-2:] == [
+        {"role": "user", "content": "order 2"},
+        {"role": "assistant", "content": "Second."},
+    ]  # the history keeps the message alone

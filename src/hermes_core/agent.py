@@ -297,9 +297,10 @@ def turn_messages(
     only first (docs.litellm.ai/docs/completion/developer_role: "Many open-weight chat templates
     (Qwen3.5 …) accept a system message only at the very beginning"). It comes before the user's
     message, so the last user message is still the user's own (tool routing, skills and traces
-    read it). An endpoint that requires strict user/assistant alternation (the old
-    `deepseek-reasoner` answered "does not support successive user or assistant messages") refuses
-    two user messages in a row.
+    read it). A chat template that demands strictly alternating roles refuses two user messages
+    in a row (vLLM with Mistral's or Gemma's: "conversation roles must alternate …"; the old
+    `deepseek-reasoner`: "does not support successive user or assistant messages"): the client
+    then sends them as one, for that model from then on (models/openai_compat.py `ALTERNATING`).
     """
     at = len(history) if at is None else at
     messages: list[Message] = [{"role": "system", "content": system}, *history[:at]]
