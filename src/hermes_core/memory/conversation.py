@@ -4,6 +4,7 @@
     session = prompt.session()                      # the window, plus notes for the turn's context
     result = await agent.run(text, session=session)
     await memory.commit(conversation, session.messages[len(prompt.window):], result)
+    await memory.keep_context(prompt, session)      # optional: where an unchanged context goes next turn
 
 The gateway does not call `commit`: it takes `memory.turn(...)` (the turn's messages keyed by its
 task id) and stores it in the transaction that marks the message done (gateway/store.py), so a
