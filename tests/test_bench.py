@@ -24,6 +24,7 @@ import pytest
 from eval_fakes import SLOW_LATENCY, USAGE, fake_models, requests_for, write_config
 from hermes_core import cli
 from hermes_core.evals.bench import Progress, load_tasks
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 
 MODELS = ["good", "flaky", "slow"]
 PRICES = {"good": {"prompt": 0.5, "completion": 2.0}, "flaky": {"prompt": 0.5, "completion": 2.0}}
@@ -227,3 +228,42 @@ def test_bench_compares_routed_with_unrouted_per_answering_model(
     data = json.loads((tmp_path / "out" / "bench.json").read_text(encoding="utf-8"))
     assert [row["model"] for row in data["models"]] == ["good", "good+routes"]
     assert data["models"][1]["tokens_by_model"] == {"cheap": 55.0, "good": 110.0}
+
+
+def cached_answers(request: RecordedRequest) -> FakeReply:
+    """The calculation task, answered with usage as DeepSeek reports it: the second call of a run
+    finds most of its prompt in the provider's cache."""
+    if request.messages[-1]["role"] == "tool":
+        usage = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020,
+                 "prompt_cache_hit_tokens": 900, "prompt_cache_miss_tokens": 100}  # fmt: skip
+        return FakeReply.text("(1234 + 5678) * 3 - 17 = 20719.", usage=usage)
+    usage = {"prompt_tokens": 800, "completion_tokens": 30, "total_tokens": 830,
+             "prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": 800}  # fmt: skip
+    return FakeReply.tool_call("calculator", {"expression": "(1234 + 5678) * 3 - 17"}, usage=usage)
+
+
+def test_bench_prices_cached_prompt_tokens_at_their_own_price(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cases: DeepSeek's context-caching guide (cache hits reported as `prompt_cache_hit_tokens`,
+    billed at the cache-hit price). A run of two calls: 1,800 prompt tokens of which 900 cached, 50
+    completion tokens; at 0.5 per 1k prompt, 0.05 per 1k cached and 2.0 per 1k completion it costs
+    (900 * 0.5 + 900 * 0.05 + 50 * 2.0) / 1000. A model without a `cached` price pays the prompt
+    price for them."""
+    tasks = tmp_path / "tasks.yaml"
+    prices = "prices:\n  good: {prompt: 0.5, completion: 2.0, cached: 0.05}\n"
+    prices += "  plain: {prompt: 0.5, completion: 2.0}\n"  # no cached price: the prompt price
+    tasks.write_text(textwrap.dedent(CALCULATION_ONLY) + prices, encoding="utf-8")
+    with FakeOpenAIServer(handler=cached_answers) as fake:
+        code = cli.main(
+            ["--config", str(write_config(tmp_path)), "--base-url", fake.base_url]
+            + ["bench", "--models", "good,plain", "--tasks", str(tasks), "-n", "2", "--out", "out"]
+        )
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    data = {row["model"]: row for row in json.loads((tmp_path / "out" / "bench.json").read_text())["models"]}
+    assert data["good"]["avg_cached_tokens"] == 900
+    assert data["good"]["avg_cost"] == pytest.approx((900 * 0.5 + 900 * 0.05 + 50 * 2.0) / 1000)
+    assert data["plain"]["avg_cost"] == pytest.approx((1800 * 0.5 + 50 * 2.0) / 1000)
+    header = next(line for line in captured.out.splitlines() if line.startswith("model"))
+    assert "avg cached" in header and "avg cost" in header

@@ -26,6 +26,7 @@ from hermes_core.sessions import (
 from hermes_core.sessions.context import history_tokens, message_tokens, newest_turns
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.scripted import RecordedCall
+from prompt_parts import context_of, without_context
 
 GOAL = "Build the quarterly sales report for East China, step by step"
 
@@ -84,7 +85,9 @@ def assert_tool_results_follow_calls(messages: list[Message]) -> None:
 
 
 def history_of(messages: list[Message]) -> list[Message]:
-    """The history part of a request: between the system message and the current user message."""
+    """The history part of a request: between the system message and the turn's context (or the
+    current user message)."""
+    messages = without_context(messages)
     current = max(i for i, m in enumerate(messages) if m["role"] == "user")
     return messages[1:current]
 
@@ -101,7 +104,7 @@ async def test_long_tool_heavy_conversation_keeps_goal_window_and_tool_pairs(win
     assert len(calls) == 120 + 40 * 1 + 40 * 2  # one answer per turn, plus one call per tool round
     for recorded in calls:
         messages = recorded.messages
-        assert messages[0]["role"] == "system" and messages[0]["content"].startswith(agent.system_prompt)
+        assert messages[0] == {"role": "system", "content": agent.system_prompt}  # the same on every call
         assert GOAL in json.dumps(messages, ensure_ascii=False)  # in the window, or pinned in the notes
         history = history_of(messages)
         assert sum(1 for m in history if m["role"] == "user") <= window_turns
@@ -121,7 +124,7 @@ async def test_fold_summary_is_capped_stored_and_injected() -> None:
     summary_requests = [c for c in model.calls if is_summary(c.messages)]
     assert len(summary_requests) == len(state.folds) and all(c.tools is None for c in summary_requests)
     assert "Summary so far: " + state.folds[0].summary in summary_requests[1].messages[1]["content"]
-    assert state.summary in agent_calls(model)[-1].messages[0]["content"]
+    assert state.summary in context_of(agent_calls(model)[-1].messages)
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("summary service down"), ""], ids=["raises", "empty"])
@@ -135,7 +138,7 @@ async def test_failing_summary_falls_back_to_truncation_and_the_turn_succeeds(fa
     assert state.summary == "" and state.folded > 0
     for recorded in agent_calls(model):
         assert sum(1 for m in history_of(recorded.messages) if m["role"] == "user") <= 4
-        assert "Summary of earlier turns" not in recorded.messages[0]["content"]
+        assert "Summary of earlier turns" not in context_of(recorded.messages)
         assert GOAL in json.dumps(recorded.messages, ensure_ascii=False)
         assert_tool_results_follow_calls(recorded.messages)
 
@@ -149,7 +152,7 @@ async def test_without_folding_old_turns_are_truncated_and_no_summary_is_asked()
     assert state.folds == [] and state.folded > 0 and state.goal == GOAL
     last = agent_calls(model)[-1].messages
     assert sum(1 for m in history_of(last) if m["role"] == "user") == 5
-    assert f"(pinned): {GOAL}" in last[0]["content"]
+    assert f"(pinned): {GOAL}" in context_of(last)
 
 
 @pytest.mark.parametrize("budget", [400, 900, 2000])
@@ -158,12 +161,11 @@ async def test_history_and_state_stay_within_the_token_budget(budget: int) -> No
     memory = ConversationMemory(InMemorySessionStore(), window_turns=10, budget_tokens=budget)
     runner = AgentRunner(Agent(model=model, tools=[lookup]), memory)
     await converse(runner, 60)
-    base = len(runner.agent.system_prompt)
     for recorded in agent_calls(model):
-        notes = recorded.messages[0]["content"][base:].strip()
+        notes = context_of(recorded.messages)
         used = history_tokens(history_of(recorded.messages)) + estimate_tokens(notes)
         assert used <= budget, f"{used} tokens of history and state > budget {budget}"
-    assert "摘要" in agent_calls(model)[-1].messages[0]["content"]  # the budget left room for the summary
+    assert "摘要" in context_of(agent_calls(model)[-1].messages)  # the budget left room for the summary
 
 
 def test_a_cut_inside_a_tool_call_group_takes_the_whole_turn_or_none() -> None:
@@ -211,4 +213,7 @@ async def test_a_new_conversation_gets_no_notes() -> None:
     model = ScriptedModel([reply("hi!")])
     runner = AgentRunner(Agent(model=model), ConversationMemory(InMemorySessionStore()))
     assert await runner.reply("c", "hello") == "hi!"
-    assert model.calls[0].messages[0]["content"] == runner.agent.system_prompt
+    assert model.calls[0].messages == [
+        {"role": "system", "content": runner.agent.system_prompt},
+        {"role": "user", "content": "hello"},
+    ]  # no context message

@@ -126,6 +126,27 @@ async def test_a_refused_stream_options_is_left_out() -> None:
     assert all(b.get("stream") is True for b in bodies)
 
 
+async def test_a_template_that_demands_alternating_roles_gets_one_user_turn() -> None:
+    """Attack: vLLM serving Mistral refuses two user messages in a row (a turn's context and its
+    message, agent.py `turn_messages`) with a 400 "… conversation roles must alternate …". The call
+    is asked again with them as one user message, and later requests are sent merged at once."""
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "[Context] Orders are in yuan."},
+        {"role": "user", "content": "What is 1 + 2?"},
+    ]
+    async with FakeOpenAIServer() as fake:
+        fake.script(replay("vllm_roles_alternate"), FakeReply.text("ok"), FakeReply.text("ok"))
+        model = client(fake)
+        assert (await model.complete(messages)).content == "ok"
+        await model.complete(messages)
+        await model.aclose()
+    sent = [r.messages for r in fake.requests]
+    assert sent[0] == messages
+    merged = {"role": "user", "content": "[Context] Orders are in yuan.\n\nWhat is 1 + 2?"}
+    assert sent[1] == sent[2] == [messages[0], merged]
+
+
 @pytest.mark.parametrize(
     "body", ["deepseek_reasoning_stream", "openrouter_reasoning_stream", "litellm_reasoning_stream"]
 )

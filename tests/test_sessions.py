@@ -25,6 +25,7 @@ from hermes_core.sessions import (
 )
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from prompt_parts import context_of
 from serve_process import clean_environ
 from test_gateway import post, running_gateway
 from wire_schema import assert_valid_requests
@@ -128,9 +129,11 @@ async def test_a_constraint_from_turn_1_is_still_in_the_prompt_at_turn_60(tmp_pa
             await agent.aclose()
     turn_60 = [r for r in fake.requests if r.messages[0]["content"] != SUMMARY_INSTRUCTIONS][-1]
     assert turn_60.messages[-1]["content"] == "继续 60"
-    system = turn_60.messages[0]["content"]
-    assert "只用华东地区的数据" in system and "分析销售数据，只要华东地区的" in system  # fact and pinned goal
-    assert "用户在做华东销售分析" in system  # the fold's summary
+    context = context_of(turn_60.messages)
+    # the fact and the pinned goal
+    assert "只用华东地区的数据" in context and "分析销售数据，只要华东地区的" in context
+    assert "用户在做华东销售分析" in context  # the fold's summary
+    assert turn_60.messages[0] == {"role": "system", "content": agent.system_prompt}
     assert all(m["content"] != "分析销售数据，只要华东地区的" for m in turn_60.messages[1:])  # turn 1 folded
     assert state.facts == ["只用华东地区的数据"] and len(state.folds) >= 5
     assert turn_60.tools and turn_60.tools[0]["function"]["name"] == REMEMBER
@@ -247,9 +250,9 @@ async def test_long_term_hook_gets_finished_tasks_and_adds_examples(fail: bool) 
     assert await runner.reply("feishu:ou_9", "thanks a lot") == "hello"
     assert long_term.queries[0] == ("feishu:ou_9", "华东 Q3 报表", 2)
     if fail:
-        assert long_term.recorded == [] and "Past results" not in model.calls[0].messages[0]["content"]
+        assert long_term.recorded == [] and "Past results" not in context_of(model.calls[0].messages)
         return
-    assert "2026-11-01 query_sales(华东)" in model.calls[0].messages[0]["content"]
+    assert "2026-11-01 query_sales(华东)" in context_of(model.calls[0].messages)
     [(owner, task_type, params, result)] = long_term.recorded  # the greeting used no tool: not recorded
     assert (owner, task_type) == ("feishu:ou_9", "make_report+query_sales")
     assert params == [{"region": "华东"}, {"title": "Q3"}] and len(result) == 500
@@ -271,7 +274,7 @@ async def test_serve_wires_sqlite_sessions_and_long_term_memory(tmp_path: Path) 
     finally:
         await runner.aclose()
     assert isinstance(memory.store, SQLiteSessionStore) and memory.window_turns == 4
-    assert "query_sales" in model.calls[-1].messages[0]["content"]  # the first outcome, as an example
+    assert "query_sales" in context_of(model.calls[-1].messages)  # the first outcome, as an example
 
 
 def test_memory_settings_are_validated(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from hermes_core.config import build_agent, load_settings
 from hermes_core.skills import MAX_SKILL_CHARS, SkillSet
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from prompt_parts import context_of
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ("dev", "staging", "prod")
@@ -160,4 +161,4 @@ async def test_each_environment_ships_a_skill_the_model_loads_and_reads(
     assert "## Skill: unit-convert" in steps and "references/units.md" in steps
     assert "| 斤 (jin) | kilogram | 0.5 |" in table
     assert "1.5" in product
-    assert "unit-convert" in fake.requests[0].messages[0]["content"]  # triggered by 换算: steps in the prompt
+    assert "## Skill: unit-convert" in context_of(fake.requests[0].messages)  # triggered by 换算: its steps

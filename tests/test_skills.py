@@ -11,6 +11,7 @@ from hermes_core import Agent, tool
 from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.skills import SkillError, SkillSet
 from hermes_core.testing import ScriptedModel, call, reply
+from prompt_parts import context_of
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "skills"
 DEPLOY_BODY = "STEP-DEPLOY-7: run the health check before switching traffic."
@@ -66,6 +67,11 @@ def system_of(model: ScriptedModel, i: int = 0) -> str:
     return model.calls[i].messages[0]["content"]
 
 
+def context_at(model: ScriptedModel, i: int = 0) -> str:
+    """The turn's context message of call `i` (agent.py `turn_messages`): triggered skills go there."""
+    return context_of(model.calls[i].messages)
+
+
 # --- progressive loading -------------------------------------------------------------------------
 
 
@@ -94,14 +100,15 @@ async def test_prompt_lists_names_and_descriptions_but_no_body_unless_triggered(
 async def test_a_trigger_in_the_message_brings_the_body_in(skills_dir: Path, message: str) -> None:
     agent, model = agent_with(SkillSet.load([skills_dir]), [reply("Done.")])
     await agent.run(message)
-    assert DEPLOY_BODY in system_of(model)
-    assert REPORT_BODY not in system_of(model)
+    assert DEPLOY_BODY in context_at(model) and DEPLOY_BODY not in system_of(model)  # the prefix stays
+    assert REPORT_BODY not in context_at(model)
 
 
 async def test_chinese_trigger_given_as_a_single_string(skills_dir: Path) -> None:
     agent, model = agent_with(SkillSet.load([skills_dir]), [reply("好的")])
     await agent.run("请帮我写本周的周报")
-    assert REPORT_BODY in system_of(model) and DEPLOY_BODY not in system_of(model)
+    assert REPORT_BODY in context_at(model) and DEPLOY_BODY not in context_at(model)
+    assert system_of(model) == agent.skills.system_prompt(agent.system_prompt)  # the same for any message
 
 
 def test_english_triggers_match_whole_words(skills_dir: Path) -> None:
@@ -155,6 +162,7 @@ async def test_a_missing_tool_is_reported_and_the_skill_is_unavailable(
     agent, model = agent_with(skills, script)
     result = await agent.run("deploy billing")
     assert "deploy-service" not in system_of(model) and DEPLOY_BODY not in system_of(model)
+    assert DEPLOY_BODY not in context_at(model)
     assert "unavailable" in result.tool_calls[0].content and "health_check" in result.tool_calls[0].content
 
 

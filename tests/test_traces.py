@@ -86,7 +86,9 @@ async def test_a_task_is_recorded_whole(tmp_path: Path) -> None:
         ("add", {"a": 40, "b": 2}),
         ("weather", {"city": "北京"}),
     ]
-    assert raw["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    assert raw["usage"] == {
+        "prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "cached_tokens": 0,
+    }  # fmt: skip
     assert second["response"]["content"] == "42" and second["response"]["finish_reason"] == "stop"
     calls = record["tool_calls"]
     assert [(c["turn"], c["name"], c["result"], c["ok"], c["error"]) for c in calls] == [

@@ -47,16 +47,23 @@ _TRAILING = r"[\s!！.。~～?？,，]*"
 
 @dataclass
 class Session:
-    """One conversation as a run sees it: the history to send, and notes for the system message.
+    """One conversation as a run sees it: the history to send, and notes for this turn.
 
-    `notes` (a state snapshot, a summary, a pinned goal: see `memory/conversation.py`) is appended to
-    the system prompt of every model call of the run, so it is never part of the history and no
-    cut can drop it. The run appends its new messages to `messages`.
+    `notes` (a state snapshot, a summary, a pinned goal, long-term examples: see
+    `memory/conversation.py`) go into the turn's context message (`turn_messages`) on every model
+    call of the run, so they are never part of the history and no cut can drop them. The run
+    appends its new messages to `messages`, the context message excepted.
+
+    `context_sent` and `context_at` say which context the last turn sent and where it stood in
+    `messages`: a turn whose context is the same puts it back there, so its request continues the
+    previous one byte for byte; a changed context goes before the new message and is noted here.
     """
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     messages: list[Message] = field(default_factory=list)
     notes: str = ""
+    context_sent: str = ""
+    context_at: int = 0
 
 
 @dataclass(init=False)
@@ -169,11 +176,15 @@ class Agent:
         message = hide(conversation, message)  # a pasted credential: a handle (tools/secret_handles.py)
         history = session.messages if session is not None else []
         notes = session.notes if session is not None else ""
-        prompt = self.system_prompt  # + skill names, and the steps of skills this message triggers (P5)
-        prompt = self.skills.system_prompt(prompt, message) if self.skills is not None else prompt
-        system = f"{prompt}\n\n{notes}" if notes else prompt
-        messages: list[Message] = [{"role": "system", "content": system}, *history]
-        messages.append(user_message(message, images))
+        system, steps = self.system_prompt, ""  # + skill names; the steps of triggered skills (P5)
+        if self.skills is not None:
+            system, steps = self.skills.system_prompt(system), self.skills.steps_for(message)
+        context = "\n\n".join(part for part in (notes, steps) if part)
+        at = len(history)  # a context unchanged since the last turn stays where it stood
+        if session is not None and context and context == session.context_sent:
+            at = min(max(session.context_at, 0), at)
+        messages = turn_messages(system, history, context, user_message(message, images), at)
+        first = len(messages) - 1  # the user's message: what the history keeps starts there
         fast = self.is_greeting(message)
         stack = await task_stack(self, task_id, message, messages, session, caller)
         with secrets_of(conversation):  # tools that accept secrets get this conversation's values
@@ -193,8 +204,9 @@ class Agent:
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
         if session is not None:
+            session.context_sent, session.context_at = context, at
             # the pictures were for this turn only: the history keeps a placeholder for them
-            session.messages.extend(without_images(messages[len(history) + 1 :]))
+            session.messages.extend(without_images(messages[first:]))
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
                 session.messages.append({"role": "assistant", "content": result.reply})
         return result
@@ -258,6 +270,44 @@ class Agent:
             raise ValueError("a base URL is set but no model name: pass model=… or set HERMES_MODEL")
         api_key = settings.api_key or os.environ.get("HERMES_API_KEY") or None
         return OpenAICompatClient(replace(settings, model=model_name, base_url=base_url, api_key=api_key))
+
+
+CONTEXT_HEADING = "[Context from the application for the next message: not written by the user]"
+
+
+def turn_messages(
+    system: str, history: Sequence[Message], context: str, request: Message, at: int | None = None
+) -> list[Message]:
+    """A turn's messages in the order provider prompt caches reward: the system prompt (the same on
+    every call), the history (append-only between folds), then what changes per turn — `context`:
+    state, summary, pinned goal, long-term examples, triggered skills — as one labelled message just
+    before the newest user message `request`, or at `at` in the history where the same context
+    stood on the previous turn (`Session.context_at`). The context is recomputed each turn and
+    never stored in the history: a context that changed moves to the end, and the request breaks
+    from the history only where the old one stood.
+
+    Why this order: a provider caches a request's exact prefix and bills its cached input at a
+    fraction of the price (platform.openai.com/docs/guides/prompt-caching: "cache hits are only
+    possible for exact prefix matches … put variable content … at the end"; DeepSeek's disk cache,
+    api-docs.deepseek.com/guides/kv_cache, counts only the repeated prefix as a hit). Changing text
+    inside the system message would break the prefix at the top, so every later token is read again.
+
+    Why a `user` message: every OpenAI-compatible endpoint takes one anywhere, while a second
+    `system` message mid-conversation is refused by chat templates that accept a system message
+    only first (docs.litellm.ai/docs/completion/developer_role: "Many open-weight chat templates
+    (Qwen3.5 …) accept a system message only at the very beginning"). It comes before the user's
+    message, so the last user message is still the user's own (tool routing, skills and traces
+    read it). A chat template that demands strictly alternating roles refuses two user messages
+    in a row (vLLM with Mistral's or Gemma's: "conversation roles must alternate …"; the old
+    `deepseek-reasoner`: "does not support successive user or assistant messages"): the client
+    then sends them as one, for that model from then on (models/openai_compat.py `ALTERNATING`).
+    """
+    at = len(history) if at is None else at
+    messages: list[Message] = [{"role": "system", "content": system}, *history[:at]]
+    if context:
+        messages.append({"role": "user", "content": f"{CONTEXT_HEADING}\n{context}"})
+    messages += [*history[at:], request]
+    return messages
 
 
 def _default(declared: Field[Any]) -> object:

@@ -14,7 +14,8 @@ YAML front matter between `---` lines, then a Markdown body with the steps, note
 
 `name` and `description` are required; other keys are allowed and ignored. Loading is progressive:
 the system prompt lists every skill's name and one-line description; a skill's body enters the
-prompt when one of its triggers appears in the message, or when the model calls `load_skill`.
+turn's context (after the history, beside the message) when one of its triggers appears in the
+message, or the conversation when the model calls `load_skill`.
 
 Files bundled beside the SKILL.md (the usual layout: `references/`, `scripts/`, `assets/`) are
 named, with their sizes, under the body; the model reads one with `read_skill_file(skill, path)`,
@@ -272,10 +273,14 @@ class SkillSet:
         lines = [f"- {skill.name}: {skill.description}" for skill in self.available]
         return "\n".join([LISTING_HEADER, *lines])
 
-    def system_prompt(self, base: str, message: str) -> str:
-        """`base` with the listing, and the bodies of the skills this message triggers."""
-        parts = [base, self.listing(), *(skill.instructions() for skill in self.triggered(message))]
-        return "\n\n".join(part for part in parts if part)
+    def system_prompt(self, base: str) -> str:
+        """`base` with the listing: the same on every call, so a provider's prompt cache reuses it."""
+        return "\n\n".join(part for part in (base, self.listing()) if part)
+
+    def steps_for(self, message: str) -> str:
+        """The bodies of the skills this message triggers ("" for none): they change from message to
+        message, so they travel with the turn's context, after the history (agent.py `turn_messages`)."""
+        return "\n\n".join(skill.instructions() for skill in self.triggered(message))
 
     def instructions(self, name: str) -> str:
         """What `load_skill(name)` returns. Raises `ToolError` (shown to the model) when it cannot."""

@@ -518,7 +518,8 @@ def _tokens(usage: JSON) -> str:
     total, prompt, completion = (
         usage.get(k, 0) for k in ("total_tokens", "prompt_tokens", "completion_tokens")
     )
-    return f"{total} tokens ({prompt} in, {completion} out)"
+    cached = f", {usage['cached_tokens']} of them cached" if usage.get("cached_tokens") else ""
+    return f"{total} tokens ({prompt} in{cached}, {completion} out)"
 
 
 def _span(record: dict[str, JSON], calls: list[dict[str, JSON]]) -> tuple[float, float]:

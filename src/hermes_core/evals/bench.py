@@ -4,14 +4,15 @@
 
 runs every task n times per model and prints one row per model — the table of a hand-made
 comparison (success rate, average steps, average latency), plus average tokens and, when prices
-are configured, average cost per run — then writes the same table as CSV, JSON (with every run
+are configured, average cost per run (prompt tokens the provider's cache served at the `cached`
+price, when one is given) — then writes the same table as CSV, JSON (with every run
 and the success rate per task) and an SVG bar chart.
 
 A task is a case (`cases.py`): a conversation, optional workspace `files`, and checks; a run
 succeeds when every check passes, and its steps are its model calls. The tasks file::
 
     prices:                        # optional, per 1,000 tokens; also `--prices FILE`
-      gpt-4o-mini: {prompt: 0.00015, completion: 0.0006}
+      gpt-4o-mini: {prompt: 0.00015, completion: 0.0006, cached: 0.000075}
     tasks:
       - name: calculation
         input: What is (1234 + 5678) * 3 - 17? Use the calculator.
@@ -56,11 +57,17 @@ COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF
 
 
 class ModelPrice(BaseModel):
-    """What a model costs per 1,000 tokens, prompt and completion."""
+    """What a model costs per 1,000 tokens: prompt, completion, and cached prompt tokens (those the
+    provider's prompt cache served, billed lower; without a `cached` price, at the prompt price)."""
 
     model_config = ConfigDict(extra="forbid")
     prompt: float = Field(ge=0)
     completion: float = Field(ge=0)
+    cached: float | None = Field(None, ge=0)
+
+    def cost(self, prompt: int, completion: int, cached: int = 0) -> float:
+        cached_price = self.prompt if self.cached is None else self.cached
+        return ((prompt - cached) * self.prompt + cached * cached_price + completion * self.completion) / 1000
 
 
 Prices = dict[str, ModelPrice]
@@ -81,7 +88,9 @@ class BenchRun:
     stop_reason: str
     failed: list[str] = field(default_factory=list)  # the checks that did not hold
     error: str | None = None
-    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
+    # model → [prompt, completion, cached] tokens
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)
+    cached_tokens: int = 0  # of `prompt_tokens`, those the provider's prompt cache served
 
     @classmethod
     def of(cls, model: str, index: int, result: CaseResult) -> BenchRun:
@@ -89,18 +98,19 @@ class BenchRun:
         return cls(
             model, result.name, index, result.passed, result.steps, result.latency,
             result.prompt_tokens, result.completion_tokens, result.stop_reason, failed, result.error,
-            dict(result.tokens_by_model),
+            dict(result.tokens_by_model), result.cached_tokens,
         )  # fmt: skip
 
     def cost(self, prices: Prices, row_model: str) -> float | None:
         """What the run cost, each answering model's tokens at its price; None if one has none."""
-        spent = self.tokens_by_model or {row_model: [self.prompt_tokens, self.completion_tokens]}
+        own = [self.prompt_tokens, self.completion_tokens, self.cached_tokens]
+        spent = self.tokens_by_model or {row_model: own}
         total = 0.0
-        for model, (prompt, completion) in spent.items():
+        for model, tokens in spent.items():
             price = prices.get(model)
             if price is None:
                 return None
-            total += prompt / 1000 * price.prompt + completion / 1000 * price.completion
+            total += price.cost(*tokens[:3])  # (runs written before cached tokens: two numbers)
         return total
 
 
@@ -118,6 +128,7 @@ class ModelSummary:
     avg_cost: float | None  # None when no price is configured for the model
     by_task: dict[str, float] = field(default_factory=dict)  # task → success rate
     tokens_by_model: dict[str, float] = field(default_factory=dict)  # answering model → avg tokens per run
+    avg_cached_tokens: float = 0.0  # of the prompt tokens, those the provider's cache served
 
     @property
     def success_rate(self) -> float:
@@ -317,7 +328,7 @@ def summarize(
         cost = None if None in costs else sum(c or 0.0 for c in costs) / count
         by_model: dict[str, float] = {}
         for run in mine:
-            for name, (p, c) in run.tokens_by_model.items():
+            for name, (p, c, *_) in run.tokens_by_model.items():
                 by_model[name] = by_model.get(name, 0.0) + (p + c) / count
         by_task: dict[str, list[bool]] = {}
         for run in mine:
@@ -329,30 +340,36 @@ def summarize(
                 avg_latency=sum(run.latency for run in mine) / count,
                 avg_prompt_tokens=prompt, avg_completion_tokens=completion, avg_cost=cost,
                 by_task={task: sum(results) / len(results) for task, results in by_task.items()},
-                tokens_by_model=by_model,
+                tokens_by_model=by_model, avg_cached_tokens=sum(run.cached_tokens for run in mine) / count,
             )
         )  # fmt: skip
     return summaries
 
 
 def bench_table(summaries: Sequence[ModelSummary]) -> str:
-    """The printed table; the cost column only when some model has a price, the tokens of each
-    answering model only when some row is routed."""
+    """The printed table; the cached prompt tokens only when a provider reported some, the cost
+    column only when some model has a price, the tokens of each answering model only when some row
+    is routed."""
     with_cost = any(summary.avg_cost is not None for summary in summaries)
+    with_cached = any(summary.avg_cached_tokens for summary in summaries)
     routed = any(summary.model.endswith(ROUTED) for summary in summaries)
     headers = ["model", "runs", "success", "avg steps", "avg latency (s)", "avg tokens"]
+    headers += ["avg cached"] if with_cached else []
     headers += ["avg cost"] if with_cost else []
     headers += ["tokens by model"] if routed else []
     rows = []
     for s in summaries:
         row = [s.model, str(s.runs), f"{s.success_rate:.1%}", f"{s.avg_steps:.2f}", f"{s.avg_latency:.2f}"]
         row.append(f"{s.avg_tokens:.1f}")
+        if with_cached:
+            row.append(f"{s.avg_cached_tokens:.1f}")
         if with_cost:
             row.append("-" if s.avg_cost is None else f"{s.avg_cost:.6f}")
         if routed:
             row.append(" ".join(f"{name}:{tokens:.1f}" for name, tokens in s.tokens_by_model.items()) or "-")
         rows.append(row)
-    return format_table(headers, rows, "lrrrrr" + ("r" if with_cost else "") + ("l" if routed else ""))
+    align = "lrrrrr" + ("r" if with_cached else "") + ("r" if with_cost else "") + ("l" if routed else "")
+    return format_table(headers, rows, align)
 
 
 def routing_comparison(summaries: Sequence[ModelSummary]) -> list[str]:
@@ -377,6 +394,7 @@ def routing_comparison(summaries: Sequence[ModelSummary]) -> list[str]:
 CSV_FIELDS = [
     "model", "runs", "passed", "success_rate", "avg_steps", "avg_latency_s",
     "avg_prompt_tokens", "avg_completion_tokens", "avg_tokens", "avg_cost", "tokens_by_model",
+    "avg_cached_tokens",
 ]  # fmt: skip
 
 
@@ -385,7 +403,7 @@ def summary_row(s: ModelSummary) -> dict[str, Any]:
         "model": s.model, "runs": s.runs, "passed": s.passed, "success_rate": s.success_rate,
         "avg_steps": s.avg_steps, "avg_latency_s": s.avg_latency, "avg_prompt_tokens": s.avg_prompt_tokens,
         "avg_completion_tokens": s.avg_completion_tokens, "avg_tokens": s.avg_tokens, "avg_cost": s.avg_cost,
-        "tokens_by_model": s.tokens_by_model,
+        "tokens_by_model": s.tokens_by_model, "avg_cached_tokens": s.avg_cached_tokens,
     }  # fmt: skip
 
 

@@ -47,7 +47,9 @@ class CaseResult:
     reply: str = ""
     stop_reason: str = ""
     error: str | None = None  # the run itself failed (configuration, an exception)
-    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)  # model → [prompt, completion]
+    # model → [prompt, completion, cached] tokens
+    tokens_by_model: dict[str, list[int]] = field(default_factory=dict)
+    cached_tokens: int = 0  # of `prompt_tokens`, those the provider's prompt cache served
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -91,9 +93,10 @@ async def run_case(case: Case, settings: Settings, *, model: str | ModelClient |
             reply=result.reply,
             stop_reason=result.stop_reason,
             tokens_by_model={
-                name: [usage.prompt_tokens, usage.completion_tokens]
+                name: [usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens]
                 for name, usage in usage_by_model(result).items()
             },
+            cached_tokens=result.usage.cached_tokens,
         )
 
 

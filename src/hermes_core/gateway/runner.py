@@ -198,6 +198,7 @@ class AgentRunner:
         if result.stop_reason in PAUSES:  # not stored: the whole turn is stored once it finishes
             return await self._paused(result.reply, task_id, message), None, None, []
         await self.memory.learn(conversation, result)
+        await self.memory.keep_context(prompt, session)  # an unchanged context stays put next turn
         history = self.memory.turn(conversation, session.messages[len(prompt.window) :], task_id)
         posts = posts_of(result, self.agent.registry.get("send_message"))
         return result.reply, history, None if result.ok else result.stop_reason, posts

@@ -124,9 +124,13 @@ def _placeholder(message: Message) -> Message:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens of one call or a task; `cached_tokens`: the part of `prompt_tokens` the provider's
+    prompt cache served (billed lower). Read from each provider's fields by models/usage.py."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         if not (other.prompt_tokens or other.completion_tokens or other.total_tokens):
@@ -137,23 +141,8 @@ class Usage:
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cached_tokens + other.cached_tokens,
         )
-
-    @classmethod
-    def from_wire(cls, data: object) -> Usage:
-        if not isinstance(data, dict):
-            return cls()
-        prompt, completion, total = map(data.get, _USAGE_KEYS)
-        if not (type(prompt) is int and type(completion) is int and type(total) is int):  # (JSON's are)
-            prompt, completion, total = map(_count, (prompt, completion, total))
-        return cls(prompt, completion, total or prompt + completion)
-
-
-_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
-
-
-def _count(value: JSON) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass

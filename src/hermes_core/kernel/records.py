@@ -5,8 +5,8 @@ show and replay it (observe/replay.py, evals/traces.py). They write and read the
 through this module only, so that what is persisted cannot drift between them:
 
     response: {"content", "tool_calls": [{"id", "name", "arguments"}], "usage": {"prompt_tokens",
-               "completion_tokens", "total_tokens"}, "model", "answered_by", "finish_reason",
-               "refusal", "reasoning"}
+               "completion_tokens", "total_tokens", "cached_tokens"}, "model", "answered_by",
+               "finish_reason", "refusal", "reasoning"}
     outcome:  {"id", "name", "arguments", "result", "ok", "error", "elapsed", "parsed"}
 
 Each store adds its own context around a record (the journal its turn, counted from 0; the trace
@@ -90,9 +90,8 @@ def _call_from(call: JSON) -> ToolCall:
 
 def _usage_from(usage: JSON) -> Usage:
     if isinstance(usage, Mapping):
-        return Usage(
-            usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), usage.get("total_tokens", 0)
-        )
+        keys = ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
+        return Usage(**{key: usage.get(key, 0) for key in keys})
     return Usage(*(usage or [0, 0, 0]))  # an older journal row: [prompt, completion, total]
 
 

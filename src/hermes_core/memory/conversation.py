@@ -1,9 +1,10 @@
 """`ConversationMemory`: what the agent sees of a conversation on each call, and what is kept after.
 
     prompt = await memory.prepare(conversation, text, agent.client)
-    session = prompt.session()                      # the window, plus notes for the system message
+    session = prompt.session()                      # the window, plus notes for the turn's context
     result = await agent.run(text, session=session)
     await memory.commit(conversation, session.messages[len(prompt.window):], result)
+    await memory.keep_context(prompt, session)      # optional: where an unchanged context goes next turn
 
 The gateway does not call `commit`: it takes `memory.turn(...)` (the turn's messages keyed by its
 task id) and stores it in the transaction that marks the message done (gateway/store.py), so a
@@ -11,9 +12,12 @@ crash can neither lose a finished turn nor store it twice.
 
 `Agent.run` never learns about storage: it gets a `Session` whose `messages` are the window (the
 newest whole turns, at most `window_turns`, within `budget_tokens` together with the notes) and
-whose `notes` go into the system message: the state snapshot (facts, constraints, done and pending
-steps, recorded by the model through the `remember` tool), the summary of folded turns, the pinned
-original goal once its turn has left the window, and long-term examples when a hook is given.
+whose `notes` go into the turn's context message, after the history (agent.py `turn_messages`,
+so the system prompt and the history stay a prefix a provider's cache reuses): the state
+snapshot (facts, constraints, done and pending steps, recorded by the model through the
+`remember` tool), the summary of folded turns, the pinned original goal once its turn has left
+the window, and long-term examples when a hook is given. Where the context stood is kept in the
+state (`keep_context`): while it is unchanged, the next turn puts it back there.
 
 Folding: when the unfolded history no longer fits (more turns than the window, or more tokens than
 the budget leaves), the oldest turns are replaced by a summary the model writes (≤ 200 characters,
@@ -78,9 +82,15 @@ class Prompt:
     window: list[Message]
     notes: str
     fold: Fold | None = None
+    start: int = 0  # the log index of the window's first message
+    context: str = ""  # the previous turn's context, when it still stands inside the window …
+    context_at: int = 0  # … before this message of the window
 
     def session(self) -> Session:
-        return Session(id=self.conversation, messages=list(self.window), notes=self.notes)
+        return Session(
+            id=self.conversation, messages=list(self.window), notes=self.notes,
+            context_sent=self.context, context_at=self.context_at,
+        )  # fmt: skip
 
 
 class ConversationMemory:
@@ -126,8 +136,24 @@ class ConversationMemory:
             state, fold = await self._fold(conversation, state, turns[: len(turns) - len(kept)], model)
             turns = kept
         notes = render_notes(state, goal if state.folded else "", examples)
-        window = newest_turns(turns, self.window_turns, self.budget_tokens - estimate_tokens(notes))
-        return Prompt(conversation, flatten(window), notes, fold)
+        window = flatten(newest_turns(turns, self.window_turns, self.budget_tokens - estimate_tokens(notes)))
+        start = loaded.state.folded + len(loaded.messages) - len(window)
+        at = state.context_at - start
+        if state.context and 0 <= at <= len(window):
+            return Prompt(conversation, window, notes, fold, start, state.context, at)
+        return Prompt(conversation, window, notes, fold, start)
+
+    async def keep_context(self, prompt: Prompt, session: Session) -> None:
+        """Note where the turn's context stood, when it changed or moved, so that the next turn puts
+        the same context back there (agent.py `turn_messages`); one write only then."""
+        text, at = session.context_sent, prompt.start + session.context_at
+        if text == prompt.context and (not text or session.context_at == prompt.context_at):
+            return
+
+        def place(state: ConversationState) -> None:
+            state.context, state.context_at = text, at
+
+        await self.store.update_state(prompt.conversation, place)
 
     async def commit(
         self,
@@ -336,7 +362,7 @@ async def summarize(model: ModelClient | None, previous: str, turns: Sequence[Tu
 
 
 def render_notes(state: ConversationState, goal: str, examples: str) -> str:
-    """The block appended to the system message on every call; "" when there is nothing to say."""
+    """The block of the turn's context message on every call; "" when there is nothing to say."""
     sections = [f"The user's original request (pinned): {goal}"] if goal else []
     headings = {
         "facts": "Facts and constraints to respect",

@@ -159,7 +159,7 @@ class LongTermMemory:
         return [_outcome(*row) for row in rows]
 
     def format_examples(self, outcomes: list[Outcome], language: str = "en") -> str:
-        """Dated examples for the system prompt ("en", or "zh" for Chinese); "" when there are none.
+        """Dated examples for the turn's context ("en", or "zh" for Chinese); "" when there are none.
 
         Each line carries its date and the header says the results may be outdated, so the model
         treats "East China sold 1.2M" as what was true then — not as today's figure.

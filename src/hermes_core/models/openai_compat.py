@@ -30,12 +30,12 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.messages import Message, ModelResponse, ToolCall, Usage, json_encoder
+from ..kernel.messages import Message, ModelResponse, ToolCall, json_encoder
 from ..kernel.model import (
     ModelClient,
     ModelRequestRejected,
@@ -49,6 +49,7 @@ from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
 from .sse import DONE, REASONING_FIELDS, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
+from .usage import usage_from_wire
 
 if TYPE_CHECKING:
     import aiohttp
@@ -146,7 +147,7 @@ class OpenAICompatClient(ModelClient):
         self, model: str, messages: list[Message], tools: list[dict[str, Any]] | None, stream: bool
     ) -> bytes:
         settings, dropped = self.settings, self.dropped.get(model, ())
-        body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages)}
+        body: dict[str, Any] = {"model": model, "messages": self._wire_messages(messages, dropped)}
         temperature = settings.temperature
         if temperature is not None and "temperature" not in dropped and not refuses_temperature(model):
             body["temperature"] = temperature
@@ -165,8 +166,12 @@ class OpenAICompatClient(ModelClient):
         body.update(settings.extra_body)
         return _encode(body).encode("utf-8")
 
-    def _wire_messages(self, messages: list[Message]) -> list[Message]:
-        """The history as this endpoint takes it: `reasoning_content` only where it is required."""
+    def _wire_messages(self, messages: list[Message], dropped: Collection[str] = ()) -> list[Message]:
+        """The history as this endpoint takes it: `reasoning_content` only where it is required;
+        successive user messages (a turn's context and its message) as one, for a model whose
+        chat template refused them (`ALTERNATING`, found out by its 400)."""
+        if ALTERNATING in dropped:
+            messages = _merged_user_turns(messages)
         if self.quirks.send_reasoning or not any("reasoning_content" in m for m in messages):
             return messages
         return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
@@ -212,7 +217,8 @@ class OpenAICompatClient(ModelClient):
             except ModelRequestRejected as exc:
                 if refused is not None or (refused := _refused_parameter(exc, json.loads(body))) is None:
                     raise
-                log.warning("model %s refuses %s (%s); leaving it out from now on", model, refused, exc)
+                change = "merging its user turns" if refused == ALTERNATING else f"leaving {refused} out"
+                log.warning("model %s refuses %s (%s); %s from now on", model, refused, exc, change)
                 self.dropped.setdefault(model, set()).add(refused)
                 body, attempt = self._body(model, messages, tools, stream), 0  # its own retries, as before
 
@@ -329,7 +335,7 @@ def _parse_completion(raw: bytes) -> ModelResponse:
         content=content if content or isinstance(message.get("content"), str) else None,
         reasoning=thought or None,
         tool_calls=_tool_calls(message.get("tool_calls")),
-        usage=Usage.from_wire(data.get("usage")),
+        usage=usage_from_wire(data.get("usage")),
         model=model if isinstance(model, str) else "",
         finish_reason=choice.get("finish_reason"),
         refusal=refusal if isinstance(refusal, str) else None,
@@ -386,15 +392,45 @@ def _wait_hint(headers: Mapping[str, str]) -> float | None:
 
 def _refused_parameter(exc: ModelRequestRejected, sent: dict[str, Any]) -> str | None:
     """The optional parameter a 400 says the model refuses, when we sent it (OpenAI: "Unsupported
-    parameter: 'temperature' …"; Azure AI inference: "… stream_options …")."""
+    parameter: 'temperature' …"; Azure AI inference: "… stream_options …"); `ALTERNATING` when it
+    refuses two user messages in a row (a template's "Conversation roles must alternate …", the
+    old deepseek-reasoner's "does not support successive user or assistant messages")."""
     if exc.status != 400:
         return None
     text = str(exc).lower()
+    successive = _merged_user_turns(sent["messages"]) != sent["messages"]
+    if successive and ("alternate" in text or "successive" in text):
+        return ALTERNATING
     refusal = any(word in text for word in _REFUSAL_WORDS)
     for name in ("temperature", "stream_options", "top_p"):
         if refusal and name in sent and name in text:
             return name
     return None
+
+
+ALTERNATING = "alternating roles"  # in `dropped`: the model takes no two user messages in a row
+
+
+def _merged_user_turns(messages: list[Message]) -> list[Message]:
+    """`messages` with each run of successive user messages made one (their texts, then any other
+    parts, in order): what a template that demands alternating roles accepts."""
+    merged: list[Message] = []
+    for message in messages:
+        previous = merged[-1] if merged else None
+        if previous is None or message.get("role") != "user" or previous.get("role") != "user":
+            merged.append(message)
+            continue
+        parts = _parts(previous.get("content")) + _parts(message.get("content"))
+        plain = all(part.get("type") == "text" for part in parts)
+        content = "\n\n".join(str(part.get("text", "")) for part in parts) if plain else parts
+        merged[-1] = {**previous, "content": content}
+    return merged
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, list):
+        return [part for part in content if isinstance(part, dict)]
+    return [{"type": "text", "text": "" if content is None else str(content)}]
 
 
 _REFUSAL_WORDS = ("unsupported", "not supported", "unrecognized", "extra", "not permitted")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..kernel.messages import JSON, ModelResponse, ToolCall, Usage
+from .usage import usage_from_wire
 
 DONE = "[DONE]"
 
@@ -186,7 +187,7 @@ class StreamAssembler:
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
-            self.usage = Usage.from_wire(chunk["usage"])
+            self.usage = usage_from_wire(chunk["usage"])
         error = stream_error(chunk)
         if error is not None:
             raise error

@@ -191,8 +191,9 @@ def timeline(record: dict[str, JSON]) -> str:
         f"caller {caller.get('user_id') or '-'} ({caller.get('role', '-')})",
         f"started {_when(started)}  stop reason {record.get('stop_reason')}  {status}"
         + (f"  error: {record['error']}" if record.get("error") else ""),
-        f"tokens {usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} completion = "
-        f"{usage.get('total_tokens', 0)}; time: model {timings.get('model', 0):.2f}s, tools "
+        f"tokens {usage.get('prompt_tokens', 0)} prompt{_cached(usage)} + "
+        f"{usage.get('completion_tokens', 0)} completion = {usage.get('total_tokens', 0)}; "
+        f"time: model {timings.get('model', 0):.2f}s, tools "
         f"{timings.get('tools', 0):.2f}s, total {timings.get('total', 0):.2f}s",
         "",
     ]
@@ -210,13 +211,18 @@ def timeline(record: dict[str, JSON]) -> str:
     return "\n".join(lines)
 
 
+def _cached(usage: dict[str, JSON]) -> str:
+    """The prompt tokens a provider's cache served (", 900 cached"), when it said so."""
+    return f", {usage['cached_tokens']} cached" if usage.get("cached_tokens") else ""
+
+
 def _model_line(call: dict[str, JSON]) -> str:
     head = f"model #{call.get('turn')}     {call.get('elapsed', 0):.2f}s  "
     response = call.get("response")
     if response is None:
         return head + f"ERROR {call.get('error')}"
     usage = response.get("usage") or {}
-    tokens = f"  [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
+    tokens = f"  [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens{_cached(usage)}]"
     calls = response.get("tool_calls") or []
     if calls:
         said = "calls " + ", ".join(f"{c['name']}({clip(str(c['arguments']), 160)})" for c in calls)

@@ -27,7 +27,10 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ..kernel.messages import Usage
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -246,6 +249,25 @@ MODEL_SECONDS = REGISTRY.histogram(
 TOOL_SECONDS = REGISTRY.histogram(
     "hermes_tool_call_seconds", "Tool call latency, by tool and outcome.", ("tool", "outcome")
 )
+PROMPT_TOKENS = REGISTRY.counter("hermes_prompt_tokens_total", "Prompt tokens sent, by model.", ("model",))
+CACHED_PROMPT_TOKENS = REGISTRY.counter(
+    "hermes_cached_prompt_tokens_total",
+    "Prompt tokens the provider's prompt cache served (part of the prompt tokens), by model.",
+    ("model",),
+)
+COMPLETION_TOKENS = REGISTRY.counter(
+    "hermes_completion_tokens_total", "Completion tokens received, by model.", ("model",)
+)
+
+
+def count_tokens(model: str, usage: Usage) -> None:
+    """Add one model call's usage to the token counters (the tracer calls it once per call)."""
+    if usage.prompt_tokens > 0 or usage.completion_tokens > 0:
+        PROMPT_TOKENS.inc(max(usage.prompt_tokens, 0), model=model)
+        CACHED_PROMPT_TOKENS.inc(max(usage.cached_tokens, 0), model=model)
+        COMPLETION_TOKENS.inc(max(usage.completion_tokens, 0), model=model)
+
+
 MODEL_RETRIES = REGISTRY.counter(
     "hermes_model_retries_total", "Model requests tried again after a transient failure.", ("model",)
 )

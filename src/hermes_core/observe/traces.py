@@ -52,7 +52,7 @@ from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..storage import SQLiteDatabase
 from .logs import bind_task, log_event, task_context, unbind_task
-from .metrics import MODEL_SECONDS, TOOL_SECONDS
+from .metrics import MODEL_SECONDS, TOOL_SECONDS, count_tokens
 
 log = logging.getLogger("hermes_core.traces")
 
@@ -376,6 +376,7 @@ class TaskTrace(TaskHooks):
                     "gen_ai.response.model": response.model,
                     "gen_ai.usage.input_tokens": usage.prompt_tokens,
                     "gen_ai.usage.output_tokens": usage.completion_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
                     "hermes.tool_calls": len(response.tool_calls),
                 },
                 None,
@@ -420,6 +421,8 @@ class TaskTrace(TaskHooks):
         error: BaseException | None,
     ) -> None:
         MODEL_SECONDS.observe(elapsed, outcome="ok" if error is None else "error")
+        if response is not None:
+            count_tokens(response.answered_by or self.model_name or "", response.usage)
         raw = record_of(response) if response is not None else None
         failure = describe_error(error) if error is not None else None
         self.model_calls.append({
@@ -501,7 +504,7 @@ class TaskTrace(TaskHooks):
             if result is not None
             else {
                 key: sum(((m["response"] or {}).get("usage") or {}).get(key, 0) for m in self.model_calls)
-                for key in ("prompt_tokens", "completion_tokens", "total_tokens")
+                for key in ("prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens")
             }
         )
         record: dict[str, Any] = {

@@ -87,16 +87,18 @@ async def run_plan(
     With `agent.journal`, a task run again under the same `task_id` (after a crash or a pause)
     replays its journal: recorded plans and step results are reused, nothing runs twice.
     """
+    from ..agent import turn_messages
+
     task_id = task_id or uuid.uuid4().hex
     notes = session.notes if session is not None else ""
-    system = f"{agent.system_prompt}\n\n{notes}" if notes else agent.system_prompt
+    system = agent.system_prompt  # the answer's: the plain prompt (no catalogue)
     history = session.messages if session is not None else []
     if agent.mcp is not None:  # the catalogue names every tool the plan may use
         await agent.mcp.attach(agent.registry)
     catalogue = tool_catalogue(agent.registry, caller, agent.client.name)
     planning = f"{system}\n\n{PLAN_INSTRUCTIONS.format(tools=catalogue)}"
-    messages: list[Message] = [{"role": "system", "content": planning}, *history]
-    messages.append({"role": "user", "content": message})
+    # the notes go after the history, as in the loop (agent.py `turn_messages`)
+    messages = turn_messages(planning, history, notes, {"role": "user", "content": message})
     # the same model, tools and hooks as the loop's: journal replayed, every step traced
     stack = await agent.task_tools(task_id, message, messages, session, caller)
     model = stack.model

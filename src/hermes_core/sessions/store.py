@@ -89,6 +89,10 @@ class ConversationState:
     summary: str = ""  # the accumulated summary of the folded turns
     folded: int = 0  # log messages replaced by the summary (or truncated)
     folds: list[Fold] = field(default_factory=list)
+    # the context the last turn sent and the log index of the message it preceded: an unchanged
+    # context goes back there, so requests stay append-only for the provider's cache (agent.py)
+    context: str = ""
+    context_at: int = -1
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -120,8 +120,8 @@ def run_summary(agent: str, result: RunResult) -> dict[str, JSON]:
     summary: dict[str, JSON] = {
         "agent": agent,
         "reply": result.reply,
-        "usage": asdict(result.usage),
-        "model_calls": result.model_calls,
+        "usage": {key: value for key, value in asdict(result.usage).items() if key != "cached_tokens"},
+        "model_calls": result.model_calls,  # (cached tokens are for the bill, not for the model)
     }
     if not result.ok:
         summary["error"] = f"{agent} stopped before finishing ({result.stop_reason})"

@@ -38,6 +38,7 @@ import inspect
 import itertools
 import json
 import math
+import os
 import re
 import signal
 import threading
@@ -57,6 +58,7 @@ from ._thread import serve_in_thread
 ToolArgs = dict[str, JSON] | str
 """Tool-call arguments: a dict is JSON-encoded by the fake, a str is sent verbatim (may be broken)."""
 
+ALTERNATE_MESSAGE = "Conversation roles must alternate user/assistant/user/assistant/..."
 _ERROR_CODES = {401: "invalid_api_key", 404: "model_not_found", 429: "rate_limit_exceeded"}
 _BAD_KEY = "Incorrect API key provided."
 AUDIO_FORMATS = frozenset({"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"})
@@ -251,6 +253,14 @@ class FakeOpenAIServer:
     - ``honor_max_tokens``: a request's ``max_tokens`` (or ``max_completion_tokens``) cuts a
       tool-call reply at about four characters per token, mid-argument, with
       ``finish_reason: "length"``, as a real server's output limit does.
+    - ``alternating_roles``: two user messages in a row are refused with a 400, as a chat template
+      that demands alternating roles does (Hugging Face templates served by vLLM raise
+      ``Conversation roles must alternate user/assistant/user/assistant/...``).
+    - ``prompt_cache``: ``"openai"`` or ``"deepseek"`` — the estimated usage says how much of the
+      prompt (its tools, then its messages, as JSON, at four characters per token) a prefix cache
+      would have served: the longest prefix shared with one of the last requests, in the field
+      that provider uses (``prompt_tokens_details.cached_tokens``, or ``prompt_cache_hit_tokens``
+      and ``prompt_cache_miss_tokens``). A scripted ``usage`` is sent as it is.
 
     Speech to text, ``POST /v1/audio/transcriptions`` (platform.openai.com/docs/api-reference/audio/
     createTranscription): multipart form fields ``file`` (its name's extension is the format:
@@ -288,6 +298,9 @@ class FakeOpenAIServer:
         self.reject_tools = reject_tools
         self.text_tool_calls = False
         self.honor_max_tokens = False
+        self.alternating_roles = False  # True: two user messages in a row are refused (a strict template)
+        self.prompt_cache: str | None = None  # "openai" or "deepseek": usage reports cached tokens
+        self._prompts: deque[str] = deque(maxlen=64)  # the latest prompts, for `prompt_cache`
         self.vision = True  # False: image parts are refused, as by a text-only model
         self.record_requests = record_requests
         self.requests: list[RecordedRequest] = []
@@ -498,6 +511,8 @@ class FakeOpenAIServer:
             return _instant_error(404, message, code="model_not_found")
         if self.reject_tools and "tools" in body:
             return _instant_error(400, NO_TOOLS_MESSAGE)
+        if self.alternating_roles and _successive_users(body["messages"]):
+            return _instant_error(400, ALTERNATE_MESSAGE)
         problem = _content_problem(body["messages"], self.vision)
         if problem is not None:
             return _instant_error(400, problem)
@@ -597,8 +612,27 @@ class FakeOpenAIServer:
             "created": int(time.time()),
             "model": reply.model or record.model or "fake-model",
             "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
-            "usage": reply.usage or _estimate_usage(record, reply.content, calls),
+            "usage": reply.usage or self._usage(record, reply.content, calls),
         }
+
+    def _usage(self, record: RecordedRequest, content: str | None, calls: list[dict[str, JSON]]) -> JSON:
+        """The estimated usage; with `prompt_cache`, the tokens a prefix cache would have served."""
+        usage = _estimate_usage(record, content, calls)
+        if self.prompt_cache is None:
+            return usage
+        prompt = json.dumps([record.tools, record.messages], ensure_ascii=False)
+        shared = max((len(os.path.commonprefix([prompt, seen])) for seen in self._prompts), default=0)
+        self._prompts.append(prompt)
+        total, cached = len(prompt) // 4, shared // 4
+        usage.update(prompt_tokens=total, total_tokens=total + usage["completion_tokens"])
+        if self.prompt_cache == "deepseek":
+            return usage | {"prompt_cache_hit_tokens": cached, "prompt_cache_miss_tokens": total - cached}
+        return usage | {"prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def _successive_users(messages: list[Any]) -> bool:
+    roles = [message.get("role") if isinstance(message, dict) else None for message in messages]
+    return any(a == b == "user" for a, b in zip(roles, roles[1:], strict=False))
 
 
 def _output_limit(record: RecordedRequest) -> int | None:

@@ -212,14 +212,15 @@ class TurnActivities:
             for t in agent.registry
             if t.name in offered
         ]
-        prompt = agent.system_prompt
+        prompt, steps = agent.system_prompt, ""
         if agent.skills is not None:
-            prompt = agent.skills.system_prompt(prompt, text)
+            prompt, steps = agent.skills.system_prompt(prompt), agent.skills.steps_for(text)
         window: list[Any] = []
         notes = ""
         if self.state is not None and data.get("conversation"):  # the stored conversation, folded
             loaded = await self.state.memory.prepare(str(data["conversation"]), text, client)
             window, notes = loaded.window, loaded.notes
+        notes = "\n\n".join(part for part in (notes, steps) if part)  # the turn's context (agent.py)
         return {
             "system": prompt,
             "window": window,

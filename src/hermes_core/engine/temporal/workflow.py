@@ -51,6 +51,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from ...agent import turn_messages
     from ...channels.seam import InboundMessage, OutboundMessage, Reply, inbound_of
     from ...gateway.commands import is_stop, parse
     from ...gateway.dispatcher import reply_for
@@ -368,12 +369,10 @@ class ConversationWorkflow:
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
         self.language = prepared.get("language") or self.language
         limits = Limits(**prepared["limits"]) if not prepared["greeting"] else Limits(max_turns=1)
-        notes = prepared.get("notes") or ""
-        system = f"{prepared['system']}\n\n{notes}" if notes else prepared["system"]
         earlier: list[Message] = list(prepared.get("window") or [])
-        messages: list[Message] = [{"role": "system", "content": system}, *earlier]
-        first = len(messages)
-        messages.append({"role": "user", "content": text})
+        request: Message = {"role": "user", "content": text}
+        messages = turn_messages(prepared["system"], earlier, prepared.get("notes") or "", request)
+        first = len(messages) - 1
         tools = ActivityTools(self, [ToolFacts(**facts) for facts in prepared["tools"]], message)
         model = ActivityModel(self, prepared["model"], tuple(prepared["models"]), tools)
         task_id = str(message.extra["task_id"])
