@@ -15,7 +15,7 @@ message. Contenders:
 - with `--peers`, openai-agents (`SQLiteSession`) and pydantic-ai (`message_history`), installed into
   a virtual environment of their own under benchmarks/.peers/ on first use (network needed once).
 
-Per contender: the requests, their total bytes (× the floor's), the last request's bytes, the mean
+Per contender (serve's one-token start-up check of the key left out): the requests, their total bytes (× the floor's), the last request's bytes, the mean
 prefix reuse (the longest prefix a request shares with any earlier one, over its length) of all
 requests and of each turn's first request (and its minimum), the uncached characters (summed over
 the conversation: what no earlier request's prefix covers) and the input cost at published prices.
@@ -94,8 +94,9 @@ class Recorder:
 
     async def chat(self, request: web.Request) -> web.Response:
         raw = await request.read()
-        self.bodies.append(raw)
         body = json.loads(raw)
+        if body.get("max_tokens") != 1:  # serve's start-up check of the key is no part of the conversation
+            self.bodies.append(raw)
         messages = body.get("messages") or []
         n = len(self.bodies)
         if messages and messages[-1].get("role") == "tool":
