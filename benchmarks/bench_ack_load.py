@@ -2,7 +2,7 @@
 
 The platform re-pushes an event it has not seen acknowledged within 3 s, which adds load exactly
 when the gateway is already behind; so an ack (verify, dedup, durable insert, 200) must not wait
-for turn work. Three processes as in production (bench_gateway.py): `hermes-core serve` with
+for turn work. Three processes as in production (bench_gateway.py): `hermes-kernel serve` with
 Feishu on, the fake model (`--latency`, 200 ms per call; a turn is two calls: the calculator, then
 the answer) and this process running FakeFeishu (encrypted, signed pushes).
 

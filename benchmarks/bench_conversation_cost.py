@@ -15,10 +15,11 @@ message. Contenders:
 - with `--peers`, openai-agents (`SQLiteSession`) and pydantic-ai (`message_history`), installed into
   a virtual environment of their own under benchmarks/.peers/ on first use (network needed once).
 
-Per contender (serve's one-token start-up check of the key left out): the requests, their total bytes (× the floor's), the last request's bytes, the mean
-prefix reuse (the longest prefix a request shares with any earlier one, over its length) of all
-requests and of each turn's first request (and its minimum), the uncached characters (summed over
-the conversation: what no earlier request's prefix covers) and the input cost at published prices.
+Per contender (serve's one-token start-up check of the key left out): the requests, their total
+bytes (× the floor's), the last request's bytes, the mean prefix reuse (the longest prefix a request
+shares with any earlier one, over its length) of all requests and of each turn's first request (and
+its minimum), the uncached characters (summed over the conversation: what no earlier request's
+prefix covers) and the input cost at published prices.
 
 How a request is compared: as the prompt a provider renders it — the system message, then the tool
 schemas, then the other messages — each part serialised with sorted keys (a template does not see

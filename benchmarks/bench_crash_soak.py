@@ -1,4 +1,4 @@
-"""Crash soak: `hermes-core serve` SIGKILLed at random moments while turns are in flight, then counted.
+"""Crash soak: `hermes-kernel serve` SIGKILLed at random moments while turns are in flight, then counted.
 
     python benchmarks/bench_crash_soak.py [--kills 40] [--seed 1]
 

@@ -147,7 +147,7 @@ def gateway_process(
     # --port 0: the OS picks a free port, read back from the ready line (no bind race)
     # --config is a global option: it goes before the subcommand
     command = [sys.executable, "-m", "hermes_core", "--config", config_path.name, "serve", "--port", "0"]
-    ready = r"hermes-core serving on (http://\S+) \("
+    ready = r"hermes-kernel serving on (http://\S+) \("
     with _process(command, ready, workdir / "server.log", cwd=workdir, env=env) as (process, found):
         base = found.group(1)
         yield Server(base + "/feishu/events", base, process.pid, settings)

@@ -1,9 +1,9 @@
 """1,000 scheduled jobs due in the same second, while people keep writing: do the fires all run
 within the minute, and do acks and interactive turns stay fast?
 
-Three processes, as in production: `hermes-core serve` (webhook channel, SQLite on disk), the fake
+Three processes, as in production: `hermes-kernel serve` (webhook channel, SQLite on disk), the fake
 model (`--latency` per call, 50 ms; a turn is two calls: a tool, then the answer) and this process,
-which seeds the jobs into the gateway's database before the start (as `hermes-core schedule add`
+which seeds the jobs into the gateway's database before the start (as `hermes-kernel schedule add`
 does), receives every reply on a local callback server and sends the interactive load.
 
 1. Quiet (after a one-second warm-up): `--rate` webhook messages/s (20) for `--seconds` (8), each

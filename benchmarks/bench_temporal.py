@@ -2,7 +2,7 @@
 
     python benchmarks/bench_temporal.py [--quick] [--messages 300] [--chats 30] [--kills 10]
 
-Three measurements, each with real processes (`hermes-core serve` / `worker`), the fake Feishu
+Three measurements, each with real processes (`hermes-kernel serve` / `worker`), the fake Feishu
 platform and the fake model (200 ms a call):
 
 1. soak: `--messages` over `--chats` chats, every push sent twice (to both gateway nodes, the same

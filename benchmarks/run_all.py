@@ -5,7 +5,7 @@
 --quick runs fewer repetitions (still at the minimums the benchmarks ask for). --smoke runs each
 benchmark a few iterations only, to show that it runs (its figures mean nothing, nothing is
 written): CI runs it so, with every other script (tests/test_benchmarks_quick.py). --gateway adds the
-gateway benchmark (a real `hermes-core serve` process, ~2 min: Feishu ack latency under load and
+gateway benchmark (a real `hermes-kernel serve` process, ~2 min: Feishu ack latency under load and
 draining 1,000 conversations, whose replies are paced by the send rate limits).
 """
 
@@ -69,7 +69,7 @@ def main() -> None:
     ]
     if args.gateway:
         notes.append(
-            "Gateway: `hermes-core serve` + fake model + FakeFeishu, encrypted and signed pushes; ack "
+            "Gateway: `hermes-kernel serve` + fake model + FakeFeishu, encrypted and signed pushes; ack "
             'baseline is a bare aiohttp.web endpoint answering {"msg": "success"}; drain ideals '
             "are model calls x latency x waves, and the gateway's own send limiter schedule."
         )

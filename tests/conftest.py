@@ -17,7 +17,7 @@ fixture of the same name, which takes precedence over these. The helpers behind 
 importable modules: tests/serve_process.py (processes, clean environments) and
 tests/gateway_harness.py (an in-process gateway on 127.0.0.1, `wait_for`).
 
-Tests marked `slow` (real `hermes-core` processes, kill loops, a browser, the MCP reference
+Tests marked `slow` (real `hermes-kernel` processes, kill loops, a browser, the MCP reference
 servers) are left out of the daily loop `python -m pytest -m "not slow"`; CI runs them all.
 """
 

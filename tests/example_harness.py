@@ -1,5 +1,5 @@
 """Shared by the examples' tests: an example's own `hermes.yaml`, loaded from its folder as
-`hermes-core serve` loads it, with only where it reaches changed (the model and Feishu endpoints
+`hermes-kernel serve` loads it, with only where it reaches changed (the model and Feishu endpoints
 through their environment variables; the data folder, the hosts the web tools may read and the
 addresses in its jobs' prompts as settings), and the gateway `serve` builds from it."""
 

@@ -44,7 +44,7 @@ async def serving(gateway: Gateway, routes: list[web.RouteDef]) -> AsyncIterator
 
 @asynccontextmanager
 async def gateway_for(config: Path) -> AsyncIterator[str]:
-    """The gateway `hermes-core serve` would build from the file `config` (no environment, no
+    """The gateway `hermes-kernel serve` would build from the file `config` (no environment, no
     .env), served on a free local port: its base URL; its runner and agent closed afterwards."""
     settings = load_settings(config, env={}, dotenv=None)
     agent = build_agent(settings)

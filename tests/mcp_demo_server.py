@@ -71,7 +71,7 @@ def delete_everything(confirm: bool = False) -> str:
 
 @server.tool(name="pay.out")
 def pay_out(account: str, amount: int) -> str:
-    """Pay money out of an account (a dotted name: `hermes-core tools` shows it as pay_out)."""
+    """Pay money out of an account (a dotted name: `hermes-kernel tools` shows it as pay_out)."""
     record("pay.out", account=account, amount=amount)
     return f"paid {amount} to {account}"
 

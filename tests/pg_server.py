@@ -57,7 +57,7 @@ def missing() -> str | None:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        return "psycopg is not installed (pip install 'hermes-core[postgres]')"
+        return "psycopg is not installed (pip install 'hermes-kernel[postgres]')"
     return None
 
 

@@ -1,4 +1,4 @@
-"""Shared by every test that runs `hermes-core serve` (or `run`) as a real process: an environment
+"""Shared by every test that runs `hermes-kernel serve` (or `run`) as a real process: an environment
 without the machine's HERMES_*/FEISHU_* variables, "start serve and read its output up to the
 `serving on` line", "stop it with SIGTERM", and, for the poison and stuck-tool tests, a folder with
 a tools module and a configuration, its output in a file, and a scripted model.
@@ -127,7 +127,7 @@ def wait(condition: Callable[[], object], timeout: float = 30.0, what: str = "co
 
 
 class Folder:
-    """A working folder: tools module, configuration, environment; starts `hermes-core` in it."""
+    """A working folder: tools module, configuration, environment; starts `hermes-kernel` in it."""
 
     def __init__(self, path: Path, tools: str, config: str, model_url: str, **env: str) -> None:
         self.path = path

@@ -1,4 +1,4 @@
-"""The model bench (O5): `hermes-core bench` against the real-HTTP fake OpenAI server.
+"""The model bench (O5): `hermes-kernel bench` against the real-HTTP fake OpenAI server.
 
 Three scripted models (eval_fakes.py): "good" always solves the task, "flaky" has its tool-call
 arguments broken by the fake on a fixed 30% schedule (and then gives up), "slow" solves it with a

@@ -1,6 +1,6 @@
 """`chat` and `run` in a real terminal: what they show while the model works, and Ctrl-C.
 
-Every test runs `hermes-core` as a subprocess against the fake OpenAI-compatible server (with
+Every test runs `hermes-kernel` as a subprocess against the fake OpenAI-compatible server (with
 latency, streaming its text in chunks). The interactive ones run it on a pseudo-terminal made its
 controlling terminal (`pty.fork`), and Ctrl-C is the byte a keyboard sends (0x03), turned into
 SIGINT by the terminal driver as on any desktop.
@@ -57,7 +57,7 @@ def environment(fake: FakeOpenAIServer) -> dict[str, str]:
 
 
 class Screen:
-    """A `hermes-core` process on a pseudo-terminal: what it wrote, keys typed into it."""
+    """A `hermes-kernel` process on a pseudo-terminal: what it wrote, keys typed into it."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         self.pid, self.fd = pty.fork()
@@ -88,7 +88,7 @@ class Screen:
                 self._read(0.2)
                 return self.status
             self._read(0.1)
-        raise AssertionError(f"hermes-core did not exit; the screen:\n{self.plain}")
+        raise AssertionError(f"hermes-kernel did not exit; the screen:\n{self.plain}")
 
     def close(self) -> None:
         if self.status is None:
@@ -221,7 +221,7 @@ def test_ctrl_c_at_an_approval_prompt_cancels_the_turn_and_the_next_line_is_a_me
 def test_run_piped_prints_only_the_reply_and_the_status_goes_to_the_terminal(
     fake: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    """Attack: `hermes-core run "…" | next-program` from a terminal: the status line must reach
+    """Attack: `hermes-kernel run "…" | next-program` from a terminal: the status line must reach
     the person (stderr is the terminal) and never the pipe, which gets the reply alone."""
     fake.script(
         FakeReply.tool_call("calculator", {"expression": "2+3"}, delay=0.3),
@@ -259,7 +259,7 @@ def test_run_piped_prints_only_the_reply_and_the_status_goes_to_the_terminal(
 def test_run_streams_on_a_terminal_and_ctrl_c_exits_130_with_one_line(
     fake: FakeOpenAIServer, screens: list[Screen], tmp_path: Path
 ) -> None:
-    """Attack: Ctrl-C during `hermes-core run` against a slow endpoint: one line and exit status
+    """Attack: Ctrl-C during `hermes-kernel run` against a slow endpoint: one line and exit status
     130 (the shell's convention for SIGINT), never a traceback."""
     fake.script(FakeReply.text(LONG, delay=0.5, chunk_delay=0.06), FakeReply.slow(20.0))
     streamed = Screen(["run", "write something"], environment(fake), tmp_path)
@@ -275,4 +275,4 @@ def test_run_streams_on_a_terminal_and_ctrl_c_exits_130_with_one_line(
     slow.type("\x03")
     assert slow.wait() == 130
     said = [line for line in slow.plain.splitlines() if line.strip() and "thinking" not in line]
-    assert said == ["hermes-core: cancelled"], slow.plain
+    assert said == ["hermes-kernel: cancelled"], slow.plain

@@ -1,4 +1,4 @@
-"""The web console in a real browser: headless Chromium driven by Selenium, against `hermes-core serve`
+"""The web console in a real browser: headless Chromium driven by Selenium, against `hermes-kernel serve`
 started here with the fake model (FakeOpenAIServer) and the fake Feishu.
 
 - chat: a message typed in the page, the reply streamed in, with a link to its trace;

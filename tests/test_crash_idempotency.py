@@ -6,7 +6,7 @@ turn in the history with the message still pending, so the message ran again aft
 and its turn was stored a second time (10 turns of 246 across 40 SIGKILLs). Now the history is
 written in the same transaction as the done mark and the replies, and keyed by the task id.
 
-The kill loop (benchmarks/bench_crash_soak.py, 40+ kills there): `hermes-core serve` as a
+The kill loop (benchmarks/bench_crash_soak.py, 40+ kills there): `hermes-kernel serve` as a
 subprocess with SQLite on disk, the fake Feishu platform pushing (and pushing again what was not
 acknowledged) and the fake model answering after random delays, all on 127.0.0.1; 15 SIGKILLs at
 random moments, half of them at the moment a turn's history is seen stored while its message is

@@ -1,5 +1,5 @@
 """Dead letters end to end: what Feishu refuses for good is dead-lettered at once, logged, counted,
-listed (`hermes-core deadletters`, the console) and sent again once the cause is fixed.
+listed (`hermes-kernel deadletters`, the console) and sent again once the cause is fixed.
 
 The gateway is the one `serve` builds (build_gateway, with the console mounted as `serve` does),
 on 127.0.0.1, against the fake Feishu platform; the CLI runs as a separate process on the same
@@ -67,7 +67,7 @@ async def served(
 
 
 async def cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    """`hermes-core --config <file> ARGS` in its own process, on the gateway's data directory."""
+    """`hermes-kernel --config <file> ARGS` in its own process, on the gateway's data directory."""
     config = tmp_path / "cli.yaml"
     config.write_text(f"gateway:\n  data_dir: {json.dumps(str(tmp_path))}\n", encoding="utf-8")
     process = await asyncio.create_subprocess_exec(
@@ -100,9 +100,9 @@ async def test_a_reply_to_a_chat_the_bot_was_removed_from_is_dead_lettered_liste
 ) -> None:
     """Attack: the bot is removed from a group while a reply to it is queued; Feishu answers 230002.
     That is a real, permanent refusal: the reply is dead-lettered after one attempt (no minutes of
-    retries), logged once at ERROR on one redacted line, counted, and listed by `hermes-core
+    retries), logged once at ERROR on one redacted line, counted, and listed by `hermes-kernel
     deadletters` (run as its own process while the gateway serves). Once the bot is back in the
-    group, `hermes-core deadletters resend ID` sends it — exactly once."""
+    group, `hermes-kernel deadletters resend ID` sends it — exactly once."""
     caplog.set_level(logging.INFO)
     async with FakeFeishu() as feishu, served(tmp_path, feishu, monkeypatch) as (gateway, url):
         feishu.chats_without_bot.add("oc_gone")
@@ -191,7 +191,7 @@ async def test_a_dissolved_chats_dead_letter_is_shown_in_the_console_and_resent_
 async def test_a_resend_asked_for_while_no_gateway_runs_is_sent_at_the_next_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Attack: the operator runs `hermes-core deadletters resend ID` while the gateway is down (a
+    """Attack: the operator runs `hermes-kernel deadletters resend ID` while the gateway is down (a
     deploy, a crash). The request is durable: the next gateway to start puts the reply back in its
     outbox and sends it once; nothing is left stuck in the dead-letter table."""
     async with FakeFeishu() as feishu:

@@ -1,9 +1,9 @@
 """The deployment files (deploy/, Dockerfile) are checked by the tools that will read them.
 
 - the systemd unit: `systemd-analyze verify`, on a copy whose ExecStart is this environment's
-  `hermes-core` (verify refuses a unit whose program does not exist);
+  `hermes-kernel` (verify refuses a unit whose program does not exist);
 - the nginx site: `nginx -t` inside a throw-away nginx.conf (temporary prefix, logs, pid and temp
-  folders, a self-signed certificate), then a real nginx in front of a real `hermes-core serve`;
+  folders, a self-signed certificate), then a real nginx in front of a real `hermes-kernel serve`;
 - the Dockerfile: hadolint, and its HEALTHCHECK command against a running gateway;
 - the per-environment configurations load, and each has its skills folder.
 
@@ -36,8 +36,8 @@ from serve_process import CLEAN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-UNIT = DEPLOY / "systemd" / "hermes-core.service"
-SITE = DEPLOY / "nginx" / "hermes-core.conf"
+UNIT = DEPLOY / "systemd" / "hermes-kernel.service"
+SITE = DEPLOY / "nginx" / "hermes-kernel.conf"
 DOCKERFILE = ROOT / "Dockerfile"
 ENVIRONMENTS = ("dev", "staging", "prod")
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
@@ -52,11 +52,11 @@ def tool(name: str) -> str:
 
 
 def hermes_core_executable() -> str:
-    """The `hermes-core` script of the environment running the tests."""
-    beside = Path(sys.executable).with_name("hermes-core")
-    found = str(beside) if beside.exists() else shutil.which("hermes-core")
+    """The `hermes-kernel` script of the environment running the tests."""
+    beside = Path(sys.executable).with_name("hermes-kernel")
+    found = str(beside) if beside.exists() else shutil.which("hermes-kernel")
     if found is None:
-        pytest.skip("the hermes-core script is not installed (pip install -e .)")
+        pytest.skip("the hermes-kernel script is not installed (pip install -e .)")
     return found
 
 
@@ -74,9 +74,9 @@ def unit_settings(text: str) -> dict[str, list[str]]:
 
 
 def verify_unit(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """`systemd-analyze verify` on `text`, saved as hermes-core.service, with ExecStart runnable here."""
+    """`systemd-analyze verify` on `text`, saved as hermes-kernel.service, with ExecStart runnable here."""
     program = unit_settings(text)["ExecStart"][0].split()[0]
-    unit = tmp_path / "hermes-core.service"
+    unit = tmp_path / "hermes-kernel.service"
     unit.write_text(text.replace(program, hermes_core_executable()), encoding="utf-8")
     command = [tool("systemd-analyze"), "verify", "--man=no", str(unit)]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
@@ -95,7 +95,7 @@ def test_verify_would_catch_a_mistake(tmp_path: Path) -> None:
 def lines_about_the_unit(result: subprocess.CompletedProcess[str]) -> list[str]:
     """verify exits 0 even for an unknown key or a bad value (it only warns), so any line about our
     unit is a failure; lines about other units of the machine are not ours to judge."""
-    return [line for line in (result.stdout + result.stderr).splitlines() if "hermes-core" in line]
+    return [line for line in (result.stdout + result.stderr).splitlines() if "hermes-kernel" in line]
 
 
 def test_unit_runs_serve_hardened_with_secrets_from_a_file() -> None:
@@ -221,7 +221,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `hermes-core serve` (offline demo model) on a free port: its base URL."""
+    """A real `hermes-kernel serve` (offline demo model) on a free port: its base URL."""
     folder = tmp_path_factory.mktemp("gateway")
     config = folder / "hermes.yaml"
     config.write_text(f"gateway:\n  data_dir: {folder / 'data'}\n  shutdown_grace: 1\n", encoding="utf-8")
@@ -461,7 +461,7 @@ def test_dockerfile_image_shape() -> None:
     assert user.split(":")[0] not in ("root", "0")
     assert ("EXPOSE", "8080") in instructions
     cmd = json.loads(next(value for name, value in instructions if name == "CMD"))
-    assert cmd[0] == "hermes-core" and cmd[-3:] == ["serve", "--host", "0.0.0.0"]
+    assert cmd[0] == "hermes-kernel" and cmd[-3:] == ["serve", "--host", "0.0.0.0"]
     config = cmd[cmd.index("--config") + 1]
     assert (DEPLOY / "config" / Path(config).name).is_file()
     for name, value in instructions:
@@ -500,7 +500,7 @@ def test_environment_configuration_loads_with_its_skills_folder(
     monkeypatch.chdir(ROOT)
     settings = load_settings(DEPLOY / "config" / f"{environment}.yaml", env={}, dotenv=None)
     source = DEPLOY / "skills" / environment
-    installed = {"dev": "deploy/skills/dev"}.get(environment, f"/etc/hermes-core/skills/{environment}")
+    installed = {"dev": "deploy/skills/dev"}.get(environment, f"/etc/hermes-kernel/skills/{environment}")
     assert settings.skills.dirs == [installed] and (source / "README.md").is_file()
     settings.skills.dirs = [str(source)]
     assert build_agent(settings).registry.names
@@ -513,9 +513,9 @@ def test_deploy_guide_covers_every_file() -> None:
     guide = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     for path in (UNIT, SITE, DOCKERFILE, ROOT / ".dockerignore", *sorted((DEPLOY / "config").iterdir())):
         assert str(path.relative_to(ROOT)) in guide, path
-    assert "hermes-core doctor" in guide
+    assert "hermes-kernel doctor" in guide
     for environment in ENVIRONMENTS:
-        assert f"/etc/hermes-core/skills/{environment}" in guide or environment == "dev"
+        assert f"/etc/hermes-kernel/skills/{environment}" in guide or environment == "dev"
         assert f"deploy/skills/{environment}" in guide
 
 
@@ -556,7 +556,7 @@ def test_constraints_pin_every_dependency_within_its_floor() -> None:
             pins[canonicalize_name(name)] = version
     for text in _requirements():
         requirement = Requirement(text)
-        if requirement.name == "hermes-core":
+        if requirement.name == "hermes-kernel":
             continue
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in constraints.txt"

@@ -1,7 +1,7 @@
 """deploy/compose/docker-compose.yml (docs/scale-out.md) without a container daemon: the file is
 read as YAML and checked for what a `docker compose up` relies on — the services and their order,
 the image built with the temporal extra, every node on the one configuration (which loads, as
-`engine: temporal`, and names the Temporal service), commands that `hermes-core` accepts, ports on
+`engine: temporal`, and names the Temporal service), commands that `hermes-kernel` accepts, ports on
 loopback only, and no secret written into it."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_every_node_runs_the_image_with_the_temporal_extra_on_one_configuration(
         assert (COMPOSE / source).is_file(), source
         mounted.add(source)
         command = service["command"]
-        assert command[:3] == ["hermes-core", "--config", target], name
+        assert command[:3] == ["hermes-kernel", "--config", target], name
         assert command[3] == ("serve" if name.startswith("gateway") else "worker"), name
     assert len(mounted) == 1
 

@@ -6,14 +6,14 @@ examples/*/README.md (a new page is picked up by itself): each line of a fenced 
 first word is one of `PROGRAMS` (also as `<path>/bin/<program>`), or a `&&` chain holding one. Each
 distinct command is then exercised:
 
-- `hermes-core …` runs as written, through bash, in a fresh folder holding what a clone has
+- `hermes-kernel …` runs as written, through bash, in a fresh folder holding what a clone has
   (`examples/`, `deploy/`, `benchmarks/`) and a gateway database with recorded tasks, on the
   built-in offline model (what a fresh clone answers with); the documentation's placeholders are
   replaced by real values (`PLACEHOLDERS`), its example endpoint `http://127.0.0.1:8000/v1` by the
   fake OpenAI-compatible server, and `hermes.yaml` is the README's configuration example (with a
   `mypkg.tools` module for the package it names). `serve` runs until it says it is serving, then stops on
   SIGTERM (`--port 0`: never a port another test holds).
-- `curl …` runs against a `hermes-core serve` started for it, its address put in.
+- `curl …` runs against a `hermes-kernel serve` started for it, its address put in.
 - `pip install <local path>[extras]` is checked by `pip install --dry-run --no-deps` and the extras
   must exist in pyproject.toml; the README's test set-up line is what `.ci/run` runs.
 - `python benchmarks/….py [flags]` must exist and parse its flags (`--help`): the benchmarks
@@ -48,7 +48,7 @@ DOCUMENTS = [
     ROOT / "README.md", ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").glob("*.md")),
     *sorted((ROOT / "examples").glob("*/README.md")),
 ]  # fmt: skip
-PROGRAMS = ("hermes-core", "python", "python3", "pip", "curl")
+PROGRAMS = ("hermes-kernel", "python", "python3", "pip", "curl")
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console", "text")
 BIN = Path(sys.executable).parent
 DISTRIBUTION = "hermes-kernel"  # pyproject.toml's name; the import stays hermes_core
@@ -86,24 +86,24 @@ NOT_RUN_HERE = {
         "installs the LiteLLM proxy (about 750 MB) to record its answers again; tests/test_litellm.py "
         "replays the recordings (docs/providers.md)"
     ),
-    'python3 -m venv /opt/hermes-core && /opt/hermes-core/bin/pip install ".[feishu]"': (
+    'python3 -m venv /opt/hermes-kernel && /opt/hermes-kernel/bin/pip install ".[feishu]"': (
         "installs into /opt as root on a server (docs/deploy.md); the install itself is the "
         'dry-run of `pip install ".[feishu]"`'
     ),
-    "hermes-core --config /etc/hermes-core/config.yaml serve": (
+    "hermes-kernel --config /etc/hermes-kernel/config.yaml serve": (
         "the server's installed configuration under /etc (a copy of deploy/config/*.yaml, which "
         "tests/test_deploy.py loads)"
     ),
-    "hermes-core --config /etc/hermes-core/config.yaml doctor": (
+    "hermes-kernel --config /etc/hermes-kernel/config.yaml doctor": (
         "the server's installed configuration under /etc, with the server's secrets"
     ),
-    "/opt/hermes-core/bin/hermes-core --config /etc/hermes-core/config.yaml serve": (
+    "/opt/hermes-kernel/bin/hermes-kernel --config /etc/hermes-kernel/config.yaml serve": (
         "the systemd unit's ExecStart (tests/test_deploy.py verifies the unit)"
     ),
-    "hermes-core --config /etc/hermes-core/prod.yaml serve --host 0.0.0.0": (
+    "hermes-kernel --config /etc/hermes-kernel/prod.yaml serve --host 0.0.0.0": (
         "the container image's command (tests/test_deploy.py checks the Dockerfile)"
     ),
-    "hermes-core --config examples/team-lookups/hermes.yaml serve": (
+    "hermes-kernel --config examples/team-lookups/hermes.yaml serve": (
         "needs the on-call API's token (ONCALL_API_TOKEN); tests/test_example_team_lookups.py serves "
         "the example against a local on-call API and wiki"
     ),
@@ -116,15 +116,15 @@ RUN_BY = {
     "scale-out.md": "test_temporal_engine.py",  # needs a Temporal server: two serve nodes, two workers
 }
 
-# Inline mentions that name a command rather than run it: `hermes-core <them> --help` must work.
-NAMES_ONLY = {"hermes-core eval", "hermes-core eval add", "hermes-core schedule"}
+# Inline mentions that name a command rather than run it: `hermes-kernel <them> --help` must work.
+NAMES_ONLY = {"hermes-kernel eval", "hermes-kernel eval add", "hermes-kernel schedule"}
 
 # Exit codes a command may end with in the folder below, when not 0 (and why).
 EXIT_CODES = {
-    "hermes-core doctor": (0, 1),  # 1: the offline demo model is not a model endpoint
-    "hermes-core replay webhook:m1~3f9a0c2b71de --live": (0, 1),  # 1: today's model diverges
-    "hermes-core deadletters resend 1": (1,),  # the fresh folder has no dead letter 1: one line, exit 1
-    "hermes-core worker": (2,),  # the embedded engine runs its turns in serve: one line, exit 2
+    "hermes-kernel doctor": (0, 1),  # 1: the offline demo model is not a model endpoint
+    "hermes-kernel replay webhook:m1~3f9a0c2b71de --live": (0, 1),  # 1: today's model diverges
+    "hermes-kernel deadletters resend 1": (1,),  # the fresh folder has no dead letter 1: one line, exit 1
+    "hermes-kernel worker": (2,),  # the embedded engine runs its turns in serve: one line, exit 2
 }
 
 
@@ -302,7 +302,7 @@ def bash(command: str, cwd: Path, env: dict[str, str], stdin: str = "") -> subpr
 
 
 class Served:
-    """`hermes-core … serve` in the background until it says where it serves."""
+    """`hermes-kernel … serve` in the background until it says where it serves."""
 
     def __init__(self, command: str, cwd: Path, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
@@ -354,7 +354,7 @@ def run_hermes_core(command: str, cwd: Path) -> None:
 
 def run_curl(command: str, cwd: Path) -> None:
     env = environment(cwd, HERMES_CONSOLE_TOKEN=CONSOLE_TOKEN, TOKEN=CONSOLE_TOKEN)
-    served = Served("hermes-core serve --port 0", cwd, env)
+    served = Served("hermes-kernel serve --port 0", cwd, env)
     try:
         port = served.address.rsplit(":", 1)[1]
         local = re.sub(r"(?<=localhost:|127\.0\.0\.1:)8080\b", port, command)
@@ -428,7 +428,7 @@ def exercise(command: str, cwd: Path) -> None:
     """Run or check one command (one part of a `&&` chain); fail if nothing here exercises it."""
     argv = shlex.split(command)
     program = argv[0].rpartition("/")[2]
-    if program == "hermes-core":
+    if program == "hermes-kernel":
         run_hermes_core(command, cwd)
     elif program == "curl":
         run_curl(command, cwd)
@@ -458,8 +458,8 @@ def ci_runs(command: str) -> bool:
 @pytest.mark.parametrize("doc", COMMANDS, ids=[c.text[:60] for c in COMMANDS])
 def test_each_documented_command_works(doc: DocCommand, workdir: Path, endpoint: str) -> None:
     """Attack: follow the documentation literally, from a fresh clone (the README's
-    `hermes-core eval --cases evals/` failed: the example cases are in examples/evals/; `pip install
-    "hermes-core[feishu]"` asked a package index for a package of that name)."""
+    `hermes-kernel eval --cases evals/` failed: the example cases are in examples/evals/; `pip install
+    "hermes-kernel[feishu]"` asked a package index for a package of that name)."""
     command = with_placeholders(doc.text, endpoint)
     if doc.text in NOT_RUN_HERE:
         pytest.skip(f"not run here: {NOT_RUN_HERE[doc.text]}")
@@ -484,7 +484,7 @@ def test_every_document_is_read_and_the_allow_list_is_current() -> None:
     read = {place.split(":")[0] for doc in COMMANDS for place in doc.places}
     for path in DOCUMENTS:
         text = path.read_text(encoding="utf-8")
-        if re.search(r"`(hermes-core|pip|curl|python3?) \w", text):
+        if re.search(r"`(hermes-kernel|pip|curl|python3?) \w", text):
             name = str(path.relative_to(ROOT))
             assert name in read, f"{name}: shows commands, none was found"
     shown = {doc.text for doc in COMMANDS}
@@ -492,29 +492,29 @@ def test_every_document_is_read_and_the_allow_list_is_current() -> None:
         assert command in shown or with_placeholders(command) in {with_placeholders(s) for s in shown}, (
             f"{command!r} is no longer in the documentation: take it off the list"
         )
-    assert "hermes-core eval --cases examples/evals/" in shown
-    assert 'hermes-core schedule add --cron "0 9 * * 1-5" --prompt "…"' in shown  # README: runs as written
+    assert "hermes-kernel eval --cases examples/evals/" in shown
+    assert 'hermes-kernel schedule add --cron "0 9 * * 1-5" --prompt "…"' in shown  # README: runs as written
 
 
 def test_the_extractor_finds_what_a_reader_would_copy() -> None:
     """The rules above, on a small page: prompts, output, comments, continuations, inline code."""
     page = "\n".join([
-        "Run `hermes-core doctor` first; `hermes-core` alone is a name, `/var/lib/hermes-core` a path.",
+        "Run `hermes-kernel doctor` first; `hermes-kernel` alone is a name, `/var/lib/hermes-kernel` a path.",
         "```",
-        "$ hermes-core --config a.yaml doctor",
+        "$ hermes-kernel --config a.yaml doctor",
         "OK    configuration",
         "```",
         "```bash",
-        "hermes-core run \"what # is\"   # a comment",
+        "hermes-kernel run \"what # is\"   # a comment",
         "docker run -d \\",
-        "    hermes-core",
-        "pip install . && hermes-core serve",
+        "    hermes-kernel",
+        "pip install . && hermes-kernel serve",
         "```",
     ])  # fmt: skip
     found = [command for _, command in fenced_commands(page.splitlines()) + inline_commands(page)]
     assert found == [
-        "hermes-core --config a.yaml doctor",
-        'hermes-core run "what # is"',
-        "pip install . && hermes-core serve",
-        "hermes-core doctor",
+        "hermes-kernel --config a.yaml doctor",
+        'hermes-kernel run "what # is"',
+        "pip install . && hermes-kernel serve",
+        "hermes-kernel doctor",
     ]

@@ -1,4 +1,4 @@
-"""`hermes-core doctor` against real local servers: the fake OpenAI endpoint and the fake Feishu."""
+"""`hermes-kernel doctor` against real local servers: the fake OpenAI endpoint and the fake Feishu."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def write_config(
 
 
 def doctor(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, str], str]:
-    """Run `hermes-core --config … doctor`; the exit code, each check's line by name, all output."""
+    """Run `hermes-kernel --config … doctor`; the exit code, each check's line by name, all output."""
     code = main(["--config", str(config), "doctor"])
     captured = capsys.readouterr()
     lines: dict[str, str] = {}
@@ -202,7 +202,7 @@ def test_bad_configuration_skips_the_rest(tmp_path: Path, capsys: pytest.Capture
 
 @pytest.mark.slow
 def test_secrets_never_printed_even_when_an_endpoint_echoes_them(tmp_path: Path, feishu: FakeFeishu) -> None:
-    """A real `hermes-core doctor` process; the model endpoint echoes the Authorization header back."""
+    """A real `hermes-kernel doctor` process; the model endpoint echoes the Authorization header back."""
 
     def echo_credentials(request: RecordedRequest) -> FakeReply:
         return FakeReply.error(400, "bad request from " + str(request.headers.get("Authorization")))

@@ -1,4 +1,4 @@
-"""`hermes-core doctor` talks to the configured model endpoint (a real subprocess against the bundled
+"""`hermes-kernel doctor` talks to the configured model endpoint (a real subprocess against the bundled
 fake OpenAI-compatible server): the key, the model name, and how the model calls tools."""
 
 from __future__ import annotations

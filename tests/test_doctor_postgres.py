@@ -1,4 +1,4 @@
-"""`hermes-core doctor` with `database.url`: PostgreSQL's reachability, version and migration level,
+"""`hermes-kernel doctor` with `database.url`: PostgreSQL's reachability, version and migration level,
 against a private server (tests/pg_server.py); the password never printed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`hermes-core doctor` with `engine: temporal`: the frontend at `temporal.address` answers, the
+"""`hermes-kernel doctor` with `engine: temporal`: the frontend at `temporal.address` answers, the
 namespace exists, the server's version is named — against a Temporal dev server (tests/temporal_dev.py),
 a closed port, an unknown namespace, and an environment without the SDK."""
 
@@ -83,7 +83,7 @@ def test_without_the_sdk_a_fail_names_the_extra(
     monkeypatch.setitem(sys.modules, "temporalio", None)  # `import temporalio` raises ImportError
     code, line, output = doctor(tmp_path, capsys, f"127.0.0.1:{closed_port()}")
     assert code == 1 and line.startswith("FAIL  temporal: engine: temporal, but the Temporal SDK"), output
-    assert line.endswith('— pip install "hermes-core[temporal]"')
+    assert line.endswith('— pip install "hermes-kernel[temporal]"')
 
 
 def test_engine_temporal_without_a_database_url_is_a_fail(

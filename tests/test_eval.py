@@ -1,4 +1,4 @@
-"""Regression evals (O4): the case format, the checks, `hermes-core eval` and `eval add TRACE`.
+"""Regression evals (O4): the case format, the checks, `hermes-kernel eval` and `eval add TRACE`.
 
 End to end, the cases run against the real-HTTP fake OpenAI server (see eval_fakes.py): "good"
 follows its plan, "broken" has every tool call's arguments broken by the fake, so its cases must
@@ -281,7 +281,7 @@ def test_eval_add_turns_a_trace_into_a_case_that_runs(
     written = cases / "trace-4f2a9c0d1e7b.yaml"
     assert str(written) in capsys.readouterr().out
     text = written.read_text(encoding="utf-8")
-    assert text.startswith("# Proposed by `hermes-core eval add` from failure.json")
+    assert text.startswith("# Proposed by `hermes-kernel eval add` from failure.json")
     assert "#   read_file [broken -> failed (bad_arguments)" in text and "# Recorded reply: This task" in text
     case = load_case(written)
     assert case.source == "task 4f2a9c0d1e7b44aa9d55"

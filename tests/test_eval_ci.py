@@ -2,7 +2,7 @@
 the build.
 
 `.ci/run` runs the whole suite, so these tests are the release gate: the command the README shows,
-`hermes-core eval --cases examples/evals/`, is run as a subprocess from the repository's root on the
+`hermes-kernel eval --cases examples/evals/`, is run as a subprocess from the repository's root on the
 built-in offline model (no endpoint, no key, no network) and must exit 0; a copy of the same cases
 with one deliberately broken case must exit 1 — the exit code a CI step turns into a red build.
 """
@@ -27,8 +27,8 @@ OFFLINE_ENV = clean_environ()
 
 
 def hermes_core(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The installed `hermes-core` script (as CI calls it), else the module."""
-    script = Path(sys.executable).with_name("hermes-core")
+    """The installed `hermes-kernel` script (as CI calls it), else the module."""
+    script = Path(sys.executable).with_name("hermes-kernel")
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "hermes_core"]
     return subprocess.run(
         [*command, *argv], cwd=cwd, env=OFFLINE_ENV, capture_output=True, text=True, timeout=120

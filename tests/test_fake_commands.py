@@ -86,7 +86,7 @@ def test_a_bad_script_is_one_line_and_exit_2(script: str, says: str, tmp_path: P
 
 @pytest.mark.parametrize("mode", ["webhook", "longconn"])
 def test_a_first_feishu_message_typed_into_the_fake(mode: str, scripted_model: str, tmp_path: Path) -> None:
-    """The new user's path: the fake Feishu started by its command, `hermes-core serve` pointed at
+    """The new user's path: the fake Feishu started by its command, `hermes-kernel serve` pointed at
     it with the environment the fake printed, a line typed at its prompt reaches the bot as a p2p
     message (POSTed to the bot's URL, or over the long connection the bot opens), and the scripted
     model's reply is printed by the fake."""

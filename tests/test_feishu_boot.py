@@ -1,4 +1,4 @@
-"""`hermes-core serve` with Feishu configured while the Feishu Open API is down (a platform or
+"""`hermes-kernel serve` with Feishu configured while the Feishu Open API is down (a platform or
 network outage at boot).
 
 Attack: the bot's start-up fetch of its own profile fails. Before, `serve` crashed and systemd
@@ -63,7 +63,7 @@ def start_serve(cwd: Path, feishu_port: int) -> tuple[subprocess.Popen[str], str
     deadline = time.monotonic() + 60
     for line in process.stdout:
         seen.append(line)
-        found = re.search(r"hermes-core serving on (http://\S+) \((.*)\)", line)
+        found = re.search(r"hermes-kernel serving on (http://\S+) \((.*)\)", line)
         if found:
             return process, found.group(1), found.group(2)
         if time.monotonic() > deadline:

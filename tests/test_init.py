@@ -1,4 +1,4 @@
-"""`hermes-core init`: every provider and channel choice writes a configuration that loads and means
+"""`hermes-kernel init`: every provider and channel choice writes a configuration that loads and means
 what was asked, a `.env.example` naming exactly the secrets it needs, and nothing is overwritten.
 
 Cases come from the issue's list of choices (the provider presets of models/providers.py; the

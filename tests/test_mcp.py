@@ -424,4 +424,4 @@ def test_without_the_extra_the_import_error_names_it() -> None:
         "    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert 'pip install "hermes-core[mcp]"' in out.stdout
+    assert 'pip install "hermes-kernel[mcp]"' in out.stdout

@@ -1,4 +1,4 @@
-"""GET /metrics on a real `hermes-core serve` process: what happened, in Prometheus' text format.
+"""GET /metrics on a real `hermes-kernel serve` process: what happened, in Prometheus' text format.
 
 Each test starts `python -m hermes_core serve` (a fresh process: every counter starts at zero)
 against the fake OpenAI-compatible server, sends webhook traffic over HTTP, scrapes /metrics and

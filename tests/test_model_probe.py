@@ -197,7 +197,7 @@ async def test_a_probe_that_hangs_is_cut_and_a_degraded_model_is_probed_again() 
 
 @pytest.mark.slow
 def test_the_command_serve_says_it_in_one_error_line_naming_the_variable(tmp_path: Path) -> None:
-    """`hermes-core serve` as an operator starts it, a provider preset with the wrong key in the
+    """`hermes-kernel serve` as an operator starts it, a provider preset with the wrong key in the
     provider's variable: /healthz names DEEPSEEK_API_KEY, and the log has one ERROR line saying
     what to set, without the key."""
     with FakeOpenAIServer(api_key=RIGHT_KEY) as fake:

@@ -130,7 +130,7 @@ async def test_a_routed_question_that_needs_a_tool_escalates_to_the_main_model(t
 
 @pytest.mark.slow
 def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
-    """Attack: the saving must be visible in the task's usage: `hermes-core run --json` reports the
+    """Attack: the saving must be visible in the task's usage: `hermes-kernel run --json` reports the
     tokens per answering model, and the routed question's tokens are the cheap model's."""
     with FakeOpenAIServer() as fake:
         fake.script_for(

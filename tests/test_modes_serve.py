@@ -1,7 +1,7 @@
 """`agent.mode: plan | team` from the YAML configuration, end to end through the gateway.
 
 Each test loads a YAML file with `load_settings`, builds the real gateway (`build_gateway`, the one
-`hermes-core serve` runs) on 127.0.0.1, posts to the webhook, and scripts the fake OpenAI-compatible
+`hermes-kernel serve` runs) on 127.0.0.1, posts to the webhook, and scripts the fake OpenAI-compatible
 server per model; the assertions read the fake's recorded requests and the tools' side effects.
 """
 

@@ -1,7 +1,7 @@
 """The offline demo model is the first thing a user sees: the obvious questions go to the right
 example tool, in Chinese and English, and the rest gets a plain fixed reply.
 
-The four reported questions run through `hermes-core run` subprocesses; the table runs the same
+The four reported questions run through `hermes-kernel run` subprocesses; the table runs the same
 agent (built from the default configuration, real loop and real tools) in-process, with the clock's
 documented test seam fixed so that "today" has one answer."""
 

@@ -1,7 +1,7 @@
 """Poison messages: what a tool raises or returns must never end the task, nor the process; a
 message that still takes the process down is set aside instead of crash-looping.
 
-Every test runs `hermes-core serve` as a real process (SQLite on disk, webhook or the fake Feishu
+Every test runs `hermes-kernel serve` as a real process (SQLite on disk, webhook or the fake Feishu
 platform, the fake OpenAI-compatible model following the words of the message, tests/serve_process.py).
 The cases come from the report on the issue "Nothing lost, nothing twice, nothing stuck".
 """

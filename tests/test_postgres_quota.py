@@ -166,8 +166,11 @@ async def test_serve_and_worker_share_the_limits_they_do_not_keep_elsewhere(
 
     monkeypatch.setenv("FEISHU_APP_SECRET", "s")
     for url, serve_scopes, worker_scopes in (
-        (pg_url, {"cli_q:im.message.create:second", "cli_q:im.message.create:minute", "cli_q:chat:oc_1"},
-         {"cli_q:im.message.create:minute"}),
+        (
+            pg_url,
+            {"cli_q:im.message.create:second", "cli_q:im.message.create:minute", "cli_q:chat:oc_1"},
+            {"cli_q:im.message.create:minute"},
+        ),
         (None, None, None),
     ):
         env = {"FEISHU_APP_ID": "cli_q", **({"HERMES_DATABASE_URL": url} if url else {})}

@@ -1,4 +1,4 @@
-"""Two `hermes-core serve` processes on one PostgreSQL database (`database.url`): two nodes.
+"""Two `hermes-kernel serve` processes on one PostgreSQL database (`database.url`): two nodes.
 
 What one node accepted and answered, the other knows: the same message sent again to the other
 node is answered as a duplicate with the first reply (the inbox and outbox are shared), the other

@@ -2,7 +2,7 @@
 
 The sweep (gateway/dispatcher.py `sweep`, postgres/gateway.py `orphaned_inbound`): every third of
 the claim's lease each node looks for pending messages whose conversation has no live claim and
-runs them under `turn_claim`, as a restart would. Checked with real parts: two `hermes-core serve`
+runs them under `turn_claim`, as a restart would. Checked with real parts: two `hermes-kernel serve`
 processes on one PostgreSQL database with the fake Feishu platform and the fake model over HTTP,
 one of them SIGKILLed while its turn waits for the model; and two gateways in one test process,
 each its own connection pool, sweeping the same dead node's messages at the same moment.
@@ -152,7 +152,8 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     # early: on a slow machine writing them outlasts a sweep period), expired once it is done
     await dead._count(
         "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at) "
-        f"SELECT c, 'dead', 0, {NOW} + 60 FROM unnest(%s::text[]) AS c", ([*texts, "flaky:poison"],)
+        f"SELECT c, 'dead', 0, {NOW} + 60 FROM unnest(%s::text[]) AS c",
+        ([*texts, "flaky:poison"],),
     )
     for conversation, pair in texts.items():
         ids = [await dead.accept(inbound(conversation, text, text)) for text in pair]

@@ -1,5 +1,5 @@
 """Connecting a real model: provider presets, one clear line for a half configuration, the model in
-use said at start-up, and `tools` listing what serve offers. Every test runs `hermes-core` as a
+use said at start-up, and `tools` listing what serve offers. Every test runs `hermes-kernel` as a
 subprocess, against the bundled fake OpenAI-compatible server where a model is needed."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_half_configured_model_is_one_clear_line_and_exit_2(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hermes-core: ") and expected in lines[0], done.stderr
+    assert len(lines) == 1 and lines[0].startswith("hermes-kernel: ") and expected in lines[0], done.stderr
     assert SECRET not in done.stderr and "pw-secret-123" not in done.stderr
 
 
@@ -199,7 +199,7 @@ def test_serve_warns_when_the_offline_demo_answers(tmp_path: Path) -> None:
 
 
 def parse_tools_output(text: str) -> dict[str, dict]:
-    """`hermes-core tools` output: `name: description` then its JSON schema, per tool."""
+    """`hermes-kernel tools` output: `name: description` then its JSON schema, per tool."""
     tools: dict[str, dict] = {}
     decoder = json.JSONDecoder()
     position = 0
@@ -214,7 +214,7 @@ def parse_tools_output(text: str) -> dict[str, dict]:
 
 @pytest.mark.slow
 def test_tools_and_doctor_list_exactly_what_serve_offers(tmp_path: Path) -> None:
-    """Attack: compare `hermes-core tools` (and doctor's count) with the tools a real `serve` sends
+    """Attack: compare `hermes-kernel tools` (and doctor's count) with the tools a real `serve` sends
     the model for a webhook message, captured by the fake server. They used to list 3 while serve
     offered 4 (the conversation memory's `remember` was missing). A tool only a role may use (an
     admin's `send_message`) is listed as such, and not offered to this member."""

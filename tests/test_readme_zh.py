@@ -116,7 +116,7 @@ def test_the_headings_match_in_number_level_and_order() -> None:
 
 
 def test_every_code_block_is_the_same_in_the_same_section() -> None:
-    """Attack: a YAML example left out, a command changed in translation (`hermes-core run "现在几点"`
+    """Attack: a YAML example left out, a command changed in translation (`hermes-kernel run "现在几点"`
     where README.md runs `"计算 (12+34)*2"`), a string inside the Python examples translated."""
     for pair in paired():
         english, chinese = pair

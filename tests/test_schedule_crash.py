@@ -1,6 +1,6 @@
 """kill -9 at the fire moment: no scheduled fire is lost and none runs twice.
 
-`hermes-core serve` as a subprocess on a database seeded with 60 one-shot jobs due over two
+`hermes-kernel serve` as a subprocess on a database seeded with 60 one-shot jobs due over two
 seconds (webhook callbacks to a local server, the fake model answering after 0.3 s, so fires are
 being claimed and their turns are in flight at once). The process is SIGKILLed three times, each
 time as soon as the next quarter of the fires is seen claimed in the database, and started again.

@@ -8,7 +8,7 @@ the schedulers read an injected clock, so a fire time is reached by moving the c
 - two nodes racing for 50 jobs due at the same moment: each fire claimed by one node (both take
   part), one inbox row and one reply per job;
 - "remind me in 30 seconds", asked through the webhook: the job is in PostgreSQL and fires; the
-  `hermes-core schedule` commands and the console read and change the same jobs.
+  `hermes-kernel schedule` commands and the console read and change the same jobs.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ async def test_two_nodes_racing_for_50_due_jobs_fire_each_once(
 
 
 def cli(path: Path, url: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """`hermes-core --config PATH schedule …` with HERMES_DATABASE_URL (run in a thread: it has its
+    """`hermes-kernel --config PATH schedule …` with HERMES_DATABASE_URL (run in a thread: it has its
     own event loop); its exit code and output."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("HERMES_DATABASE_URL", url)

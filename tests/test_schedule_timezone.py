@@ -4,7 +4,7 @@ Cases: the first-hour report of issue 29 ("下午 3 点提醒我" fired at 23:00
 default was UTC for everyone), and the forms `TZ` takes in the POSIX/glibc documentation of the
 variable (`Asia/Shanghai`, `:Asia/Shanghai`, a path into the zoneinfo folder) and a value that names
 no zone (`CST-8`, a POSIX rule); `schedule.timezone` in the configuration still wins. Each case is
-`hermes-core schedule add` + `schedule list --json` run as a process with `TZ` in its environment.
+`hermes-kernel schedule add` + `schedule list --json` run as a process with `TZ` in its environment.
 """
 
 from __future__ import annotations

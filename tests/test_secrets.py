@@ -1,6 +1,6 @@
 """Secrets never appear in logs, traces, prompts, replies or stored data (O1, kernel/redaction.py).
 
-First the `Redactor` and the logging filter, piece by piece. Then the whole `hermes-core serve`
+First the `Redactor` and the logging filter, piece by piece. Then the whole `hermes-kernel serve`
 process, with known secrets in its environment and DEBUG logging, against a prompt-injected model
 that echoes them (as text and as a tool argument), a model outage whose error bodies carry the API
 key, forged requests on both channels; afterwards everything it produced is searched for them.
@@ -367,7 +367,7 @@ def collect(run: Run, work: Path, feishu: FakeFeishu, model: FakeOpenAIServer) -
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """`hermes-core serve` with DEBUG logs and the known secrets, until SIGTERM, then what it left."""
+    """`hermes-kernel serve` with DEBUG logs and the known secrets, until SIGTERM, then what it left."""
     work = tmp_path_factory.mktemp("serve")
     (work / "hermes.yaml").write_text("model:\n  max_retries: 1\n")  # one retry: the outage takes ~1 s
     model = FakeOpenAIServer(handler=prompt_injected_model, api_key=API_KEY).start_in_thread()

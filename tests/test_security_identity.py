@@ -160,7 +160,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
 @pytest.mark.slow
 def test_an_unqualified_identity_in_the_configuration_stops_the_start(tmp_path: Path) -> None:
     """Attack (by mistake): `admins: [ou_admin]` would make anyone who claims `ou_admin` on any
-    channel an admin. `hermes-core serve` refuses to start and names the entry and the fix."""
+    channel an admin. `hermes-kernel serve` refuses to start and names the entry and the fix."""
     (tmp_path / "hermes.yaml").write_text("permissions:\n  admins: [ou_admin]\n", encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "serve", "--port", "0"],
@@ -299,7 +299,7 @@ async def test_a_console_on_loopback_without_a_token_is_open_to_what_reaches_loo
         assert await get(status_url, {"Host": "attacker.example"}) == 403
 
 
-# -- 4. MCP `confirm` and `levels` match the names `hermes-core tools` shows --------------------------
+# -- 4. MCP `confirm` and `levels` match the names `hermes-kernel tools` shows --------------------------
 
 
 def demo_server(**options: Any) -> MCPServerConfig:
@@ -316,7 +316,7 @@ def calls_seen(log: Path) -> list[str]:
 async def test_an_mcp_tool_confirmed_by_its_shown_name_waits_for_approval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Attack (on the operator): the server's tool `pay.out` is listed by `hermes-core tools` as
+    """Attack (on the operator): the server's tool `pay.out` is listed by `hermes-kernel tools` as
     `pay_out`, and `confirm: [pay_out]` is written from that listing. The model calls it over the
     webhook: it waits for approval and reaches the server only once approved."""
     log = tmp_path / "calls.jsonl"
@@ -366,7 +366,7 @@ async def test_an_mcp_level_written_as_shown_applies(tmp_path: Path, monkeypatch
 @pytest.mark.slow
 def test_an_mcp_name_that_matches_no_tool_stops_the_start(tmp_path: Path) -> None:
     """Attack (on the operator): `confirm: [nope]` names no tool of the server, so nothing would
-    wait for approval. `hermes-core tools` and `hermes-core serve` stop with one line naming it
+    wait for approval. `hermes-kernel tools` and `hermes-kernel serve` stop with one line naming it
     and the server's tools."""
     config = tmp_path / "hermes.yaml"
     config.write_text(

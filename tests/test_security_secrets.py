@@ -1,4 +1,4 @@
-"""Attacks on secret redaction, each performed end to end against a real `hermes-core serve` process.
+"""Attacks on secret redaction, each performed end to end against a real `hermes-kernel serve` process.
 
 The process runs with DEBUG logs, a JSON log file, traces and the console, a workspace the file tools
 read, and a fake OpenAI-compatible model server. Afterwards everything that left the process is
@@ -285,7 +285,7 @@ def test_the_scenario_ran_as_intended(run: Run) -> None:
     assert reply.count('"truncated": true') == len(OFFSETS)
     assert all(r["reply"] for r in run.replies.values())
     where = set(run.produced)
-    assert {"file stderr.txt", "file logs/hermes-core.log", "file .hermes/gateway.db"} <= where
+    assert {"file stderr.txt", "file logs/hermes-kernel.log", "file .hermes/gateway.db"} <= where
     assert any(name.startswith("console trace JSON webhook:") for name in where)
     stderr = run.produced["file stderr.txt"].decode()
     assert " DEBUG " in stderr and "tool result: read_file ok" in stderr

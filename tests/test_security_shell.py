@@ -281,7 +281,7 @@ def start_serve(config: Path, env: dict[str, str]) -> tuple[subprocess.Popen[str
     lines = []
     for line in process.stdout:
         lines.append(line)
-        found = re.search(r"hermes-core serving on (http://\S+) \(", line)
+        found = re.search(r"hermes-kernel serving on (http://\S+) \(", line)
         if found:
             return process, found.group(1), lines
     raise AssertionError(f"server did not start (exit {process.wait()}): {''.join(lines)}")
@@ -359,7 +359,7 @@ def test_serve_refuses_an_allow_list_holding_a_launcher(tmp_path: Path, program:
     except subprocess.TimeoutExpired:
         stop(process)
         pytest.fail(f"serve started with {program} allowed")
-    errors = [line for line in output.splitlines() if line.startswith("hermes-core:")]
+    errors = [line for line in output.splitlines() if line.startswith("hermes-kernel:")]
     assert process.returncode == 2, output
     assert len(errors) == 1 and f"'{program}'" in errors[0] and "any program" in errors[0]
 

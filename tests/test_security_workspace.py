@@ -114,7 +114,7 @@ def test_start_up_refuses_a_workspace_that_overlaps_what_the_service_trusts(
         process.kill()
         process.communicate()
         pytest.fail(f"{command} started with a workspace holding {case}")
-    errors = [line for line in output.splitlines() if line.startswith("hermes-core:")]
+    errors = [line for line in output.splitlines() if line.startswith("hermes-kernel:")]
     assert process.returncode == 2, output
     assert len(errors) == 1 and "agent.workspace" in errors[0], output
     assert SECRET not in output

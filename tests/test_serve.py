@@ -1,4 +1,4 @@
-"""`hermes-core serve` as a real process: embedded defaults, webhook, /healthz, graceful SIGTERM."""
+"""`hermes-kernel serve` as a real process: embedded defaults, webhook, /healthz, graceful SIGTERM."""
 
 from __future__ import annotations
 
@@ -61,5 +61,5 @@ def test_a_busy_port_is_one_line_naming_the_fix_and_exit_2(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     log_line = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ (INFO|DEBUG) ")  # serve's own INFO log
     lines = [line for line in done.stderr.strip().splitlines() if not log_line.match(line)]
-    assert len(lines) == 1 and lines[0].startswith("hermes-core: "), done.stderr
+    assert len(lines) == 1 and lines[0].startswith("hermes-kernel: "), done.stderr
     assert f"port {port}" in lines[0] and "--port" in lines[0] and "gateway.port" in lines[0]

@@ -60,8 +60,9 @@ async def streaming_gateway(
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
         gateway=GatewayConfig(data_dir=str(tmp_path)),
-        feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, stream=stream,
-                            card_streaming=card_streaming),  # type: ignore[arg-type]
+        feishu=FeishuConfig(
+            app_id=feishu.app_id, base_url=feishu.base_url, stream=stream, card_streaming=card_streaming
+        ),  # type: ignore[arg-type]
     )
     agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test", tools=[search], **model)
     gateway, routes = build_gateway(settings, agent)

@@ -4,7 +4,7 @@ Python cannot kill a thread; kernel/tools/registry.py runs sync tools on daemon 
 abandons (and replaces) a worker whose call timed out, and refuses further calls of a tool with
 too many stuck threads. Each test performs a case of the report on the issue "Nothing lost,
 nothing twice, nothing stuck" against real processes: a script using `Agent.run_sync`,
-`hermes-core run`, and `hermes-core serve` (SQLite on disk, webhook, the fake model).
+`hermes-kernel run`, and `hermes-kernel serve` (SQLite on disk, webhook, the fake model).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_run_sync_exits_with_its_reply_not_when_the_tool_returns(tmp_path: Path)
 
 @pytest.mark.slow
 def test_hermes_core_run_exits_promptly_after_its_reply(tmp_path: Path, model) -> None:  # type: ignore[no-untyped-def]
-    """Attack (from the report): `hermes-core run` whose model calls a hanging sync tool. Before:
+    """Attack (from the report): `hermes-kernel run` whose model calls a hanging sync tool. Before:
     the reply was printed after the tool's timeout, then the process lingered until the tool
     returned. Now it exits within a second or two of printing its reply."""
     folder = Folder(tmp_path, STUCK_TOOLS, "", model.base_url)

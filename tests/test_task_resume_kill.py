@@ -3,7 +3,7 @@
 A write interrupted mid-call is not run again by the kernel (its outcome is unknown); the model is
 told so and, like a careful model would, checks with a read-only tool before writing again.
 
-The gateway runs as a real process (`hermes-core serve`) with the Feishu channel against the fake
+The gateway runs as a real process (`hermes-kernel serve`) with the Feishu channel against the fake
 platform and the model behind the fake OpenAI-compatible server; the test kills it by PID at each
 step: while each model request is in flight, inside each tool, and just after the write took
 effect but before its result was recorded.

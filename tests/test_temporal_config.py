@@ -36,7 +36,7 @@ def test_worker_refuses_the_embedded_engine_in_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "hermes-core: `worker` runs turns for `engine: temporal`; this configuration's engine is embedded "
+        "hermes-kernel: `worker` runs turns for `engine: temporal`; this configuration's engine is embedded "
         "(serve runs its turns itself)"
     ]
 
@@ -79,11 +79,11 @@ def test_no_cluster_at_the_address_is_one_line_and_exit_1(tmp_path: Path, comman
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"hermes-core: cannot reach Temporal at {address} (namespace default): "), last
+    assert last.startswith(f"hermes-kernel: cannot reach Temporal at {address} (namespace default): "), last
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow  # a hermes-core process per command
+@pytest.mark.slow  # a hermes-kernel process per command
 @pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker"]])
 def test_engine_temporal_without_database_url_is_refused_in_one_line(
     tmp_path: Path, command: list[str]
@@ -98,7 +98,7 @@ def test_engine_temporal_without_database_url_is_refused_in_one_line(
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("hermes-core: engine: temporal keeps conversations, traces, approvals"), last
+    assert last.startswith("hermes-kernel: engine: temporal keeps conversations, traces, approvals"), last
     assert "set database.url (HERMES_DATABASE_URL" in last and "Traceback" not in result.stderr
 
 

@@ -1,5 +1,5 @@
 """`engine: temporal` as it is deployed, with the commands of docs/scale-out.md (scale-out.md:
-`pip install ".[temporal]"` is what .ci/run installs, then `hermes-core --config hermes.yaml
+`pip install ".[temporal]"` is what .ci/run installs, then `hermes-kernel --config hermes.yaml
 serve --port …` and `… worker`): two `serve` nodes and two `worker` nodes (real processes)
 against a Temporal dev server (tests/temporal_dev.py), the fake Feishu platform pushing to the
 nodes' callback URLs and counting what the bot sends, and the fake model.

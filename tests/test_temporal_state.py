@@ -3,12 +3,12 @@ two `serve` nodes and a `worker` (real processes, tests/test_temporal_engine.py'
 Temporal dev server and a private PostgreSQL server, the fake Feishu platform and the fake model.
 
 - a turn answered through one node is in the shared store — the conversation's messages (what
-  `hermes-core` and the next turn read), its long-term outcome, its trace — and the OTHER node's
+  `hermes-kernel` and the next turn read), its long-term outcome, its trace — and the OTHER node's
   console (behind its token) lists the task and shows its trace;
 - an approval waiting in a workflow is in the other node's approvals list, is decided there, the
   task goes on and the list shows the decision;
 - a reply the platform refuses for good is a dead letter in the other node's console and /metrics,
-  and its Resend — or `hermes-core deadletters resend ID` — delivers it (same uuid) and takes it
+  and its Resend — or `hermes-kernel deadletters resend ID` — delivers it (same uuid) and takes it
   off the list;
 - /memory, /forget, /new, /help, /jobs and /stop answer as the embedded engine does (gateway/commands.py),
   in English and Chinese, and the model gets no request for any of them; after /new the next turn
@@ -239,7 +239,7 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
     sent = "SELECT status FROM outbox WHERE conversation = %s ORDER BY id"
     await until(lambda: rows(database, sent, conversation) == [("sent",)], "the outbox row marked sent")
 
-    # the same through `hermes-core deadletters resend ID`: a request any serve node takes up
+    # the same through `hermes-kernel deadletters resend ID`: a request any serve node takes up
     feishu.fail_next(1, code=230002)
     envelope = feishu.user_message("call record d2", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(1))

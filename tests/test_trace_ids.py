@@ -3,7 +3,7 @@
 
 Task ids are `<channel>:<message id>~<12 hex>` (gateway/dispatcher.py: `task_id_of`); a Feishu
 message id alone is 35 characters, so a listing that cut ids to fit a column printed ids ending in
-"…" that no command accepted. Every test here runs `hermes-core` as a subprocess over a real trace
+"…" that no command accepted. Every test here runs `hermes-kernel` as a subprocess over a real trace
 database written by a real traced agent.
 """
 
@@ -58,7 +58,7 @@ def cli(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def listed_ids(cwd: Path) -> list[str]:
-    """The task column of `hermes-core traces`, as a person would copy it."""
+    """The task column of `hermes-kernel traces`, as a person would copy it."""
     out = cli(cwd, "traces").stdout.splitlines()
     return [line.split("  ")[1].strip() for line in out[1:]]
 

@@ -1,5 +1,5 @@
-"""Traces: each task's complete record in SQLite, X-rays of failed tasks, `hermes-core traces` and
-`trace show`, OpenTelemetry spans; and, through a real `hermes-core serve`, no secret anywhere."""
+"""Traces: each task's complete record in SQLite, X-rays of failed tasks, `hermes-kernel traces` and
+`trace show`, OpenTelemetry spans; and, through a real `hermes-kernel serve`, no secret anywhere."""
 
 from __future__ import annotations
 
@@ -384,7 +384,7 @@ def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) 
     replayed = cli("replay", first)
     assert replayed.returncode == 0 and "reproduced" in replayed.stdout
 
-    log_file = tmp_path / "logs" / "hermes-core.log"
+    log_file = tmp_path / "logs" / "hermes-kernel.log"
     log_lines = [json.loads(line) for line in log_file.read_text("utf-8").splitlines()]
     validator = jsonschema.Draft202012Validator(SCHEMA)
     for line in log_lines:

@@ -1,4 +1,4 @@
-"""docs/webhook.md's examples, run as written against a real `hermes-core serve` on a free port.
+"""docs/webhook.md's examples, run as written against a real `hermes-kernel serve` on a free port.
 
 Attack: a protocol page that rots. The curl and Python blocks are extracted from the Markdown and
 run unchanged (bash, python) with only HERMES_URL and HERMES_WEBHOOK_SECRET set, so a wrong header
@@ -151,6 +151,6 @@ def test_the_stated_limits_are_the_code_and_nginx_limits() -> None:
     assert webhook.MAX_BODY == 1024 * 1024 and "1 MiB (1,048,576 bytes)" in text
     assert f"{webhook.MAX_MESSAGE_CHARS:,} characters" in text
     assert f"±{webhook.SIGNATURE_WINDOW:.0f} s" in text
-    site = (ROOT / "deploy" / "nginx" / "hermes-core.conf").read_text("utf-8")
+    site = (ROOT / "deploy" / "nginx" / "hermes-kernel.conf").read_text("utf-8")
     assert re.search(r"client_max_body_size 1m;", site)
     assert "2 MB" not in (ROOT / "docs" / "deploy.md").read_text("utf-8")

@@ -10,7 +10,7 @@ same signed request (still 409) nor another user's request with that id gets it.
 Also: a task that failed says so (`"ok": false`, `"error": "model_unavailable"`, the apology as
 `reply`), in the HTTP answer and in the callback body, which carries the request's `message_id`.
 
-Everything is real: `hermes-core serve` as a subprocess (SQLite on disk), the fake OpenAI-compatible
+Everything is real: `hermes-kernel serve` as a subprocess (SQLite on disk), the fake OpenAI-compatible
 model on 127.0.0.1, HTTP from this process; the kill is SIGKILL by pid.
 """
 
@@ -59,7 +59,7 @@ def wait(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 class Serve:
-    """`hermes-core serve` in `workdir`, started and killed by the test."""
+    """`hermes-kernel serve` in `workdir`, started and killed by the test."""
 
     def __init__(self, workdir: Path, model: FakeOpenAIServer, *, secret: str | None = None) -> None:
         self.workdir, self.port = workdir, free_port()

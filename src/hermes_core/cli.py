@@ -1,4 +1,4 @@
-"""`hermes-core`: chat in the terminal, run one message, list tools.
+"""`hermes-kernel`: chat in the terminal, run one message, list tools.
 
 Only argparse is imported on the way to `--help`; the agent, pydantic and the HTTP client are
 imported by the command that needs them.
@@ -35,12 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .models.providers import names  # the one table of presets (standard library only)
 
     parser = argparse.ArgumentParser(
-        prog="hermes-core",
+        prog="hermes-kernel",
         description="A small Hermes-style agent: the model decides, code runs the tools.",
         epilog="With no model configured, a built-in offline demo model answers. Configure one with a "
         f"provider preset (HERMES_PROVIDER or --provider: {', '.join(names())}) and its key variable, "
         "or with HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or --base-url/--model); "
-        "`hermes-core doctor` checks it.",
+        "`hermes-kernel doctor` checks it.",
     )
     parser.add_argument(
         "--config", help=f"YAML configuration file (default: ./{DEFAULT_CONFIG} when there is one)"
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
             agent.tracer = tracer_for(settings)
     except (ConfigError, ValueError, TypeError) as exc:
-        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        print(f"hermes-kernel: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if args.command == "eval":
         from .evals.runner import eval_command
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(run_once(agent, args.message, as_json=args.json, quiet=args.quiet))
         return asyncio.run(chat(agent, quiet=args.quiet))
     except KeyboardInterrupt:  # Ctrl-C where the terminal's own handler is not installed (Windows)
-        print("\nhermes-core: cancelled", file=sys.stderr)
+        print("\nhermes-kernel: cancelled", file=sys.stderr)
         return 130
 
 
@@ -280,9 +280,9 @@ def announce_model(settings: Settings) -> None:
 
 
 OFFLINE_NOTICE = (
-    "hermes-core: no model configured, the offline demo model answers (arithmetic, dates and times only). "
+    "hermes-kernel: no model configured, the offline demo model answers (arithmetic, dates and times only). "
     "Set HERMES_PROVIDER (e.g. deepseek, qwen, ollama) and its API key, or HERMES_BASE_URL and HERMES_MODEL; "
-    "`hermes-core doctor` checks it."
+    "`hermes-kernel doctor` checks it."
 )
 
 
@@ -327,13 +327,13 @@ async def deadletters_command(settings: Settings, args: argparse.Namespace) -> i
 
     database = stores.sqlite_path(settings)
     if stores.database_url(settings) is None and not database.exists():
-        print(f"hermes-core: no gateway database at {database} (gateway.data_dir)", file=sys.stderr)
+        print(f"hermes-kernel: no gateway database at {database} (gateway.data_dir)", file=sys.stderr)
         return 1
     store = stores.gateway_store(settings)
     try:
         if getattr(args, "deadletters_command", None) == "resend":
             if not await store.request_resend(args.id):
-                print(f"hermes-core: no dead letter {args.id}", file=sys.stderr)
+                print(f"hermes-kernel: no dead letter {args.id}", file=sys.stderr)
                 return 1
             print(f"dead letter {args.id}: resend requested; the running gateway sends it within seconds "
                   "(or at its next start)")  # fmt: skip
@@ -385,7 +385,7 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
             return 0
         if args.schedule_command == "cancel":
             if await store.cancel(args.id) is None:
-                print(f"hermes-core: no active job {args.id}", file=sys.stderr)
+                print(f"hermes-kernel: no active job {args.id}", file=sys.stderr)
                 return 1
             print(f"job {args.id} cancelled")
             return 0
@@ -417,10 +417,10 @@ async def schedule_command(settings: Any, agent: Any, args: argparse.Namespace) 
         print(f"job {job.id}: {job.when}, next {job.describe()['next_fire_local']}")
         return 0
     except ScheduleError as exc:
-        print(f"hermes-core: {exc}", file=sys.stderr)
+        print(f"hermes-kernel: {exc}", file=sys.stderr)
         return 2
     except (StoreUnavailable, ImportError) as exc:  # the database down, or no driver for it
-        print(f"hermes-core: {exc}", file=sys.stderr)
+        print(f"hermes-kernel: {exc}", file=sys.stderr)
         return 1
     finally:
         await store.close()
@@ -441,7 +441,7 @@ def print_tools(agent: Agent, settings: Settings | None = None) -> int:
         try:
             asyncio.run(connect())
         except ConfigError as exc:  # `levels` or `confirm` names a tool its server does not have
-            print(f"hermes-core: {exc}", file=sys.stderr)
+            print(f"hermes-kernel: {exc}", file=sys.stderr)
             return 2
     for declared in agent.registry:
         print(f"{declared.name}: {declared.description}")
@@ -477,19 +477,19 @@ def configure_logging(level: str | None, command: str, observe: ObserveConfig | 
     install_log_redaction()  # also when nothing is configured: warnings still reach stderr
 
 
-NEEDS_TEMPORAL = 'engine temporal needs its extra: pip install "hermes-core[temporal]"'
+NEEDS_TEMPORAL = 'engine temporal needs its extra: pip install "hermes-kernel[temporal]"'
 
 
 def run_worker(settings: Settings, agent: Agent) -> int:
-    """`hermes-core worker`: only with `engine: temporal` (and its extra installed)."""
+    """`hermes-kernel worker`: only with `engine: temporal` (and its extra installed)."""
     if settings.engine != "temporal":
-        print("hermes-core: `worker` runs turns for `engine: temporal`; this configuration's engine is "
+        print("hermes-kernel: `worker` runs turns for `engine: temporal`; this configuration's engine is "
               f"{settings.engine} (serve runs its turns itself)", file=sys.stderr)  # fmt: skip
         return 2
     try:
         from .engine.temporal import worker
     except ImportError as exc:
-        print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
+        print(f"hermes-kernel: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
         return 2
     return worker.run(settings, agent)
 
@@ -502,12 +502,12 @@ def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> in
         try:
             from .engine.temporal import server
         except ImportError as exc:
-            print(f"hermes-core: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
+            print(f"hermes-kernel: {NEEDS_TEMPORAL} ({exc})", file=sys.stderr)
             return 2
         return server.run(settings, args)
 
     def banner(address: str, routes: str) -> None:
-        print(f"hermes-core serving on {address} ({routes})", flush=True)
+        print(f"hermes-kernel serving on {address} ({routes})", flush=True)
 
     from .config import ConfigError
     from .kernel.redaction import redact_text
@@ -517,7 +517,7 @@ def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> in
             then_close_pools(serve(settings, host=args.host, port=args.port, banner=banner, agent=agent))
         )
     except ConfigError as exc:  # e.g. the console on a public address without a token
-        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        print(f"hermes-kernel: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     return 0
 
@@ -538,7 +538,7 @@ async def run_once(agent: Agent, message: str, *, as_json: bool = False, quiet: 
         result = await terminal.turn(run_task(agent, message, caller=terminal_caller(agent), on_text=on_text))
     except TurnCancelled:
         display.prompting()  # the status line cleared, a streamed line ended
-        print("hermes-core: cancelled", file=sys.stderr)
+        print("hermes-kernel: cancelled", file=sys.stderr)
         return 130
     finally:
         terminal.close()
@@ -575,7 +575,7 @@ async def chat(agent: Agent, *, quiet: bool = False) -> int:
     if agent.interactions is None:  # approvals as a y/n prompt, clarify questions asked in place
         agent.use_interactions(terminal_interactions(terminal, display))
     show_tool_calls(agent, display)
-    print("hermes-core chat — type exit or quit (or Ctrl-D) to leave; Ctrl-C cancels a turn.")
+    print("hermes-kernel chat — type exit or quit (or Ctrl-D) to leave; Ctrl-C cancels a turn.")
     try:
         while True:
             line = await terminal.read_line("> ")

@@ -273,12 +273,12 @@ class PermissionsConfig(_Section):
 
 
 class MCPServerConfig(_Section):
-    """One MCP server (tools/mcp.py, `pip install "hermes-core[mcp]"`): a `command` started as a
+    """One MCP server (tools/mcp.py, `pip install "hermes-kernel[mcp]"`): a `command` started as a
     subprocess (stdio) or a `url` (streamable HTTP). `env` lists the environment variables passed on to
     the server and `headers` maps each HTTP header to the variable holding its value: by name only, so
     secrets stay out of the file. `levels` maps tool names to 0, 1 or 2; `tools` offers only those;
     `confirm` makes them wait for approval. A tool is named as the server names it (`pay.out`) or as
-    `hermes-core tools` shows it (`pay_out`); a `levels` or `confirm` name that is neither stops the
+    `hermes-kernel tools` shows it (`pay_out`); a `levels` or `confirm` name that is neither stops the
     start. `prefix` goes before every tool name, and `permissions.allow_irreversible` uses that name."""
 
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
@@ -376,7 +376,7 @@ class ConsoleConfig(_Section):
 class SkillsConfig(_Section):
     """Skill folders (skills.py, docs/skills.md): each holds one folder per skill with a SKILL.md. Each
     environment's configuration names its own folder (deploy/skills/<environment>); relative paths are
-    relative to where hermes-core is started. A skill needing a tool the agent lacks is a warning and
+    relative to where hermes-kernel is started. A skill needing a tool the agent lacks is a warning and
     the skill is unavailable, or, with `strict`, an error."""
 
     dirs: list[str] = Field(default_factory=list)
@@ -386,10 +386,10 @@ class SkillsConfig(_Section):
 class ObserveConfig(_Section):
     """Logs, traces and X-rays (observe/, docs/observability.md). `log_format` is standard error's
     (`console`: one readable line per event; `json`: the JSON lines of docs/log-schema.json); with
-    `log_dir`, JSON lines also go to `<log_dir>/hermes-core.log`, rotated at midnight, `retention_days`
+    `log_dir`, JSON lines also go to `<log_dir>/hermes-kernel.log`, rotated at midnight, `retention_days`
     old files kept. `traces` (on by default, for serve, run and chat) stores each task's record in the
     gateway's database; failed tasks are written to `xray_dir` (default `<data_dir>/xray`; "" turns
-    them off). `otel`: OpenTelemetry spans (`pip install "hermes-core[otel]"`)."""
+    them off). `otel`: OpenTelemetry spans (`pip install "hermes-kernel[otel]"`)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None  # None: INFO for serve, else quiet
     log_format: Literal["console", "json"] = "console"
@@ -480,7 +480,7 @@ class WebSearchConfig(_Section):
 
 
 class WebConfig(_Section):
-    """The web tools (tools/web.py, docs/tools.md, `pip install "hermes-core[web]"`). `fetch`: `off`
+    """The web tools (tools/web.py, docs/tools.md, `pip install "hermes-kernel[web]"`). `fetch`: `off`
     (the default: no web_fetch or read_feed), `public` (any public address, plus `allow_hosts`) or
     `allow_list` (only `allow_hosts`); private, loopback and metadata addresses are refused unless
     `allow_hosts` names them (host names, addresses or networks such as 10.0.0.0/8)."""

@@ -28,7 +28,7 @@ from pydantic_core import PydanticUndefined
 
 from .config import ENV_KEYS, SECRET_KEYS, Settings
 
-COMMANDS = ("pip", "hermes-core", "python", "python3", "curl")
+COMMANDS = ("pip", "hermes-kernel", "python", "python3", "curl")
 SECTION = object()  # the default of a key that is a section of its own
 SECRETS = """Secrets are read from the environment (or `.env`) only; a configuration file holding one is
 refused. The model's key is `HERMES_API_KEY` or the provider preset's own variable (`DEEPSEEK_API_KEY`,

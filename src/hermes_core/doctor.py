@@ -1,10 +1,10 @@
-"""`hermes-core doctor`: is this installation ready to serve? One line per check, in plain words.
+"""`hermes-kernel doctor`: is this installation ready to serve? One line per check, in plain words.
 
     OK    configuration: deploy/config/prod.yaml and the environment; model qwen2.5, 2 tools
     FAIL  model endpoint: cannot get an answer from http://127.0.0.1:8000/v1 (…) — check HERMES_BASE_URL …
     SKIP  model tools: the model endpoint did not answer
     SKIP  feishu credentials: not configured — set FEISHU_APP_ID and FEISHU_APP_SECRET to enable it
-    OK    database: /var/lib/hermes-core/gateway.db is writable (41.2 GiB free)
+    OK    database: /var/lib/hermes-kernel/gateway.db is writable (41.2 GiB free)
 
 The checks, in order (each returns a `Check`, none raises):
 
@@ -314,7 +314,7 @@ def check_feishu_events(settings: Settings) -> Check:
         return Check("FAIL", name, detail, fix)
     if key and importlib.util.find_spec("cryptography") is None:
         detail = "FEISHU_ENCRYPT_KEY is set but the cryptography package is missing"
-        return Check("FAIL", name, detail, 'pip install "hermes-core[feishu]"')
+        return Check("FAIL", name, detail, 'pip install "hermes-kernel[feishu]"')
     verified = "signature and verification token" if key and token else "signature" if key else "token"
     detail = f"webhook mode, callbacks verified by {verified}; request URL: https://<your host>/feishu/events"
     return Check("OK", name, detail)
@@ -354,7 +354,7 @@ def check_database(settings: Settings) -> Check:
     except (OSError, sqlite3.Error) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         fix = (
-            f"create {folder} and give the user running hermes-core write access to it, "
+            f"create {folder} and give the user running hermes-kernel write access to it, "
             "or point gateway.data_dir somewhere writable"
         )
         return Check("FAIL", "database", f"{database} is not writable ({reason})", fix)
@@ -372,7 +372,7 @@ async def check_postgres(settings: Settings) -> Check:
     try:
         version, standby, found = await server_check(url, timeout=PROBE_TIMEOUT)
     except ImportError as exc:
-        return Check("FAIL", "database", str(exc), "pip install 'hermes-core[postgres]'")
+        return Check("FAIL", "database", str(exc), "pip install 'hermes-kernel[postgres]'")
     except ConnectionError as exc:
         fix = ("start the server, or correct database.url (HERMES_DATABASE_URL); the password comes "
                "from PGPASSWORD or HERMES_DATABASE_URL")  # fmt: skip
@@ -388,7 +388,7 @@ async def check_postgres(settings: Settings) -> Check:
     if newer:
         levels = ", ".join(f"{name} {level} > {expected[name]}" for name, level in sorted(newer.items()))
         return Check("FAIL", "database", f"the schema at {shown_url} is newer than this release ({levels})",
-                     "upgrade hermes-core on this node to the release the others run")  # fmt: skip
+                     "upgrade hermes-kernel on this node to the release the others run")  # fmt: skip
     behind = {name: found.get(name, 0) for name, level in expected.items() if found.get(name, 0) < level}
     levels = ", ".join(f"{name} {level}" for name, level in sorted(expected.items()))
     state = f"schema at the latest migration ({levels})"
@@ -413,7 +413,7 @@ async def check_temporal(settings: Settings) -> Check:
         from temporalio.service import RPCError, RPCStatusCode
     except ImportError as exc:
         detail = f"engine: temporal, but the Temporal SDK is not installed ({exc})"
-        return Check("FAIL", name, detail, 'pip install "hermes-core[temporal]"')
+        return Check("FAIL", name, detail, 'pip install "hermes-kernel[temporal]"')
     from datetime import timedelta
 
     timeout = timedelta(seconds=TEMPORAL_TIMEOUT)
@@ -471,7 +471,7 @@ def check_web_fetch(settings: Settings) -> Check:
     """Are the libraries web_fetch and read_feed read pages and feeds with installed?"""
     missing = [name for name in WEB_LIBRARIES if importlib.util.find_spec(name) is None]
     if missing:
-        fix = 'pip install "hermes-core[web]"'
+        fix = 'pip install "hermes-kernel[web]"'
         return Check(
             "FAIL", "web fetch", f"web.fetch is {settings.web.fetch} but {', '.join(missing)} is missing", fix
         )
@@ -487,7 +487,7 @@ async def check_web_search(settings: Settings) -> Check:
     provider = search_provider(settings.web.search)
     name = f"web search ({provider.name})"
     try:
-        results = await asyncio.wait_for(search(provider, "hermes-core doctor", 1), PROBE_TIMEOUT)
+        results = await asyncio.wait_for(search(provider, "hermes-kernel doctor", 1), PROBE_TIMEOUT)
     except SearchError as exc:
         return Check("FAIL", name, str(exc), "check web.search in the configuration and the key's variable")
     except asyncio.TimeoutError:

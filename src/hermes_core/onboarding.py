@@ -1,6 +1,6 @@
-"""`hermes-core init`: four questions, then a commented `hermes.yaml`, a `.env.example` and a doctor run.
+"""`hermes-kernel init`: four questions, then a commented `hermes.yaml`, a `.env.example` and a doctor run.
 
-    hermes-core init --provider deepseek --channel feishu-longconn --timezone Asia/Shanghai --yes
+    hermes-kernel init --provider deepseek --channel feishu-longconn --timezone Asia/Shanghai --yes
 
 asks (or takes as flags) the model provider (a preset of models/providers.py), the channels
 (`CHANNELS`), the time zone of scheduled jobs and the data folder. The YAML file holds only what
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .doctor import Check
 
 CHANNELS = {
-    "terminal": "chat in this terminal (hermes-core chat)",
+    "terminal": "chat in this terminal (hermes-kernel chat)",
     "webhook": "HTTP POST /webhook, answered from this machine unless signed",
     "feishu-webhook": "Feishu bot, events by HTTP callback to a public HTTPS URL",
     "feishu-longconn": "Feishu bot, events over an outgoing long connection (no public URL)",
@@ -83,7 +83,7 @@ def run_init(args: argparse.Namespace) -> int:
         answers = gather(args, ask=None if args.yes else ask_stdin)
         written = write_setup(answers, folder, force=args.force, name=args.config or CONFIG_NAME)
     except InitError as exc:
-        print(f"hermes-core init: {exc}", file=sys.stderr)
+        print(f"hermes-kernel init: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(f"wrote {path}")
@@ -166,7 +166,7 @@ def render_config(answers: Answers) -> str:
     preset = find_provider(answers.provider)
     key = f"key from {preset.key_env} (.env)" if preset.key_env else "no key needed"
     lines = [
-        "# hermes-core configuration, written by `hermes-core init`. Every key, its default and its",
+        "# hermes-kernel configuration, written by `hermes-kernel init`. Every key, its default and its",
         "# environment variable: docs/configuration.md. Secrets never go here: see .env.example.",
         "model:",
         f"  provider: {_scalar(preset.name)}  # {preset.title}: {preset.base_url}, {key}",
@@ -280,7 +280,7 @@ def report_doctor(answers: Answers, folder: Path, name: str = CONFIG_NAME) -> in
     here = Path.cwd()
     os.chdir(folder)
     try:
-        print("\nhermes-core doctor:")
+        print("\nhermes-kernel doctor:")
         checks = asyncio.run(diagnose(name))
     finally:
         os.chdir(here)
@@ -289,7 +289,7 @@ def report_doctor(answers: Answers, folder: Path, name: str = CONFIG_NAME) -> in
         print("  " + redactor.redact(check.line()))
     serious = [c for c in checks if c.status == "FAIL" and not expected(c, missing)]
     if missing:
-        print(f"\nNext: cp .env.example .env, fill in {', '.join(missing)}, then run `hermes-core doctor`.")
+        print(f"\nNext: cp .env.example .env, fill in {', '.join(missing)}, then run `hermes-kernel doctor`.")
     print(next_steps(answers))
     return 1 if serious else 0
 
@@ -300,7 +300,7 @@ def expected(check: Check, missing: list[str]) -> bool:
 
 
 def next_steps(answers: Answers) -> str:
-    steps = ["hermes-core chat"] if "terminal" in answers.channels else []
+    steps = ["hermes-kernel chat"] if "terminal" in answers.channels else []
     if set(answers.channels) - {"terminal"}:
-        steps.append("hermes-core serve")
+        steps.append("hermes-kernel serve")
     return "Then: " + " or ".join(f"`{step}`" for step in steps) + "."

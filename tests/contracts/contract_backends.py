@@ -145,7 +145,7 @@ BackendFactory = Callable[[Path], AbstractAsyncContextManager[Backend]]
 
 @asynccontextmanager
 async def sqlite(folder: Path) -> AsyncIterator[Backend]:
-    """Every store in one database file, as `hermes-core serve` builds them (gateway/server.py)."""
+    """Every store in one database file, as `hermes-kernel serve` builds them (gateway/server.py)."""
     path = folder / "gateway.db"
     yield Backend(
         gateway_store=lambda: SQLiteGatewayStore(path),

@@ -1,4 +1,4 @@
-"""The console's routes, under /console/ on the `hermes-core serve` port.
+"""The console's routes, under /console/ on the `hermes-kernel serve` port.
 
     GET  /console/                      chat (the `web` channel, replies streamed)
     GET  /console/tasks                 recorded tasks; ?failed=1, ?conversation=…, ?tool=…

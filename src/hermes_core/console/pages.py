@@ -68,11 +68,11 @@ class Pages:
         document = f"""<!doctype html>
 <html lang="{self.lang}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-{meta}<title>{self.show(title)} · hermes-core console</title>
+{meta}<title>{self.show(title)} · hermes-kernel console</title>
 <link rel="stylesheet" href="/console/static/console.css">
 <script src="/console/static/console.js" defer></script>
 </head><body data-page="{page}" data-words="{words}">
-<header><strong>hermes-core</strong><nav>{nav}</nav></header>
+<header><strong>hermes-kernel</strong><nav>{nav}</nav></header>
 <main><h1>{self.show(title)}</h1>
 {_scrollable(body)}</main></body></html>"""
         return self.redactor.redact(document)
@@ -356,7 +356,7 @@ class Pages:
         rows = rows or f'<tr><td colspan="{len(JOB_COLUMNS)}">{self.w("no_jobs")}</td></tr>'
         hint = (
             '<p class="hint">Jobs come from chat (<code>schedule_task</code>), from '
-            "<code>schedule.jobs</code> in the configuration and from <code>hermes-core schedule "
+            "<code>schedule.jobs</code> in the configuration and from <code>hermes-kernel schedule "
             "add</code>. Each fire runs once as a task in its conversation; the last fire says "
             "whether it ran, was skipped or refused.</p>"
         )

@@ -1,6 +1,6 @@
-"""Compare models on the same tasks (`hermes-core bench`): success rate, steps, latency, tokens, cost.
+"""Compare models on the same tasks (`hermes-kernel bench`): success rate, steps, latency, tokens, cost.
 
-    hermes-core bench --models m1,m2,m3 --tasks tasks.yaml -n 20 --out bench-results
+    hermes-kernel bench --models m1,m2,m3 --tasks tasks.yaml -n 20 --out bench-results
 
 runs every task n times per model and prints one row per model — the table of a hand-made
 comparison (success rate, average steps, average latency), plus average tokens and, when prices
@@ -481,7 +481,7 @@ def write_outputs(
     paths = [out / "bench.csv", out / "bench.json", out / "bench.svg"]
     write_csv(paths[0], summaries)
     write_json(paths[1], summaries, runs, tasks, n)
-    title = f"hermes-core bench: {len(tasks)} task(s) x {n} run(s) per model"
+    title = f"hermes-kernel bench: {len(tasks)} task(s) x {n} run(s) per model"
     paths[2].write_text(bench_svg(summaries, title), encoding="utf-8")
     return paths
 
@@ -490,7 +490,7 @@ def write_outputs(
 
 
 def bench_command(settings: Settings, args: argparse.Namespace) -> int:
-    """`hermes-core bench --models m1,m2 --tasks tasks.yaml -n 20 [--prices FILE] [--out DIR]`."""
+    """`hermes-kernel bench --models m1,m2 --tasks tasks.yaml -n 20 [--prices FILE] [--out DIR]`."""
     models = [name.strip() for name in (args.models or settings.model.name or "").split(",") if name.strip()]
     if not models:
         return _usage_error("name the models to compare: --models m1,m2 (or configure model.name)")
@@ -525,5 +525,5 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
 def _usage_error(message: str) -> int:
     from ..kernel.redaction import redact_text
 
-    print(f"hermes-core: {redact_text(message)}", file=sys.stderr)
+    print(f"hermes-kernel: {redact_text(message)}", file=sys.stderr)
     return 2

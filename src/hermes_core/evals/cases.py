@@ -29,7 +29,7 @@ A message of the conversation is `{user: text}` or `{assistant: text}`, or a ful
 message (`role`, `content`, `tool_calls`, `tool_call_id`) as a trace records it. System messages
 are not part of a case: the system prompt comes from the settings.
 
-A recorded failure becomes a case with `hermes-core eval add TRACE` (`traces.py`).
+A recorded failure becomes a case with `hermes-kernel eval add TRACE` (`traces.py`).
 """
 
 from __future__ import annotations

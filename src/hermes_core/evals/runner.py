@@ -1,11 +1,11 @@
-"""Run cases against the configured model and print the pass table (`hermes-core eval`).
+"""Run cases against the configured model and print the pass table (`hermes-kernel eval`).
 
 Each case runs a fresh `Agent` built from the settings (`config.build_agent`): the earlier turns
 of its conversation become the session history, the last user message is the task, and the
 checks of `cases.py` judge the `RunResult`. A case with `files` gets its own temporary workspace.
 
-    hermes-core eval --cases evals/          # exit 0: every case passed; 1: a case regressed
-    hermes-core eval add failure.json --cases evals/
+    hermes-kernel eval --cases evals/          # exit 0: every case passed; 1: a case regressed
+    hermes-kernel eval add failure.json --cases evals/
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: s
 
 
 def pass_table(results: Sequence[CaseResult]) -> str:
-    """The table `hermes-core eval` prints: one row per case, then why each failed case failed."""
+    """The table `hermes-kernel eval` prints: one row per case, then why each failed case failed."""
     rows = [
         [
             r.name,
@@ -207,7 +207,7 @@ def pass_table(results: Sequence[CaseResult]) -> str:
 
 
 def eval_command(settings: Settings, args: argparse.Namespace) -> int:
-    """`hermes-core eval [--cases DIR]` and `hermes-core eval add TRACE`."""
+    """`hermes-kernel eval [--cases DIR]` and `hermes-kernel eval add TRACE`."""
     from ..kernel.redaction import redact_text
 
     cases_dir = args.cases or DEFAULT_CASES
@@ -222,20 +222,20 @@ def eval_command(settings: Settings, args: argparse.Namespace) -> int:
                 except (ValueError, LookupError) as exc:  # not JSON, or no such file nor task
                     raise CaseError(str(exc)) from None
             path = add_trace(args.trace, cases_dir, name=args.name, force=args.force, record=record)
-            print(f"wrote {path}: review its checks, then run `hermes-core eval --cases {cases_dir}`")
+            print(f"wrote {path}: review its checks, then run `hermes-kernel eval --cases {cases_dir}`")
             return 0
         cases = [case for case in load_cases(cases_dir) if not args.select or args.select in case.name]
     except CaseError as exc:
-        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        print(f"hermes-kernel: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     if not cases:
-        print(f"hermes-core: no cases in {cases_dir}" + (f" matching {args.select!r}" if args.select else ""),
-              file=sys.stderr)  # fmt: skip
+        matching = f" matching {args.select!r}" if args.select else ""
+        print(f"hermes-kernel: no cases in {cases_dir}{matching}", file=sys.stderr)
         return 2
     try:
         results = asyncio.run(run_cases(cases, settings, concurrency=args.concurrency))
     except ValueError as exc:  # e.g. an endpoint without a model name
-        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        print(f"hermes-kernel: {redact_text(str(exc))}", file=sys.stderr)
         return 2
     print(redact_text(pass_table(results)))
     if args.json_out:

@@ -1,4 +1,4 @@
-"""From a recorded failure to a regression case: `hermes-core eval add TRACE`.
+"""From a recorded failure to a regression case: `hermes-kernel eval add TRACE`.
 
 TRACE is the JSON dump of one recorded task::
 
@@ -66,7 +66,7 @@ def add_trace(
         raise CaseError(f"{source}: {exc}") from None
     parse_case(data, str(source))  # what is written must load
     header = [
-        f"Proposed by `hermes-core eval add` from {source.name}: edit the checks, they are a first guess.",
+        f"Proposed by `hermes-kernel eval add` from {source.name}: edit the checks, they are a first guess.",
         *notes,
     ]
     body = yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=100)

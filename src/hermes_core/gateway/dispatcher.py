@@ -687,7 +687,7 @@ class Gateway:
         return reply
 
     async def _claim_resends(self, *, push: bool = True) -> None:
-        """Take up the resends asked for through the store (by `hermes-core deadletters resend`)."""
+        """Take up the resends asked for through the store (by `hermes-kernel deadletters resend`)."""
         for reply in await self.store.claim_resends():
             if push:
                 self._requeue(reply)

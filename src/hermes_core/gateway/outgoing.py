@@ -53,7 +53,9 @@ async def send_message(
     """Post a message into another chat, or to one user, on this conversation's channel (admins only). The post is sent when this turn ends. 发送消息到另一个群聊或用户（仅管理员）。"""  # noqa: E501
     message = CURRENT_MESSAGE.get()
     if message is None:
-        raise ToolError("send_message works only in a conversation served by the gateway (hermes-core serve)")
+        raise ToolError(
+            "send_message works only in a conversation served by the gateway (hermes-kernel serve)"
+        )
     target, text = target.strip(), text.strip()
     if not text:
         raise ToolError("the text is empty: say what to post")

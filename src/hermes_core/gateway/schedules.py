@@ -275,7 +275,7 @@ class Scheduler:
 
     async def prune(self) -> None:
         """Hourly: forget the fires older than `retention` (the store keeps the rest for the
-        console and `hermes-core schedule`)."""
+        console and `hermes-kernel schedule`)."""
         now = self.clock()
         if now - self._pruned_at < PRUNE_EVERY:
             return

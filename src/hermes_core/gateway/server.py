@@ -1,4 +1,4 @@
-"""`hermes-core serve`: the gateway, its channels and /healthz on one port.
+"""`hermes-kernel serve`: the gateway, its channels and /healthz on one port.
 
 With no configuration it starts on embedded defaults: SQLite under ./.hermes/, the webhook
 channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID and
@@ -365,7 +365,7 @@ async def serve(
         site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
         address = _address(site)
-        log.info("hermes-core serving on %s", address)
+        log.info("hermes-kernel serving on %s", address)
         log_model(settings, agent)
         if model_health is not None:  # in the background: start-up does not wait for the endpoint
             model_health.start()
@@ -445,7 +445,7 @@ async def to_console(request: web.Request) -> web.Response:
 
 async def what_is_served(request: web.Request) -> web.Response:
     """GET / without the console: a short plain-text page saying what is served where."""
-    lines = ["hermes-core gateway", "", *route_summary(request.app).split("; "), "",
+    lines = ["hermes-kernel gateway", "", *route_summary(request.app).split("; "), "",
              "GET /healthz: JSON status (ok, degraded parts, queues)."]  # fmt: skip
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 

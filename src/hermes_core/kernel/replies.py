@@ -175,8 +175,8 @@ REPLIES: dict[str, dict[Language, str]] = {
     "jobs_none": {"zh": "这个对话没有定时任务。", "en": "This conversation has no scheduled tasks."},
     "jobs_header": {"zh": "这个对话的定时任务：", "en": "Scheduled tasks of this conversation:"},
     "jobs_unavailable": {
-        "zh": "这里没有定时任务（定时任务由网关 hermes-core serve 运行）。",
-        "en": "There are no scheduled tasks here (scheduled tasks run in the gateway, hermes-core serve).",
+        "zh": "这里没有定时任务（定时任务由网关 hermes-kernel serve 运行）。",
+        "en": "There are no scheduled tasks here (scheduled tasks run in the gateway, hermes-kernel serve).",
     },
     # plan-and-execute mode (plans/executor.py)
     "plan_invalid": {

@@ -428,7 +428,7 @@ def _explain_offline(tools: list[dict[str, JSON]], chinese: bool) -> str:
             "要使用真实模型，请设置 HERMES_PROVIDER（例如 deepseek、qwen、moonshot、zhipu、ollama）"
             "和它的 API 密钥，或者设置环境变量 HERMES_BASE_URL、HERMES_MODEL 和 HERMES_API_KEY"
             "（或使用 --base-url 和 --model 参数），"
-            "然后运行 hermes-core doctor 检查。"
+            "然后运行 hermes-kernel doctor 检查。"
         )
     offered = f"Tools offered: {names}." if names else "No tools were offered."
     return (
@@ -437,7 +437,7 @@ def _explain_offline(tools: list[dict[str, JSON]], chinese: bool) -> str:
         "the time now, the weekday of a date, and the days between two dates. "
         f"{offered} To use a real model, set HERMES_PROVIDER (e.g. openai, deepseek, qwen, ollama) and its "
         "API key, or HERMES_BASE_URL, HERMES_MODEL and HERMES_API_KEY (or pass --base-url and --model), "
-        "then run hermes-core doctor to check it."
+        "then run hermes-kernel doctor to check it."
     )
 
 

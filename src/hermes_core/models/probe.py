@@ -1,6 +1,6 @@
 """One tiny request to a model endpoint, and what its answer says about the configuration.
 
-`hermes-core doctor` prints it as its "model endpoint" line; `serve` makes the same request in the
+`hermes-kernel doctor` prints it as its "model endpoint" line; `serve` makes the same request in the
 background once it listens and keeps a refusal visible (gateway/model_health.py). The request is one
 chat completion of at most one token, through the client `serve` uses, without retries or fallback
 models, cut after `PROBE_TIMEOUT` seconds. The verdicts:

@@ -238,7 +238,7 @@ def _from_preset(
     if not model:
         raise EndpointError(
             f"provider {preset.name} serves whatever model it loaded: set HERMES_MODEL (model.name, --model) "
-            "to its name (GET /v1/models lists them; `hermes-core doctor` shows them)"
+            "to its name (GET /v1/models lists them; `hermes-kernel doctor` shows them)"
         )
     variables = [v for v in (preset.key_env, GENERIC_KEY) if v]
     used = next((v for v in variables if env.get(v)), None)

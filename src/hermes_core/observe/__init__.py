@@ -8,7 +8,7 @@
 - `replay.py`: run a recorded task again with its recorded model outputs and the current tools,
   and report where the behaviour diverges.
 - `otel.py`: OpenTelemetry spans (the `otel` extra).
-- `commands.py`: `hermes-core traces`, `trace show`, `replay`.
+- `commands.py`: `hermes-kernel traces`, `trace show`, `replay`.
 
 Nothing here is imported by `import hermes_core` or by an agent without a tracer; names below are
 resolved on first use. See docs/observability.md.

@@ -1,4 +1,4 @@
-"""`hermes-core traces`, `hermes-core trace show ID`, `hermes-core replay TRACE`.
+"""`hermes-kernel traces`, `hermes-kernel trace show ID`, `hermes-kernel replay TRACE`.
 
 TRACE is a task id in the configured database (`<gateway.data_dir>/gateway.db`, or PostgreSQL with
 `database.url`) — or any beginning
@@ -44,7 +44,7 @@ def observe_command(settings: Settings, agent: Agent, args: argparse.Namespace) 
             return asyncio.run(show_command(settings, args))
         return asyncio.run(replay_command(settings, agent, args))
     except (TraceNotFound, ValueError) as exc:
-        print(f"hermes-core: {redact_text(str(exc))}", file=sys.stderr)
+        print(f"hermes-kernel: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 
@@ -106,7 +106,7 @@ async def unique_id(store: Any, prefix: str, database: Path | str) -> str:
     return candidates[0]
 
 
-# --- hermes-core traces ----------------------------------------------------------------------------
+# --- hermes-kernel traces ----------------------------------------------------------------------------
 
 
 async def list_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -166,7 +166,7 @@ def summary_table(summaries: list[TraceSummary]) -> str:
     )
 
 
-# --- hermes-core trace show ------------------------------------------------------------------------
+# --- hermes-kernel trace show ------------------------------------------------------------------------
 
 
 async def show_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -260,7 +260,7 @@ def _when(timestamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
 
 
-# --- hermes-core replay ----------------------------------------------------------------------------
+# --- hermes-kernel replay ----------------------------------------------------------------------------
 
 
 async def replay_command(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:

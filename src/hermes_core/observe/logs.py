@@ -35,7 +35,7 @@ from .log_redaction import install_log_redaction
 
 EVENTS = ("message_in", "model_request", "model_response", "tool_call", "tool_result", "reply_out", "error")
 EVENT_LOGGER = "hermes_core.events"
-LOG_FILE = "hermes-core.log"
+LOG_FILE = "hermes-kernel.log"
 SUMMARY_CHARS = 300  # how much of a reply, a result or a text goes into a line's readable message
 
 log = logging.getLogger(EVENT_LOGGER)
@@ -188,7 +188,7 @@ def _clip(value: Any, limit: int = SUMMARY_CHARS) -> str:
 
 
 class DailyFileHandler(logging.handlers.TimedRotatingFileHandler):
-    """A JSON-lines file rotated at local midnight (`hermes-core.log.2025-01-01`), keeping `keep` old
+    """A JSON-lines file rotated at local midnight (`hermes-kernel.log.2025-01-01`), keeping `keep` old
     files. `clock` replaces `time.time` for the rotation decisions, so a test can move time forward."""
 
     def __init__(self, path: str | Path, *, keep: int = 7, clock: Callable[[], float] = time.time) -> None:

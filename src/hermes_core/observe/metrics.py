@@ -1,4 +1,4 @@
-"""Metrics: counters, gauges and histograms, served by `hermes-core serve` on GET /metrics.
+"""Metrics: counters, gauges and histograms, served by `hermes-kernel serve` on GET /metrics.
 
 The exposition is Prometheus' text format 0.0.4, written here in a few lines rather than with
 `prometheus_client`: the format is small and stable, this process needs no multiprocess mode,

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans for traced tasks (`pip install "hermes-core[otel]"`; `observe.otel: true`).
+"""OpenTelemetry spans for traced tasks (`pip install "hermes-kernel[otel]"`; `observe.otel: true`).
 
 One span per task (`hermes.task`), with a child span per model call (`model.complete`) and per tool
 call (`tool <name>`), started and ended by the trace's hooks (observe/traces.py, kernel/hooks.py), each
@@ -18,7 +18,7 @@ try:
     from opentelemetry import trace
     from opentelemetry.trace import Status, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError('OpenTelemetry spans need the otel extra: pip install "hermes-core[otel]"') from exc
+    raise ImportError('OpenTelemetry spans need the otel extra: pip install "hermes-kernel[otel]"') from exc
 
 
 class OTelSpans:

@@ -1,6 +1,6 @@
 """Traces: each task's complete record — stored in SQLite, and dumped as an X-ray file when it fails.
 
-A `Tracer` on the agent (`Agent(tracer=Tracer(store))`; `hermes-core serve` sets one) observes every
+A `Tracer` on the agent (`Agent(tracer=Tracer(store))`; `hermes-kernel serve` sets one) observes every
 run: its `TaskTrace` is the run's hooks (kernel/hooks.py), which the loop calls before and after each model
 call and each tool call. It times them, writes the log events of observe/logs.py
 (`model_request`, `model_response`, `tool_call`, `tool_result`, `error`, each carrying the task,
@@ -8,7 +8,7 @@ conversation and turn), the latency metrics and, with `otel` configured, one Ope
 each (observe/otel.py). `Agent.run` starts the trace (`message_in`) and finishes it (`reply_out`);
 the finished record goes to the `TraceStore`, and a failed task (not completed, and not paused for
 a person) is also written to `<xray_dir>/<task>.json` — the seed's "X-ray": everything the model saw
-and did, replayable with `hermes-core replay FILE`. Responses and tool outcomes are recorded in the
+and did, replayable with `hermes-kernel replay FILE`. Responses and tool outcomes are recorded in the
 one record format of kernel/records.py, the journal's.
 
 The record (the X-ray file has the same shape)::

@@ -4,7 +4,7 @@ Each module mirrors an embedded SQLite store, with the same public methods and g
 holds up when several processes use the database at once:
 
 - `database.py`: `PostgresDatabase`, one connection pool per URL per process, opened on first use;
-  `redacted_url` for logs; `server_check` for `hermes-core doctor`.
+  `redacted_url` for logs; `server_check` for `hermes-kernel doctor`.
 - `migrations.py`: the versioned schema of every component, applied under a lock.
 - `gateway.py`: `PostgresGatewayStore` (inbox, outbox, dead letters, set-aside, replay window,
   the per-conversation turn claim that keeps one turn in flight across nodes, and the messages no

@@ -65,7 +65,7 @@ def driver() -> Any:
         import psycopg
     except ImportError as exc:
         raise ImportError(
-            "database.url is set, but psycopg is not installed: pip install 'hermes-core[postgres]'"
+            "database.url is set, but psycopg is not installed: pip install 'hermes-kernel[postgres]'"
         ) from exc
     return psycopg
 
@@ -216,8 +216,10 @@ async def apply_migrations(
         current = row[0] if row else 0
         known = max(migrations, default=0)
         if current > known:  # a newer release migrated it: this one would misread its tables
-            raise RuntimeError(f"the {component} schema in PostgreSQL is at version {current}, newer than "
-                               f"this release knows ({known}): upgrade hermes-core on this node")  # fmt: skip
+            raise RuntimeError(
+                f"the {component} schema in PostgreSQL is at version {current}, newer than this release "
+                f"knows ({known}): upgrade hermes-kernel on this node"
+            )
         for version in sorted(v for v in migrations if v > current):
             for statement in filter(str.strip, migrations[version].split(";")):
                 await connection.execute(statement)  # our own SQL
@@ -229,7 +231,7 @@ async def apply_migrations(
 
 
 async def server_check(url: str, timeout: float = 10.0) -> tuple[str, bool, dict[str, int]]:
-    """For `hermes-core doctor`: the server's version number (e.g. "15.18"), whether it is a
+    """For `hermes-kernel doctor`: the server's version number (e.g. "15.18"), whether it is a
     read-only standby, and the schema version recorded per component (empty before the first
     start). Raises ConnectionError (its message without the password) when it cannot connect."""
     psycopg = driver()

@@ -5,7 +5,7 @@ traces; and schedules, whose tables SQLite keeps in its gateway component) has n
 migrations; `schema_versions` records the highest applied, and a store applies
 those above it before its first transaction (postgres/database.py: one transaction per component,
 under an advisory lock, so nodes that start together apply each once). A released migration is
-never edited: a change is a new number. `hermes-core doctor` compares the recorded versions with
+never edited: a change is a new number. `hermes-kernel doctor` compares the recorded versions with
 these (`expected_versions`).
 
 The numbering is PostgreSQL's own: version 1 of each component is the SQLite schema as it stands

@@ -39,7 +39,7 @@ from .jobs import (
 # the message whose turn is running: where a job created now runs and replies (gateway/runner.py)
 CURRENT_MESSAGE: ContextVar[InboundMessage | None] = ContextVar("hermes_current_message", default=None)
 MAX_DELAY_MINUTES = 366 * 24 * 60
-NO_CONVERSATION = "scheduling works only in a conversation served by the gateway (hermes-core serve)"
+NO_CONVERSATION = "scheduling works only in a conversation served by the gateway (hermes-kernel serve)"
 
 
 def schedule_tools(

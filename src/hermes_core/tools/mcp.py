@@ -26,7 +26,7 @@ The SDK's connections are task-scoped (anyio), so each connection lives in a tas
 may be opened by one task (an agent's first run) and closed by another (shutdown).
 `MCPToolset` groups the servers of a configuration and adds their tools to a registry on first use.
 
-Optional: `pip install "hermes-core[mcp]"`. Only `config.mcp_toolset` imports this module, and only
+Optional: `pip install "hermes-kernel[mcp]"`. Only `config.mcp_toolset` imports this module, and only
 when servers are configured: the kernel never loads the SDK.
 """
 
@@ -70,7 +70,7 @@ try:
     from mcp.types import Tool as MCPToolSpec
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        f'MCP tools need the mcp extra: pip install "hermes-core[mcp]" ({exc})', name=exc.name
+        f'MCP tools need the mcp extra: pip install "hermes-kernel[mcp]" ({exc})', name=exc.name
     ) from exc
 
 from .. import __version__
@@ -83,7 +83,7 @@ log = logging.getLogger("hermes_core.mcp")
 
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CLOSE_GRACE = 10.0  # seconds a server gets to shut down before its connection task is cancelled
-_CLIENT_INFO = Implementation(name="hermes-core", version=__version__)
+_CLIENT_INFO = Implementation(name="hermes-kernel", version=__version__)
 _TRANSPORTS = ("stdio", "http", "sse")
 _MAX_BACKOFF = 600.0  # seconds: the longest wait between two attempts to reach a server that is down
 ProgressHook = Callable[
@@ -132,7 +132,7 @@ class MCPConnection:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     level: int = 1  # every tool's level, unless `levels` names it (kernel/tools/permissions.py)
-    # Tools are named as the server names them (`pay.out`) or as `hermes-core tools` shows them
+    # Tools are named as the server names them (`pay.out`) or as `hermes-kernel tools` shows them
     # (`pay_out`, with the prefix): both match. A `levels` or `confirm` name matching none is an error.
     levels: Mapping[str, int] = field(default_factory=dict)  # tool → level
     allowed_tools: Sequence[str] | None = None  # offer only these; None: all
@@ -476,7 +476,7 @@ class MCPConnection:
             self._refreshing = asyncio.ensure_future(self._refresh())
 
     def displayed(self, remote: str) -> str:
-        """The name the model and `hermes-core tools` see for the server's tool `remote`."""
+        """The name the model and `hermes-kernel tools` see for the server's tool `remote`."""
         return self._display.get(remote) or self._base_name(remote)
 
     def _base_name(self, remote: str) -> str:
@@ -732,7 +732,7 @@ class MCPToolset:
             self._register_all(self._registry, connection)
 
     async def start(self, registry: ToolRegistry) -> None:
-        """`attach` at start-up (`serve`, `hermes-core tools`): a server that is down is only logged
+        """`attach` at start-up (`serve`, `hermes-kernel tools`): a server that is down is only logged
         and tried again later, but a `levels` or `confirm` name that none of a server's tools has
         raises `ConfigError` naming it."""
         from ..config import ConfigError

@@ -187,7 +187,7 @@ async def _send(
 ) -> aiohttp.ClientResponse:
     import aiohttp
 
-    sent = {"User-Agent": "hermes-core (+web tools)", "Accept-Encoding": "gzip, deflate", **headers}
+    sent = {"User-Agent": "hermes-kernel (+web tools)", "Accept-Encoding": "gzip, deflate", **headers}
     try:
         return await session.request(method, target, headers=sent, data=body, allow_redirects=False)
     except aiohttp.ClientSSLError as exc:

@@ -16,7 +16,7 @@ slow-drip limits, the decompression bound), so what they add is reading:
 Bytes are decoded by the declared charset, then the page's own `<meta charset>` or BOM, then a
 guess (BeautifulSoup's UnicodeDammit). A content type that lies (a PDF declared as HTML, binary
 declared as text) is caught from the first bytes. Every failure is a ToolError the model reads.
-The libraries are imported when a tool first runs: `pip install "hermes-core[web]"`.
+The libraries are imported when a tool first runs: `pip install "hermes-kernel[web]"`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 PAGE_ACCEPT = "text/html,application/xhtml+xml,application/pdf;q=0.9,text/*;q=0.8,*/*;q=0.5"
 FEED_ACCEPT = "application/rss+xml,application/atom+xml,application/feed+json,application/xml;q=0.9,*/*;q=0.5"
 SUMMARY_CHARS = 400
-EXTRA_HINT = 'the web tools need the web extra: pip install "hermes-core[web]"'
+EXTRA_HINT = 'the web tools need the web extra: pip install "hermes-kernel[web]"'
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ the last one ever counts towards giving a reply up:
   availability or has left, 230035 / 230018 the chat does not let the bot speak, 230006 / 230027
   the app lacks the bot ability or a permission, 230001 / 230025 / 230022 / 230028 / 230099 the
   content is refused). The outbox dead-letters such a reply at once; fix the cause and resend it
-  (`hermes-core deadletters resend ID`, or the console).
+  (`hermes-kernel deadletters resend ID`, or the console).
   230011 or 231003 on a reply (the message replied to was recalled, or no longer exists) is not an
   error: the part is sent into the chat instead.
 

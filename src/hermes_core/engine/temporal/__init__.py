@@ -9,7 +9,7 @@
 - `state.py`: what the engine keeps in PostgreSQL (`database.url`), in the embedded engine's rows:
   conversations, long-term memory, traces, approvals, dead letters.
 - `client.py`: what `serve` uses instead of the SQLite inbox (`TemporalInbox`), and the connection.
-- `worker.py`: `hermes-core worker`; `server.py`: `hermes-core serve` with `engine: temporal`, its
+- `worker.py`: `hermes-kernel worker`; `server.py`: `hermes-kernel serve` with `engine: temporal`, its
   console and /metrics.
 
 Nothing here is imported by `import hermes_core`; `temporalio` is imported by these modules only

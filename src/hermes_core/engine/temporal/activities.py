@@ -1,4 +1,4 @@
-"""The steps a `hermes-core worker` runs for the conversation workflows, with the configured agent.
+"""The steps a `hermes-kernel worker` runs for the conversation workflows, with the configured agent.
 
 - `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
   system prompt, the window and notes of the conversation stored in PostgreSQL (`ConversationMemory.

@@ -1,8 +1,8 @@
-"""`hermes-core serve` with `engine: temporal`: the channels and /healthz, no turns.
+"""`hermes-kernel serve` with `engine: temporal`: the channels and /healthz, no turns.
 
 A gateway node takes events (webhook, Feishu callbacks or its own Feishu long connection),
 verifies them as the embedded gateway does (the same channel code), and hands each to its
-conversation's workflow (client.py `TemporalInbox`); `hermes-core worker` nodes run the turns.
+conversation's workflow (client.py `TemporalInbox`); `hermes-kernel worker` nodes run the turns.
 The HTTP safety net (400/503, never 500), the read deadlines and the refusal of an unsigned
 webhook on a public address are the embedded server's own (gateway/server.py). With `database.url`
 (required on this engine) every node also fires the scheduled jobs into their workflows
@@ -121,7 +121,7 @@ async def serve(
         await site.start()
         address = _address(site)
         log.info(
-            "hermes-core serving on %s (engine: temporal, %s at %s, task queue %s)",
+            "hermes-kernel serving on %s (engine: temporal, %s at %s, task queue %s)",
             address,
             settings.temporal.namespace,
             settings.temporal.address,
@@ -188,7 +188,7 @@ class ConsoleGateway:
         log.info("dead letter %s to %s is sent again", reply.id, reply.conversation)
 
     async def resend_requested(self, every: float = RESEND_INTERVAL) -> None:
-        """Take up the resends asked for through the store (`hermes-core deadletters resend`), on
+        """Take up the resends asked for through the store (`hermes-kernel deadletters resend`), on
         whichever node claims them first (postgres/gateway.py `claim_resends`)."""
         while True:
             await asyncio.sleep(every)
@@ -310,16 +310,16 @@ def _on_signals(stop: asyncio.Event) -> None:
 
 
 def run(settings: Settings, args: Any) -> NoReturn:
-    """`hermes-core serve` on this engine, then exit (a refusal or no cluster: one line, 2 or 1)."""
+    """`hermes-kernel serve` on this engine, then exit (a refusal or no cluster: one line, 2 or 1)."""
     from ...config import ConfigError
     from .client import Unreachable, leave
 
     def banner(address: str, routes: str) -> None:
-        print(f"hermes-core serving on {address} ({routes})", flush=True)
+        print(f"hermes-kernel serving on {address} ({routes})", flush=True)
 
     try:
         asyncio.run(then_close_pools(serve(settings, host=args.host, port=args.port, banner=banner)))
     except (ConfigError, Unreachable) as exc:
-        print(f"hermes-core: {exc}", file=sys.stderr)
+        print(f"hermes-kernel: {exc}", file=sys.stderr)
         leave(2 if isinstance(exc, ConfigError) else 1)
     leave(0)

@@ -1,5 +1,5 @@
 """What `engine: temporal` keeps in PostgreSQL (`database.url`), in the embedded engine's own rows,
-so that the stores' readers — the console of any `serve` node, `hermes-core sessions`, doctor —
+so that the stores' readers — the console of any `serve` node, `hermes-kernel sessions`, doctor —
 show the Temporal engine's conversations as they show the embedded one's.
 
 - conversations: `ConversationMemory` over `PostgresSessionStore` (memory/conversation.py), as the
@@ -14,7 +14,7 @@ show the Temporal engine's conversations as they show the embedded one's.
   the decision itself is the workflow's (`decide` update, client.py);
 - dead letters: a reply whose every send attempt failed becomes an `outbox` row marked dead and a
   `dead_letters` row (postgres/gateway.py's tables), listed by the console; its Resend (or
-  `hermes-core deadletters resend`) hands it back to the conversation's workflow (`resend`
+  `hermes-kernel deadletters resend`) hands it back to the conversation's workflow (`resend`
   signal, server.py) under the same uuid, and `send_reply` marks it sent.
 
 Only activities (activities.py) and `serve` (server.py) call this: workflow code does no I/O.

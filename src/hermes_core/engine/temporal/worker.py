@@ -1,4 +1,4 @@
-"""`hermes-core worker`: runs the conversation workflows and their steps (engine: temporal).
+"""`hermes-kernel worker`: runs the conversation workflows and their steps (engine: temporal).
 
 Two Temporal workers in one process, on the configured cluster:
 
@@ -145,7 +145,7 @@ async def run_worker(
     try:
         async with turns, sends:
             log.info(
-                "hermes-core worker on %s (%s), task queues %s and %s",
+                "hermes-kernel worker on %s (%s), task queues %s and %s",
                 settings.temporal.address,
                 settings.temporal.namespace,
                 queue,
@@ -180,16 +180,16 @@ def schedule_tools_for(agent: Any, settings: Settings) -> Any:
 
 
 def run(settings: Settings, agent: Any) -> NoReturn:
-    """`hermes-core worker`, then exit (no cluster: one line, 1)."""
+    """`hermes-kernel worker`, then exit (no cluster: one line, 1)."""
     from ...config import ConfigError
     from .client import Unreachable, leave
 
     def ready() -> None:
-        print(f"hermes-core worker running (task queue {settings.temporal.task_queue})", flush=True)
+        print(f"hermes-kernel worker running (task queue {settings.temporal.task_queue})", flush=True)
 
     try:
         asyncio.run(then_close_pools(run_worker(settings, agent=agent, ready=ready)))
     except (ConfigError, Unreachable) as exc:
-        print(f"hermes-core: {exc}", file=sys.stderr)
+        print(f"hermes-kernel: {exc}", file=sys.stderr)
         leave(2 if isinstance(exc, ConfigError) else 1)
     leave(0)

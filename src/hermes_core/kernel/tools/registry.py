@@ -19,7 +19,7 @@ be stopped. What happens instead, when its call times out (or its task is cancel
 - once `MAX_STUCK_PER_TOOL` threads of one tool are stuck, further calls of that tool are refused
   at once with a clear error (nothing more is started), and once `MAX_STUCK` threads are stuck in
   all, every sync call is; the refusals end as the stuck threads return;
-- abandoned threads are daemon threads: they do not hold the process at exit (`hermes-core run`
+- abandoned threads are daemon threads: they do not hold the process at exit (`hermes-kernel run`
   exits after its reply, `serve` within its shutdown grace).
 Code that can hang (network without timeouts, locks, child programs) belongs in an async tool, or
 in a subprocess with a timeout, which *can* be stopped.
