@@ -147,7 +147,7 @@ def test_run_json_shows_the_usage_per_answering_model(tmp_path: Path) -> None:
     summary = json.loads(done.stdout)
     assert summary["reply"] == "4"
     assert summary["usage_by_model"] == {"cheap-model": {"prompt_tokens": 7, "completion_tokens": 1,
-                                                          "total_tokens": 8}}  # fmt: skip
+                                                          "total_tokens": 8, "cached_tokens": 0}}  # fmt: skip
 
 
 def test_routes_need_a_model_endpoint(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ from hermes_core.observe.traces import xray_path
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from pg_server import PostgresServer
+from prompt_parts import without_context
 from test_temporal_engine import Cluster, steps, wait_until
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
@@ -176,7 +177,7 @@ async def test_a_turn_is_stored_in_postgresql_and_shown_by_the_other_nodes_conso
     # the next turn's window is the stored conversation
     model, _ = platform
     assert await say(cluster, feishu, chat, "call record t2", node=1) == "done: recorded t2"
-    sent = [m["content"] for m in model.requests[-1].messages if m["role"] == "user"]
+    sent = [m["content"] for m in without_context(model.requests[-1].messages) if m["role"] == "user"]
     assert sent == ["call record t1", "refuse this", "call record t2"]
 
 
