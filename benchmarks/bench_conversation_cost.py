@@ -6,8 +6,8 @@ cache could reuse of each.
 
 Each turn is one user message ("what is 12*7?"), one calculator call, then a text answer. The
 endpoint answers every contender alike: a request whose last message is a tool result gets the text
-"The answer is …", any other request a calculator call for the expression of the newest user
-message. Contenders:
+"The answer is …", a request that offers no tool (a summary of folded turns) a short text, any
+other request a calculator call for the expression of the newest user message. Contenders:
 
 - floor: bare aiohttp, the history kept by hand (append-only), the one calculator schema;
 - `Agent.run(session=Session())`: the library path, the built-in calculator;
@@ -16,10 +16,13 @@ message. Contenders:
   a virtual environment of their own under benchmarks/.peers/ on first use (network needed once).
 
 Per contender (serve's one-token start-up check of the key left out): the requests, their total
-bytes (× the floor's), the last request's bytes, the mean prefix reuse (the longest prefix a request
-shares with any earlier one, over its length) of all requests and of each turn's first request (and
-its minimum), the uncached characters (summed over the conversation: what no earlier request's
-prefix covers) and the input cost at published prices.
+bytes (× the floor's, and for ours × the floor at the same prompt: a bare loop that sends our
+contender's own system prompt and tools and words tool results as ours do, so what is left is
+what the framework adds per turn), the last request's bytes, the mean prefix reuse (the longest
+prefix a request shares with any earlier one, over its length) of all requests and of each turn's
+first request (and its minimum), the uncached characters (summed over the conversation: what no
+earlier request's prefix covers; × the floor's, and × the floor at the same prompt) and the input
+cost at published prices.
 
 How a request is compared: as the prompt a provider renders it — the system message, then the tool
 schemas, then the other messages — each part serialised with sorted keys (a template does not see
@@ -100,11 +103,10 @@ class Recorder:
             self.bodies.append(raw)
         messages = body.get("messages") or []
         n = len(self.bodies)
-        if messages and messages[-1].get("role") == "tool":
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": f"The answer is {messages[-1]['content']}.",
-            }
+        if not body.get("tools"):  # a call that offers no tool: a summary of folded turns
+            message: dict[str, Any] = {"role": "assistant", "content": f"The user asked {n} sums."}
+        elif messages and messages[-1].get("role") == "tool":
+            message = {"role": "assistant", "content": f"The answer is {messages[-1]['content']}."}
         else:
             asked = next((m for m in map(_text, reversed(messages)) if EXPRESSION.search(m)), "what is 1+1?")
             expression = EXPRESSION.search(asked).group(1)  # type: ignore[union-attr]
@@ -199,21 +201,31 @@ def calculate(expression: str) -> str:
     return str(eval(expression, {"__builtins__": {}}))  # noqa: S307 - digits and operators only
 
 
-async def floor(url: str, turns: int) -> None:
-    """Bare aiohttp: the history kept by hand, append-only, one tool."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]
+async def floor(
+    url: str,
+    turns: int,
+    system: str = "You are a helpful assistant.",
+    tools: list[dict[str, Any]] | None = None,
+    ours: bool = False,
+) -> None:
+    """Bare aiohttp: the history kept by hand, append-only. By default one small tool; the floor at
+    the same prompt sends a contender's own system prompt and tools and words results as ours do."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     async with aiohttp.ClientSession() as http:
         for turn in range(turns):
             messages.append({"role": "user", "content": question(turn)})
             while True:
-                body = {"model": "m", "messages": messages, "tools": [CALCULATOR]}
+                body = {"model": "m", "messages": messages, "tools": tools or [CALCULATOR]}
                 async with http.post(f"{url}/chat/completions", json=body) as answer:
                     reply = (await answer.json())["choices"][0]["message"]
                 messages.append(reply)
                 if not reply.get("tool_calls"):
                     break
                 for call in reply["tool_calls"]:
-                    result = calculate(json.loads(call["function"]["arguments"])["expression"])
+                    expression = json.loads(call["function"]["arguments"])["expression"]
+                    result = calculate(expression)
+                    if ours:  # the calculator of hermes_core.tools.examples answers with its expression
+                        result = json.dumps({"expression": expression, "result": int(result)})
                     messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 
 
@@ -284,7 +296,10 @@ def install_peers() -> None:
 # -- the run ---------------------------------------------------------------------------------------
 
 
-async def conversation(name: str, contender: Callable[[str, int], Awaitable[None]], turns: int) -> Figures:
+async def conversation(
+    name: str, contender: Callable[[str, int], Awaitable[None]], turns: int
+) -> tuple[Figures, dict[str, Any]]:
+    """The contender's figures, and its first request (its system prompt and tools)."""
     recorder = await Recorder().start()
     try:
         await contender(recorder.url, turns)
@@ -292,7 +307,7 @@ async def conversation(name: str, contender: Callable[[str, int], Awaitable[None
         await recorder.stop()
     if not recorder.bodies:
         raise RuntimeError(f"{name}: no request reached the endpoint")
-    return measure(recorder.bodies)
+    return measure(recorder.bodies), json.loads(recorder.bodies[0])
 
 
 def run(turns: int = 20, peers: bool = False) -> dict[str, Any]:
@@ -304,26 +319,38 @@ def run(turns: int = 20, peers: bool = False) -> dict[str, Any]:
     if peers:
         install_peers()
         contenders.update({name: peer(script) for name, (script, _) in PEERS.items()})
-    figures = {
-        name: asyncio.run(conversation(name, contender, turns)) for name, contender in contenders.items()
-    }
+    figures, same = {}, {}
+    for name, contender in contenders.items():
+        figures[name], first = asyncio.run(conversation(name, contender, turns))
+        if name.startswith("ours"):  # the floor at the same prompt: this contender's system and tools
+            prompt = first["messages"][0]["content"]
+
+            async def same_prompt(
+                url: str, turns: int, prompt: str = prompt, tools: Any = first["tools"]
+            ) -> None:
+                await floor(url, turns, prompt, tools, ours=True)
+
+            same[name] = asyncio.run(conversation("floor at the same prompt", same_prompt, turns))[0]
     base = figures["bare aiohttp, history by hand (floor)"]
     rows = []
     for name, f in figures.items():
         starts = f.turn_start_reuse or [1.0]
+        floor_here = same.get(name)
         row = {
             "contender": name,
             "requests": str(f.requests),
             "total bytes (x floor)": f"{f.total_bytes:,} ({f.total_bytes / base.total_bytes:.2f}x)",
+            "x same-prompt floor": f"{f.total_bytes / floor_here.total_bytes:.2f}x" if floor_here else "",
             "last bytes": f"{f.last_bytes:,}",
             "reuse mean": f"{sum(f.reuse) / len(f.reuse):.3f}",
             "turn starts mean (min)": f"{sum(starts) / len(starts):.3f} ({min(starts):.3f})",
             "uncached chars (x floor)": f"{f.uncached:,} ({f.uncached / base.uncached:.2f}x)",
+            "x same-prompt floor ": f"{f.uncached / floor_here.uncached:.2f}x" if floor_here else "",
         }
         for price, (miss, hit) in PRICES.items():
             row[f"{price} $"] = f"{f.cost(miss, hit):.5f}"
         rows.append(row)
-    return {"turns": turns, "rows": rows, "figures": figures}
+    return {"turns": turns, "rows": rows, "figures": figures, "same_prompt": same}
 
 
 def main() -> None:

@@ -14,11 +14,15 @@ def is_context(message: dict[str, Any]) -> bool:
     return message.get("role") == "user" and isinstance(content, str) and content.startswith(CONTEXT_HEADING)
 
 
+def contexts_of(messages: list[dict[str, Any]]) -> list[str]:
+    """The context messages of a request (without their heading), oldest first."""
+    return [str(m["content"])[len(CONTEXT_HEADING) :].strip() for m in messages if is_context(m)]
+
+
 def context_of(messages: list[dict[str, Any]]) -> str:
-    """The turn's context (without its heading); "" when the request has none."""
-    found = [str(m["content"]) for m in messages if is_context(m)]
-    assert len(found) <= 1, "more than one context message in a request"
-    return found[0][len(CONTEXT_HEADING) :].strip() if found else ""
+    """All the request's context messages tell the model (earlier turns' ones stay where they were
+    given: agent.py `context_update`), joined; "" when the request has none."""
+    return "\n\n".join(contexts_of(messages))
 
 
 def without_context(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from hermes_core.sessions import (
 )
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from prompt_parts import context_of
+from prompt_parts import context_of, without_context
 from serve_process import clean_environ
 from test_gateway import post, running_gateway
 from wire_schema import assert_valid_requests
@@ -263,18 +263,27 @@ async def test_serve_wires_sqlite_sessions_and_long_term_memory(tmp_path: Path) 
     from hermes_core.gateway.server import build_memory
 
     settings = Settings.model_validate(
-        {"gateway": {"data_dir": str(tmp_path)}, "memory": {"window_turns": 4, "budget_tokens": 1500}}
+        {"gateway": {"data_dir": str(tmp_path)}, "memory": {"window_turns": 1, "fold": False}}
     )
     memory = build_memory(settings)
-    model = ScriptedModel([call("query_sales", {"region": "East China"}), reply("1234"), reply("again")])
+    model = ScriptedModel(
+        [call("query_sales", {"region": "East China"}), reply("1234"), reply("again"), reply("once more")]
+    )
     runner = AgentRunner(Agent(model=model, tools=[query_sales]), memory)
     try:
         await runner.reply("u", "East China sales")
         await runner.reply("u", "East China sales again")
+        await runner.reply("u", "East China sales, once more")
     finally:
         await runner.aclose()
-    assert isinstance(memory.store, SQLiteSessionStore) and memory.window_turns == 4
-    assert "query_sales" in context_of(model.calls[-1].messages)  # the first outcome, as an example
+    assert isinstance(memory.store, SQLiteSessionStore) and memory.window_turns == 1
+    # while the window shows the first turn's reply, its outcome is no example: the model sees it there
+    assert "query_sales" not in context_of(model.calls[-2].messages)
+    assert "1234" in json.dumps(model.calls[-2].messages)
+    # once the turn has left the window, the outcome comes back as a dated example
+    assert "1234" not in json.dumps(without_context(model.calls[-1].messages))
+    given = context_of(model.calls[-1].messages)
+    assert "query_sales" in given and "1234" in given
 
 
 def test_memory_settings_are_validated(tmp_path: Path) -> None:
@@ -284,7 +293,7 @@ def test_memory_settings_are_validated(tmp_path: Path) -> None:
     path.write_text("memory:\n  window_turns: 6\n  fold: false\n", encoding="utf-8")
     settings = load_settings(path, env={}, dotenv=None)
     memory = settings.memory
-    assert (memory.window_turns, memory.fold, memory.budget_tokens) == (6, False, 2000)
+    assert (memory.window_turns, memory.fold, memory.budget_tokens) == (6, False, 8000)
     path.write_text("memory:\n  window_turns: 0\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="memory.window_turns"):
         load_settings(path, env={}, dotenv=None)

@@ -47,23 +47,25 @@ _TRAILING = r"[\s!！.。~～?？,，]*"
 
 @dataclass
 class Session:
-    """One conversation as a run sees it: the history to send, and notes for this turn.
+    """One conversation as a run sees it: the history to send, and what the model is told besides.
 
-    `notes` (a state snapshot, a summary, a pinned goal, long-term examples: see
-    `memory/conversation.py`) go into the turn's context message (`turn_messages`) on every model
-    call of the run, so they are never part of the history and no cut can drop them. The run
-    appends its new messages to `messages`, the context message excepted.
+    `notes` are the conversation's state (a snapshot, a summary, a pinned goal: see
+    `memory/conversation.py`): the model must read their current version. `hints` are reference
+    material for this turn (long-term examples): each line once is enough. With the steps of
+    triggered skills they go into context messages after the history (`turn_messages`), never
+    into `messages`, so no cut can drop them. The run appends its new messages to `messages`.
 
-    `context_sent` and `context_at` say which context the last turn sent and where it stood in
-    `messages`: a turn whose context is the same puts it back there, so its request continues the
-    previous one byte for byte; a changed context goes before the new message and is noted here.
+    `contexts` are the context messages already given, each with the index in `messages` it
+    stands before. They stay there, so every request continues the previous one byte for byte
+    (what a provider's prompt cache serves); a turn adds one only for what they lack
+    (`context_update`): the notes again when they changed, the hint lines not given yet.
     """
 
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     messages: list[Message] = field(default_factory=list)
     notes: str = ""
-    context_sent: str = ""
-    context_at: int = 0
+    hints: str = ""
+    contexts: list[tuple[int, str, str]] = field(default_factory=list)  # (index, notes, hints) given
 
 
 @dataclass(init=False)
@@ -175,15 +177,20 @@ class Agent:
         conversation = session.id if session is not None else task_id
         message = hide(conversation, message)  # a pasted credential: a handle (tools/secret_handles.py)
         history = session.messages if session is not None else []
-        notes = session.notes if session is not None else ""
         system, steps = self.system_prompt, ""  # + skill names; the steps of triggered skills (P5)
         if self.skills is not None:
             system, steps = self.skills.system_prompt(system), self.skills.steps_for(message)
-        context = "\n\n".join(part for part in (notes, steps) if part)
-        at = len(history)  # a context unchanged since the last turn stays where it stood
-        if session is not None and context and context == session.context_sent:
-            at = min(max(session.context_at, 0), at)
-        messages = turn_messages(system, history, context, user_message(message, images), at)
+        given: Given = []
+        update = ("", "")
+        if session is not None:  # what earlier turns gave stays where it stands; only what it lacks goes
+            hints = "\n\n".join(part for part in (session.hints, steps) if part)
+            given, update = context_update(session.contexts, len(history), session.notes, hints)
+        elif steps:
+            update = ("", steps)
+        if any(update):
+            given.append((len(history), *update))
+        placed = [(at, _context_text(notes, hints)) for at, notes, hints in given]
+        messages = turn_messages(system, history, placed, user_message(message, images))
         first = len(messages) - 1  # the user's message: what the history keeps starts there
         fast = self.is_greeting(message)
         stack = await task_stack(self, task_id, message, messages, session, caller)
@@ -204,7 +211,7 @@ class Agent:
         if not await self.task_finished(task_id, result, stack.trace):  # paused: run again once answered
             return result
         if session is not None:
-            session.context_sent, session.context_at = context, at
+            session.contexts = given
             # the pictures were for this turn only: the history keeps a placeholder for them
             session.messages.extend(without_images(messages[first:]))
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
@@ -276,15 +283,14 @@ CONTEXT_HEADING = "[Context from the application for the next message: not writt
 
 
 def turn_messages(
-    system: str, history: Sequence[Message], context: str, request: Message, at: int | None = None
+    system: str, history: Sequence[Message], context: str | Sequence[tuple[int, str]], request: Message
 ) -> list[Message]:
     """A turn's messages in the order provider prompt caches reward: the system prompt (the same on
-    every call), the history (append-only between folds), then what changes per turn — `context`:
-    state, summary, pinned goal, long-term examples, triggered skills — as one labelled message just
-    before the newest user message `request`, or at `at` in the history where the same context
-    stood on the previous turn (`Session.context_at`). The context is recomputed each turn and
-    never stored in the history: a context that changed moves to the end, and the request breaks
-    from the history only where the old one stood.
+    every call), the history (append-only between folds), the context messages — state, summary,
+    pinned goal, long-term examples, triggered skills — then the newest user message `request`.
+    `context` is one text that goes just before `request`, or `(index, text)` pairs, each standing
+    before the history message at its index (`Session.contexts`): a context message given on an
+    earlier turn stays where it stood, so the request continues the previous one byte for byte.
 
     Why this order: a provider caches a request's exact prefix and bills its cached input at a
     fraction of the price (platform.openai.com/docs/guides/prompt-caching: "cache hits are only
@@ -302,12 +308,59 @@ def turn_messages(
     `deepseek-reasoner`: "does not support successive user or assistant messages"): the client
     then sends them as one, for that model from then on (models/openai_compat.py `ALTERNATING`).
     """
-    at = len(history) if at is None else at
-    messages: list[Message] = [{"role": "system", "content": system}, *history[:at]]
-    if context:
-        messages.append({"role": "user", "content": f"{CONTEXT_HEADING}\n{context}"})
-    messages += [*history[at:], request]
+    placed = [(len(history), context)] if isinstance(context, str) else context
+    messages: list[Message] = [{"role": "system", "content": system}]
+    done = 0
+    for at, text in sorted(placed, key=lambda pair: pair[0]):
+        if text:
+            at = min(max(at, done), len(history))
+            messages += history[done:at]
+            messages.append({"role": "user", "content": f"{CONTEXT_HEADING}\n{text}"})
+            done = at
+    messages += [*history[done:], request]
     return messages
+
+
+Given = list[tuple[int, str, str]]  # context messages given: (index in the history, notes, hints)
+
+
+def context_update(
+    given: Sequence[tuple[int, str, str]], size: int, notes: str, hints: str
+) -> tuple[Given, tuple[str, str]]:
+    """The context messages of `given` that still stand within a history of `size` messages, and
+    what a new one must add to them for the model to have read `notes` and `hints`: the notes when
+    they differ from the last notes given (a state is read whole, the newest one counting), and
+    the hint units not given yet. A hint unit is one `- ` line under its heading line, or a block
+    (between blank lines) of other text. Notes that became empty (the state was forgotten) take
+    back everything given, so the next message says it all again without the old state."""
+    kept = [(at, n, h) for at, n, h in given if 0 <= at <= size]
+    latest = next((n for _, n, _ in reversed(kept) if n), "")
+    if latest and not notes:
+        kept, latest = [], ""
+    told = {unit for _, _, h in kept for unit in _hint_units(h)}
+    new = [unit for unit in dict.fromkeys(_hint_units(hints)) if unit not in told]
+    blocks: list[str] = []
+    for index, (heading, line) in enumerate(new):
+        if heading and index and new[index - 1][0] == heading:
+            blocks[-1] += f"\n{line}"
+        else:
+            blocks.append(f"{heading}\n{line}" if heading else line)
+    return kept, ("" if notes == latest else notes, "\n\n".join(blocks))
+
+
+def _hint_units(text: str) -> list[tuple[str, str]]:
+    units: list[tuple[str, str]] = []
+    for block in text.split("\n\n"):
+        lines = block.strip("\n").splitlines()
+        if len(lines) > 1 and all(line.startswith("- ") for line in lines[1:]):
+            units += [(lines[0], line) for line in lines[1:]]
+        elif block.strip():
+            units.append(("", block.strip("\n")))
+    return units
+
+
+def _context_text(notes: str, hints: str) -> str:
+    return "\n\n".join(part for part in (notes, hints) if part)
 
 
 def _default(declared: Field[Any]) -> object:

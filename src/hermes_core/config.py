@@ -252,8 +252,8 @@ class MemoryConfig(_Section):
     within `budget_tokens` of history + state, older turns folded into a summary (`fold`), and up to
     `examples` past outcomes from long-term memory (`long_term`)."""
 
-    window_turns: int = Field(10, ge=1, le=1000)
-    budget_tokens: int = Field(2000, ge=200)
+    window_turns: int = Field(24, ge=1, le=1000)
+    budget_tokens: int = Field(8000, ge=200)
     fold: bool = True
     long_term: bool = True
     examples: int = Field(3, ge=0, le=20)

@@ -12,18 +12,24 @@ crash can neither lose a finished turn nor store it twice.
 
 `Agent.run` never learns about storage: it gets a `Session` whose `messages` are the window (the
 newest whole turns, at most `window_turns`, within `budget_tokens` together with the notes) and
-whose `notes` go into the turn's context message, after the history (agent.py `turn_messages`,
-so the system prompt and the history stay a prefix a provider's cache reuses): the state
-snapshot (facts, constraints, done and pending steps, recorded by the model through the
-`remember` tool), the summary of folded turns, the pinned original goal once its turn has left
-the window, and long-term examples when a hook is given. Where the context stood is kept in the
-state (`keep_context`): while it is unchanged, the next turn puts it back there.
+whose `notes` and `hints` go into context messages after the history (agent.py `turn_messages`,
+so the system prompt and the history stay a prefix a provider's cache reuses). The notes are the
+state snapshot (facts, constraints, done and pending steps, recorded by the model through the
+`remember` tool), the summary of folded turns and the pinned original goal once its turn has left
+the window; the hints are long-term examples when a hook is given, less those whose reply the
+window still shows. The context messages a turn gave are kept in the state (`keep_context`) with
+where they stand: later turns give them again there and add one only for what they lack (the
+notes when they changed, the examples not given yet: agent.py `context_update`). `/forget` and
+`/new` take them back.
 
 Folding: when the unfolded history no longer fits (more turns than the window, or more tokens than
 the budget leaves), the oldest turns are replaced by a summary the model writes (≤ 200 characters,
-covering the previous summary too) and the window restarts at about half its size, so a summary
-call is paid once every few turns, not on every turn. If the summary call fails or comes back empty,
-those turns are simply dropped (plain truncation): a turn never fails because of memory.
+covering the previous summary too) and the window restarts at a quarter of its size. A fold
+rewrites the prompt after the system prompt and tools, so nothing after them is cached for that
+one request; folding in large steps keeps the new prefix for three quarters of a window of turns
+(with the defaults, 24 turns and 8,000 tokens, and short turns: the first fold at turn 25, then
+one every 19 turns), and pays a summary call as rarely. If the summary call fails or comes back empty, those
+turns are simply dropped (plain truncation): a turn never fails because of memory.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ..agent import Agent, Session
@@ -83,13 +89,13 @@ class Prompt:
     notes: str
     fold: Fold | None = None
     start: int = 0  # the log index of the window's first message
-    context: str = ""  # the previous turn's context, when it still stands inside the window …
-    context_at: int = 0  # … before this message of the window
+    hints: str = ""  # long-term examples
+    contexts: list[tuple[int, str, str]] = field(default_factory=list)  # given, within the window
 
     def session(self) -> Session:
         return Session(
-            id=self.conversation, messages=list(self.window), notes=self.notes,
-            context_sent=self.context, context_at=self.context_at,
+            id=self.conversation, messages=list(self.window), notes=self.notes, hints=self.hints,
+            contexts=list(self.contexts),
         )  # fmt: skip
 
 
@@ -98,8 +104,8 @@ class ConversationMemory:
         self,
         store: SessionStore,
         *,
-        window_turns: int = 10,
-        budget_tokens: int = 2000,
+        window_turns: int = 24,
+        budget_tokens: int = 8000,
         fold: bool = True,
         long_term: LongTermHook | None = None,
         examples: int = 3,
@@ -126,7 +132,8 @@ class ConversationMemory:
         loaded = await self.store.load(conversation)
         state, turns = loaded.state, split_turns(loaded.messages)
         goal = _shorten(state.goal or _first_user_text(loaded.messages), GOAL_CHARS)
-        examples = await self._examples(conversation, text)
+        outcomes = await self._outcomes(conversation, text)
+        examples = self._format(outcomes, text)
         # what the history may use: the budget minus the notes, with the goal pinned and room for a new
         # summary (≤ SUMMARY_CHARS characters, so at most as many tokens)
         room = self.budget_tokens - estimate_tokens(render_notes(state, goal, examples)) - SUMMARY_CHARS
@@ -135,23 +142,24 @@ class ConversationMemory:
             kept = self._kept_on_fold(turns, room)
             state, fold = await self._fold(conversation, state, turns[: len(turns) - len(kept)], model)
             turns = kept
-        notes = render_notes(state, goal if state.folded else "", examples)
+        notes = render_notes(state, goal if state.folded else "", "")
         window = flatten(newest_turns(turns, self.window_turns, self.budget_tokens - estimate_tokens(notes)))
+        # an outcome whose reply the window still holds is in front of the model already
+        replies = [str(m.get("content") or "") for m in window if m.get("role") == "assistant"]
+        hints = self._format([o for o in outcomes if not _shown(o, replies)], text)
         start = loaded.state.folded + len(loaded.messages) - len(window)
-        at = state.context_at - start
-        if state.context and 0 <= at <= len(window):
-            return Prompt(conversation, window, notes, fold, start, state.context, at)
-        return Prompt(conversation, window, notes, fold, start)
+        given = [(at - start, n, h) for at, n, h in state.contexts if 0 <= at - start <= len(window)]
+        return Prompt(conversation, window, notes, fold, start, hints, given)
 
     async def keep_context(self, prompt: Prompt, session: Session) -> None:
-        """Note where the turn's context stood, when it changed or moved, so that the next turn puts
-        the same context back there (agent.py `turn_messages`); one write only then."""
-        text, at = session.context_sent, prompt.start + session.context_at
-        if text == prompt.context and (not text or session.context_at == prompt.context_at):
+        """Note the context messages the turn gave and where they stand, when that changed, so that
+        the next turn gives them again there (agent.py `context_update`); one write only then."""
+        if session.contexts == prompt.contexts:
             return
+        given = [(prompt.start + at, notes, hints) for at, notes, hints in session.contexts]
 
         def place(state: ConversationState) -> None:
-            state.context, state.context_at = text, at
+            state.contexts = given
 
         await self.store.update_state(prompt.conversation, place)
 
@@ -185,10 +193,11 @@ class ConversationMemory:
                     log.exception("recording the outcome of %s failed", conversation)
 
     def _kept_on_fold(self, turns: list[Turn], room: int) -> list[Turn]:
-        """The turns that stay unfolded: half the window when folding (so the next summary call is
-        several turns away), the whole window when only truncating."""
+        """The turns that stay unfolded: a quarter of the window when folding, so the folded prefix
+        then stays the same for three quarters of a window of turns (a prompt cache serves it) and
+        the next summary call is as far away; the whole window when only truncating."""
         if self.fold:
-            return newest_turns(turns, self.window_turns // 2, max(0, room) // 2)
+            return newest_turns(turns, max(1, self.window_turns // 4), max(0, room) // 4)
         return newest_turns(turns, self.window_turns, room)
 
     async def _fold(
@@ -216,14 +225,22 @@ class ConversationMemory:
 
         return await self.store.update_state(conversation, apply), record
 
-    async def _examples(self, conversation: str, text: str) -> str:
+    async def _outcomes(self, conversation: str, text: str) -> list[Outcome]:
         if self.long_term is None or self.examples <= 0:
-            return ""
+            return []
         try:
-            found = await self.long_term.relevant(conversation, text, self.examples)
-            block = self.long_term.format_examples(found, language=detect_language(text))
+            return await self.long_term.relevant(conversation, text, self.examples)
         except Exception:
             log.exception("long-term examples for %s failed", conversation)
+            return []
+
+    def _format(self, outcomes: list[Outcome], text: str) -> str:
+        if not outcomes or self.long_term is None:
+            return ""
+        try:
+            block = self.long_term.format_examples(outcomes, language=detect_language(text))
+        except Exception:
+            log.exception("formatting long-term examples failed")
             return ""
         lines = block.splitlines()
         while len(lines) > 1 and estimate_tokens("\n".join(lines)) > self.budget_tokens // EXAMPLE_SHARE:
@@ -303,6 +320,7 @@ class ConversationMemory:
 
         def forget(state: ConversationState) -> None:
             items = _numbered(state)
+            state.contexts = []  # what earlier context messages said of it leaves the prompt too
             if number is None:
                 removed.extend(getattr(state, section)[index] for section, index in items)
                 removed.extend([state.summary] if state.summary else [])
@@ -328,6 +346,7 @@ class ConversationMemory:
 
         def fresh(state: ConversationState) -> None:
             state.goal, state.facts, state.pending, state.done, state.summary = "", [], [], [], ""
+            state.contexts = []
             state.folded = max(state.folded, logged)
 
         await self.store.update_state(conversation, fresh)
@@ -361,6 +380,12 @@ async def summarize(model: ModelClient | None, previous: str, turns: Sequence[Tu
     return _shorten(summary, SUMMARY_CHARS)
 
 
+def _shown(outcome: Outcome, replies: list[str]) -> bool:
+    """Whether one of `replies` is the outcome's (an outcome keeps the reply's start)."""
+    result = getattr(outcome, "result", None)  # a hook may hand back its own kind of outcome
+    return isinstance(result, str) and bool(result) and any(reply.startswith(result) for reply in replies)
+
+
 def render_notes(state: ConversationState, goal: str, examples: str) -> str:
     """The block of the turn's context message on every call; "" when there is nothing to say."""
     sections = [f"The user's original request (pinned): {goal}"] if goal else []
@@ -379,7 +404,7 @@ def render_notes(state: ConversationState, goal: str, examples: str) -> str:
         sections.append(examples)
     if not sections:
         return ""
-    heading = "Conversation state (kept outside the chat history, current on every call):"
+    heading = "Conversation state (kept outside the chat history; the newest such note is current):"
     return "\n".join([heading, *sections])
 
 

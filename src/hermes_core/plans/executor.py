@@ -90,7 +90,8 @@ async def run_plan(
     from ..agent import turn_messages
 
     task_id = task_id or uuid.uuid4().hex
-    notes = session.notes if session is not None else ""
+    told = (session.notes, session.hints) if session is not None else ()
+    notes = "\n\n".join(part for part in told if part)
     system = agent.system_prompt  # the answer's: the plain prompt (no catalogue)
     history = session.messages if session is not None else []
     if agent.mcp is not None:  # the catalogue names every tool the plan may use

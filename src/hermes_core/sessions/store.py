@@ -89,10 +89,10 @@ class ConversationState:
     summary: str = ""  # the accumulated summary of the folded turns
     folded: int = 0  # log messages replaced by the summary (or truncated)
     folds: list[Fold] = field(default_factory=list)
-    # the context the last turn sent and the log index of the message it preceded: an unchanged
-    # context goes back there, so requests stay append-only for the provider's cache (agent.py)
-    context: str = ""
-    context_at: int = -1
+    # the context messages given, each [log index of the message it stands before, notes, hints]:
+    # they go back there on later turns, so requests stay append-only for the provider's cache
+    # (agent.py `context_update`)
+    contexts: list[tuple[int, str, str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -104,6 +104,7 @@ class ConversationState:
         data: dict[str, Any] = json.loads(text)
         folds = [Fold(**fold) for fold in data.pop("folds", [])]
         known = {name: value for name, value in data.items() if name in cls.__dataclass_fields__}
+        known["contexts"] = [(int(at), str(n), str(h)) for at, n, h in known.get("contexts", [])]
         return cls(**known, folds=folds)
 
 

@@ -219,7 +219,7 @@ class TurnActivities:
         notes = ""
         if self.state is not None and data.get("conversation"):  # the stored conversation, folded
             loaded = await self.state.memory.prepare(str(data["conversation"]), text, client)
-            window, notes = loaded.window, loaded.notes
+            window, notes = loaded.window, "\n\n".join(part for part in (loaded.notes, loaded.hints) if part)
         notes = "\n\n".join(part for part in (notes, steps) if part)  # the turn's context (agent.py)
         return {
             "system": prompt,
