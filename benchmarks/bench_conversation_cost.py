@@ -12,8 +12,9 @@ other request a calculator call for the expression of the newest user message. C
 - floor: bare aiohttp, the history kept by hand (append-only), the one calculator schema;
 - `Agent.run(session=Session())`: the library path, the built-in calculator;
 - `serve` + webhook, defaults: the product path (memory, state and the default tools on);
-- with `--peers`, openai-agents (`SQLiteSession`) and pydantic-ai (`message_history`), installed into
-  a virtual environment of their own under benchmarks/.peers/ on first use (network needed once).
+- with `--peers`, openai-agents (`SQLiteSession`), pydantic-ai (`message_history`) and LangGraph
+  (`create_agent` with a SQLite checkpointer), installed into a virtual environment of their own
+  under benchmarks/.peers/ on first use (network needed once).
 
 Per contender (serve's one-token start-up check of the key left out): the requests, their total
 bytes (× the floor's, and for ours × the floor at the same prompt: a bare loop that sends our
@@ -60,6 +61,10 @@ CHARS_PER_TOKEN = 4
 PEERS = {
     "openai-agents, SQLiteSession": ("peer_openai_agents.py", ["openai-agents>=0.24"]),
     "pydantic-ai, message_history": ("peer_pydantic_ai.py", ["pydantic-ai-slim[openai]>=2"]),
+    "langgraph, SqliteSaver checkpointer": (
+        "peer_langgraph.py",
+        ["langchain>=1", "langgraph>=1", "langchain-openai>=1", "langgraph-checkpoint-sqlite>=2"],
+    ),
 }
 PEERS_VENV = BENCH_DIR / ".peers"
 EXPRESSION = re.compile(r"what is ([0-9+*/() .-]+)\?")
@@ -357,7 +362,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20, help="turns of the conversation")
     parser.add_argument(
-        "--peers", action="store_true", help="also openai-agents and pydantic-ai (installs them)"
+        "--peers", action="store_true", help="also openai-agents, pydantic-ai and langgraph (installs them)"
     )
     args = parser.parse_args()
     result = run(args.turns, args.peers)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 from typing import Any
@@ -187,6 +188,47 @@ async def measure(message: str, route_above: int | None) -> tuple[int, int]:
     return request_bytes(model.calls[0]), len(model.calls[0].tools or [])
 
 
+# A team's day in one conversation: topics come back (weather, mail, the calendar, the database),
+# with follow-ups that name no topic; and one conversation that stays on one topic.
+MIXED = [MESSAGES[i] for i in (0, 2, 1, 3, 2, 5, 0, 12, 3, 5, 11, 2, 1, 5, 3, 0, 12, 2, 5, 3)]
+ONE_TOPIC = [MESSAGES[0], MESSAGES[1], "And on Sunday?", "下周一呢？"] * 5
+PRICES = {"DeepSeek": (0.27, 0.07), "OpenAI gpt-4o-mini": (0.15, 0.075)}  # $ per 1M miss / hit
+SIZES = (10, 15, 20, 30, 50)  # tools offered (the first groups of the catalogue)
+
+
+def rendered(call: Any) -> str:
+    """A request as a provider renders its prompt: system, tools, then the other messages."""
+    parts = [json.dumps(call.messages[0], sort_keys=True, ensure_ascii=False)]
+    parts.append(json.dumps(call.tools or [], sort_keys=True, ensure_ascii=False))
+    parts += [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in call.messages[1:]]
+    return "\n".join(parts)
+
+
+async def conversation(messages: list[str], route_above: int | None, size: int = 50) -> dict[str, float]:
+    """One conversation through `Agent.run(session=Session())` with the first `size` tools: what a
+    prefix cache cannot serve, and the input cost at the published miss/hit prices (tokens =
+    characters / 4). Each answer is about 300 characters, like a short reply."""
+    from hermes_core import Session
+
+    model = ScriptedModel(
+        [reply(f"ok {k}: " + "the answer, in a few sentences. " * 9) for k in range(len(messages))]
+    )
+    agent = Agent(model=model, tools=catalog()[:size], route_tools_above=route_above)
+    session = Session()
+    for message in messages:
+        await agent.run(message, session=session)
+    prompts = [rendered(call) for call in model.calls]
+    uncached = 0
+    for k, prompt in enumerate(prompts):
+        kept = max((len(os.path.commonprefix([prompt, p])) for p in prompts[:k]), default=0)
+        uncached += len(prompt) - kept
+    total = sum(map(len, prompts))
+    figures = {"uncached": float(uncached), "total": float(total)}
+    for name, (miss, hit) in PRICES.items():
+        figures[name] = (uncached * miss + (total - uncached) * hit) / 4 / 1e6
+    return figures
+
+
 def routing_time_us(repeats: int) -> float:
     """Median time of one routing decision over the sample messages (index cached, as in a run)."""
     from hermes_core.tools.routing import ToolRouter
@@ -220,6 +262,16 @@ def run(repeats: int = 200) -> dict:
                 "routed/unrouted": f"{routed / unrouted:.2f}",
             }
         )
+    conversations = []
+    for size in SIZES:
+        for name, messages in (("mixed topics", MIXED), ("one topic", ONE_TOPIC)):
+            every, routed = (asyncio.run(conversation(messages, above, size)) for above in (None, 0))
+            conversations.append({
+                "tools": str(size), "conversation (20 turns)": name,
+                "uncached chars, all / routed": f"{every['uncached']:,.0f} / {routed['uncached']:,.0f}",
+                **{f"{price} $, all / routed": f"{every[price]:.5f} / {routed[price]:.5f} "
+                   f"({routed[price] / every[price] - 1:+.0%})" for price in PRICES},
+            })  # fmt: skip
     count = len(MESSAGES)
     ratio = routed_total / unrouted_total
     routing_us = routing_time_us(repeats)
@@ -230,6 +282,7 @@ def run(repeats: int = 200) -> dict:
         "ratio": ratio,
         "routing µs": routing_us,
         "per_message": per_message,
+        "conversations": conversations,
         "rows": [
             row(
                 "prompt bytes per request, 50 tools: routed vs all (tools JSON + system)",
@@ -265,6 +318,10 @@ def main() -> None:
         f"{figures['mean unrouted bytes']:,.0f} B unrouted ({figures['ratio']:.0%}); "
         f"routing decision {figures['routing µs']:.0f} µs (median)"
     )
+    print()
+    print("One conversation, every tool sent vs routed by the window's messages (route_tools_above=0), "
+          "every request as a provider's prompt cache sees it:")  # fmt: skip
+    print(format_table(figures["conversations"], list(figures["conversations"][0])))
     print()
     print(format_table(figures["rows"]))
 

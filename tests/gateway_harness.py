@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -12,14 +13,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from hermes_core.agent import Agent
 from hermes_core.channels.feishu.api import FeishuAPI
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.ratelimit import SendLimiter
-from hermes_core.config import build_agent, load_settings
+from hermes_core.config import Settings, build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
-from hermes_core.gateway.server import build_gateway, watcher_of
+from hermes_core.gateway.server import build_gateway, serve, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
 
@@ -55,6 +57,28 @@ async def gateway_for(config: Path) -> AsyncIterator[str]:
     finally:
         await gateway.runner.aclose()  # type: ignore[attr-defined]
         await agent.aclose()
+
+
+@asynccontextmanager
+async def serve_here(settings: Settings, agent: Agent | None = None) -> AsyncIterator[str]:
+    """The real `serve` (all its parts: deadlines, webhook, console, the model's start-up check) in
+    this event loop, on a free local port: its URL; stopped afterwards, and the garbage collector's
+    tuning for a long-lived process undone."""
+    threshold = gc.get_threshold()
+    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(
+        serve(settings, host="127.0.0.1", port=0, ready=ready.set_result, stop=stop, agent=agent)
+    )
+    try:
+        await asyncio.wait({server, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+        if server.done():
+            server.result()  # raises what stopped it
+        yield ready.result()
+    finally:
+        stop.set()
+        await asyncio.wait({server}, timeout=20)
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

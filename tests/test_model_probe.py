@@ -11,7 +11,6 @@ prometheus_client's parser, the reference implementation of the exposition forma
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import subprocess
 import time
@@ -25,10 +24,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway_harness import wait_for
+from gateway_harness import serve_here, wait_for
 from hermes_core.config import load_settings
 from hermes_core.gateway.model_health import MISCONFIGURED, ModelHealth
-from hermes_core.gateway.server import serve
 from hermes_core.models.providers import Endpoint
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from serve_process import clean_environ, start_serve, stop_serve
@@ -43,20 +41,8 @@ async def served(tmp_path: Path, fake: FakeOpenAIServer, model: str = "m") -> As
     config = tmp_path / "hermes.yaml"
     config.write_text(f"model: {{name: {model}, base_url: '{fake.base_url}'}}\n"
                       f"gateway: {{data_dir: '{tmp_path / 'data'}', shutdown_grace: 1}}\n")  # fmt: skip
-    settings = load_settings(config, dotenv=None)
-    threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
-    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(serve(settings, host="127.0.0.1", port=0, ready=ready.set_result, stop=stop))
-    try:
-        await asyncio.wait({server, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-        if server.done():
-            server.result()
-        yield ready.result()
-    finally:
-        stop.set()
-        await asyncio.wait({server}, timeout=20)
-        gc.unfreeze()
-        gc.set_threshold(*threshold)
+    async with serve_here(load_settings(config, dotenv=None)) as url:
+        yield url
 
 
 async def get(url: str) -> tuple[int, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -91,15 +92,26 @@ async def test_tools_used_in_the_task_stay_offered_in_later_turns() -> None:
     assert offered(model, 1) == offered(model, 2) == group("weather") | {"music_create"}
 
 
-async def test_earlier_tasks_do_not_count_as_used() -> None:
+async def test_a_conversation_keeps_its_topics_so_the_tools_change_only_with_a_new_one() -> None:
+    """Routing reads every user message of the window, not only the newest: a follow-up that names
+    no topic keeps the tools it had (it no longer flips to every tool and back), earlier topics stay
+    offered, so the tools array — the top of every request, where a provider's prompt cache begins —
+    changes only when a new topic comes, and a window that has let the old turns go (a fold) routes
+    by what it still holds. The measured cost: benchmarks/bench_routing.py, docs/benchmarks.md."""
     from hermes_core import Session
 
-    script = [call("music_create", {"query": "jazz"}), "Made it.", "Sunny."]
+    script = [call("music_create", {"query": "jazz"}), "Made it.", "And?", "Sunny.", "Rain."]
     agent, model = routed_agent(script)
     session = Session()
     await agent.run("Create a jazz playlist of songs", session=session)
+    await agent.run("and another one like it", session=session)  # names no topic
     await agent.run("What's the weather forecast in Paris?", session=session)
-    assert offered(model, 2) == group("weather")
+    assert offered(model, 0) == offered(model, 1) == offered(model, 2) == group("music")
+    assert json.dumps(model.calls[2].tools) == json.dumps(model.calls[0].tools)  # byte for byte
+    assert offered(model, 3) == group("music") | group("weather")
+    session.messages = session.messages[-2:]  # the window now holds only the weather turn
+    await agent.run("Will it rain there tomorrow?", session=session)
+    assert offered(model, 4) == group("weather")
 
 
 async def test_up_to_the_threshold_every_tool_is_sent() -> None:

@@ -11,7 +11,6 @@ on 127.0.0.1 (`serve` in this event loop or as a process, ScriptedModel behind i
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import os
 import re
@@ -28,13 +27,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import echo, serving, wait_for
+from gateway_harness import echo, serve_here, serving, wait_for
 from hermes_core import Agent, tool
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.cli import main
 from hermes_core.config import GatewayConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
-from hermes_core.gateway.server import serve
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
@@ -68,21 +66,8 @@ async def served(tmp_path: Path, agent: Agent, **gateway: Any) -> AsyncIterator[
     """The real `serve` (all its parts: deadlines, webhook, console) in this event loop; its URL."""
     known = {key: value for key, value in gateway.items() if key in GatewayConfig.model_fields}
     settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path), **known))  # unknown: the attack as is
-    threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
-    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(
-        serve(settings, host="127.0.0.1", port=0, ready=ready.set_result, stop=stop, agent=agent)
-    )
-    try:
-        await asyncio.wait({server, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-        if server.done():
-            server.result()  # raises what stopped it
-        yield ready.result()
-    finally:
-        stop.set()
-        await asyncio.wait({server}, timeout=20)
-        gc.unfreeze()
-        gc.set_threshold(*threshold)
+    async with serve_here(settings, agent) as url:
+        yield url
 
 
 async def post(

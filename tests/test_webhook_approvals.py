@@ -14,7 +14,6 @@ reject, expiry), decided from the console's API, by a decision as a Feishu card 
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import re
 from collections.abc import AsyncIterator
@@ -25,11 +24,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import post, serving, wait_for
+from gateway_harness import post, serve_here, serving, wait_for
 from hermes_core import Agent, tool
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
-from hermes_core.gateway.server import build_gateway, serve
+from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing import ScriptedModel, call, reply
 from invoicing import RAN, send_invoice
@@ -66,21 +65,8 @@ async def gateway_serving(
 async def served(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[str]:
     """The real `serve` (webhook and console) in this event loop: its URL."""
     settings = Settings(gateway=GatewayConfig(data_dir=str(tmp_path), shutdown_grace=1))
-    agent = Agent(model=model, tools=[send_invoice])
-    threshold = gc.get_threshold()  # serve tunes the collector for a long-lived process: undo that
-    stop, ready = asyncio.Event(), asyncio.get_running_loop().create_future()
-    server = asyncio.create_task(serve(settings, host="127.0.0.1", port=0, ready=ready.set_result, stop=stop,
-                                       agent=agent))  # fmt: skip
-    try:
-        await asyncio.wait({server, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
-        if server.done():
-            server.result()
-        yield ready.result()
-    finally:
-        stop.set()
-        await asyncio.wait({server}, timeout=20)
-        gc.unfreeze()
-        gc.set_threshold(*threshold)
+    async with serve_here(settings, Agent(model=model, tools=[send_invoice])) as url:
+        yield url
 
 
 async def ask(url: str, message_id: str, text: str = "invoice ACME 120", **extra: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from .kernel.hooks import TaskHooks, all_hooks
 from .kernel.loop import PAUSES, Limits, RunResult, run_loop
 from .kernel.messages import Message, user_message, without_images
 from .kernel.model import ModelClient, TextCallback
-from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
+from .kernel.prompts import CONTEXT_HEADING, DEFAULT_SYSTEM_PROMPT
 from .kernel.replies import Language, detect_language
 from .kernel.tools import Tool, ToolRegistry
 from .kernel.tools.declare import ToolLike
@@ -277,9 +277,6 @@ class Agent:
             raise ValueError("a base URL is set but no model name: pass model=… or set HERMES_MODEL")
         api_key = settings.api_key or os.environ.get("HERMES_API_KEY") or None
         return OpenAICompatClient(replace(settings, model=model_name, base_url=base_url, api_key=api_key))
-
-
-CONTEXT_HEADING = "[Context from the application for the next message: not written by the user]"
 
 
 def turn_messages(

@@ -85,7 +85,8 @@ class AgentConfig(Limits):
     shell_allow: list[str] = field(default_factory=list)  # programs run_command may run (level 2: allow it)
     shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
     workspace_quota_mb: Annotated[float | None, Field(gt=0)] = 100.0  # write_file refused past it; null: none
-    route_tools_above: Annotated[int | None, Field(ge=0)] = None  # more tools: the message's groups only (T8)
+    # more tools: the conversation's groups only (T8; why 16: docs/skills.md)
+    route_tools_above: Annotated[int | None, Field(ge=0)] = 16
     mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
     max_replans: Annotated[int, Field(ge=0, le=10)] = 2  # plan mode: revised plans after a failed/invalid one
 

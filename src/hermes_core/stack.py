@@ -6,7 +6,7 @@ A model call passes these layers, outermost first:
 1. `JournaledModel` (tasks/journal.py), with a journal, per task: it returns the recorded
    responses of a task run again, so nothing below it is called for those;
 2. `RedactingModelClient` (kernel/redaction.py): no secret in a prompt, none echoed back (O1);
-3. `RoutedTools` (tools/routing.py), with `route_tools_above`: the message's tool groups only,
+3. `RoutedTools` (tools/routing.py), with `route_tools_above`: the conversation's tool groups only,
    chosen before text mode renders the tools into the prompt;
 4. `TextToolCalls` (textcalls/wrapper.py): native, text or auto tool calls;
 5. the back-end: `OpenAICompatClient`, `OfflineModel`, or the `ModelClient` the agent was given.

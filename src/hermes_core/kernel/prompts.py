@@ -13,3 +13,6 @@ says how; do not repeat an identical call.
 - When you have what you need, answer directly and concisely.
 
 Always reply in the language the user wrote in."""
+
+# the first line of a context message (agent.py `turn_messages`): the application's, not the user's
+CONTEXT_HEADING = "[Context from the application for the next message: not written by the user]"

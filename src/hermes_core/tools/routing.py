@@ -1,15 +1,20 @@
-"""Tool routing (T8): with many tools, offer the model only the groups the message is about.
+"""Tool routing (T8): with many tools, offer the model only the groups the conversation is about.
 
 Every tool schema costs prompt bytes on every model call, and a long list of tools also makes the
 model's choice harder. Tools carry group tags (`@tool(groups=("calendar",))`; a tool without one
 is a group of its own). When more tools than `ToolRouter.above` would be offered, the router ranks
-the groups against the task's message and offers:
+the groups against each user message of the conversation's window and offers:
 
-- the best-scoring groups (at most `max_groups`, each scoring at least `min_share` of the best);
-- every tool already called in this task, so a later turn never loses a tool it was using;
+- for each message, its best-scoring groups (at most `max_groups`, each scoring at least
+  `min_share` of its best);
+- every tool already called in the window, so a later turn never loses a tool it was using;
 - tools tagged `ALWAYS` (e.g. `load_skill`).
 
-A message that matches no group at all gets every tool: routing cannot tell, so it does not guess.
+When no message matches a group, every tool is sent: routing cannot tell, so it does not guess.
+Why the window and not the newest message: the tools array is the top of every request, where a
+provider's prompt cache begins, so it should change only when a new topic comes (a follow-up that
+names no topic keeps the list it had); a fold, which rewrites the prompt anyway, lets old topics
+go. The cost, measured: benchmarks/bench_routing.py.
 
 The ranking is lexical and cheap: each group is a bag of terms taken from its tools' names,
 descriptions, keywords and parameter descriptions (names, keywords and group tags weigh triple),
@@ -32,6 +37,7 @@ from typing import Any
 
 from ..kernel.messages import Message, ModelResponse
 from ..kernel.model import ModelClient, ModelWrapper, TextCallback
+from ..kernel.prompts import CONTEXT_HEADING
 from ..kernel.tools.declare import Tool
 
 ALWAYS = "always"  # the group tag of tools offered whatever the message says
@@ -46,6 +52,7 @@ _STOP_WORDS = frozenset(
     "will with would you your".split()
 )
 _INDEXES_KEPT = 16  # distinct offered tool sets whose index is cached (callers, withdrawn tools)
+_MESSAGES_KEPT = 4096  # messages whose groups an index remembers (a conversation's, routed again each call)
 
 
 def terms(text: str) -> list[str]:
@@ -85,6 +92,7 @@ class GroupIndex:
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # group → term → weight
     idf: dict[str, float] = field(default_factory=dict)
     always: set[str] = field(default_factory=set)  # tool names offered whatever the message
+    chosen: dict[str, list[str]] = field(default_factory=dict)  # message → its groups, as ranked
 
     def scores(self, message: str) -> dict[str, float]:
         query = set(terms(message))
@@ -159,12 +167,16 @@ class ToolRouter:
         self.min_share = min_share
         self._indexes: dict[tuple[str, ...], GroupIndex] = {}
 
-    def select(self, schemas: Sequence[Schema], message: str, used_names: Iterable[str] = ()) -> list[Schema]:
-        """The schemas to send, in their original order (a stable prefix for prompt caches)."""
+    def select(
+        self, schemas: Sequence[Schema], message: str | Sequence[str], used_names: Iterable[str] = ()
+    ) -> list[Schema]:
+        """The schemas to send, in their original order (a stable prefix for prompt caches).
+        `message` may be the conversation's user messages: the groups of any of them are kept."""
         if len(schemas) <= self.above:
             return list(schemas)
         index = self.index(schemas)
-        chosen = self.groups_for(message, index)
+        chosen = {group for text in ([message] if isinstance(message, str) else message)
+                  for group in self.groups_for(text, index)}  # fmt: skip
         if not chosen:
             return list(schemas)
         keep = index.always | set(used_names)
@@ -174,6 +186,14 @@ class ToolRouter:
 
     def groups_for(self, message: str, index: GroupIndex) -> list[str]:
         """The groups the message is about, best first (empty when it matches none)."""
+        known = index.chosen.get(message)
+        if known is None:
+            if len(index.chosen) >= _MESSAGES_KEPT:
+                index.chosen.pop(next(iter(index.chosen)))
+            known = index.chosen[message] = self._rank(message, index)
+        return known
+
+    def _rank(self, message: str, index: GroupIndex) -> list[str]:
         scores = index.scores(message)
         if not scores:
             return []
@@ -190,6 +210,23 @@ class ToolRouter:
                 self._indexes.pop(next(iter(self._indexes)))
             index = self._indexes[key] = build_index(schemas, self.tool_named)
         return index
+
+
+def conversation_so_far(messages: Sequence[Message]) -> tuple[list[str], list[str]]:
+    """The user messages of the conversation (context messages left out) and the names of every
+    tool called in it."""
+    asked = [
+        _text(m.get("content"))
+        for m in messages
+        if m.get("role") == "user" and not _text(m.get("content")).startswith(CONTEXT_HEADING)
+    ]
+    called = [
+        str((call.get("function") or {}).get("name", ""))
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or ()
+    ]
+    return asked, called
 
 
 def current_task(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
@@ -239,11 +276,10 @@ class RoutedTools(ModelWrapper):
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
-        if tools:
-            message, calls = current_task(messages)
-            kept = [str(call.get("name", "")) for call in calls]
+        if tools:  # the groups of the whole window, so the list changes only when a topic is new
+            asked, kept = conversation_so_far(messages)
             kept += self.keep(messages) if self.keep is not None else ()
-            tools = self.router.select(tools, message, kept)
+            tools = self.router.select(tools, asked, kept)
         return await self.inner.complete(messages, tools, on_text=on_text)
 
 
@@ -253,6 +289,7 @@ __all__ = [
     "RoutedTools",
     "ToolRouter",
     "build_index",
+    "conversation_so_far",
     "current_task",
     "stem",
     "terms",
