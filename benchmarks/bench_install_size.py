@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import BENCH_DIR, format_table, row
 
-TARGET_MB = 30.0
+TARGET_MB = 40.0  # the default install stays within 40 MB (optional features go into extras)
 REPO = BENCH_DIR.parent
 IGNORE = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", ".*cache", ".venv", "results"

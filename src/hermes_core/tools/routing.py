@@ -276,7 +276,7 @@ class RoutedTools(ModelWrapper):
         *,
         on_text: TextCallback | None = None,
     ) -> ModelResponse:
-        if tools:  # the groups of the whole window, so the list changes only when a topic is new
+        if tools and len(tools) > self.router.above:  # the window's groups: the list changes with a new topic
             asked, kept = conversation_so_far(messages)
             kept += self.keep(messages) if self.keep is not None else ()
             tools = self.router.select(tools, asked, kept)
