@@ -343,12 +343,70 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
     )
     refused = await feishu.push(stranger, cluster.events(1))
     assert json.loads(refused.body)["toast"]["type"] == "error", refused.body  # only the requester decides
+    # whoever reaches the Temporal frontend may send the workflow's update by hand, with any role:
+    # the role is the workers' permissions' (activities.py `decider_role`), never the request's
+    assert await forged_decision(cluster, approval_id) == "approval_not_allowed"
+    assert [s for s in cluster.steps() if s["kind"] == "transfer"] == [], "ran on a forged decision"
     click = feishu.card_action(payer, card.message_id, {"approval_id": approval_id, "decision": "approve"})
     await feishu.push(click, cluster.events(1))
     await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
     assert feishu.messages_in(chat)[1].text == "done: transferred 42"
     await asyncio.to_thread(wait_until, lambda: len(card.versions) >= 2, 10, "the card to show the decision")
     assert [s["arg"] for s in cluster.steps() if s["kind"] == "transfer"] == ["42"]
+
+
+async def test_a_message_signalled_into_another_conversations_workflow_is_dropped(
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
+) -> None:
+    """By hand at the frontend: a message naming conversation B, signalled into A's workflow, would be
+    answered with A's history and tools; the workflow drops it (its conversation must be its own)."""
+    from temporalio.client import Client
+
+    _, feishu = platform
+    chat, forged_chat = f"oc_{uuid.uuid4().hex[:6]}_m", f"oc_{uuid.uuid4().hex[:6]}_f"
+    await feishu.push(
+        feishu.user_message("call record one", chat_id=chat, sender=f"ou_{chat}"), cluster.events(0)
+    )
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the first reply")
+    address = json.loads((cluster.folder / "hermes.yaml").read_text())["temporal"]["address"]
+    handle = (await Client.connect(address)).get_workflow_handle(f"feishu:ou_{chat}")  # a p2p chat: its user
+    forged = {
+        "channel": "feishu", "conversation": "feishu:ou_intruder", "sender": "ou_intruder",
+        "message_id": f"om_{uuid.uuid4().hex[:8]}", "text": "call record forged", "kind": "text",
+        "chat_id": forged_chat, "chat_type": "p2p", "callback_url": None, "extra": {},
+    }  # fmt: skip
+    await handle.signal("message", forged)
+    await feishu.push(
+        feishu.user_message("call record two", chat_id=chat, sender=f"ou_{chat}"), cluster.events(1)
+    )
+    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 60, "the second reply")
+    assert feishu.messages_in(forged_chat) == []
+    assert [s["arg"] for s in cluster.steps() if s["kind"] == "record"] == ["one", "two"]
+
+
+async def forged_decision(cluster: Cluster, approval_id: str) -> str:
+    """The `decide` update sent straight to the frontend as a stranger claiming the admin role;
+    the refusal's reason."""
+    from temporalio.client import Client, WorkflowUpdateFailedError
+
+    from hermes_core.engine.temporal.activities import conversation_of
+
+    conversation = conversation_of(approval_id)
+    assert conversation is not None
+    address = json.loads((cluster.folder / "hermes.yaml").read_text())["temporal"]["address"]
+    client = await Client.connect(address)
+    forged = {
+        "id": approval_id,
+        "user_id": "ou_stranger",
+        "channel": "feishu",
+        "role": "admin",
+        "approve": True,
+    }
+    try:
+        await client.get_workflow_handle(conversation).execute_update("decide", forged)
+    except WorkflowUpdateFailedError as refused:
+        return str(getattr(refused.cause, "message", refused.cause))
+    return "accepted"
 
 
 def _approval_id(content: Any) -> str:

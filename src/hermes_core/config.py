@@ -148,6 +148,28 @@ class GatewayConfig(_Section):
     retention_days: float = Field(30.0, gt=0)  # task journals and traces older than this are deleted
     header_timeout: float = Field(10.0, gt=0)  # seconds a client has to send a request's headers
     body_timeout: float = Field(30.0, gt=0)  # seconds, once the headers are in, to send the whole body
+    # per sender (gateway/flood.py): messages a minute, and messages waiting in one conversation,
+    # beyond which a message is answered with a fixed reply instead of a turn; null: no limit
+    user_messages_per_minute: int | None = Field(20, ge=1)
+    conversation_queue: int | None = Field(20, ge=1)
+
+
+class TemporalTLSConfig(_Section):
+    """TLS to the Temporal frontend (engine/temporal/client.py `connect`): the server's CA, and for
+    mutual TLS the client's certificate and key, each a PEM file path (the key stays in its file,
+    readable by the service's user only). Anyone who reaches the frontend unauthenticated can
+    signal and update every conversation's workflow (docs/security.md)."""
+
+    server_ca: str | None = None  # PEM file of the CA that signed the frontend's certificate
+    client_cert: str | None = None  # PEM file: the client certificate (mutual TLS)
+    client_key: str | None = None  # PEM file: its private key
+    server_name: str | None = None  # the name the frontend's certificate carries, when not the address's
+
+    @model_validator(mode="after")
+    def _pair(self) -> TemporalTLSConfig:
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ValueError("give both temporal.tls.client_cert and temporal.tls.client_key, or neither")
+        return self
 
 
 class TemporalConfig(_Section):
@@ -170,6 +192,9 @@ class TemporalConfig(_Section):
     # that configurations setting it still load)
     window_turns: int = Field(20, ge=1, le=1000)
     idle_days: float = Field(2.0, gt=0)  # a conversation idle this long continues as new, ids pruned
+    tls: TemporalTLSConfig | None = None  # TLS or mutual TLS to the frontend (below)
+    # the environment variable holding an API key for the frontend (Temporal Cloud), when it takes one
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class FeishuConfig(_Section):

@@ -61,10 +61,11 @@ from ..kernel.approvals import ApprovalDesk, Pending
 from ..kernel.messages import JSON
 from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
-from ..observe.metrics import ACKS, SENDS, TURN_SECONDS, TURNS
+from ..observe.metrics import ACKS, SENDS, THROTTLED, TURN_SECONDS, TURNS
 from ..storage import StoreUnavailable
 from ..tools.secret_handles import hide
 from .commands import is_stop
+from .flood import FloodGate
 from .messages import Turn
 from .store import GatewayStore
 
@@ -136,6 +137,10 @@ class Lanes(Generic[T]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._queues
+
+    def depth(self, key: str) -> int:
+        """Items of `key` queued, the one being handled included."""
+        return len(self._queues.get(key, ()))
 
     @property
     def busy(self) -> int:
@@ -301,8 +306,11 @@ class Gateway:
         max_send_backoff: float = 300.0,
         poison_attempts: int = 2,
         desk: ApprovalDesk | None = None,
+        flood: FloodGate | None = None,
     ) -> None:
         self.store = store
+        self.flood = flood or FloodGate(None, None)  # per-sender limits at the door (gateway/flood.py)
+        self._arriving: dict[str, int] = {}  # conversation → messages being stored by `accept`
         self.runner = runner
         self.desk = desk  # who takes approval decisions (kernel/approvals.py); None: this gateway takes none
         self.channels: dict[str, Channel] = {}
@@ -374,12 +382,25 @@ class Gateway:
         running = self._stoppable(message)
         if running is not None:  # said before it is stored: its reply says what it stopped
             message.extra["stopping"] = task_id_of(running[0])
+        key = message.conversation
+        over = self.flood.take(message, self._inbound.depth(key) + self._arriving.get(key, 0))
+        if over is not None:  # stored all the same, and answered once: with the fixed reply, no turn
+            message.extra["throttled"] = over
+        self._arriving[key] = self._arriving.get(key, 0) + 1  # being stored: counts as waiting
         try:
             inbound_id = await self.store.accept(message)
         except BaseException:
             ACKS.inc(channel=message.channel, outcome="error")
+            if over is None:
+                self.flood.give_back(message)
             raise
+        finally:
+            self._arriving[key] -= 1
+            if not self._arriving[key]:
+                del self._arriving[key]
         if inbound_id is None:
+            if over is None:
+                self.flood.give_back(message)
             ACKS.inc(channel=message.channel, outcome="duplicate")
             log.info("duplicate %s message %s ignored", message.channel, message.message_id)
             return None
@@ -569,6 +590,12 @@ class Gateway:
         outcome = "replied"
         async with self.turn_slots.slot(batch=message.kind == "scheduled"):  # jobs after people
             started = time.perf_counter()
+            over = message.extra.get("throttled")
+            if over is not None:  # over a per-sender limit at the door (gateway/flood.py): no turn
+                THROTTLED.inc(channel=message.channel, limit=str(over))
+                polite = Reply(fixed_reply("throttled", detect_language(message.text)))
+                await self._finish(message, [polite], "throttled", started)
+                return
             try:
                 if not await self.store.begin_attempt(message.id):  # durable: a crash now counts against it
                     log.info("%s message %s was withdrawn by its sender before its turn: not answered",
@@ -594,6 +621,13 @@ class Gateway:
                 apology = fixed_reply("internal_error", detect_language(message.text))
                 texts = [Reply(apology, error="internal_error")]
                 outcome = "failed"
+        await self._finish(message, texts, outcome, started)
+
+    async def _finish(
+        self, message: InboundMessage, texts: list[str | Reply] | Turn, outcome: str, started: float
+    ) -> None:
+        """Store the turn's result with the message's done mark, and queue its replies."""
+        assert message.id is not None
         turn = texts if isinstance(texts, Turn) else Turn(list(texts))
         replies = [reply_for(message, text, index) for index, text in enumerate(turn.replies)]
         queued = await self._complete(message.id, replies, turn)

@@ -59,6 +59,7 @@ from ..sessions import ConversationMemory
 from ..tasks import TaskJournal
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
+from .flood import FloodGate
 from .media import MediaDesk
 from .messages import InboundMessage, Reply, Turn
 from .outgoing import register_outgoing_tools
@@ -159,6 +160,7 @@ def build_gateway(
     gateway = Gateway(
         store, runner, desk=runner, max_turns_in_flight=options.max_turns_in_flight,
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
+        flood=FloodGate(options.user_messages_per_minute, options.conversation_queue),
     )  # fmt: skip
     gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
     if settings.schedule.enabled:  # with database.url every node fires; the claims keep it once

@@ -34,6 +34,11 @@ REPLIES: dict[str, dict[Language, str]] = {
         "en": "Sorry, the model service rejected this request; the problem has been logged. "
         "Please rephrase or contact the administrator.",
     },
+    "throttled": {  # over a per-sender limit (gateway/flood.py): the message gets no turn
+        "zh": "消息发得太快了，这条我先跳过了。请稍等一会儿再发。",
+        "en": "You're sending messages faster than I can answer, so I skipped this one. "
+        "Please wait a moment and send it again.",
+    },
     "internal_error": {
         "zh": "抱歉，处理这条消息时出了问题，已记录下来。请稍后再试。",
         "en": "Sorry, something went wrong while handling this message; it has been logged. "

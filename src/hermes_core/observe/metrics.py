@@ -240,6 +240,10 @@ ACKS = REGISTRY.counter(
     "hermes_acks_total", "Inbound events answered by the gateway, by outcome.", ("channel", "outcome")
 )
 TURNS = REGISTRY.counter("hermes_turns_total", "Turns finished, by outcome.", ("channel", "outcome"))
+THROTTLED = REGISTRY.counter(
+    "hermes_messages_throttled_total", "Messages answered with the fixed reply: over a per-sender limit.",
+    ("channel", "limit"),
+)  # fmt: skip
 TURN_SECONDS = REGISTRY.histogram(
     "hermes_turn_seconds", "Time from a turn's start (slot granted) to its replies queued.", ("channel",)
 )

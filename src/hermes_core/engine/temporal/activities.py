@@ -50,14 +50,14 @@ from ...kernel.messages import ToolCall
 from ...kernel.model import offering
 from ...kernel.records import outcome_record, record_of
 from ...kernel.replies import detect_language
-from ...kernel.tools.permissions import Caller
+from ...kernel.tools.permissions import ADMIN, Caller
 from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
 from ...kernel.tools.results import error_result
 from ...schedule.jobs import ScheduleStore
 from ...schedule.tools import CURRENT_MESSAGE
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
-from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, SEND, TOOL
+from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, ROLE, SEND, TOOL
 
 if TYPE_CHECKING:
     from .state import SharedState
@@ -156,6 +156,9 @@ class StepInteractions(Interactions):
         return pending
 
 
+CONSOLE = ("console", "web")  # who decides in a serve node's console (console/app.py)
+
+
 class TurnActivities:
     """The activities, bound to the worker's agent and its senders (channel name → `send`)."""
 
@@ -181,7 +184,7 @@ class TurnActivities:
     def turn_steps(self) -> list[Any]:
         return [
             self.prepare_task, self.model_call, self.tool_call, self.command,
-            self.record_turn, self.record_pending, self.dead_letter,
+            self.record_turn, self.record_pending, self.dead_letter, self.decider_role,
         ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:
@@ -190,6 +193,17 @@ class TurnActivities:
     def _caller(self, data: dict[str, Any]) -> Caller:
         caller: Caller = self.agent.permissions.caller(data["sender"], data["channel"])
         return caller
+
+    @activity.defn(name=ROLE)
+    async def decider_role(self, data: dict[str, Any]) -> str:
+        """The role of whoever decides an approval, by this worker's permissions: never what the
+        request says, since anyone who reaches the Temporal frontend can send one (docs/security.md).
+        The console of a `serve` node decides as an admin (`console` on channel `web`): its pages
+        are behind their own login, and the frontend must be behind TLS or an API key."""
+        user, channel = str(data.get("user_id", "")), str(data.get("channel", ""))
+        if (user, channel) == CONSOLE:
+            return ADMIN
+        return self._caller({"sender": user, "channel": channel}).role
 
     @activity.defn(name=PREPARE)
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:

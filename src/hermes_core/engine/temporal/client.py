@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...channels.seam import Earlier, InboundMessage, OutboundMessage, task_id_of
@@ -34,6 +35,7 @@ from .workflow import DECIDE, REPLIES_QUERY, RESEND, SIGNAL, STATUS_QUERY, SYNCH
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.service import TLSConfig
 
     from ...channels.base import Channel
     from ...config import TemporalConfig
@@ -70,7 +72,10 @@ async def connect(config: TemporalConfig) -> Client:
     from temporalio.client import Client
 
     try:
-        return await Client.connect(config.address, namespace=config.namespace)
+        tls, api_key = _credentials(config)
+        return await Client.connect(config.address, namespace=config.namespace, tls=tls, api_key=api_key)
+    except OSError as exc:  # a certificate or key file that cannot be read
+        raise Unreachable(f"cannot read temporal.tls's {exc.filename}: {exc.strerror}") from None
     except RuntimeError as exc:  # the SDK's "Failed client connect: …"
         reason = " ".join(str(exc).split())[:300]
         raise Unreachable(
@@ -169,10 +174,10 @@ class TemporalInbox:
         return None
 
     async def decide(
-        self, pending_id: str, user_id: str, channel: str, approve: bool, *, role: str | None = None
+        self, pending_id: str, user_id: str, channel: str, approve: bool
     ) -> tuple[Pending, int | None]:
-        """`role`: the decider's, when the caller knows it better than the permissions (the console
-        decides as an admin)."""
+        """The decision as the conversation's workflow takes it: the decider's role is the one the
+        workers' permissions give it (activities.py `decider_role`), never one sent along."""
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError
 
@@ -181,14 +186,7 @@ class TemporalInbox:
         conversation = conversation_of(pending_id)
         if conversation is None:
             raise DecisionRefused("approval_unknown")
-        decider = self.policy.caller(user_id, channel)
-        asked = {
-            "id": pending_id,
-            "user_id": user_id,
-            "channel": channel,
-            "role": role or decider.role,
-            "approve": approve,
-        }
+        asked = {"id": pending_id, "user_id": user_id, "channel": channel, "approve": approve}
         handle = self.client.get_workflow_handle(workflow_id(conversation))
         try:
             result = await handle.execute_update(DECIDE, asked)
@@ -285,6 +283,29 @@ class TemporalInbox:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+
+
+def _credentials(config: TemporalConfig) -> tuple[bool | TLSConfig, str | None]:
+    """TLS (and the client's certificate) from `temporal.tls`'s files; the API key from the
+    variable `temporal.api_key_env` names. An API key goes only over TLS."""
+    from temporalio.service import TLSConfig
+
+    api_key = None
+    if config.api_key_env is not None:
+        api_key = os.environ.get(config.api_key_env) or None
+        if api_key is None:
+            raise Unreachable(f"temporal.api_key_env names {config.api_key_env}, which is not set")
+    tls = config.tls
+    if tls is None:
+        return api_key is not None, api_key
+
+    def read(path: str | None) -> bytes | None:
+        return Path(path).expanduser().read_bytes() if path else None
+
+    return TLSConfig(
+        server_root_ca_cert=read(tls.server_ca), domain=tls.server_name,
+        client_cert=read(tls.client_cert), client_private_key=read(tls.client_key),
+    ), api_key  # fmt: skip
 
 
 def workflow_id(conversation: str) -> str:

@@ -229,9 +229,7 @@ class WorkflowApprovals(PendingStore):
         self.store, self.inbox = state.pending, inbox
 
     async def decide(self, pending_id: str, decider: Caller, approve: bool) -> Pending:
-        pending, _ = await self.inbox.decide(
-            pending_id, decider.user_id, decider.channel, approve, role=decider.role
-        )
+        pending, _ = await self.inbox.decide(pending_id, decider.user_id, decider.channel, approve)
         pending.resume = None  # the workflow goes on by itself: there is no message to run again
         return pending
 

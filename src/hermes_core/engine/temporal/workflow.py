@@ -48,7 +48,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from ...agent import turn_messages
@@ -86,6 +86,8 @@ COMMAND, RECORD, PENDING, DEAD = (
     "hermes.record_pending",
     "hermes.dead_letter",
 )
+ROLE = "hermes.decider_role"  # the decider's role, by the worker's permissions (activities.py)
+DECIDER_ROLE = "decider-role"  # the patch after which a decision's role is never the request's
 SHARED_STATE = "shared-state"  # the patch that added the command and record steps (`_shared`)
 SYNCHRONOUS = ("webhook", "web")  # channels whose reply the node holding the request reads (client.py)
 KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
@@ -169,6 +171,9 @@ class ConversationWorkflow:
 
     @workflow.signal(name=SIGNAL)
     def message(self, data: dict[str, Any]) -> None:
+        if str(data.get("conversation", "")) != workflow.info().workflow_id:  # nodes signal its own only
+            workflow.logger.warning("a message of another conversation was signalled here: dropped")
+            return
         keys = message_keys(data)
         if any(key in self.seen for key in keys):
             self.duplicates += 1
@@ -203,6 +208,16 @@ class ConversationWorkflow:
 
     @workflow.update(name=DECIDE)
     async def decide(self, data: dict[str, Any]) -> dict[str, Any]:
+        if workflow.patched(DECIDER_ROLE):  # whoever reaches the frontend may send any role: ask the worker
+            role = await workflow.execute_local_activity(
+                ROLE,
+                {"user_id": str(data.get("user_id", "")), "channel": str(data.get("channel", ""))},
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+            )
+            refusal = self._refusal(data, str(role))  # checked again: another decision came meanwhile?
+            if refusal is not None:
+                raise ApplicationError(refusal, non_retryable=True)
         pending = self.pending[data["id"]]
         pending.update(
             status="approved" if data["approve"] else "rejected",
@@ -220,21 +235,27 @@ class ConversationWorkflow:
 
     @decide.validator
     def _decision_allowed(self, data: dict[str, Any]) -> None:
-        """Refusals name a key of kernel/replies.py, as `DecisionRefused` does (kernel/approvals.py)."""
+        """Refusals name a key of kernel/replies.py, as `DecisionRefused` does (kernel/approvals.py).
+        Whether the decider may decide is checked in `decide`, with the role the worker's
+        permissions give it: a role sent with the request never counts."""
+        refusal = self._refusal(data, None)
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    def _refusal(self, data: dict[str, Any], role: str | None) -> str | None:
         pending = self.pending.get(str(data.get("id")))
         if pending is None or pending.get("kind") != "approval":
-            raise ValueError("approval_unknown")
-        decider = Caller(
-            str(data.get("user_id", "")), str(data.get("role") or MEMBER), str(data.get("channel", ""))
-        )
-        if not may_decide(Pending(**pending), decider):
-            raise ValueError("approval_not_allowed")
+            return "approval_unknown"
+        decider = Caller(str(data.get("user_id", "")), role or MEMBER, str(data.get("channel", "")))
+        if role is not None and not may_decide(Pending(**pending), decider):
+            return "approval_not_allowed"
         if pending["status"] == "expired" or (
             pending["status"] == "pending" and (pending.get("expires_at") or float("inf")) <= self._now()
         ):
-            raise ValueError("approval_expired")
+            return "approval_expired"
         if pending["status"] != "pending":
-            raise ValueError("approval_already_decided")
+            return "approval_already_decided"
+        return None
 
     @workflow.query(name=REPLIES_QUERY)
     def replies_of(self, message_id: str) -> list[dict[str, Any]]:
