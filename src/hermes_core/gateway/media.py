@@ -27,7 +27,6 @@ import base64
 import binascii
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ from ..channels.media import (
     megabytes,
     safe_name,
 )
+from ..tools.files import conversation_folder
 from .office import office_text
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ class MediaDesk:
         name = safe_name(str(attachment.get("name") or ""))
         fetched = await self._fetch(message, attachment)
         mime = file_type(name, fetched.data, fetched.content_type)
-        folder = f"{self.limits.folder}/{_folder_of(message.conversation)}"
+        folder = f"{self.limits.folder}/{conversation_folder(message.conversation)}"
         from ..kernel.tools.declare import ToolError
 
         try:
@@ -223,11 +223,6 @@ def pdf_text(data: bytes, max_pages: int = 300, max_chars: int = 1_000_000) -> s
         if sum(map(len, parts)) > max_chars:
             break
     return "\n\n".join(parts)[:max_chars]
-
-
-def _folder_of(conversation: str) -> str:
-    """A folder name for a conversation (`feishu:ou_…` → `feishu-ou_…`)."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", conversation).strip("-")[:80] or "conversation"
 
 
 __all__ = ["MediaDesk", "Prepared"]
