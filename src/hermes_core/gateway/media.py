@@ -14,7 +14,8 @@
   handled like the message's own;
 - a voice or video message is downloaded and read through the transcription endpoint
   (`media.transcription`, gateway/transcription.py); without one it is refused politely;
-- Word, Excel and PowerPoint files (docx, xlsx, pptx) have their text saved beside them, like a PDF's.
+- Word, Excel and PowerPoint files (docx, xlsx, pptx) have their text saved beside them, like a PDF's;
+  every document is read in a child process with CPU, memory and time limits (gateway/documents.py).
 
 Any refusal answers the message with the reason (kernel/replies.py `attachment_*`) instead of a turn:
 a model never sees half of what the user sent.
@@ -22,12 +23,11 @@ a model never sees half of what the user sent.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,7 @@ from ..channels.media import (
     safe_name,
 )
 from ..tools.files import conversation_folder
-from .office import office_text
+from .documents import DocumentUnread, document_text
 
 if TYPE_CHECKING:
     from ..channels.seam import InboundMessage
@@ -163,24 +163,22 @@ class MediaDesk:
         size = megabytes(len(fetched.data))
         note = f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
         if mime == "application/pdf":
-            note += "\n" + await self._document_text(path, fetched.data)
+            note += "\n" + await self._document_text(path, fetched.data, "pdf")
         elif mime in OFFICE_PARTS:
-            note += "\n" + await self._document_text(path, fetched.data, reader=office_text, extra="office")
+            note += "\n" + await self._document_text(path, fetched.data, "office")
         return note
 
-    async def _document_text(
-        self, path: str, data: bytes, reader: Callable[[bytes], str] | None = None, extra: str = "pdf"
-    ) -> str:
+    async def _document_text(self, path: str, data: bytes, kind: str) -> str:
         """The document's text saved as `<path>.txt` (a PDF with the `pdf` extra, pypdf; an Office
-        document with the `office` extra: gateway/office.py), and the line saying so."""
+        document with the `office` extra: gateway/office.py), and the line saying so. It is read in
+        a child process, stopped at `parse_timeout` (gateway/documents.py)."""
         assert self.workspace is not None
         try:
-            read = reader or pdf_text
-            text = await asyncio.wait_for(asyncio.to_thread(read, data), self.limits.download_timeout)
+            text = await document_text(data, kind, self.limits.parse_timeout, self.limits.parse_memory_mb)
         except ImportError:
-            return f"[{path}: its text is not extracted here (the {extra} extra is not installed)]"
-        except Exception as exc:  # a broken, encrypted or hostile document: the file is kept, its text is not
-            log.info("no text from %s: %s: %s", path, type(exc).__name__, exc)
+            return f"[{path}: its text is not extracted here (the {kind} extra is not installed)]"
+        except DocumentUnread as exc:  # broken, encrypted or hostile: the file is kept, its text is not
+            log.info("no text from %s: %s", path, exc)
             return f"[{path}: its text could not be extracted]"
         from ..kernel.tools.declare import ToolError
 
@@ -206,23 +204,6 @@ class MediaDesk:
         if source is None:
             raise MediaRefused("unusable", f"{message.channel} cannot fetch attachments", why=message.channel)
         return await source.fetch_attachment(message, attachment, limit, self.limits.download_timeout)
-
-
-def pdf_text(data: bytes, max_pages: int = 300, max_chars: int = 1_000_000) -> str:
-    """The text of a PDF's first `max_pages` pages, at most `max_chars` characters (pypdf)."""
-    from io import BytesIO
-
-    from pypdf import PdfReader
-
-    reader = PdfReader(BytesIO(data))
-    if reader.is_encrypted:
-        raise ValueError("the PDF is encrypted")
-    parts: list[str] = []
-    for page in reader.pages[:max_pages]:
-        parts.append(page.extract_text() or "")
-        if sum(map(len, parts)) > max_chars:
-            break
-    return "\n\n".join(parts)[:max_chars]
 
 
 __all__ = ["MediaDesk", "Prepared"]
