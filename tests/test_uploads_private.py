@@ -19,10 +19,15 @@ from typing import Any
 
 import pytest
 
+from hermes_core import Agent, Session
 from hermes_core.kernel.tools import ToolError
+from hermes_core.kernel.tools.permissions import Policy
+from hermes_core.tasks.pending import InlineInteractions
+from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from hermes_core.tools.files import Workspace
+from hermes_core.tools.builtin import builtin_tools
+from hermes_core.tools.files import Workspace, conversation_folder
 from test_media_e2e import answered, media_gateway
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the workspace needs POSIX openat")
@@ -174,3 +179,28 @@ async def test_one_conversations_uploads_cannot_fill_the_workspace_for_everyone(
                                        sender=BOB, chat_id="oc_bob")  # fmt: skip
         assert await answered(feishu, url, envelope, count=4) == "Saved."
         assert len(list((folder / "uploads").rglob("*.csv"))) == 3
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux's")
+async def test_run_command_in_the_sandbox_sees_only_its_own_conversations_uploads(tmp_path: Path) -> None:
+    """Attack (issue 31 item 4, "anything else that reads the workspace"): Bob's model runs an
+    allowed `cat` and `ls` on Alice's upload folder. In bubblewrap the uploads folder is an empty
+    tmpfs with Bob's own folder bound back: `cat` finds nothing, `ls` shows Bob's folder alone."""
+    from test_security_shell import BWRAP_PROBLEM, approve, no_answer
+
+    if BWRAP_PROBLEM:
+        pytest.skip(f"needs bubblewrap: {BWRAP_PROBLEM}")
+    alice, bob = (f"uploads/{conversation_folder(f'feishu:{who}')}" for who in (ALICE, BOB))
+    for folder, text in ((alice, SECRET), (bob, "bob's notes\n")):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "notes.txt").write_text(text)
+    commands = [["cat", f"{alice}/notes.txt"], ["ls", "uploads"], ["cat", f"{bob}/notes.txt"]]
+    model = ScriptedModel([*(call("run_command", {"command": c}) for c in commands), reply("done")])
+    tools = builtin_tools(Workspace(tmp_path), shell_allow=["cat", "ls"], shell_sandbox="bwrap")
+    agent = Agent(model=model, tools=tools, permissions=Policy.from_lists(allow_irreversible=["run_command"]))
+    agent.use_interactions(InlineInteractions(approve, no_answer))  # a person approves every call
+    result = await agent.run("look around", session=Session(id=f"feishu:{BOB}"))
+    told = [json.loads(outcome.content) for outcome in result.tool_calls]
+    assert told[0]["exit_code"] != 0 and "123456" not in told[0]["output"], told[0]
+    assert told[1]["output"].split() == [bob.split("/")[1]], told[1]
+    assert told[2]["output"] == "bob's notes\n" and (tmp_path / alice / "notes.txt").read_text() == SECRET

@@ -777,7 +777,9 @@ def workspace_tools(settings: Settings) -> list[Any]:
         space = workspace_of(settings)
         tools: list[Any] = file_tools(space)
         if a.shell_allow:
-            tools.append(run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox))
+            tools.append(
+                run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox, private=space.private)
+            )
     except (WorkspaceError, SandboxUnavailable) as exc:
         raise ConfigError(f"agent.workspace: {exc}") from None
     except ValueError as exc:  # a program run_command may not run
