@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -44,21 +45,16 @@ def readers_running() -> list[int]:
     return found
 
 
-def parsing_here() -> list[str]:
+def parsing_here() -> list[int]:
     """Threads of this process whose stack is inside pypdf (an extraction still running here)."""
-    return [
-        str(thread)
-        for thread, frame in sys._current_frames().items()
-        if any("pypdf" in f.f_code.co_filename for f in _stack(frame))
-    ]
-
-
-def _stack(frame: object) -> list:  # type: ignore[type-arg]
-    frames = []
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back  # type: ignore[attr-defined]
-    return frames
+    found = []
+    for thread, frame in sys._current_frames().items():
+        current: FrameType | None = frame
+        while current is not None and "pypdf" not in current.f_code.co_filename:
+            current = current.f_back
+        if current is not None:
+            found.append(thread)
+    return found
 
 
 async def trivial_turn(feishu: FakeFeishu, url: str, count: int) -> float:

@@ -81,6 +81,8 @@ class MediaDesk:
     ) -> None:
         self.limits = limits or MediaLimits()
         self.sources = dict(sources or {})
+        if workspace is not None and workspace.private != self.limits.folder:  # uploads must be private
+            raise ValueError(f"the workspace's private folder must be media.folder ({self.limits.folder!r})")
         self.workspace = workspace
         self.vision = vision
         self.transcriber = transcriber  # voice and video as text; None: they are refused politely
