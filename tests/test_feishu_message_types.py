@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from test_media_e2e import answered, data_url, media_gateway, png, user_parts
+from hermes_core.tools.files import conversation_folder
+from test_media_e2e import INBOX, answered, data_url, media_gateway, png, user_parts
 
 USER = "ou_user1"
 OGG = b"OggS\x00\x02" + bytes(200)  # an Ogg page header: Feishu's voice messages are Opus in Ogg
@@ -110,7 +111,7 @@ async def test_a_reply_to_a_file_in_a_group_brings_the_file_and_the_quote_to_the
             "总结一下", mention_bot=True, chat_type="group", chat_id="oc_team", reply_to=file_id
         )
         assert await answered(feishu, url, ask) == "总结：第三季度收入 42。"
-        saved = "uploads/feishu-oc_team/q3.txt"
+        saved = f"uploads/{conversation_folder('feishu:oc_team')}/q3.txt"
         assert (folder / saved).read_bytes() == b"Q3 revenue: 42\n"
     told = said(fake.requests[0]).removeprefix(SPEAKER)  # a group's turn names who speaks first
     assert told.startswith(f"[quoted message from {USER}, ")
@@ -330,7 +331,7 @@ async def test_office_documents_are_saved_with_their_text_beside_them(
     fake.script(FakeReply.text("ok"))
     async with media_gateway(tmp_path, feishu, fake, monkeypatch) as (url, folder):
         await answered(feishu, url, feishu.file_message(data, name))
-        saved = f"uploads/feishu-{USER}/{name}"
+        saved = f"{INBOX}/{name}"
         assert (folder / saved).read_bytes() == data
         assert (folder / f"{saved}.txt").read_text(encoding="utf-8") == expected
     told = said(fake.requests[0])
@@ -358,8 +359,8 @@ async def test_a_zip_that_is_not_its_office_type_is_refused_and_a_zip_bomb_not_u
         text = await answered(feishu, url, feishu.file_message(zip_of({"a.txt": b"x"}), "fake.docx"))
         assert "fake.docx" in text and fake.requests == []
         await answered(feishu, url, feishu.file_message(bomb, "bomb.docx"), count=2)
-        assert not (folder / f"uploads/feishu-{USER}/bomb.docx.txt").exists()
-    assert "[uploads/feishu-ou_user1/bomb.docx: its text could not be extracted]" in said(fake.requests[0])
+        assert not (folder / f"{INBOX}/bomb.docx.txt").exists()
+    assert f"[{INBOX}/bomb.docx: its text could not be extracted]" in said(fake.requests[0])
 
 
 # --- rate limits on downloads --------------------------------------------------------------------

@@ -26,8 +26,10 @@ from hermes_core.gateway.server import build_gateway
 from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from hermes_core.tools.files import conversation_folder
 
 USER = "ou_user1"
+INBOX = f"uploads/{conversation_folder(f'feishu:{USER}')}"  # where a file USER sends is saved
 
 
 def png(width: int = 2, height: int = 2) -> bytes:
@@ -62,6 +64,7 @@ async def media_gateway(
     *,
     vision: bool = True,
     workspace: bool = True,
+    agent_options: dict[str, Any] | None = None,
     **limits: Any,
 ) -> AsyncIterator[tuple[str, Path]]:
     """The gateway of a configuration with Feishu (webhook mode) and the webhook channel, a model
@@ -72,7 +75,7 @@ async def media_gateway(
     folder.mkdir(parents=True)
     settings = Settings(
         model=ModelSettings(model="fake-model", base_url=fake.base_url, vision=vision, max_retries=0),
-        agent=AgentConfig(workspace=str(folder) if workspace else None),
+        agent=AgentConfig(workspace=str(folder) if workspace else None, **(agent_options or {})),
         gateway=GatewayConfig(data_dir=str(tmp_path / "data")),
         # one final message per reply: streaming has its own tests (test_streaming_feishu.py)
         feishu=FeishuConfig(app_id=feishu.app_id, base_url=feishu.base_url, stream=False),
@@ -155,7 +158,7 @@ async def test_a_file_is_saved_in_the_workspace_and_read_file_reads_it(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     csv = b"region,sales\nnorth,120\nsouth,340\n"
-    saved = f"uploads/feishu-{USER}/sales.csv"
+    saved = f"{INBOX}/sales.csv"
     fake.script(FakeReply.tool_call("read_file", {"path": saved}), FakeReply.text("South sold more."))
     async with media_gateway(tmp_path, feishu, fake, monkeypatch) as (url, folder):
         envelope = feishu.file_message(csv, "sales.csv", content_type="text/csv")
@@ -174,13 +177,13 @@ async def test_a_second_file_of_the_same_name_does_not_overwrite_the_first(
     async with media_gateway(tmp_path, feishu, fake, monkeypatch) as (url, folder):
         await answered(feishu, url, feishu.file_message(b"first\n", "notes.md"))
         await answered(feishu, url, feishu.file_message(b"second\n", "notes.md"), count=2)
-        inbox = folder / "uploads" / f"feishu-{USER}"
+        inbox = folder / INBOX
         assert (inbox / "notes.md").read_text() == "first\n"
         assert (inbox / "notes-2.md").read_text() == "second\n"
         fake.script(FakeReply.text("ok"))
         await answered(feishu, url, feishu.file_message(b"first\n", "notes.md"), count=3)
         assert sorted(p.name for p in inbox.iterdir()) == ["notes-2.md", "notes.md"]  # same bytes: reused
-        assert f"[file received: uploads/feishu-{USER}/notes.md " in user_parts(fake.requests[-1])
+        assert f"[file received: {INBOX}/notes.md " in user_parts(fake.requests[-1])
 
 
 async def test_files_without_a_workspace_and_unread_types_are_refused_before_any_download(
@@ -326,7 +329,7 @@ async def test_file_names_cannot_leave_the_conversation_folder(
     if saved is None:
         assert "cannot read this attachment" in text and files == []
     else:
-        assert text == "got it" and files == [f"workspace/uploads/feishu-{USER}/{saved}"]
+        assert text == "got it" and files == [f"workspace/{INBOX}/{saved}"]
 
 
 # --- the webhook ---------------------------------------------------------------------------------
@@ -380,7 +383,7 @@ async def test_webhook_images_that_are_not_pictures_are_a_400(
 async def test_a_pdf_is_saved_with_its_text_beside_it_for_read_file(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    folder_name = f"uploads/feishu-{USER}"
+    folder_name = INBOX
     fake.script(
         FakeReply.tool_call("read_file", {"path": f"{folder_name}/report.pdf.txt"}),
         FakeReply.text("Revenue was 42."),

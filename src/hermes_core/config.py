@@ -85,6 +85,8 @@ class AgentConfig(Limits):
     shell_allow: list[str] = field(default_factory=list)  # programs run_command may run (level 2: allow it)
     shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
     workspace_quota_mb: Annotated[float | None, Field(gt=0)] = 100.0  # write_file refused past it; null: none
+    # one conversation's files (media.folder/<conversation>): uploads and writes there; null: none
+    workspace_conversation_quota_mb: Annotated[float | None, Field(gt=0)] = 40.0
     # more tools: the conversation's groups only (T8; why 16: docs/skills.md)
     route_tools_above: Annotated[int | None, Field(ge=0)] = 16
     mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
@@ -800,7 +802,9 @@ def workspace_tools(settings: Settings) -> list[Any]:
         space = workspace_of(settings)
         tools: list[Any] = file_tools(space)
         if a.shell_allow:
-            tools.append(run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox))
+            tools.append(
+                run_command_tool(space.root, a.shell_allow, sandbox=a.shell_sandbox, private=space.private)
+            )
     except (WorkspaceError, SandboxUnavailable) as exc:
         raise ConfigError(f"agent.workspace: {exc}") from None
     except ValueError as exc:  # a program run_command may not run
@@ -848,8 +852,14 @@ def workspace_of(settings: Settings) -> Any:
     root = Path(a.workspace)
     if not root.is_dir():
         raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
-    quota = None if a.workspace_quota_mb is None else int(a.workspace_quota_mb * 1024 * 1024)
-    return Workspace(root, quota_bytes=quota, protect=trusted_paths(settings))
+    quota, per_conversation = (
+        None if mb is None else int(mb * 1024 * 1024)
+        for mb in (a.workspace_quota_mb, a.workspace_conversation_quota_mb)
+    )
+    return Workspace(
+        root, quota_bytes=quota, conversation_quota_bytes=per_conversation, private=settings.media.folder,
+        protect=trusted_paths(settings),
+    )  # fmt: skip
 
 
 def trusted_paths(settings: Settings) -> list[Path]:

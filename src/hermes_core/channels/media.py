@@ -85,6 +85,9 @@ class MediaLimits:
     max_file_mb: Annotated[float, Field(gt=0, le=100)] = 20.0  # a file saved in the workspace (Feishu: 100)
     download_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0  # seconds for a download, headers and body
     folder: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$")] = "uploads"  # workspace folder the files go in
+    # a document's text is read in a child process, stopped at this many seconds (gateway/documents.py)
+    parse_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    parse_memory_mb: Annotated[int, Field(ge=64, le=16384)] = 512  # the child's address space (RLIMIT_AS)
     transcription: TranscriptionConfig | None = None  # voice and video read as text; None: not read
 
     def limit(self, kind: str) -> int:

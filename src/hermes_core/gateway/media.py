@@ -14,7 +14,8 @@
   handled like the message's own;
 - a voice or video message is downloaded and read through the transcription endpoint
   (`media.transcription`, gateway/transcription.py); without one it is refused politely;
-- Word, Excel and PowerPoint files (docx, xlsx, pptx) have their text saved beside them, like a PDF's.
+- Word, Excel and PowerPoint files (docx, xlsx, pptx) have their text saved beside them, like a PDF's;
+  every document is read in a child process with CPU, memory and time limits (gateway/documents.py).
 
 Any refusal answers the message with the reason (kernel/replies.py `attachment_*`) instead of a turn:
 a model never sees half of what the user sent.
@@ -22,13 +23,11 @@ a model never sees half of what the user sent.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import dataclasses
 import logging
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +47,8 @@ from ..channels.media import (
     megabytes,
     safe_name,
 )
-from .office import office_text
+from ..tools.files import conversation_folder
+from .documents import DocumentUnread, document_text
 
 if TYPE_CHECKING:
     from ..channels.seam import InboundMessage
@@ -81,6 +81,8 @@ class MediaDesk:
     ) -> None:
         self.limits = limits or MediaLimits()
         self.sources = dict(sources or {})
+        if workspace is not None and workspace.private != self.limits.folder:  # uploads must be private
+            raise ValueError(f"the workspace's private folder must be media.folder ({self.limits.folder!r})")
         self.workspace = workspace
         self.vision = vision
         self.transcriber = transcriber  # voice and video as text; None: they are refused politely
@@ -152,7 +154,7 @@ class MediaDesk:
         name = safe_name(str(attachment.get("name") or ""))
         fetched = await self._fetch(message, attachment)
         mime = file_type(name, fetched.data, fetched.content_type)
-        folder = f"{self.limits.folder}/{_folder_of(message.conversation)}"
+        folder = f"{self.limits.folder}/{conversation_folder(message.conversation)}"
         from ..kernel.tools.declare import ToolError
 
         try:
@@ -163,24 +165,22 @@ class MediaDesk:
         size = megabytes(len(fetched.data))
         note = f"[file received: {path} ({mime}, {size}); it is in the workspace, read it with read_file]"
         if mime == "application/pdf":
-            note += "\n" + await self._document_text(path, fetched.data)
+            note += "\n" + await self._document_text(path, fetched.data, "pdf")
         elif mime in OFFICE_PARTS:
-            note += "\n" + await self._document_text(path, fetched.data, reader=office_text, extra="office")
+            note += "\n" + await self._document_text(path, fetched.data, "office")
         return note
 
-    async def _document_text(
-        self, path: str, data: bytes, reader: Callable[[bytes], str] | None = None, extra: str = "pdf"
-    ) -> str:
+    async def _document_text(self, path: str, data: bytes, kind: str) -> str:
         """The document's text saved as `<path>.txt` (a PDF with the `pdf` extra, pypdf; an Office
-        document with the `office` extra: gateway/office.py), and the line saying so."""
+        document with the `office` extra: gateway/office.py), and the line saying so. It is read in
+        a child process, stopped at `parse_timeout` (gateway/documents.py)."""
         assert self.workspace is not None
         try:
-            read = reader or pdf_text
-            text = await asyncio.wait_for(asyncio.to_thread(read, data), self.limits.download_timeout)
+            text = await document_text(data, kind, self.limits.parse_timeout, self.limits.parse_memory_mb)
         except ImportError:
-            return f"[{path}: its text is not extracted here (the {extra} extra is not installed)]"
-        except Exception as exc:  # a broken, encrypted or hostile document: the file is kept, its text is not
-            log.info("no text from %s: %s: %s", path, type(exc).__name__, exc)
+            return f"[{path}: its text is not extracted here (the {kind} extra is not installed)]"
+        except DocumentUnread as exc:  # broken, encrypted or hostile: the file is kept, its text is not
+            log.info("no text from %s: %s", path, exc)
             return f"[{path}: its text could not be extracted]"
         from ..kernel.tools.declare import ToolError
 
@@ -206,28 +206,6 @@ class MediaDesk:
         if source is None:
             raise MediaRefused("unusable", f"{message.channel} cannot fetch attachments", why=message.channel)
         return await source.fetch_attachment(message, attachment, limit, self.limits.download_timeout)
-
-
-def pdf_text(data: bytes, max_pages: int = 300, max_chars: int = 1_000_000) -> str:
-    """The text of a PDF's first `max_pages` pages, at most `max_chars` characters (pypdf)."""
-    from io import BytesIO
-
-    from pypdf import PdfReader
-
-    reader = PdfReader(BytesIO(data))
-    if reader.is_encrypted:
-        raise ValueError("the PDF is encrypted")
-    parts: list[str] = []
-    for page in reader.pages[:max_pages]:
-        parts.append(page.extract_text() or "")
-        if sum(map(len, parts)) > max_chars:
-            break
-    return "\n\n".join(parts)[:max_chars]
-
-
-def _folder_of(conversation: str) -> str:
-    """A folder name for a conversation (`feishu:ou_…` → `feishu-ou_…`)."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", conversation).strip("-")[:80] or "conversation"
 
 
 __all__ = ["MediaDesk", "Prepared"]

@@ -42,7 +42,7 @@ def builtin_tools(
     space = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
     tools.extend(file_tools(space))
     if shell_allow:
-        tools.append(run_command_tool(space.root, shell_allow, sandbox=shell_sandbox))
+        tools.append(run_command_tool(space.root, shell_allow, sandbox=shell_sandbox, private=space.private))
     return tools
 
 

@@ -28,9 +28,19 @@ a protected path — the `.env` file, the configuration file, the data folder wi
 is refused when the `Workspace` is made (`WorkspaceError`), since the model could otherwise read
 the secrets, rewrite the configuration or corrupt the database. A top-level `.env` in the root is
 refused too, and so is a write_file under a `.git` folder (its config and hooks name commands git
-runs). And it has a quota (`quota_bytes`, `agent.workspace_quota_mb`): a write_file that
-would take the regular files under the root past it is refused. The total is measured by one walk
-of the tree at most once a second and kept up to date by the writes in between.
+runs). The total for the quota is measured by one walk of the tree at most once a second and kept
+up to date by the writes in between.
+
+Uploads are private: the files users send are saved under `<private>/<conversation folder>/`
+(`uploads/feishu-ou_…-<hash>/`, gateway/media.py). A call names its conversation (the
+`ToolContext.session_id` the agent gives it): the checked path, symlinks resolved, may lie in that
+conversation's own folder or outside `<private>/`, never in another conversation's folder; listing
+`<private>/` shows the caller's folder alone. A call with no conversation sees no upload.
+
+Quotas: `quota_bytes` bounds all the files under the root and `conversation_quota_bytes` those in
+one conversation's folder, so one user's uploads cannot fill the space for everyone. The check and
+the write that follows it hold one lock, so parallel writes cannot all pass a check made before
+any of them wrote (one process: two processes sharing a folder each keep their own count).
 
 Refusals are `ToolError`s, which the registry turns into an `error` the model reads. Messages name
 paths relative to the workspace and never the absolute root, which is the host's business.
@@ -39,8 +49,11 @@ paths relative to the workspace and never the absolute root, which is the host's
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import stat
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -51,13 +64,16 @@ from pydantic import Field
 
 from ..kernel.messages import JSON
 from ..kernel.redaction import cut_text, redact_text
-from ..kernel.tools.declare import Tool, ToolError, tool
+from ..kernel.tools.declare import Tool, ToolContext, ToolError, tool
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it changes nothing for regular files.
 # O_NOCTTY: opening a terminal device must never make it the process's controlling terminal.
 _FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 DEFAULT_QUOTA_BYTES = 100 * 1024 * 1024
+DEFAULT_CONVERSATION_QUOTA_BYTES = 40 * 1024 * 1024
+PRIVATE_FOLDER = "uploads"  # where each conversation's files have a folder of their own
 USAGE_TTL = 1.0  # seconds a measured total is trusted before the tree is walked again
 
 
@@ -75,8 +91,10 @@ class Workspace:
 
     `max_read_bytes` bounds the file read_file will load, `max_write_bytes` one write_file call,
     `max_entries` the entries list_directory shows, `quota_bytes` all the files under the root
-    (None: no quota). `protect` names paths the root must neither contain nor lie inside, on top
-    of `default_protected()`; a root that breaks this raises `WorkspaceError`.
+    (None: no quota), `conversation_quota_bytes` the files in one conversation's folder of
+    `private` (the folder the gateway saves uploads in; None: no private folders). `protect` names
+    paths the root must neither contain nor lie inside, on top of `default_protected()`; a root
+    that breaks this raises `WorkspaceError`. The operations take the caller's `conversation`.
     """
 
     def __init__(
@@ -87,6 +105,8 @@ class Workspace:
         max_write_bytes: int = 1_000_000,
         max_entries: int = 500,
         quota_bytes: int | None = DEFAULT_QUOTA_BYTES,
+        conversation_quota_bytes: int | None = DEFAULT_CONVERSATION_QUOTA_BYTES,
+        private: str | None = PRIVATE_FOLDER,
         protect: Iterable[str | Path] = (),
     ) -> None:
         if not (os.open in os.supports_dir_fd and os.scandir in os.supports_fd):
@@ -100,12 +120,21 @@ class Workspace:
         self.max_write_bytes = max_write_bytes
         self.max_entries = max_entries
         self.quota_bytes = quota_bytes
+        self.conversation_quota_bytes = conversation_quota_bytes
+        self.private = private
         self._usage: tuple[float, int] | None = None  # (when measured, bytes)
+        self._writing = threading.Lock()  # a quota check and the write it allows, as one step
 
     # -- the three operations -------------------------------------------------------------
 
     def read_file(
-        self, path: str, max_chars: int = 4000, start_line: int | None = None, end_line: int | None = None
+        self,
+        path: str,
+        max_chars: int = 4000,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        *,
+        conversation: str | None = None,
     ) -> dict[str, JSON]:
         """The text of a file (UTF-8, undecodable bytes replaced, secrets redacted), capped at `max_chars`.
 
@@ -118,7 +147,7 @@ class Workspace:
             raise ToolError("max_chars must be at least 1")
         if start_line is not None and end_line is not None and end_line < start_line:
             raise ToolError(f"end_line ({end_line}) is before start_line ({start_line})")
-        relative = self.resolve(path)
+        relative = self._visible(self.resolve(path), conversation)
         with self._open_file(relative, os.O_RDONLY) as fd:
             data = _read_at_most(fd, self.max_read_bytes + 1)
         if len(data) > self.max_read_bytes:
@@ -148,29 +177,31 @@ class Workspace:
         result["content"] = "".join(shown)
         return result
 
-    def write_file(self, path: str, content: str, append: bool = False) -> dict[str, JSON]:
+    def write_file(
+        self, path: str, content: str, append: bool = False, *, conversation: str | None = None
+    ) -> dict[str, JSON]:
         """Create, overwrite or append to a file; missing parent directories are created inside the root."""
         data = content.encode("utf-8")
         if len(data) > self.max_write_bytes:
             raise ToolError(f"content is {len(data):,} bytes; the limit is {self.max_write_bytes:,} bytes")
-        relative = self.resolve(path)
+        relative = self._visible(self.resolve(path), conversation)
         if not relative.parts:
             raise ToolError("the path names the workspace itself; give a file name")
         if ".git" in relative.parts:
             raise ToolError(
                 f"{_show(relative)} is inside a .git folder: git runs commands named there; refused"
             )
-        self._check_quota(len(data) if append else len(data) - _size_or_zero(self.root / relative))
         # No O_TRUNC at open: the target is checked to be a regular file before it is changed.
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0)
-        with self._open_file(relative, flags, create_parents=True) as fd:
-            before = os.fstat(fd).st_size
-            if not append:
-                os.ftruncate(fd, 0)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        self._add_usage(len(data) if append else len(data) - before)
+        with self._writing:
+            growth = len(data) if append else len(data) - _size_or_zero(self.root / relative)
+            self._check_quota(relative, growth)
+            with self._open_file(relative, flags, create_parents=True) as fd:
+                before = os.fstat(fd).st_size
+                if not append:
+                    os.ftruncate(fd, 0)
+                _write_all(fd, data)
+            self._add_usage(len(data) if append else len(data) - before)
         return {"path": _show(relative), "bytes_written": len(data), "appended": append}
 
     def save_new(self, path: str, data: bytes) -> str:
@@ -186,17 +217,16 @@ class Workspace:
             name = relative if n == 1 else relative.with_name(f"{relative.stem}-{n}{relative.suffix}")
             if self._holds(name, data):
                 return _show(name)
-            self._check_quota(len(data))
-            try:
-                with self._open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create_parents=True) as fd:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-            except ToolError as exc:
-                if os.path.lexists(self.root / name):  # taken: try the next name
-                    continue
-                raise exc
-            self._add_usage(len(data))
+            with self._writing:
+                self._check_quota(name, len(data))
+                try:
+                    with self._open_file(name, _NEW_FILE, create_parents=True) as fd:
+                        _write_all(fd, data)
+                except ToolError as exc:
+                    if os.path.lexists(self.root / name):  # taken: try the next name
+                        continue
+                    raise exc
+                self._add_usage(len(data))
             return _show(name)
         raise ToolError(f"{path!r}: too many files of this name")
 
@@ -208,15 +238,17 @@ class Workspace:
         except ToolError:  # missing, not a regular file, linked: not the same file
             return False
 
-    def list_directory(self, path: str = ".") -> dict[str, Any]:
+    def list_directory(self, path: str = ".", *, conversation: str | None = None) -> dict[str, Any]:
         """Names, kinds and sizes of a directory's entries, sorted by name and capped at `max_entries`.
 
         Symlinks are listed as such, without their targets: a target may name a place outside the
-        workspace, which is not the model's business.
+        workspace, which is not the model's business. The private folder shows the caller's own.
         """
-        relative = self.resolve(path)
+        relative = self._visible(self.resolve(path), conversation, listing=True)
+        mine = conversation_folder(conversation) if conversation else None
+        private = self._is_private(relative) and len(relative.parts) == 1
         with self._open_directory(relative) as fd, os.scandir(fd) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
+            entries = sorted((e for e in scan if not private or e.name == mine), key=lambda entry: entry.name)
             shown = [_describe(entry) for entry in entries[: self.max_entries]]  # stat() needs fd open
         result: dict[str, JSON] = {"path": _show(relative), "total": len(entries), "entries": shown}
         if len(entries) > self.max_entries:
@@ -232,22 +264,47 @@ class Workspace:
             self._usage = (now, _tree_size(self.root))
         return self._usage[1]
 
-    def _check_quota(self, growth: int) -> None:
-        if self.quota_bytes is None or growth <= 0:
+    def _check_quota(self, relative: PurePosixPath, growth: int) -> None:
+        """Refuse a write of `growth` bytes to `relative` past the total quota or its conversation's
+        (called with `_writing` held, so no other write passes the check meanwhile)."""
+        if growth <= 0:
             return
-        used = self.usage()
-        if used + growth > self.quota_bytes:
-            raise ToolError(
-                f"the workspace quota is {_megabytes(self.quota_bytes)}; {_megabytes(used)} is used and "
-                f"this write adds {_megabytes(growth)}. Delete files you no longer need, or ask the operator "
-                "to raise agent.workspace_quota_mb / 工作区空间已满，请删除不需要的文件或请管理员提高配额"
-            )
+        if self.quota_bytes is not None and self.usage() + growth > self.quota_bytes:
+            raise _over_quota("workspace", self.quota_bytes, self.usage(), growth, "agent.workspace_quota_mb")
+        conversation_file = self._is_private(relative) and len(relative.parts) > 1
+        if self.conversation_quota_bytes is not None and conversation_file:
+            used = _tree_size(self.root / relative.parts[0] / relative.parts[1])
+            if used + growth > self.conversation_quota_bytes:
+                setting = "agent.workspace_conversation_quota_mb"
+                raise _over_quota("conversation's", self.conversation_quota_bytes, used, growth, setting)
 
     def _add_usage(self, growth: int) -> None:
         if self._usage is not None:
             self._usage = (self._usage[0], self._usage[1] + growth)
 
     # -- path checks ----------------------------------------------------------------------
+
+    def _is_private(self, relative: PurePosixPath) -> bool:
+        """Whether `relative` lies in the private folder (compared without case: a case-insensitive
+        file system opens `Uploads/…` as `uploads/…`)."""
+        top = relative.parts[0] if relative.parts else None
+        return bool(self.private and top and top.casefold() == self.private.casefold())
+
+    def _visible(
+        self, relative: PurePosixPath, conversation: str | None, listing: bool = False
+    ) -> PurePosixPath:
+        """`relative` (resolved), if the caller may use it: outside the private folder, in its own
+        conversation's folder, or the private folder itself for a listing; a `ToolError` otherwise."""
+        if not self._is_private(relative) or (listing and len(relative.parts) == 1):
+            return relative
+        mine = conversation_folder(conversation) if conversation else None
+        if mine is not None and relative.parts[1:2] == (mine,):
+            return relative
+        own = f"; this conversation's are in {self.private}/{mine}" if mine else ""
+        raise ToolError(
+            f"{_show(relative)} belongs to another conversation: each conversation sees only its own "
+            f"files in {self.private}/ and the shared area{own}. Access refused"
+        )
 
     def resolve(self, path: str) -> PurePosixPath:
         """The path relative to the root, with symlinks resolved, or a `ToolError` if it leaves the root."""
@@ -397,6 +454,27 @@ def _size_or_zero(path: Path) -> int:
         return 0
 
 
+def conversation_folder(conversation: str) -> str:
+    """The folder of a conversation's files (`feishu:ou_…` → `feishu-ou_…-<hash>`): readable, and
+    one folder per conversation even when two ids differ only in characters a name cannot hold."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", conversation).strip("-")[:60] or "conversation"
+    return f"{readable}-{hashlib.sha256(conversation.encode('utf-8')).hexdigest()[:16]}"
+
+
+def _over_quota(whose: str, quota: int, used: int, growth: int, setting: str) -> ToolError:
+    return ToolError(
+        f"the {whose} quota is {_megabytes(quota)}; {_megabytes(used)} is used and this write adds "
+        f"{_megabytes(growth)}. Delete files you no longer need, or ask the operator to raise {setting} "
+        "/ 空间已满，请删除不需要的文件或请管理员提高配额"
+    )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _megabytes(size: int) -> str:
     return f"{size / 1024 / 1024:.1f} MB"
 
@@ -456,12 +534,13 @@ def read_file_tool(workspace: Workspace) -> Tool:
     @tool(name="read_file", level=0, idempotent=True)
     def read_file(
         path: PathArgument,
+        context: ToolContext,
         max_chars: Annotated[int, Field(ge=1, le=100_000, description="Most characters to return")] = 4000,
         start_line: Annotated[int | None, Field(ge=1, description="First line to show (1-based)")] = None,
         end_line: Annotated[int | None, Field(ge=1, description="Last line to show (inclusive)")] = None,
     ) -> dict[str, JSON]:
         """Read a text file in the workspace. Long files are cut at max_chars; the result then gives total_lines and the start_line to continue from. 读取工作区里的文本文件，可按行号范围读取；文件太长时会截断并告诉你总行数。"""  # noqa: E501
-        return workspace.read_file(path, max_chars, start_line, end_line)
+        return workspace.read_file(path, max_chars, start_line, end_line, conversation=_conversation(context))
 
     return read_file
 
@@ -472,11 +551,12 @@ def write_file_tool(workspace: Workspace) -> Tool:
     @tool(name="write_file", level=1, idempotent=False)
     def write_file(
         path: PathArgument,
+        context: ToolContext,
         content: Annotated[str, Field(description="The full text to write (UTF-8)")],
         append: Annotated[bool, Field(description="Add to the end instead of replacing the file")] = False,
     ) -> dict[str, JSON]:
         """Create or overwrite a text file in the workspace (append=true adds to the end); parent folders are created. Only use it when the user wants a file saved or changed. 在工作区写入或追加文本文件，仅在用户要求保存或修改文件时使用。"""  # noqa: E501
-        return workspace.write_file(path, content, append)
+        return workspace.write_file(path, content, append, conversation=_conversation(context))
 
     return write_file
 
@@ -484,12 +564,18 @@ def write_file_tool(workspace: Workspace) -> Tool:
 def list_directory_tool(workspace: Workspace) -> Tool:
     @tool(name="list_directory", level=0, idempotent=True)
     def list_directory(
+        context: ToolContext,
         path: Annotated[str, Field(description="Directory relative to the workspace; '.' is the top")] = ".",
     ) -> dict[str, JSON]:
         """List the files and folders in a workspace directory, with their sizes. 列出工作区目录里的文件和文件夹及大小。"""  # noqa: E501
-        return workspace.list_directory(path)
+        return workspace.list_directory(path, conversation=_conversation(context))
 
     return list_directory
+
+
+def _conversation(context: ToolContext) -> str | None:
+    """The conversation a call runs in (its uploads are the ones it may see), None outside one."""
+    return context.session_id
 
 
 def file_tools(workspace: Workspace) -> list[Tool]:
@@ -498,6 +584,7 @@ def file_tools(workspace: Workspace) -> list[Tool]:
 
 
 __all__ = [
-    "DEFAULT_QUOTA_BYTES", "Workspace", "WorkspaceError", "default_protected", "file_tools",
+    "DEFAULT_CONVERSATION_QUOTA_BYTES", "DEFAULT_QUOTA_BYTES", "PRIVATE_FOLDER", "Workspace",
+    "WorkspaceError", "conversation_folder", "default_protected", "file_tools",
     "list_directory_tool", "read_file_tool", "write_file_tool",
 ]  # fmt: skip

@@ -66,11 +66,19 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.bwrap is not None
 
-    def command(self, executable: str, arguments: list[str], workdir: Path, env: dict[str, str]) -> list[str]:
-        """The argv that runs `executable arguments…` in `workdir`, inside the sandbox if there is one."""
+    def command(
+        self,
+        executable: str,
+        arguments: list[str],
+        workdir: Path,
+        env: dict[str, str],
+        hidden: tuple[Path, Path | None] | None = None,
+    ) -> list[str]:
+        """The argv that runs `executable arguments…` in `workdir`, inside the sandbox if there is one;
+        `hidden`: a folder of the workspace the program sees empty, and one inside it shown again."""
         if self.bwrap is None:
             return [executable, *arguments]
-        return [self.bwrap, *bwrap_options(workdir, env), "--", executable, *arguments]
+        return [self.bwrap, *bwrap_options(workdir, env, hidden), "--", executable, *arguments]
 
     def describe(self) -> str:
         if self.isolated:
@@ -78,7 +86,9 @@ class Sandbox:
         return f"none ({self.reason}): no filesystem or /proc isolation for run_command"
 
 
-def bwrap_options(workdir: Path, env: dict[str, str]) -> list[str]:
+def bwrap_options(
+    workdir: Path, env: dict[str, str], hidden: tuple[Path, Path | None] | None = None
+) -> list[str]:
     """bubblewrap's options: namespaces, a read-only system, the workspace writable, a clean env."""
     # --cap-drop ALL: bwrap started by root would otherwise keep root's capabilities inside
     options = ["--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv"]
@@ -92,8 +102,11 @@ def bwrap_options(workdir: Path, env: dict[str, str]) -> list[str]:
     for file in dict.fromkeys(_ETC_FILES):
         options += ["--ro-bind-try", file, file]
     options += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    options += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir)]
-    return options
+    options += ["--bind", str(workdir), str(workdir)]
+    if hidden is not None:  # other conversations' uploads: an empty tmpfs, the caller's own bound back
+        private, shown = hidden
+        options += ["--tmpfs", str(private)] + (["--bind", str(shown), str(shown)] if shown else [])
+    return [*options, "--chdir", str(workdir)]
 
 
 def choose_sandbox(mode: SandboxMode, workdir: Path) -> Sandbox:

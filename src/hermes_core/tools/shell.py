@@ -14,6 +14,10 @@ exists when the configuration names the programs it may start. What it guarantee
   program sees a fresh /proc, no network, read-only system folders and the workspace as the only
   writable place, and everything it starts dies with it. Without bubblewrap a WARNING says so at
   start-up: there is then no filesystem or /proc isolation.
+- **Other conversations' uploads out of sight, in the sandbox.** The private folder (`private`,
+  `media.folder`: files users sent, one folder per conversation, tools/files.py) is an empty
+  tmpfs inside the sandbox, with the calling conversation's own folder bound back in. Without the
+  sandbox a program reads what the service's user can, uploads included.
 - **A minimal environment.** The child sees `PATH`, `HOME` (an empty private folder), `LANG`, and
   for git the settings that switch off its hooks, pager and editor; API keys and tokens in the
   agent's environment never reach a program the model chose to run.
@@ -38,12 +42,14 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..kernel.redaction import cut_text
-from ..kernel.tools.declare import Tool, ToolError, tool
+from ..kernel.tools.declare import Tool, ToolContext, ToolError, tool
 from .command_rules import checked_arguments, program_environment, refusal_for_allow_list
+from .files import conversation_folder
 from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
 
 DEFAULT_OUTPUT_CHARS = 10_000
 DEFAULT_MAX_TIMEOUT = 60.0
+OUTSIDE_CONVERSATION = ToolContext("", "run_command")  # a direct call: it sees no upload
 
 
 def run_command_tool(
@@ -54,8 +60,11 @@ def run_command_tool(
     max_timeout: float = DEFAULT_MAX_TIMEOUT,
     search_path: str | None = None,
     sandbox: SandboxMode | Sandbox = "auto",
+    private: str | None = None,
 ) -> Tool:
     """Build the run_command tool for `root`, limited to the program names in `allowed`.
+    `private` names the folder of conversations' uploads, hidden in the sandbox but for the
+    calling conversation's own.
 
     `sandbox` is `auto` (bubblewrap if it works here), `bwrap` (or raise `SandboxUnavailable`),
     `none`, or a `Sandbox` already chosen. `search_path` is the PATH the programs are found on
@@ -82,13 +91,15 @@ def run_command_tool(
             list[str],
             Field(min_length=1, description='Program and arguments as a list, e.g. ["git", "status"]'),
         ],
+        context: ToolContext = OUTSIDE_CONVERSATION,
         timeout: Annotated[float, Field(gt=0, description="Seconds before the program is killed")] = 10,
     ) -> dict[str, Any]:
         """Run an allowed program in the workspace and return its exit code and output. There is no shell: pipes, redirects, `;` and $VARS are passed as plain text. 在工作区运行允许的命令（不经过 shell），返回退出码和输出。"""  # noqa: E501
         executable, arguments = _check_command(command, programs, path, chosen.isolated)
         with _home(chosen) as home:
             env = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", **program_environment(command[0])}
-            argv = chosen.command(executable, arguments, workdir, env)
+            hidden = _hidden(workdir, private, context.session_id) if chosen.isolated else None
+            argv = chosen.command(executable, arguments, workdir, env, hidden)
             return await _run(argv, workdir, env, min(timeout, max_timeout), max_output_chars)
 
     # The schema is built from annotations, which cannot see this function's variables: add them here.
@@ -96,6 +107,16 @@ def run_command_tool(
     run_command.description += f" {limits}"
     run_command.sandbox = chosen  # type: ignore[attr-defined]  # which one was chosen, for callers and tests
     return run_command
+
+
+def _hidden(workdir: Path, private: str | None, conversation: str | None) -> tuple[Path, Path | None] | None:
+    """The private folder to hide in the sandbox and the conversation's own folder to show in it
+    (None when it is not a real folder: a symlink planted there is never bound)."""
+    if private is None:
+        return None
+    folder = workdir / private
+    own = folder / conversation_folder(conversation) if conversation else None
+    return folder, own if own is not None and own.is_dir() and not own.is_symlink() else None
 
 
 def _check_command(
