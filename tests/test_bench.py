@@ -267,3 +267,29 @@ def test_bench_prices_cached_prompt_tokens_at_their_own_price(
     assert data["plain"]["avg_cost"] == pytest.approx((1800 * 0.5 + 50 * 2.0) / 1000)
     header = next(line for line in captured.out.splitlines() if line.startswith("model"))
     assert "avg cached" in header and "avg cost" in header
+
+
+def test_bench_prices_a_published_model_unless_the_run_prices_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cases: DeepSeek's published USD prices (api-docs.deepseek.com/quick_start/pricing-details-usd:
+    deepseek-chat $0.27 per 1M input tokens on a cache miss, $0.07 on a hit, $1.10 output), the
+    same two-call run as above. A model the tasks file prices is priced as the file says."""
+    from hermes_core.evals.bench import PUBLISHED
+
+    tasks = tmp_path / "tasks.yaml"
+    prices = "prices:\n  gpt-4o-mini: {prompt: 1.0, completion: 1.0}\n"
+    tasks.write_text(textwrap.dedent(CALCULATION_ONLY) + prices, encoding="utf-8")
+    with FakeOpenAIServer(handler=cached_answers) as fake:
+        code = cli.main(
+            ["--config", str(write_config(tmp_path)), "--base-url", fake.base_url]
+            + ["bench", "--models", "deepseek-chat,gpt-4o-mini,unpriced", "--tasks", str(tasks), "-n", "1"]
+            + ["--out", "out"]
+        )
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    data = {row["model"]: row for row in json.loads((tmp_path / "out" / "bench.json").read_text())["models"]}
+    assert PUBLISHED["deepseek-chat"].cached == 0.00007
+    assert data["deepseek-chat"]["avg_cost"] == pytest.approx((900 * 0.27 + 900 * 0.07 + 50 * 1.10) / 1e6)
+    assert data["gpt-4o-mini"]["avg_cost"] == pytest.approx((1800 + 50) / 1000)  # the file's price
+    assert data["unpriced"]["avg_cost"] is None

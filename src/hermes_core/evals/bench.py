@@ -4,15 +4,16 @@
 
 runs every task n times per model and prints one row per model — the table of a hand-made
 comparison (success rate, average steps, average latency), plus average tokens and, when prices
-are configured, average cost per run (prompt tokens the provider's cache served at the `cached`
-price, when one is given) — then writes the same table as CSV, JSON (with every run
-and the success rate per task) and an SVG bar chart.
+are known, average cost per run (prompt tokens the provider's cache served at the `cached`
+price, when one is given; `PUBLISHED` prices a few models, a run's own prices win) — then
+writes the same table as CSV, JSON (with every run and the success rate per task) and an SVG bar
+chart.
 
 A task is a case (`cases.py`): a conversation, optional workspace `files`, and checks; a run
 succeeds when every check passes, and its steps are its model calls. The tasks file::
 
     prices:                        # optional, per 1,000 tokens; also `--prices FILE`
-      gpt-4o-mini: {prompt: 0.00015, completion: 0.0006, cached: 0.000075}
+      my-model: {prompt: 0.0004, completion: 0.0016, cached: 0.0001}
     tasks:
       - name: calculation
         input: What is (1234 + 5678) * 3 - 17? Use the calculator.
@@ -71,6 +72,18 @@ class ModelPrice(BaseModel):
 
 
 Prices = dict[str, ModelPrice]
+
+# Published list prices per 1,000 tokens (prompt on a cache miss, completion, prompt on a cache hit),
+# used for a model that `prices:` or `--prices` does not price; those always win. Only models whose
+# pricing page was read, with where: api-docs.deepseek.com/quick_start/pricing-details-usd
+# (deepseek-chat, deepseek-reasoner) and openai.com/api/pricing (gpt-4o-mini), as read on
+# 2026-12-06. Prices change and differ by region and hour: a tasks file's `prices:` is the place to
+# keep the ones a team pays.
+PUBLISHED: dict[str, ModelPrice] = {
+    "deepseek-chat": ModelPrice(prompt=0.00027, completion=0.0011, cached=0.00007),
+    "deepseek-reasoner": ModelPrice(prompt=0.00055, completion=0.00219, cached=0.00014),
+    "gpt-4o-mini": ModelPrice(prompt=0.00015, completion=0.0006, cached=0.000075),
+}
 
 
 @dataclass
@@ -500,6 +513,7 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
         tasks, prices = load_tasks(args.tasks)
         if args.prices:
             prices.update(load_prices(args.prices))
+        prices = {**PUBLISHED, **prices}  # a price given for the run wins over the published one
     except CaseError as exc:
         return _usage_error(str(exc))
     models = bench_rows(models, settings)
