@@ -34,6 +34,7 @@ from ..kernel.tools.permissions import ADMIN, MEMBER, Policy
 from ..schedule.jobs import (
     Fire,
     Job,
+    JobLimits,
     RefusalCheck,
     ScheduleStore,
     first_fire,
@@ -55,8 +56,12 @@ class SQLiteScheduleStore(ScheduleStore):
         self.db = SQLiteDatabase.shared(path)
         self.db.migrate("gateway", MIGRATIONS)
 
-    async def add(self, job: Job) -> Job:
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
         def add(db: sqlite3.Connection) -> Job:
+            if limits is not None and (known := _read(db, job.id)) is not None:
+                return known
+            if limits is not None and (refused := limits.refusal(*_held(db, job))) is not None:
+                raise refused
             db.execute(
                 "INSERT OR IGNORE INTO schedule_jobs (id, job, conversation, status, next_fire, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -187,6 +192,18 @@ def _record(db: sqlite3.Connection, fire: Fire) -> Fire:
             (inbox_id, fire.job_id, fire.fire_at),
         )
     return fire
+
+
+def _held(db: sqlite3.Connection, job: Job) -> tuple[int, int]:
+    """The active jobs `job`'s creator and conversation hold now (inside the adding transaction,
+    which BEGIN IMMEDIATE makes the only writer: no other add can slip in between)."""
+    row = db.execute(
+        "SELECT COUNT(*) FILTER (WHERE json_extract(job, '$.channel') = ?"
+        " AND json_extract(job, '$.sender') = ?), COUNT(*) FILTER (WHERE conversation = ?) FROM schedule_jobs"
+        " WHERE status = 'active' AND json_extract(job, '$.source') = 'chat'",
+        (job.channel, job.sender, job.conversation),
+    ).fetchone()
+    return int(row[0]), int(row[1])
 
 
 def _read(db: sqlite3.Connection, job_id: str) -> Job | None:
@@ -346,7 +363,7 @@ async def declare_jobs(store: ScheduleStore, options: ScheduleConfig, policy: Po
     declared: dict[str, Job] = {}
     for entry in options.jobs:
         zone_name = entry.timezone or options.timezone
-        at = parse_at(entry.at, zone_name, -1.0) if entry.at is not None else None
+        at = parse_at(entry.at, zone_name, now, past_ok=True) if entry.at is not None else None
         conversation = entry.conversation or conversation_of(entry.channel, entry.chat_id, entry.sender)
         job = Job(
             id=f"config:{entry.id}", prompt=entry.prompt, channel=entry.channel, conversation=conversation,
