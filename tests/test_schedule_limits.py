@@ -150,14 +150,20 @@ async def test_every_listing_shows_a_job_it_cannot_show_by_its_id(
     from hermes_core.cli import main
     from hermes_core.gateway.server import serve
 
+    data = tmp_path / "data"
     await seed(tmp_path, far_job("jfar"))
     daily = Job(id="jok", prompt="standup", channel="webhook", conversation="webhook:mal", sender="mal",
                 timezone="UTC", cron="0 9 * * *", next_fire=utc("2030-01-01T09:00:00"),
                 callback_url="http://127.0.0.1:9/cb")  # fmt: skip
     await seed(tmp_path, daily)
+    damaged = SQLiteScheduleStore(data / "gateway.db")  # a record written by hand, cut short
+    await damaged.db.transaction(lambda db: db.execute(
+        "INSERT INTO schedule_jobs (id, job, conversation, status, next_fire, created_at) "
+        "VALUES ('jbad', '{\"id\": \"jbad\", \"pro', 'webhook:mal', 'active', ?, 0)",
+        (utc("2031-01-01T00:00:00"),)))  # fmt: skip
+    await damaged.close()
     model = fake.handler = Model()
     model.calls["what is scheduled"] = ("list_scheduled", {})
-    data = tmp_path / "data"
     path = tmp_path / "hermes.yaml"
     path.write_text(f"model: {{name: m, base_url: '{fake.base_url}'}}\ngateway: {{data_dir: '{data}'}}\n"
                     "observe: {traces: false}\n", encoding="utf-8")  # fmt: skip
@@ -179,14 +185,19 @@ async def test_every_listing_shows_a_job_it_cannot_show_by_its_id(
             cancel = f"{base}/console/api/schedule/jfar/cancel"
             async with http.post(cancel, json={}, headers=headers) as answer:
                 cancelled = answer.status
+            async with http.post(cancel.replace("jfar", "jbad"), json={}, headers=headers) as answer:
+                cancelled_bad = answer.status
     finally:
         stop.set()
         await served
     for shown in (listed, jobs_reply["reply"], tool_reply["reply"]):
         assert "jfar" in shown and "jok" in shown and "cannot be shown" in shown, shown
-    assert {job["id"] for job in as_json} == {"jfar", "jok"}
-    assert page_status == 200 and 'data-job="jfar"' in html and 'data-job="jok"' in html
-    assert cancelled == 200
+        assert "jbad" in shown and "cannot be read" in shown, shown
+    assert {job["id"] for job in as_json} == {"jfar", "jok", "jbad"}
+    assert page_status == 200 and all(f'data-job="{i}"' in html for i in ("jfar", "jok", "jbad"))
+    assert cancelled == cancelled_bad == 200
+    assert {job.id: job.status for job in await jobs_in(tmp_path)} == {
+        "jfar": "cancelled", "jok": "active", "jbad": "cancelled"}  # fmt: skip
 
 
 async def test_a_daily_job_fires_once_on_the_day_clocks_fall_back(

@@ -27,7 +27,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..channels.seam import InboundMessage, task_id_of
 from ..kernel.tools.permissions import ADMIN, MEMBER, Policy
@@ -35,6 +35,7 @@ from ..schedule.jobs import (
     Fire,
     Job,
     JobLimits,
+    JobStatus,
     RefusalCheck,
     ScheduleStore,
     first_fire,
@@ -97,15 +98,16 @@ class SQLiteScheduleStore(ScheduleStore):
         if active_only:
             where.append("status = 'active'")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        sql = f"SELECT job FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id"
+        sql = f"SELECT {LISTED} FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id"
         rows = await self.db.transaction(lambda db: db.execute(sql, args).fetchall())
-        return [_job_of(row[0]) for row in rows]
+        return [_listed(*row) for row in rows]
 
     async def cancel(self, job_id: str) -> Job | None:
         def cancel(db: sqlite3.Connection) -> Job | None:
-            job = _read(db, job_id)
-            if job is None or job.status != "active":
+            row = db.execute(f"SELECT {LISTED} FROM schedule_jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row[3] != "active":
                 return None
+            job = _listed(*row)
             job.status, job.next_fire = "cancelled", None
             _write(db, job)
             return job
@@ -226,6 +228,21 @@ def _job_of(data: str) -> Job:
     fields = json.loads(data)
     known = {f.name for f in dataclasses.fields(Job)}
     return Job(**{k: v for k, v in fields.items() if k in known})
+
+
+LISTED = "id, job, conversation, status"  # the columns `_listed` reads
+UNREADABLE = "(this job's record cannot be read; cancel it by its id)"
+
+
+def _listed(job_id: str, data: str, conversation: str, status: str) -> Job:
+    """A row as lists and cancels see it: one whose record cannot be read (written by hand, damaged)
+    is listed as such, by its id, so that one bad row never fails a list and can still be cancelled
+    (its record then becomes this placeholder)."""
+    try:
+        return _job_of(data)
+    except (ValueError, TypeError, AttributeError):  # not JSON, not an object, a field missing
+        return Job(id=job_id, prompt=UNREADABLE, channel="?", conversation=conversation, sender="?",
+                   timezone="UTC", status=cast(JobStatus, status))  # fmt: skip
 
 
 class Enqueue(Protocol):

@@ -33,7 +33,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..channels.seam import InboundMessage, task_id_of
-from ..gateway.schedules import _job_json, _job_of
+from ..gateway.schedules import LISTED, _job_json, _job_of, _listed
 from ..gateway.store import _dump, _load
 from ..schedule.jobs import Fire, Job, JobLimits, RefusalCheck, ScheduleStore, plan_claim
 from .database import PostgresDatabase
@@ -95,18 +95,21 @@ class PostgresScheduleStore(ScheduleStore):
         if active_only:
             where.append("status = 'active'")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        sql = f'SELECT job FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id COLLATE "C"'
+        order = 'ORDER BY next_fire IS NULL, next_fire, id COLLATE "C"'
+        sql = f"SELECT {LISTED} FROM schedule_jobs {clause} {order}"
 
         async def jobs(db: AsyncConnection) -> list[Any]:
             return await (await db.execute(sql, args)).fetchall()
 
-        return [_job_of(row[0]) for row in await self.db.transaction(jobs)]
+        return [_listed(*row) for row in await self.db.transaction(jobs)]
 
     async def cancel(self, job_id: str) -> Job | None:
         async def cancel(db: AsyncConnection) -> Job | None:
-            job = await _read(db, job_id, lock=True)  # after a claim in flight: its result seen
-            if job is None or job.status != "active":
+            sql = f"SELECT {LISTED} FROM schedule_jobs WHERE id = %s FOR UPDATE"  # after a claim in flight
+            row = await (await db.execute(sql, (job_id,))).fetchone()
+            if row is None or row[3] != "active":
                 return None
+            job = _listed(*row)
             job.status, job.next_fire = "cancelled", None
             await _write(db, job)
             return job
@@ -268,9 +271,8 @@ async def _held(db: AsyncConnection, job: Job) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-async def _read(db: AsyncConnection, job_id: str, *, lock: bool = False) -> Job | None:
-    sql = "SELECT job FROM schedule_jobs WHERE id = %s" + (" FOR UPDATE" if lock else "")
-    row = await (await db.execute(sql, (job_id,))).fetchone()
+async def _read(db: AsyncConnection, job_id: str) -> Job | None:
+    row = await (await db.execute("SELECT job FROM schedule_jobs WHERE id = %s", (job_id,))).fetchone()
     return _job_of(row[0]) if row else None
 
 

@@ -222,7 +222,7 @@ def shown_time(timestamp: float, zone_name: str) -> str:
     said to be so, with its raw value, instead of failing the whole list."""
     try:
         return local_iso(timestamp, zone_name)
-    except (ValueError, OverflowError, OSError):  # ScheduleError is a ValueError
+    except (ValueError, TypeError, OverflowError, OSError):  # ScheduleError is a ValueError
         return f"(cannot be shown: {timestamp!r} in {zone_name!r})"
 
 
