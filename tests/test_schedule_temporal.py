@@ -62,7 +62,7 @@ def setup(
     model = Model()
     fake = FakeOpenAIServer(handler=model, latency=0.02).start_in_thread()
     feishu = FakeFeishu(time_scale=0.01, seed=5).start_in_thread()
-    sections = {"database": {"url": bare}, "schedule": {"tick": 0.2}}
+    sections = {"database": {"url": bare}, "schedule": {"tick": 0.2, "min_delay_minutes": 0}}  # 3 s reminders
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PGPASSWORD", PASSWORD)
         cluster = Cluster(
