@@ -617,10 +617,12 @@ async def test_a_reminder_set_in_the_chat_shows_live_in_the_open_chat_and_in_its
     `send_message` post reach every chat page open on the conversation (server-sent events), in
     the order they are sent, and a page opened later reads the conversation back from the session
     store: the user's message, the answer, then the proactive ones, marked as such."""
+    from hermes_core.config import ScheduleConfig
+
     fire_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3))
     policy = Policy.from_lists(admins=["web:console"], allow_irreversible=["send_message"])
     agent = Agent(model=reminder_model(fire_at), permissions=policy)
-    async with console(tmp_path, agent) as url:
+    async with console(tmp_path, agent, schedule=ScheduleConfig(min_delay_minutes=0)) as url:  # 3 s ahead
         async with EventStream(f"{url}/console/api/events?conversation=r1") as feed:
             status, body, _ = await fetch(
                 f"{url}/console/api/chat", method="POST",

@@ -76,7 +76,8 @@ def start_server(
         f"agent:\n  workspace: {workspace}\n"
         f"gateway:\n  data_dir: {tmp_path / 'data'}\n"
         f"feishu:\n  app_id: {feishu.app_id}\n  base_url: {feishu.base_url}\n"
-        "permissions:\n  confirm: [write_file]\n",
+        "permissions:\n  confirm: [write_file]\n"
+        "schedule:\n  min_delay_minutes: 0\n",  # a reminder a few seconds ahead
         encoding="utf-8",
     )
     env = clean_environ()

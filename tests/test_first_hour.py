@@ -34,8 +34,8 @@ pytestmark = pytest.mark.slow
 SCRIPT = """\
 - 你好！我是你的新助手。
 - tool_call: schedule_task
-  arguments: {prompt: Remind the user to stand up and stretch, delay_minutes: 0.05}
-- I will remind you in a few seconds.
+  arguments: {prompt: Remind the user to stand up and stretch, delay_minutes: 1}
+- I will remind you in a minute.
 - Time to stand up and stretch!
 """
 
@@ -150,16 +150,16 @@ def test_a_new_users_first_hour(tmp_path: Path) -> None:
 
         # the console chat: a reminder, and the open page sees it arrive
         events = Events(f"{base}/console/api/events?conversation=first-hour")
-        answered = post_chat(base, "remind me in a few seconds to stand up", "first-hour")
-        assert any(e.get("text") == "I will remind you in a few seconds." for e in answered), answered
-        fired = events.next_message(timeout=60)
+        answered = post_chat(base, "remind me in a minute to stand up", "first-hour")
+        assert any(e.get("text") == "I will remind you in a minute." for e in answered), answered
+        fired = events.next_message(timeout=120)  # a one-time job is a minute ahead at least
         assert fired["type"] == "message" and fired["text"] == "Time to stand up and stretch!", fired
 
         with urllib.request.urlopen(f"{base}/console/api/history?conversation=first-hour", timeout=30) as got:  # noqa: S310
             history = json.load(got)["messages"]
         texts = [m["text"] for m in history]
-        assert texts[0] == "remind me in a few seconds to stand up"
-        assert texts[1:] == ["I will remind you in a few seconds.", "Time to stand up and stretch!"], history
+        assert texts[0] == "remind me in a minute to stand up"
+        assert texts[1:] == ["I will remind you in a minute.", "Time to stand up and stretch!"], history
     finally:
         if serve is not None:
             stop_serve(serve)

@@ -450,7 +450,8 @@ def test_tool_arguments_with_a_bad_time_come_back_to_the_model_as_sentences() ->
         parse_at("tomorrow-ish", "UTC", 0)
     with pytest.raises(ScheduleError, match="five fields"):
         check_cron("every monday")
-    assert json.loads(json.dumps(utc_iso(parse_at("2026-12-01T09:00", "Asia/Shanghai", 0)))) == (
+    now = utc("2026-11-01T00:00:00")
+    assert json.loads(json.dumps(utc_iso(parse_at("2026-12-01T09:00", "Asia/Shanghai", now)))) == (
         "2026-12-01T01:00:00+00:00")  # fmt: skip
 
 

@@ -140,7 +140,8 @@ async def test_remind_me_in_30_seconds_on_postgresql_fires_and_the_cli_and_conso
     start = utc("2026-12-01T10:00:00")
     clock = Clock(start)
     async with Callbacks() as callbacks:
-        config = f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
+        config = (f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
+                  "schedule: {min_delay_minutes: 0.5}\n")  # fmt: skip  # the default: a minute at least
         async with node(tmp_path, pg_url, "a", fake, clock, config) as (_, url):
             body = {"message": "remind me in 30 seconds to stretch", "user_id": "ann", "message_id": "m1",
                     "callback_url": callbacks.url}  # fmt: skip

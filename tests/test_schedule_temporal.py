@@ -5,6 +5,7 @@ processes, tests/test_temporal_engine.py's `Cluster`) on a Temporal dev server a
 - a member asks "remind me in 3 seconds to stretch": `schedule_task` runs on a worker and stores the
   job in PostgreSQL; `list_scheduled` and `cancel_scheduled` work there too; both serve nodes fire,
   and the job fires once, into its conversation's workflow, its reply a new message in the chat;
+  the fired task is not offered `schedule_task` (issue 31: jobs that created jobs);
   a broadcast whose creator is no admin any more is refused at the fire, and nothing is sent;
 - a node killed between the claim and the signal: the fire is recorded, not delivered; another
   node's sweep signals it again (with the same message id), and where the first signal did arrive
@@ -27,15 +28,17 @@ from hermes_core.schedule.jobs import Job, fire_message_id
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PASSWORD, PostgresServer
-from test_schedule import Model
+from test_schedule import Model, fired_requests
 from test_temporal_engine import Cluster, wait_until
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
 
 
 class Setup:
-    def __init__(self, cluster: Cluster, url: str, model: Model, feishu: FakeFeishu) -> None:
-        self.cluster, self.url, self.model, self.feishu = cluster, url, model, feishu
+    def __init__(
+        self, cluster: Cluster, url: str, model: Model, feishu: FakeFeishu, fake: FakeOpenAIServer
+    ) -> None:
+        self.cluster, self.url, self.model, self.feishu, self.fake = cluster, url, model, feishu, fake
 
     def rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.url) as db:
@@ -62,14 +65,14 @@ def setup(
     model = Model()
     fake = FakeOpenAIServer(handler=model, latency=0.02).start_in_thread()
     feishu = FakeFeishu(time_scale=0.01, seed=5).start_in_thread()
-    sections = {"database": {"url": bare}, "schedule": {"tick": 0.2}}
+    sections = {"database": {"url": bare}, "schedule": {"tick": 0.2, "min_delay_minutes": 0}}  # 3 s reminders
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PGPASSWORD", PASSWORD)
         cluster = Cluster(
             tmp_path_factory.mktemp("cluster"), temporal_dev, fake, feishu, sections, database=url
         )
     try:
-        yield Setup(cluster, url, model, feishu)
+        yield Setup(cluster, url, model, feishu, fake)
     finally:
         codes = cluster.stop()
         feishu.stop()
@@ -106,6 +109,8 @@ async def test_a_job_made_on_a_worker_fires_once_into_its_conversation(setup: Se
     )
     reminder = next(m for m in feishu.messages_in(chat) if m.text == f"Reminder: stretch {run}")
     assert reminder.reply_to is None and reminder.receive_id == chat  # a new message, proactively
+    [fired] = [r for r in fired_requests(setup.fake) if f"stretch {run}" in str(r.messages[-1]["content"])]
+    assert "schedule_task" not in {t["function"]["name"] for t in fired.tools}  # type: ignore[index]  # issue 31
     inbox = await setup.inbox()
     deadline = time.monotonic() + 30
     while (status := await inbox.conversation_status(conversation))["turns"] < 5 or status["queued"]:

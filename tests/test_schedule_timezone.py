@@ -19,16 +19,19 @@ import pytest
 
 from serve_process import clean_environ
 
+YEAR = datetime.now(timezone.utc).year + 1  # always ahead, and within the ten years a job may be set
+
 
 def add_at_three_pm(tmp_path: Path, tz: str, config: str | None = None) -> dict:
-    """`schedule add --at 2099-12-01T15:00` with TZ=`tz`: the job as `schedule list --json` shows it."""
+    """`schedule add --at <next year>-12-01T15:00` with TZ=`tz`: the job as `schedule list --json`
+    shows it."""
     flags = []
     if config is not None:
         (tmp_path / "hermes.yaml").write_text(config, encoding="utf-8")
         flags = ["--config", "hermes.yaml"]
     env = clean_environ(TZ=tz)
     for command in (
-        ["schedule", "add", "--at", "2099-12-01T15:00", "--prompt", "提醒我开会"],
+        ["schedule", "add", "--at", f"{YEAR}-12-01T15:00", "--prompt", "提醒我开会"],
         ["schedule", "list", "--json"],
     ):
         done = subprocess.run(
@@ -53,7 +56,7 @@ def test_three_pm_is_three_pm_on_the_machine_s_clock(tmp_path: Path, tz: str, na
     job = add_at_three_pm(tmp_path, tz)
     assert job["timezone"] == name
     assert utc_of(job) == "07:00"  # 15:00 in Beijing, not 23:00
-    assert job["next_fire_local"] == "2099-12-01T15:00:00+08:00"
+    assert job["next_fire_local"] == f"{YEAR}-12-01T15:00:00+08:00"
 
 
 def test_the_configured_zone_wins_over_the_machine_s(tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ async def test_a_task_is_recorded_whole(tmp_path: Path) -> None:
         "channel": "webhook",
         "interactive": True,
         "preapproved": [],
+        "withheld": [],
     }
     assert record["input"] == "40 + 2, and the weather?"
     assert [m["role"] for m in record["history"]] == ["system", "user", "assistant"]  # as sent

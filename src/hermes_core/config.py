@@ -459,17 +459,24 @@ class ScheduleConfig(_Section):
     """Scheduled and proactive tasks (schedule/, gateway/schedules.py, docs/scheduling.md): times
     without an offset and cron fields are read in `timezone` (`local`: the machine's own zone, from
     TZ or /etc/localtime); a fire missed while the service was down runs once at start-up if at most
-    `misfire_grace` seconds late, else it is recorded skipped."""
+    `misfire_grace` seconds late, else it is recorded skipped. Jobs asked for in chat: each person
+    holds at most `max_jobs_per_user` active ones, each conversation `max_jobs_per_chat`; a one-time
+    job is at least `min_delay_minutes` ahead (and any job at most ten years)."""
 
     enabled: bool = True
     timezone: str = "local"
     misfire_grace: float = Field(300.0, ge=0)
     tick: float = Field(1.0, gt=0, le=60)  # seconds between looks when nothing is due sooner
+    max_jobs_per_user: int = Field(20, ge=1)
+    max_jobs_per_chat: int = Field(50, ge=1)
+    min_delay_minutes: float = Field(1.0, ge=0)
     jobs: list[ScheduledJobConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _zones_exist(self) -> ScheduleConfig:
-        from .schedule.jobs import MACHINE_ZONE, ScheduleError, check_cron, machine_zone, zone
+        import time
+
+        from .schedule.jobs import MACHINE_ZONE, ScheduleError, check_cron, machine_zone, parse_at, zone
 
         try:
             if self.timezone == MACHINE_ZONE:  # an IANA name from here on: jobs store their zone by name
@@ -479,6 +486,8 @@ class ScheduleConfig(_Section):
                 zone(job.timezone or self.timezone)
                 if job.cron is not None:
                     check_cron(job.cron)
+                if job.at is not None:
+                    parse_at(job.at, job.timezone or self.timezone, time.time(), past_ok=True)
         except ScheduleError as exc:
             raise ValueError(str(exc)) from None
         ids = [job.id for job in self.jobs]

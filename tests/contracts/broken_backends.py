@@ -29,13 +29,13 @@ from contract_backends import Backend, BackendFactory, Dispatcher, gateway_dispa
 from hermes_core.channels.seam import Earlier, InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway, Lanes, Runner
 from hermes_core.gateway.messages import Turn
-from hermes_core.gateway.schedules import SQLiteScheduleStore, _claim, _job_of
+from hermes_core.gateway.schedules import SQLiteScheduleStore, _claim, _held, _job_of
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
 from hermes_core.kernel.approvals import ApprovalDesk, Pending
 from hermes_core.kernel.messages import Message
 from hermes_core.kernel.tools.permissions import ADMIN, Caller
 from hermes_core.observe.traces import SQLiteTraceStore, TraceSummary
-from hermes_core.schedule.jobs import Fire, Job, RefusalCheck
+from hermes_core.schedule.jobs import Fire, Job, JobLimits, RefusalCheck
 from hermes_core.sessions.store import (
     Conversation,
     ConversationState,
@@ -676,8 +676,21 @@ class ApprovalsForgetOnClose(SQLiteInteractions):
 class AddReplaces(SQLiteScheduleStore):
     """`add` overwrites: a tool call run again after a crash reschedules the job it created."""
 
-    async def add(self, job: Job) -> Job:
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
         return await self.replace(job)
+
+
+class QuotaCountedApart(SQLiteScheduleStore):
+    """Counts the creator's jobs in one transaction and inserts in another: adds racing in between
+    all see room, and all are stored."""
+
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
+        if limits is not None:
+            held = await self.db.transaction(lambda db: _held(db, job))
+            await asyncio.sleep(0.01)
+            if (refused := limits.refusal(*held)) is not None:
+                raise refused
+        return await super().add(job)
 
 
 class ReplaceKeepsTheOld(SQLiteScheduleStore):
@@ -900,7 +913,7 @@ APPROVALS_STORES: list[type[SQLiteInteractions]] = [
 SCHEDULE_STORES: list[type[SQLiteScheduleStore]] = [
     AddReplaces, ReplaceKeepsTheOld, JobsByCreation, ListsEveryStatus, CancelNotStored, MessageNotKept,
     ClaimsEarly, GraceIgnored, RefusalIgnored, LimitIgnored, FiresOldestFirst, DueReadThenClaimed,
-    PrunesNothing,
+    PrunesNothing, QuotaCountedApart,
 ]  # fmt: skip
 DISPATCHERS: dict[str, Dispatch] = {
     "TwoTurnsAtOnce": two_turns_at_once, "AlwaysAccepting": AlwaysAccepting,

@@ -7,7 +7,7 @@ backend's gateway inbox (message id `job:<id>@<ms>`), the job moved on to its ne
 done; missed fires run the latest once within the grace and are recorded otherwise; a refused fire
 runs nothing; at most `limit` jobs per claim, the earliest first; and claimers racing on the same
 jobs — two stores, twenty claims at once — queue each fire exactly once; old fires are forgotten
-and never claimed again.
+and never claimed again; quotas are counted in the transaction that inserts.
 
 How each test was seen to fail: tests/contracts/broken_backends.py holds schedule stores with one
 bug each (add overwriting, a cancel never stored, the message kept out of the inbox, due jobs read
@@ -18,13 +18,15 @@ test here fails against at least one of them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from contract_backends import Opener
 
 from hermes_core.gateway.store import GatewayStore
-from hermes_core.schedule.jobs import Job, ScheduleStore, fire_message_id
+from hermes_core.schedule.jobs import Job, JobLimits, QuotaExceeded, ScheduleStore, fire_message_id
 
 Stores = Opener[ScheduleStore]
 Gateways = Opener[GatewayStore]
@@ -216,3 +218,32 @@ async def test_old_fires_are_forgotten_and_a_forgotten_fire_is_not_claimed_again
     assert await store.claim_due(T + 601, 300, 10) == []  # its fire times are past: nothing again
     assert await store.prune(T + 1) == 0
     assert len(await inbox.pending_inbound()) == 2
+
+
+async def test_quotas_are_counted_in_the_transaction_that_inserts(schedule_stores: Stores) -> None:
+    """`add` with `JobLimits` (issue 31: one member's 200 jobs): thirty adds at once from two stores
+    store exactly the creator's quota and refuse the rest; a job already stored is returned as it is
+    even over the quota (a call run again); a cancelled job frees its place; the operator's jobs are
+    not counted; other members fill the conversation's quota."""
+    first, second = schedule_stores(), schedule_stores()
+    limits = JobLimits(per_user=5, per_chat=7)
+    await first.add(job("config:x", T + 60, source="config"), limits)
+
+    async def one(n: int) -> Job | None:
+        try:
+            return await (first, second)[n % 2].add(job(f"q{n:02}", T + 60), limits)
+        except QuotaExceeded:
+            return None
+
+    stored = [added for added in await asyncio.gather(*(one(n) for n in range(30))) if added is not None]
+    assert len(stored) == 5 and len(await first.jobs()) == 6
+    assert await second.add(stored[0], limits) == stored[0]
+    with pytest.raises(QuotaExceeded, match="max_jobs_per_user"):
+        await second.add(job("q99", T + 60), limits)
+    await first.cancel(stored[0].id)
+    await second.add(job("again", T + 60), limits)
+    for n in range(2):
+        await first.add(dataclasses.replace(job(f"o{n}", T + 60), sender=f"other{n}"), limits)
+    with pytest.raises(QuotaExceeded, match="max_jobs_per_chat"):
+        await first.add(dataclasses.replace(job("o9", T + 60), sender="third"), limits)
+    assert len(await first.jobs("webhook:ops")) == 8  # 7 members' and the operator's

@@ -63,7 +63,7 @@ from ..kernel.tools.permissions import ADMIN, Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..modes import run_task
 from ..schedule.jobs import ScheduleStore, scheduled_prompt
-from ..schedule.tools import CURRENT_MESSAGE
+from ..schedule.tools import CURRENT_MESSAGE, JOB_WITHHELD
 from ..sessions import ConversationMemory, InMemorySessionStore, TurnAppend
 from . import commands
 from .media import MediaDesk
@@ -124,6 +124,8 @@ class AgentRunner:
         caller = self.agent.permissions.caller(original.sender, original.channel)
         if original.kind == "scheduled" and original.extra.get("creator_role") == ADMIN:  # an admin's job
             caller = dataclasses.replace(caller, preapproved=PREAPPROVED_IN_ADMIN_JOBS)
+        if original.kind == "scheduled":  # a job's turn schedules nothing (schedule/tools.py)
+            caller = dataclasses.replace(caller, withheld=JOB_WITHHELD)
         on_text = self.on_text_for(task_id) if self.on_text_for is not None else None
         text = original.text
         if original.kind == "scheduled":  # a job's prompt: never read as a command, said to be one

@@ -27,13 +27,15 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..channels.seam import InboundMessage, task_id_of
 from ..kernel.tools.permissions import ADMIN, MEMBER, Policy
 from ..schedule.jobs import (
     Fire,
     Job,
+    JobLimits,
+    JobStatus,
     RefusalCheck,
     ScheduleStore,
     first_fire,
@@ -55,8 +57,12 @@ class SQLiteScheduleStore(ScheduleStore):
         self.db = SQLiteDatabase.shared(path)
         self.db.migrate("gateway", MIGRATIONS)
 
-    async def add(self, job: Job) -> Job:
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
         def add(db: sqlite3.Connection) -> Job:
+            if limits is not None and (known := _read(db, job.id)) is not None:
+                return known
+            if limits is not None and (refused := limits.refusal(*_held(db, job))) is not None:
+                raise refused
             db.execute(
                 "INSERT OR IGNORE INTO schedule_jobs (id, job, conversation, status, next_fire, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -92,15 +98,16 @@ class SQLiteScheduleStore(ScheduleStore):
         if active_only:
             where.append("status = 'active'")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        sql = f"SELECT job FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id"
+        sql = f"SELECT {LISTED} FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id"
         rows = await self.db.transaction(lambda db: db.execute(sql, args).fetchall())
-        return [_job_of(row[0]) for row in rows]
+        return [_listed(*row) for row in rows]
 
     async def cancel(self, job_id: str) -> Job | None:
         def cancel(db: sqlite3.Connection) -> Job | None:
-            job = _read(db, job_id)
-            if job is None or job.status != "active":
+            row = db.execute(f"SELECT {LISTED} FROM schedule_jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or row[3] != "active":
                 return None
+            job = _listed(*row)
             job.status, job.next_fire = "cancelled", None
             _write(db, job)
             return job
@@ -189,6 +196,18 @@ def _record(db: sqlite3.Connection, fire: Fire) -> Fire:
     return fire
 
 
+def _held(db: sqlite3.Connection, job: Job) -> tuple[int, int]:
+    """The active jobs `job`'s creator and conversation hold now (inside the adding transaction,
+    which BEGIN IMMEDIATE makes the only writer: no other add can slip in between)."""
+    row = db.execute(
+        "SELECT COUNT(*) FILTER (WHERE json_extract(job, '$.channel') = ?"
+        " AND json_extract(job, '$.sender') = ?), COUNT(*) FILTER (WHERE conversation = ?) FROM schedule_jobs"
+        " WHERE status = 'active' AND json_extract(job, '$.source') = 'chat'",
+        (job.channel, job.sender, job.conversation),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def _read(db: sqlite3.Connection, job_id: str) -> Job | None:
     row = db.execute("SELECT job FROM schedule_jobs WHERE id = ?", (job_id,)).fetchone()
     return _job_of(row[0]) if row else None
@@ -209,6 +228,21 @@ def _job_of(data: str) -> Job:
     fields = json.loads(data)
     known = {f.name for f in dataclasses.fields(Job)}
     return Job(**{k: v for k, v in fields.items() if k in known})
+
+
+LISTED = "id, job, conversation, status"  # the columns `_listed` reads
+UNREADABLE = "(this job's record cannot be read; cancel it by its id)"
+
+
+def _listed(job_id: str, data: str, conversation: str, status: str) -> Job:
+    """A row as lists and cancels see it: one whose record cannot be read (written by hand, damaged)
+    is listed as such, by its id, so that one bad row never fails a list and can still be cancelled
+    (its record then becomes this placeholder)."""
+    try:
+        return _job_of(data)
+    except (ValueError, TypeError, AttributeError):  # not JSON, not an object, a field missing
+        return Job(id=job_id, prompt=UNREADABLE, channel="?", conversation=conversation, sender="?",
+                   timezone="UTC", status=cast(JobStatus, status))  # fmt: skip
 
 
 class Enqueue(Protocol):
@@ -346,7 +380,7 @@ async def declare_jobs(store: ScheduleStore, options: ScheduleConfig, policy: Po
     declared: dict[str, Job] = {}
     for entry in options.jobs:
         zone_name = entry.timezone or options.timezone
-        at = parse_at(entry.at, zone_name, -1.0) if entry.at is not None else None
+        at = parse_at(entry.at, zone_name, now, past_ok=True) if entry.at is not None else None
         conversation = entry.conversation or conversation_of(entry.channel, entry.chat_id, entry.sender)
         job = Job(
             id=f"config:{entry.id}", prompt=entry.prompt, channel=entry.channel, conversation=conversation,

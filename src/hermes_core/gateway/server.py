@@ -254,9 +254,12 @@ def add_scheduler(
     scheduler = Scheduler(store, gateway, misfire_grace=options.misfire_grace, tick=options.tick,
                           refusal=role_refusal(agent.permissions), clock=now,
                           retention=settings.gateway.retention_days * 86400)  # fmt: skip
+    from ..schedule.jobs import JobLimits
     from ..schedule.tools import register_schedule_tools
 
-    register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake)
+    register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake,
+                            limits=JobLimits(options.max_jobs_per_user, options.max_jobs_per_chat),
+                            min_delay=options.min_delay_minutes * 60)  # fmt: skip
     runner.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     scheduler.owns_store = True  # closed when the gateway stops

@@ -33,9 +33,9 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ..channels.seam import InboundMessage, task_id_of
-from ..gateway.schedules import _job_json, _job_of
+from ..gateway.schedules import LISTED, _job_json, _job_of, _listed
 from ..gateway.store import _dump, _load
-from ..schedule.jobs import Fire, Job, RefusalCheck, ScheduleStore, plan_claim
+from ..schedule.jobs import Fire, Job, JobLimits, RefusalCheck, ScheduleStore, plan_claim
 from .database import PostgresDatabase
 from .migrations import GATEWAY, SCHEDULES
 
@@ -53,8 +53,13 @@ class PostgresScheduleStore(ScheduleStore):
         self.inbox = inbox
         self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
-    async def add(self, job: Job) -> Job:
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
         async def add(db: AsyncConnection) -> Job:
+            if limits is not None:
+                if (known := await _read(db, job.id)) is not None:
+                    return known
+                if (refused := limits.refusal(*await _held(db, job))) is not None:
+                    raise refused
             await db.execute(
                 "INSERT INTO schedule_jobs (id, job, conversation, status, next_fire, created_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
@@ -90,18 +95,21 @@ class PostgresScheduleStore(ScheduleStore):
         if active_only:
             where.append("status = 'active'")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        sql = f'SELECT job FROM schedule_jobs {clause} ORDER BY next_fire IS NULL, next_fire, id COLLATE "C"'
+        order = 'ORDER BY next_fire IS NULL, next_fire, id COLLATE "C"'
+        sql = f"SELECT {LISTED} FROM schedule_jobs {clause} {order}"
 
         async def jobs(db: AsyncConnection) -> list[Any]:
             return await (await db.execute(sql, args)).fetchall()
 
-        return [_job_of(row[0]) for row in await self.db.transaction(jobs)]
+        return [_listed(*row) for row in await self.db.transaction(jobs)]
 
     async def cancel(self, job_id: str) -> Job | None:
         async def cancel(db: AsyncConnection) -> Job | None:
-            job = await _read(db, job_id, lock=True)  # after a claim in flight: its result seen
-            if job is None or job.status != "active":
+            sql = f"SELECT {LISTED} FROM schedule_jobs WHERE id = %s FOR UPDATE"  # after a claim in flight
+            row = await (await db.execute(sql, (job_id,))).fetchone()
+            if row is None or row[3] != "active":
                 return None
+            job = _listed(*row)
             job.status, job.next_fire = "cancelled", None
             await _write(db, job)
             return job
@@ -243,9 +251,28 @@ class PostgresScheduleStore(ScheduleStore):
         await self.db.close()
 
 
-async def _read(db: AsyncConnection, job_id: str, *, lock: bool = False) -> Job | None:
-    sql = "SELECT job FROM schedule_jobs WHERE id = %s" + (" FOR UPDATE" if lock else "")
-    row = await (await db.execute(sql, (job_id,))).fetchone()
+async def _held(db: AsyncConnection, job: Job) -> tuple[int, int]:
+    """The active jobs `job`'s creator and conversation hold now. Read committed would let two adds
+    both count 19 and both insert: a transaction-scoped advisory lock on each key (taken in one
+    order, so two adds never wait on each other crosswise) makes adds for the same creator or
+    conversation take turns, until the adding transaction ends."""
+    keys = {f"schedule-quota:user:{job.channel}:{job.sender}", f"schedule-quota:chat:{job.conversation}"}
+    for key in sorted(keys):
+        await db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+    row = await (
+        await db.execute(
+            "SELECT COUNT(*) FILTER (WHERE job::jsonb->>'channel' = %s AND job::jsonb->>'sender' = %s),"
+            " COUNT(*) FILTER (WHERE conversation = %s) FROM schedule_jobs"
+            " WHERE status = 'active' AND job::jsonb->>'source' = 'chat'",
+            (job.channel, job.sender, job.conversation),
+        )
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def _read(db: AsyncConnection, job_id: str) -> Job | None:
+    row = await (await db.execute("SELECT job FROM schedule_jobs WHERE id = %s", (job_id,))).fetchone()
     return _job_of(row[0]) if row else None
 
 

@@ -9,6 +9,17 @@ A job is a prompt that runs as a task in the conversation it was created in, at 
 `next_fire` is always a UTC timestamp; the time zone matters only for reading cron fields and naive
 datetimes. croniter and zoneinfo are imported by the functions that need them, not at import.
 
+When clocks fall back, a wall-clock time comes twice (01:30 in New York on 2026-11-01 is 05:30 and
+06:30 UTC). As Vixie cron does, a job at a fixed time (neither its minute nor its hour field starts
+with `*`) fires at the first of the two only; a job with a wildcard minute or hour keeps its rhythm
+through the repeated hour (hourly fires 25 times that day).
+
+Bounds: a time more than `MAX_AHEAD` ahead is refused (`check_ahead`): no reminder needs it, and a
+time near year 9999 cannot be shown in every zone. What cannot be shown anyway (a row stored before
+the bound) is shown as such by `shown_time`, so one bad row never breaks a listing. How many jobs
+one creator and one conversation may hold is `JobLimits`, counted by the store in the transaction
+that inserts the job.
+
 Firing (gateway/schedules.py has the SQLite implementation, postgres/schedules.py the one several
 nodes share): `claim_due(now)` takes each job whose
 `next_fire` has come and, in ONE transaction, records the fire (job id, fire time: the primary key of
@@ -37,6 +48,8 @@ from ..channels.seam import InboundMessage
 JobStatus = Literal["active", "done", "cancelled"]
 FireStatus = Literal["queued", "skipped", "refused"]
 MAX_CATCH_UP = 10_000  # missed fire times counted one by one; beyond, the count says "at least"
+MAX_AHEAD_YEARS = 10  # the furthest a job may be set; far below year 9999, where times stop showing
+MAX_AHEAD = MAX_AHEAD_YEARS * 366 * 86400.0
 # how a fire's prompt reaches the model (gateway/runner.py, engine/temporal/workflow.py): said to be a
 # job's, never read as a command
 SCHEDULED_PROMPT = "[scheduled task {job}, set up earlier in this conversation{by}, is due now] {prompt}"
@@ -52,6 +65,31 @@ def scheduled_prompt(message: InboundMessage, speaker: str = "") -> str:
 
 class ScheduleError(ValueError):
     """A schedule the caller wrote wrongly (a bad cron, an unknown zone, a time in the past)."""
+
+
+class QuotaExceeded(ScheduleError):
+    """The creator or the conversation holds as many active jobs as `JobLimits` allows."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """How many active jobs one creator (channel and user id) and one conversation may hold
+    (`schedule.max_jobs_per_user`, `schedule.max_jobs_per_chat`). Jobs the operator declares or adds
+    from the command line are not counted against anyone."""
+
+    per_user: int
+    per_chat: int
+
+    def refusal(self, by_user: int, in_chat: int) -> QuotaExceeded | None:
+        """Why one more job is refused, given the active jobs counted now, or None."""
+        if by_user >= self.per_user:
+            held, setting = f"you have {by_user} active scheduled tasks", "max_jobs_per_user"
+        elif in_chat >= self.per_chat:
+            held, setting = f"this conversation has {in_chat} active scheduled tasks", "max_jobs_per_chat"
+        else:
+            return None
+        return QuotaExceeded(f"{held}, the most allowed (schedule.{setting}); cancel one "
+                             "(list_scheduled, then cancel_scheduled) before scheduling another")  # fmt: skip
 
 
 @dataclass
@@ -84,7 +122,7 @@ class Job:
         """How the job was scheduled, for lists: the cron expression or the one moment (local)."""
         if self.cron:
             return f"cron {self.cron} ({self.timezone})"
-        return f"at {local_iso(self.at or 0.0, self.timezone)}"
+        return f"at {shown_time(self.at or 0.0, self.timezone)}"
 
     def message(self, fire_at: float) -> InboundMessage:
         """The task's message for the fire at `fire_at`: its own message id (job, fire time), so a
@@ -110,7 +148,7 @@ class Job:
     def describe(self) -> dict[str, Any]:
         data = asdict(self)
         data["when"] = self.when
-        data["next_fire_local"] = local_iso(self.next_fire, self.timezone) if self.next_fire else None
+        data["next_fire_local"] = shown_time(self.next_fire, self.timezone) if self.next_fire else None
         return data
 
 
@@ -179,6 +217,22 @@ def local_iso(timestamp: float, zone_name: str) -> str:
     return datetime.fromtimestamp(timestamp, zone(zone_name)).isoformat(timespec="seconds")
 
 
+def shown_time(timestamp: float, zone_name: str) -> str:
+    """`local_iso` for listings: a time that cannot be shown (beyond year 9999, an unknown zone) is
+    said to be so, with its raw value, instead of failing the whole list."""
+    try:
+        return local_iso(timestamp, zone_name)
+    except (ValueError, TypeError, OverflowError, OSError):  # ScheduleError is a ValueError
+        return f"(cannot be shown: {timestamp!r} in {zone_name!r})"
+
+
+def check_ahead(stamp: float, now: float) -> float:
+    """`stamp`, unless it is more than MAX_AHEAD after `now` (a ScheduleError saying the bound)."""
+    if stamp - now > MAX_AHEAD:
+        raise ScheduleError(f"that is more than {MAX_AHEAD_YEARS} years ahead; schedule something nearer")
+    return stamp
+
+
 def check_cron(expression: str) -> str:
     from croniter import croniter
 
@@ -192,35 +246,50 @@ def check_cron(expression: str) -> str:
 
 
 def next_cron(expression: str, zone_name: str, after: float) -> float:
-    """The first fire time of `expression` (local to `zone_name`) strictly after `after` (UTC)."""
+    """The first fire time of `expression` (local to `zone_name`) strictly after `after` (UTC); for
+    a job at a fixed time, never the second occurrence of a wall-clock time (module docstring)."""
     from croniter import croniter
 
-    start = datetime.fromtimestamp(after, zone(zone_name))
-    return float(croniter(expression, start).get_next(float))
+    tz = zone(zone_name)
+    times = croniter(expression, datetime.fromtimestamp(after, tz))
+    fixed = not any(field.startswith("*") for field in expression.split()[:2])
+    while True:
+        candidate = float(times.get_next(float))
+        if not (fixed and _repeated_wall_clock(candidate, tz)):
+            return candidate
 
 
-def parse_at(text: str, zone_name: str, now: float) -> float:
+def _repeated_wall_clock(stamp: float, tz: Any) -> bool:
+    """Whether `stamp` is the second time its wall-clock time comes in `tz` (clocks fell back)."""
+    local = datetime.fromtimestamp(stamp, tz)
+    return local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset()
+
+
+def parse_at(text: str, zone_name: str, now: float, *, past_ok: bool = False) -> float:
     """An ISO datetime (`2026-12-01T15:00`, `2026-12-01 15:00+08:00`) as a UTC timestamp; without an
-    offset it is read in `zone_name`. A time already past is a ScheduleError."""
+    offset it is read in `zone_name`. A time already past (unless `past_ok`) or more than MAX_AHEAD
+    after `now` is a ScheduleError."""
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone(zone_name))
+        stamp = check_ahead(moment.timestamp(), now)
+    except ScheduleError:
+        raise
+    except (ValueError, OverflowError):
         raise ScheduleError(f"not an ISO date and time: {text!r} (e.g. 2026-12-01T15:00)") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zone(zone_name))
-    stamp = moment.timestamp()
-    if stamp <= now:
-        shown = moment.astimezone(zone(zone_name)).isoformat(timespec="seconds")
+    if stamp <= now and not past_ok:
+        shown = shown_time(stamp, zone_name)
         raise ScheduleError(f"{shown} is in the past (now: {local_iso(now, zone_name)})")
     return stamp
 
 
 def first_fire(cron: str | None, at: float | None, zone_name: str, now: float) -> float:
     if cron:
-        return next_cron(cron, zone_name, now)
+        return check_ahead(next_cron(cron, zone_name, now), now)
     if at is None:
         raise ScheduleError("give a cron expression, a time or a delay")
-    return at
+    return check_ahead(at, now)
 
 
 def catch_up(job: Job, now: float) -> tuple[float, int, float | None]:
@@ -281,8 +350,10 @@ class ScheduleStore(Protocol):
     (postgres/schedules.py) shared by several nodes. Each method is one atomic step;
     tests/contracts/test_schedule_store_contract.py is what every implementation must pass."""
 
-    async def add(self, job: Job) -> Job:
-        """Store a new job (a job with this id already stored is returned as it is: idempotent)."""
+    async def add(self, job: Job, limits: JobLimits | None = None) -> Job:
+        """Store a new job (a job with this id already stored is returned as it is: idempotent).
+        With `limits`, the creator's and the conversation's active jobs are counted in the same
+        transaction as the insert, and QuotaExceeded is raised instead of storing one too many."""
         ...
 
     async def replace(self, job: Job) -> Job:

@@ -10,6 +10,13 @@ scheduler when it fires):
 - a job remembers its creator's role; at each fire the creator must still hold it.
 The tools are level 1 (a job can be cancelled), `list_scheduled` level 0. A job's id comes from the
 task and the call that created it, so the call run again after a crash creates nothing new.
+
+Limits, so that one member cannot flood the operator's model account: each creator and each
+conversation holds at most `JobLimits` active jobs (counted by the store as it inserts); a one-time
+job is at least `min_delay` seconds ahead; and a fired task cannot schedule. A job that creates
+jobs is how one message became hundreds of jobs a second, and counting its jobs against its
+creator would only slow that to the quota; no reminder needs it, so its turn is not offered
+`schedule_task` (gateway/runner.py withholds it) and the tool refuses such a turn anyway.
 """
 
 from __future__ import annotations
@@ -26,20 +33,24 @@ from ..kernel.tools.permissions import ADMIN
 from ..tools import Tool, ToolContext, ToolError, tool
 from .jobs import (
     Job,
+    JobLimits,
     ScheduleError,
     ScheduleStore,
     check_cron,
     first_fire,
     job_id_for,
-    local_iso,
     parse_at,
+    shown_time,
     zone,
 )
 
 # the message whose turn is running: where a job created now runs and replies (gateway/runner.py)
 CURRENT_MESSAGE: ContextVar[InboundMessage | None] = ContextVar("hermes_current_message", default=None)
 MAX_DELAY_MINUTES = 366 * 24 * 60
+MIN_DELAY = 60.0  # seconds a one-time job is ahead at least (`schedule.min_delay_minutes`)
 NO_CONVERSATION = "scheduling works only in a conversation served by the gateway (hermes-kernel serve)"
+JOB_WITHHELD = ("schedule_task",)  # not offered to a fired job's turn (gateway/runner.py)
+FROM_A_JOB = "a scheduled task cannot schedule further tasks; say in your reply what should be scheduled"
 
 
 def schedule_tools(
@@ -48,8 +59,11 @@ def schedule_tools(
     timezone: str = "UTC",
     clock: Callable[[], float] = time.time,
     on_change: Callable[[], None] | None = None,
+    limits: JobLimits | None = None,
+    min_delay: float = MIN_DELAY,
 ) -> list[Tool]:
-    """The three tools over `store`; `timezone` reads times without an offset and cron fields."""
+    """The three tools over `store`; `timezone` reads times without an offset and cron fields;
+    `limits` and `min_delay` as the module docstring says."""
     zone(timezone)  # an unknown default zone is a start-up error
     default_zone = timezone
 
@@ -89,6 +103,8 @@ def schedule_tools(
     ) -> dict[str, Any]:
         """Schedule a task: at a time, after a delay, or repeating (cron). The prompt runs then as a task in this conversation and the reply is sent here. 定时任务/提醒：在指定时间、延迟后或按 cron 重复执行。"""  # noqa: E501
         message = _current()
+        if message.kind == "scheduled":
+            raise ToolError(FROM_A_JOB)
         given = [name for name, value in (("cron", cron), ("at", at), ("delay_minutes", delay_minutes))
                  if value is not None]  # fmt: skip
         if len(given) != 1:
@@ -105,6 +121,9 @@ def schedule_tools(
                 if not 0 < delay_minutes <= MAX_DELAY_MINUTES:
                     raise ScheduleError("delay_minutes must be more than 0 and at most a year")
                 moment = now + delay_minutes * 60
+            if moment is not None and moment - now < min_delay:
+                raise ScheduleError(f"a one-time task must be at least {min_delay / 60:g} minute(s) ahead "
+                                    "(schedule.min_delay_minutes)")  # fmt: skip
             next_fire = first_fire(expression, moment, zone_name, now)
         except ScheduleError as exc:
             raise ToolError(str(exc)) from None
@@ -116,10 +135,13 @@ def schedule_tools(
             sender=message.sender, timezone=zone_name, cron=expression, at=moment, next_fire=next_fire,
             creator_role=role, **target,
         )  # fmt: skip
-        stored = await store.add(job)
+        try:
+            stored = await store.add(job, limits)
+        except ScheduleError as exc:  # over a quota
+            raise ToolError(str(exc)) from None
         if on_change is not None:
             on_change()
-        shown = local_iso(next_fire, zone_name)
+        shown = shown_time(next_fire, zone_name)
         return {"job_id": stored.id, "when": stored.when, "next_fire": shown,
                 "conversation": stored.conversation}  # fmt: skip
 
@@ -158,10 +180,14 @@ def register_schedule_tools(
     timezone: str = "UTC",
     clock: Callable[[], float] = time.time,
     on_change: Callable[[], None] | None = None,
+    limits: JobLimits | None = None,
+    min_delay: float = MIN_DELAY,
 ) -> None:
     """The three tools on `agent` (unless it has tools of those names already): serve's agent, and
     with engine temporal a worker's, whose tool steps set `CURRENT_MESSAGE` (engine/temporal/)."""
-    for declared in schedule_tools(store, timezone=timezone, clock=clock, on_change=on_change):
+    made = schedule_tools(store, timezone=timezone, clock=clock, on_change=on_change, limits=limits,
+                          min_delay=min_delay)  # fmt: skip
+    for declared in made:
         if agent.registry.get(declared.name) is None:
             agent.register_tool(declared)
 
@@ -194,7 +220,7 @@ def _target(message: InboundMessage, chat_id: str | None, role: str) -> dict[str
 
 
 def _summary(job: Job) -> dict[str, Any]:
-    nxt = local_iso(job.next_fire, job.timezone) if job.next_fire else None
+    nxt = shown_time(job.next_fire, job.timezone) if job.next_fire else None
     return {"job_id": job.id, "when": job.when, "next_fire": nxt, "prompt": job.prompt,
             "created_by": f"{job.channel}:{job.sender}"}  # fmt: skip
 
@@ -203,6 +229,6 @@ def job_lines(jobs: list[Job]) -> list[str]:
     """One line per job, for /jobs and the CLI: id, when, next fire, prompt."""
     lines = []
     for number, job in enumerate(jobs, start=1):
-        nxt = local_iso(job.next_fire, job.timezone) if job.next_fire else "-"
+        nxt = shown_time(job.next_fire, job.timezone) if job.next_fire else "-"
         lines.append(f"{number}. [{job.id}] {job.when} → {nxt}: {job.prompt}")
     return lines

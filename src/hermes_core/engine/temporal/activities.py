@@ -54,7 +54,7 @@ from ...kernel.tools.permissions import ADMIN, Caller
 from ...kernel.tools.registry import RegistryWrapper, ToolOutcome
 from ...kernel.tools.results import error_result
 from ...schedule.jobs import ScheduleStore
-from ...schedule.tools import CURRENT_MESSAGE
+from ...schedule.tools import CURRENT_MESSAGE, JOB_WITHHELD
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
 from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, ROLE, SEND, TOOL
@@ -192,6 +192,8 @@ class TurnActivities:
 
     def _caller(self, data: dict[str, Any]) -> Caller:
         caller: Caller = self.agent.permissions.caller(data["sender"], data["channel"])
+        if data.get("kind") == "scheduled":  # a job's turn schedules nothing (schedule/tools.py)
+            caller = dataclasses.replace(caller, withheld=JOB_WITHHELD)
         return caller
 
     @activity.defn(name=ROLE)

@@ -170,12 +170,16 @@ def schedule_tools_for(agent: Any, settings: Settings) -> Any:
     PostgreSQL (database.url) that the serve nodes fire (engine/temporal/schedules.py); their store,
     or None when scheduling is off or there is no database.url (then no tool is offered)."""
     from ... import stores
+    from ...schedule.jobs import JobLimits
     from ...schedule.tools import register_schedule_tools
 
-    if not settings.schedule.enabled or stores.database_url(settings) is None:
+    options = settings.schedule
+    if not options.enabled or stores.database_url(settings) is None:
         return None
     store = stores.schedule_store(settings)
-    register_schedule_tools(agent, store, timezone=settings.schedule.timezone)
+    limits = JobLimits(options.max_jobs_per_user, options.max_jobs_per_chat)
+    register_schedule_tools(agent, store, timezone=options.timezone, limits=limits,
+                            min_delay=options.min_delay_minutes * 60)  # fmt: skip
     return store
 
 

@@ -376,6 +376,7 @@ class ConversationWorkflow:
             "channel": message.channel,
             "text": text,
             "conversation": message.conversation,
+            "kind": message.kind,  # a job's fire is not offered schedule_task (activities.py)
         }
         # a local activity: run by the worker that runs this workflow task, recorded as a marker
         # (no task queue round trip); a worker that dies in it loses the workflow task, and the

@@ -52,6 +52,7 @@ class Caller:
     channel: str = ""
     interactive: bool = True
     preapproved: tuple[str, ...] = ()  # tools approved in advance (a job an admin made: gateway/runner.py)
+    withheld: tuple[str, ...] = ()  # tools not offered to this turn (a fired job's: gateway/runner.py)
 
     @property
     def identity(self) -> str:
@@ -109,6 +110,8 @@ class Policy:
             why = f": it requires the {tool.required_role} role"
         elif tool.allowed_models and model not in tool.allowed_models:
             why = " with this model"
+        elif tool.name in caller.withheld:
+            why = " in this turn"
         else:
             return None
         return f"you do not have permission to call {tool.name}{why}"
