@@ -27,9 +27,9 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..kernel.redaction import redact_text
+from ..kernel.redaction import URL_PASSWORD_PARAMETERS, redact_text
 from ..storage import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -45,18 +45,22 @@ _shared_lock = threading.Lock()
 
 
 def redacted_url(url: str) -> str:
-    """The URL as it may be shown: its password replaced, whatever its length (as kernel/redaction.py marks
-    a URL's password, which it finds only from three characters on)."""
+    """The URL as it may be shown: its passwords replaced (`user:password@`, and libpq's `?password=`
+    and `?sslpassword=`), whatever their length (kernel/redaction.py finds a URL's password only from
+    three characters on, and a query's `password=` only from eight with a digit)."""
     try:
         parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:  # host and port as written: a bad port is not for this to judge
+            netloc = f"{parts.username or ''}:{HIDDEN}@{parts.netloc.rpartition('@')[2]}"
     except ValueError:
         return redact_text(url)
-    if parts.password is None:
-        return redact_text(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{parts.username or ''}:{HIDDEN}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    query = [
+        (key, HIDDEN if key.lower() in URL_PASSWORD_PARAMETERS else value)
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    shown = urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="[]:"), parts.fragment))
+    return redact_text(shown)
 
 
 def driver() -> Any:
