@@ -288,7 +288,7 @@ class FeishuAPI:
         limit or retrying a 5xx; the FeishuError says which it was.
         """
         content = json.dumps(card, ensure_ascii=False)
-        path = f"/open-apis/im/v1/messages/{message_id}"
+        path = f"/open-apis/im/v1/messages/{quote(message_id, safe='')}"
         await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
                          patient=patient, api="im.message.patch")  # fmt: skip
 
@@ -396,7 +396,7 @@ class FeishuAPI:
         (`reply_in_thread`, open.feishu.cn/document/server-docs/im-v1/message/reply)."""
         body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
-            path = f"/open-apis/im/v1/messages/{reply_to}/reply"
+            path = f"/open-apis/im/v1/messages/{quote(reply_to, safe='')}/reply"
             reply_body = {**body, "reply_in_thread": True} if in_thread else body  # a reply's field only
             try:
                 replied = await self._call("POST", path, body=reply_body, chat=chat_id or reply_to,

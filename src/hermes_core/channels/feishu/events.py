@@ -20,7 +20,8 @@ signed with SHA-1 over timestamp + nonce + Verification Token + body, as the SDK
 Hostile bodies (docs/security.md): anything that is not a JSON object of the expected shape is a
 400 with one line saying what is wrong — JSON too deeply nested, a number too long, a `header` that
 is not an object, a field of the wrong type in an otherwise valid and verified event
-(`envelope_problem`), an identifier with a lone surrogate. Nothing of such an event is stored, and
+(`envelope_problem`), an identifier with a lone surrogate, a message or chat id not shaped like the
+platform's (`om_…`, `oc_…`: ids go into API paths). Nothing of such an event is stored, and
 `inbound_from_event` itself never raises on any JSON value, so the long connection (which carries
 no signature) can use it as it is.
 """
@@ -128,7 +129,7 @@ class FeishuEventVerifier:
         problem = self._timed_signature_problem(headers, body, self.verification_token, legacy_signature)
         if problem:
             return _reject(401, problem)
-        problem = _shape_problem(data, _LEGACY_CARD_SHAPE, "")
+        problem = _shape_problem(data, _LEGACY_CARD_SHAPE, "") or _id_problem(data, _LEGACY_CARD_IDS)
         if problem:
             return _reject(400, f"malformed card callback: {problem}")
         return EventCheck(200, {"msg": "success"}, card_action_envelope(data))
@@ -227,6 +228,16 @@ _SHAPE: dict[str, type] = {
     "event.action.value": dict, "event.action.value.approval_id": str,
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
 }  # fmt: skip
+# Ids that the channel puts into API paths (replies, card patches, downloads) or keys conversations
+# by: each must look like the platform's — its prefix (om_ a message, oc_ a chat) and at most
+# MAX_ID_CHARS letters, digits, `_` and `-` — so that a crafted one (`om_x/../om_y`) is a 400 here,
+# not a request to another endpoint. The API client also quotes every id it sends. (An odd
+# `parent_id` only loses its quote: `quoted` checks it where it is read.)
+_PLATFORM_IDS: dict[str, str] = {
+    "event.message.message_id": "om_", "event.message.chat_id": "oc_", "event.message_id": "om_",
+    "event.chat_id": "oc_", "event.context.open_message_id": "om_", "event.context.open_chat_id": "oc_",
+}  # fmt: skip
+_LEGACY_CARD_IDS: dict[str, str] = {"open_message_id": "om_", "open_chat_id": "oc_"}
 _MENTION_SHAPE: dict[str, type] = {"key": str, "name": str, "id": dict, "id.open_id": str}
 _TYPE_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
@@ -235,7 +246,7 @@ def envelope_problem(envelope: JSON) -> str | None:
     """What is wrong with the shape of an event envelope (one line), or None when it can be read."""
     if not isinstance(envelope, dict):
         return "the event is not a JSON object"
-    problem = _shape_problem(envelope, _SHAPE, "")
+    problem = _shape_problem(envelope, _SHAPE, "") or _id_problem(envelope, _PLATFORM_IDS)
     if problem:
         return problem
     mentions = _at(envelope, "event.message.mentions") or []
@@ -257,6 +268,16 @@ def _shape_problem(data: dict[str, JSON], shape: dict[str, type], prefix: str) -
             return f"'{prefix}{path}' must be {_TYPE_NAMES[kind]}"
         if isinstance(value, str) and has_surrogate(value):
             return f"'{prefix}{path}' holds a lone surrogate (not valid Unicode)"
+    return None
+
+
+def _id_problem(data: dict[str, JSON], ids: dict[str, str]) -> str | None:
+    for path, prefix in ids.items():
+        value = _at(data, path)
+        if isinstance(value, str) and not (
+            value.startswith(prefix) and len(value) <= MAX_ID_CHARS and _ID.match(value)
+        ):
+            return f"'{path}' is not a Feishu id ({prefix}… of letters, digits, _ and -)"
     return None
 
 
