@@ -5,16 +5,33 @@ Where the cases come from: issue 31's second round of attacks. Ids in URL paths 
 (a path segment may not hold `/`, `?` or `#` unencoded) and §5.2.4 (dot segments are removed: the
 client's URL library turns `…/messages/om_a/../om_b/reply` into `…/messages/om_b/reply`); OWASP's
 Server-Side Request Forgery Prevention Cheat Sheet (never build an upstream path from input
-without validating it, encode what goes into a path).
+without validating it, encode what goes into a path). Approval prompts — Unicode TR9 (the bidi
+controls) and TR36 §3 (visual spoofing), and the "Trojan Source" paper (CVE-2021-42574).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
+import pytest
+
 from gateway_harness import feishu_gateway, wait_for
+from hermes_core import Agent
+from hermes_core.gateway.runner import AgentRunner
+from hermes_core.kernel.tools.permissions import Policy
+from hermes_core.tasks import SQLiteTaskJournal
+from hermes_core.tasks.pending import SQLiteInteractions
+from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
+from hermes_core.testing.fake_feishu.cards import buttons, rendered
+from invoicing import RAN, send_invoice
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    RAN.clear()
 
 
 async def test_a_crafted_message_id_addresses_no_other_message(tmp_path: Path) -> None:
@@ -37,3 +54,34 @@ async def test_a_crafted_message_id_addresses_no_other_message(tmp_path: Path) -
     assert feishu.messages_in("oc_hr") == []
     assert not [call.path for call in feishu.requests if victim_id in call.path]
     assert statuses == [400] * len(crafted)
+
+
+async def test_an_approval_card_shows_the_arguments_as_they_will_run(tmp_path: Path) -> None:
+    """Arguments a prompt-injected model wrote to mislead the approver: Markdown that the card
+    rendered (`**`, a link, strike-through hid what runs) and a right-to-left override (U+202E,
+    Unicode TR9; "Trojan Source", CVE-2021-42574) and a zero-width space that reorder or hide
+    characters. What the approver reads — the card as the client renders it (`rendered`), before and
+    after the click — is the arguments verbatim, with the controls written out."""
+    customer = "**ACME** ~~Globex~~ [details](http://127.0.0.1/x) \u202eexe.fdp\u202c z\u200bero"
+    model = ScriptedModel(
+        [call("send_invoice", {"customer": customer, "amount": 120}), reply("Invoice sent.")]
+    )
+    database = tmp_path / "agent.db"
+    agent = Agent(model=model, tools=[send_invoice], journal=SQLiteTaskJournal(database),
+                  interactions=SQLiteInteractions(database), permissions=Policy.from_lists())  # fmt: skip
+    async with (
+        FakeFeishu(time_scale=0.001) as feishu,
+        feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url),
+    ):
+        assert (await feishu.push(feishu.user_message("给 ACME 开发票", sender="ou_alice"), url)).ok
+        await wait_for(lambda: len(feishu.sent) == 1)
+        asked = rendered(feishu.sent[0].content)
+        approve = next(value for value in buttons(feishu.sent[0].content) if value["decision"] == "approve")
+        clicked = await feishu.push(feishu.card_action("ou_alice", feishu.sent[0].message_id, approve), url)
+        decided = rendered(json.loads(clicked.body)["card"]["data"])
+        await wait_for(lambda: len(feishu.sent) == 2)
+    inert = "**ACME** ~~Globex~~ [details](http://127.0.0.1/x) <U+202E>exe.fdp<U+202C> z<U+200B>ero"
+    for shown in (asked, decided):
+        assert inert in shown, shown
+        assert not {"\u202e", "\u202c", "\u200b"} & set(shown)
+    assert RAN == [f"invoice {customer} 120"]

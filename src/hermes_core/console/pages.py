@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode
 
 from ..channels.media import megabytes
+from ..kernel.approvals import visible
 from ..kernel.redaction import Redactor, cut_text
 from .words import SCRIPT_WORDS, Lang, word
 
@@ -314,10 +315,11 @@ class Pages:
             by = f" by {pending['decided_by']}" if pending.get("decided_by") else ""
             last, expires = self.show(f"{pending.get('status', '')}{by}"), _when(pending.get("decided_at"))
         who = f"{pending.get('requested_by', '')} ({pending.get('channel', '')})"
+        arguments = visible(_pretty(pending.get("arguments")), lines=True)  # bidi controls written out
         cells = [
             ("id", f'<code class="id">{pid}</code>'),
             ("tool", f'<span class="tool-name">{self.show(pending.get("tool", ""))}</span>'),
-            ("arguments", f'<pre class="arguments">{self.show(_pretty(pending.get("arguments")))}</pre>'),
+            ("arguments", f'<pre class="arguments">{self.show(arguments)}</pre>'),
             ("asked_by", self.show(who)),
             ("task", f'<a class="id" href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
             ("expires" if decidable else "decided", expires),

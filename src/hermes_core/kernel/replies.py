@@ -61,6 +61,11 @@ REPLIES: dict[str, dict[Language, str]] = {
         "en": "I need your approval to continue: call {tool} with {arguments}. "
         "Approval id {id}, valid for 10 minutes.",
     },
+    "approval_request_card": {  # the card shows the arguments below, as code: never as Markdown
+        "zh": "需要你的确认才能继续：调用 {tool}，参数如下。审批编号 {id}，10 分钟内有效。",
+        "en": "I need your approval to continue: call {tool} with the arguments below. "
+        "Approval id {id}, valid for 10 minutes.",
+    },
     "approval_approved": {"zh": "已批准：{tool}（{by}）", "en": "Approved: {tool} (by {by})"},
     "approval_rejected": {"zh": "已拒绝：{tool}（{by}）", "en": "Rejected: {tool} (by {by})"},
     "approval_expired": {

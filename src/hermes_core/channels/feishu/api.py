@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ...kernel.messages import JSON
+from ...kernel.replies import detect_language
 from ..base import DeliveryError
 from ..seam import OutboundMessage
 from .formatting import Part, approval_card, format_reply
@@ -229,8 +230,8 @@ class FeishuAPI:
         Returns the Feishu message_id of the last part.
         """
         if message.approval is not None:  # Approve / Reject buttons: one card, never split
-            card = json.dumps(approval_card(message.text, message.approval), ensure_ascii=False)
-            parts = [Part("interactive", card)]
+            card = approval_card(message.approval, detect_language(message.text))
+            parts = [Part("interactive", json.dumps(card, ensure_ascii=False))]
         else:
             parts = format_reply(message.text)
         if not parts:
