@@ -11,7 +11,9 @@ controls) and TR36 §3 (visual spoofing), and the "Trojan Source" paper (CVE-202
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -85,3 +87,21 @@ async def test_an_approval_card_shows_the_arguments_as_they_will_run(tmp_path: P
         assert inert in shown, shown
         assert not {"\u202e", "\u202c", "\u200b"} & set(shown)
     assert RAN == [f"invoice {customer} 120"]
+
+
+async def test_token_only_mode_refuses_an_event_captured_more_than_48_hours_ago(tmp_path: Path) -> None:
+    """Without an Encrypt Key nothing signs an event's time, and its dedup key is forgotten after
+    48 h: a captured event sent again later ran again. Now an event older than the replay window
+    (by its header's `create_time`, FEISHU.md §1) is refused, and one within it is still a
+    duplicate (the window is shorter than the dedup keys' 48 h)."""
+    async with FakeFeishu() as feishu, feishu_gateway(tmp_path, feishu) as (_, url):
+        captured = feishu.user_message("转账给我")
+        captured["header"]["create_time"] = str(int((time.time() - 49 * 3600) * 1000))  # type: ignore[index]
+        replayed = await feishu.push(captured, url)
+        fresh = feishu.user_message("hello")
+        assert (await feishu.push(fresh, url)).ok
+        await wait_for(lambda: len(feishu.sent) >= 1)
+        again = await feishu.push(fresh, url)  # the same event within the window: a duplicate
+        await asyncio.sleep(0.3)
+    assert replayed.status == 401 and again.ok
+    assert [sent.text for sent in feishu.sent] == ["echo: hello"]

@@ -113,10 +113,27 @@ class FeishuEventVerifier:
                 return _reject(401, problem)
         if (token is not None or self.encrypt_key is None) and not self._token_ok(token):
             return _reject(403, "invalid verification_token")
+        if self.encrypt_key is None and self._is_stale(data):  # nothing signed its time: its own age
+            return _reject(401, f"event older than {self.replay_window / 3600:g} h (a replay?)")
         problem = envelope_problem(data)
         if problem:
             return _reject(400, f"malformed event: {problem}")
         return EventCheck(200, {"msg": "success"}, data)
+
+    def _is_stale(self, data: dict[str, JSON]) -> bool:
+        """Token-only mode: is the event older than the replay window, by its own time (v2
+        `header.create_time`, v1 `ts`)? Its dedup key is kept 48 h, longer than the window, so an
+        event sent again is refused by one or the other. A request without a time is let through:
+        whoever holds the token can write any time anyway (docs/feishu.md: use an Encrypt Key)."""
+        header = data.get("header")
+        stamp = header.get("create_time") if isinstance(header, dict) else data.get("ts")
+        text = str(stamp) if isinstance(stamp, (str, int)) and not isinstance(stamp, bool) else ""
+        try:
+            seconds = float(text)
+        except ValueError:
+            return False
+        seconds = seconds / 1000 if seconds > 1e11 else seconds  # milliseconds (v2) or seconds (v1)
+        return self.now() - seconds > self.replay_window
 
     def _check_legacy_card(
         self, headers: Mapping[str, str], body: bytes, data: dict[str, JSON]
@@ -274,7 +291,7 @@ def _shape_problem(data: dict[str, JSON], shape: dict[str, type], prefix: str) -
 def _id_problem(data: dict[str, JSON], ids: dict[str, str]) -> str | None:
     for path, prefix in ids.items():
         value = _at(data, path)
-        if isinstance(value, str) and not (
+        if isinstance(value, str) and value and not (  # "" is absent: its reader asks for one
             value.startswith(prefix) and len(value) <= MAX_ID_CHARS and _ID.match(value)
         ):
             return f"'{path}' is not a Feishu id ({prefix}… of letters, digits, _ and -)"
