@@ -252,8 +252,9 @@ class Pages:
         items = []
         for item in approvals:
             if isinstance(item, dict):
+                arguments = visible(_compact(item.get("arguments")))  # bidi controls written out
                 text = (
-                    f"{item.get('tool', '')} {_compact(item.get('arguments'))}: {item.get('status', '')}"
+                    f"{item.get('tool', '')} {arguments}: {item.get('status', '')}"
                     f"{' by ' + str(item['decided_by']) if item.get('decided_by') else ''}"
                 )
                 items.append(f"<li>{self.show(text)} <code>{self.show(item.get('id', ''))}</code></li>")
