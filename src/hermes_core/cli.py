@@ -619,7 +619,7 @@ def terminal_caller(agent: Agent) -> Caller:
 def terminal_interactions(terminal: Terminal, display: TurnDisplay) -> InlineInteractions:
     """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on.
     Their lines come from the session's `Terminal`, so Ctrl-C at such a prompt cancels the turn."""
-    from .kernel.approvals import shown_arguments
+    from .channels.inert import shown_arguments
     from .kernel.redaction import redact_text
     from .tasks.pending import InlineInteractions, Pending
 

@@ -33,7 +33,6 @@ from pydantic.dataclasses import dataclass
 from .channels.media import MediaLimits
 from .kernel.loop import Limits
 from .kernel.messages import JSON
-from .kernel.redaction import url_passwords
 from .models.settings import ModelRoute, ModelSettings
 
 if TYPE_CHECKING:
@@ -884,6 +883,8 @@ def _read_yaml(path: Path) -> dict[str, JSON]:
 
 
 def _refuse_secrets(data: JSON, where: str = "") -> None:
+    from .postgres.database import url_passwords  # the standard library only, as this module
+
     if isinstance(data, dict):
         for key, value in data.items():
             here = f"{where}.{key}" if where else str(key)

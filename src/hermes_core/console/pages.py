@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode
 
+from ..channels.inert import visible
 from ..channels.media import megabytes
-from ..kernel.approvals import visible
 from ..kernel.redaction import Redactor, cut_text
 from .words import SCRIPT_WORDS, Lang, word
 

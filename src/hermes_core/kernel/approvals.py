@@ -18,9 +18,7 @@ declaration. `tasks/pending.py` keeps the SQLite and terminal implementations.
 
 from __future__ import annotations
 
-import json
 import time
-import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -144,32 +142,6 @@ class ApprovalDesk(Protocol):
     async def expire_due(self) -> list[Pending]:
         """Expire what is past its time; the expired records (their tasks resume)."""
         ...
-
-
-# Characters that change how text shows without being seen themselves: bidi embeddings, overrides and
-# isolates (Unicode TR9; the "Trojan Source" attack, CVE-2021-42574), zero-width characters and the
-# rest of the format (Cf) and control (Cc) categories, line and paragraph separators (Zl, Zp).
-_UNSEEN = frozenset({"Cf", "Cc", "Zl", "Zp"})
-
-
-def visible(text: str, *, lines: bool = False) -> str:
-    """`text` with every unseen character written out (`<U+202E>`): what the approver reads of
-    arguments is what runs, on every channel. `lines`: newlines stay (an indented listing)."""
-    kept = "\n" if lines else ""
-    return "".join(
-        f"<U+{ord(c):04X}>" if unicodedata.category(c) in _UNSEEN and c not in kept else c for c in text
-    )
-
-
-def shown_arguments(arguments: JSON) -> str:
-    """A call's arguments as an approval shows them: one line of JSON (a parsed object, or the text
-    as the model wrote it, re-read when it is JSON), every unseen character made visible."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return visible(arguments)
-    return visible(json.dumps(arguments, ensure_ascii=False))
 
 
 def may_decide(pending: Pending, decider: Caller) -> bool:

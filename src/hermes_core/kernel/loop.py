@@ -8,13 +8,13 @@ the token limit) live in `kernel/guards.py`, so the loop itself only says *when*
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import Field
 
-from .approvals import shown_arguments
 from .guards import TaskGuards, changes_state, cut_off_outcomes
 from .hooks import NO_HOOKS, TaskHooks, call_model, call_tool
 from .messages import Message, ModelResponse, ToolCall, Usage
@@ -157,8 +157,9 @@ def pause_reply(paused: ToolOutcome, language: Language) -> str:
     """What the user reads when a task pauses: the approval request, or the model's question."""
     if paused.error != "awaiting_approval":
         return paused.content
+    arguments = json.dumps(paused.arguments or {}, ensure_ascii=False)
     return fixed_reply("approval_request", language).format(
-        tool=paused.call.name, arguments=shown_arguments(paused.arguments or {}), id=paused.content
+        tool=paused.call.name, arguments=arguments, id=paused.content
     )
 
 

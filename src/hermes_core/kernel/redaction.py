@@ -1,8 +1,7 @@
 """Secrets stay out of what the process writes: logs, traces, stored data, replies and prompts.
 
 A `Redactor` knows the secret values to hide: the secret environment variables (HERMES_API_KEY,
-FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, HERMES_WEBHOOK_SECRET, PGPASSWORD,
-the passwords in HERMES_DATABASE_URL, and any
+FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, HERMES_WEBHOOK_SECRET, PGPASSWORD, any
 `*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_ENCRYPT_KEY` of at least 8 characters), plus
 values added at run time (`redactor.add(token)`, e.g. a freshly fetched Feishu tenant token). It
 replaces:
@@ -38,7 +37,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
+from urllib.parse import quote, quote_plus
 
 from .messages import Message, ModelResponse, ToolCall
 from .model import ModelClient, ModelWrapper, TextCallback
@@ -46,9 +45,6 @@ from .model import ModelClient, ModelWrapper, TextCallback
 REDACTED = "[REDACTED]"
 SECRET_VARIABLES = ("HERMES_API_KEY", "FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY",
                     "HERMES_WEBHOOK_SECRET", "PGPASSWORD")  # fmt: skip
-URL_VARIABLES = ("HERMES_DATABASE_URL",)  # URLs whose passwords are secrets (`user:pw@`, `?password=`)
-# libpq's connection parameters that hold a secret, when given in a URL's query string
-URL_PASSWORD_PARAMETERS = frozenset({"password", "sslpassword"})
 SECRET_SUFFIXES = ("_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_ENCRYPT_KEY")
 MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a secret (`TRUE`, `0`)
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text
@@ -206,7 +202,6 @@ class Redactor:
         """Add the values of the secret variables (see the module docstring)."""
         environ = os.environ if environ is None else environ
         self.add(*(value for name, value in environ.items() if _is_secret_variable(name, value)))
-        self.add(*(password for name in URL_VARIABLES for password in url_passwords(environ.get(name, ""))))
 
     def add(self, *secrets: str) -> None:
         """Hide these values too from now on (e.g. a token fetched at run time). Empty values and
@@ -334,17 +329,6 @@ def _on_first_use(build: Callable[[], Callable[[str], str]]) -> Callable[[str], 
         return built[0](text)
 
     return call
-
-
-def url_passwords(url: str) -> list[str]:
-    """The passwords a URL carries: `user:password@` and libpq's `?password=` / `?sslpassword=`."""
-    try:
-        parts = urlsplit(url)
-        found = [unquote(parts.password)] if parts.password else []
-    except ValueError:
-        return []
-    query = parse_qsl(parts.query, keep_blank_values=False)
-    return found + [value for key, value in query if key.lower() in URL_PASSWORD_PARAMETERS]
 
 
 def _is_secret_variable(name: str, value: str) -> bool:

@@ -57,18 +57,12 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "command_admins_only": {  # /new, /reset, /forget in a group's shared conversation (gateway/commands.py)
         "zh": "这个群的对话记录和笔记是大家共用的，只有管理员可以清除。如需清除，请联系管理员。",
-        "en": "This group's history and notes are shared by everyone, so only an admin can clear "
-        "them. Please ask an admin.",
+        "en": "This group's history and notes are shared: only an admin can clear them. Please ask one.",
     },
     # approvals (tasks/pending.py); {tool}, {arguments} and {id} are filled in
     "approval_request": {
         "zh": "需要你的确认才能继续：调用 {tool}，参数 {arguments}。审批编号 {id}，10 分钟内有效。",
         "en": "I need your approval to continue: call {tool} with {arguments}. "
-        "Approval id {id}, valid for 10 minutes.",
-    },
-    "approval_request_card": {  # the card shows the arguments below, as code: never as Markdown
-        "zh": "需要你的确认才能继续：调用 {tool}，参数如下。审批编号 {id}，10 分钟内有效。",
-        "en": "I need your approval to continue: call {tool} with the arguments below. "
         "Approval id {id}, valid for 10 minutes.",
     },
     "approval_approved": {"zh": "已批准：{tool}（{by}）", "en": "Approved: {tool} (by {by})"},

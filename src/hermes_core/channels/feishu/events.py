@@ -291,9 +291,8 @@ def _shape_problem(data: dict[str, JSON], shape: dict[str, type], prefix: str) -
 def _id_problem(data: dict[str, JSON], ids: dict[str, str]) -> str | None:
     for path, prefix in ids.items():
         value = _at(data, path)
-        if isinstance(value, str) and value and not (  # "" is absent: its reader asks for one
-            value.startswith(prefix) and len(value) <= MAX_ID_CHARS and _ID.match(value)
-        ):
+        shaped = isinstance(value, str) and value.startswith(prefix) and len(value) <= MAX_ID_CHARS
+        if isinstance(value, str) and value and not (shaped and _ID.match(value)):  # "" is absent
             return f"'{path}' is not a Feishu id ({prefix}… of letters, digits, _ and -)"
     return None
 

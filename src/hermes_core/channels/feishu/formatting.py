@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...kernel.approvals import shown_arguments, visible
 from ...kernel.redaction import redact_data
 from ...kernel.replies import Language, fixed_reply
+from ..inert import shown_arguments, visible
 
 TEXT_LIMIT = 150_000  # bytes of encoded content (§6: 150 KB; counted in thousands to be safe)
 CARD_LIMIT = 30_000  # bytes of encoded content (§6: 30 KB)
@@ -264,18 +264,19 @@ def approval_card(
     """The approval request as a JSON 2.0 card with Approve / Reject buttons (tasks/pending.py).
 
     The arguments are shown as inert text: in a code block (no Markdown of theirs is rendered), one
-    line, every bidi or zero-width control written out (`<U+202E>`, kernel/approvals.py), redacted.
+    line, every bidi or zero-width control written out (`<U+202E>`, channels/inert.py), redacted.
     Each button's callback `value` names the approval and the decision; the click comes back as a
     `card.action.trigger` event (the button component's `behaviors`: `callback`). With `decision`
     (a line saying who decided what) the buttons are replaced by that line: the card is updated to
     it once the decision is taken.
     """
-    request = fixed_reply("approval_request_card", language).format(
-        tool=visible(str(approval.get("tool"))), id=visible(str(approval.get("id")))
-    )
     arguments = shown_arguments(redact_data(approval.get("arguments")))
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", arguments)), default=0))
-    text = f"{request}\n{fence}json\n{arguments}\n{fence}"
+    text = fixed_reply("approval_request", language).format(
+        tool=visible(str(approval.get("tool"))),
+        arguments=f"\n{fence}json\n{arguments}\n{fence}\n",
+        id=visible(str(approval.get("id"))),
+    )
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": text, "element_id": REPLY_ELEMENT}]
     if decision is not None:
         elements.append({"tag": "markdown", "content": f"**{decision}**", "element_id": "decision"})
