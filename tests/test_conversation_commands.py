@@ -255,3 +255,35 @@ def test_both_readmes_document_every_command_word() -> None:
         text = (root / readme).read_text(encoding="utf-8")
         missing = [word for word in WORDS if f"`/{word}`" not in text]
         assert not missing, f"{readme} does not name {missing}"
+
+
+async def test_in_a_group_only_an_admin_clears_the_shared_history(
+    tmp_path: Path, fake: FakeOpenAIServer, feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31, attack 10: any member's /reset or /forget erased the history and notes a whole group
+    shares. Now a member gets a polite fixed reply and the history stays (the model still reads it);
+    an admin (`permissions.admins`) may clear it, and in a one-to-one chat anyone clears their own."""
+    fake.handler = lambda request: FakeReply.text("noted")
+    async with gateway(tmp_path, fake, monkeypatch, feishu) as (_, url):
+        events = f"{url}/feishu/events"
+
+        def replies() -> list[str]:
+            return [m.text for m in feishu.messages_in("oc_g") if m.sender == "app"]
+
+        steps = [("项目代号是 Falcon", "ou_a"), ("/reset", "ou_m"), ("/忘记", "ou_m"),
+                 ("still there?", "ou_a"), ("/reset", "ou_boss")]  # fmt: skip
+        for count, (text, sender) in enumerate(steps, 1):
+            message = feishu.user_message(
+                text, chat_id="oc_g", chat_type="group", sender=sender, mention_bot=True
+            )
+            assert (await feishu.push(message, events)).ok
+            await wait_for(lambda count=count: len(replies()) == count)  # type: ignore[misc]
+        own = feishu.user_message("/reset", chat_id="oc_dm", sender="ou_m")
+        assert (await feishu.push(own, events)).ok
+        await wait_for(lambda: len(feishu.messages_in("oc_dm")) == 1)
+    assert replies() == [
+        "noted", fixed_reply("command_admins_only", "en"), fixed_reply("command_admins_only", "zh"), "noted",
+        fixed_reply("conversation_new", "en"),
+    ]  # fmt: skip
+    assert "Falcon" in fake.requests[-1].raw.decode()  # the second turn still read the first
+    assert feishu.messages_in("oc_dm")[0].text == fixed_reply("conversation_new", "en")

@@ -29,6 +29,7 @@ from hermes_core.config import FeishuConfig, GatewayConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.replies import REPLIES
+from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 
@@ -39,10 +40,10 @@ ALICE, BOB = "ou_alice", "ou_bob"
 @asynccontextmanager
 async def team_gateway(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
-    **feishu_config: Any,
+    admins: tuple[str, ...] = (), **feishu_config: Any,
 ) -> AsyncIterator[tuple[Gateway, str]]:  # fmt: skip
     """The gateway serve builds, with Feishu against the fake (replies as plain messages unless
-    `stream` is given); yields it and its events URL."""
+    `stream` is given), `admins` its admins; yields it and its events URL."""
     monkeypatch.setenv("FEISHU_APP_SECRET", feishu.app_secret)
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
@@ -51,7 +52,8 @@ async def team_gateway(
             app_id=feishu.app_id, base_url=feishu.base_url, **{"stream": False, **feishu_config}
         ),  # fmt: skip
     )
-    agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test")
+    agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test",
+                  permissions=Policy.from_lists(admins=list(admins)))  # fmt: skip
     gateway, routes = build_gateway(settings, agent)
     try:
         async with serving(gateway, routes) as url:
@@ -135,11 +137,15 @@ async def test_members_are_named_from_the_contact_api_once_and_by_id_when_it_ref
 async def test_a_group_shares_one_history_or_keeps_one_per_member(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, group_session: str
 ) -> None:
-    """`chat`: one history for the whole group, topics included; `user`: one per member, and a
-    member's `/new` (still a command after the speaker label) clears only their own."""
+    """`chat`: one history for the whole group, topics included, which an admin's `/new` clears
+    (a member's is refused: test_conversation_commands.py); `user`: one per member, and a member's
+    `/new` (still a command after the speaker label) clears only their own."""
+    admins = (f"feishu:{BOB}",) if group_session == "chat" else ()
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(*(FakeReply.text("ok") for _ in range(3)))
-        async with team_gateway(tmp_path, feishu, fake, monkeypatch, group_session=group_session) as (_, url):
+        async with team_gateway(
+            tmp_path, feishu, fake, monkeypatch, admins=admins, group_session=group_session
+        ) as (_, url):
             first = feishu.user_message(
                 "plum", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
             )
@@ -155,7 +161,7 @@ async def test_a_group_shares_one_history_or_keeps_one_per_member(
     assert feishu.sent[2].text == REPLIES["conversation_new"]["en"] and len(fake.requests) == 3
     if group_session == "chat":
         assert user_texts(fake.requests[1]) == [said(ALICE, "plum"), said(BOB, "pear")]
-        assert user_texts(fake.requests[2]) == [said(ALICE, "fig")]  # Bob's /new cleared the group's
+        assert user_texts(fake.requests[2]) == [said(ALICE, "fig")]  # Bob (an admin) cleared the group's
     else:
         assert user_texts(fake.requests[1]) == [said(BOB, "pear")]
         assert user_texts(fake.requests[2]) == [said(ALICE, "plum"), said(ALICE, "fig")]  # not Alice's

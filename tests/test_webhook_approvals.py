@@ -198,3 +198,17 @@ async def test_the_approval_answer_is_the_one_docs_webhook_md_shows(tmp_path: Pa
     assert real["approval"]["arguments"] == {"customer": "ACME", "amount": 120}
     assert real["approval"]["requested_by"] == "webhook:alice"
     assert documented["approval"]["requested_by"].startswith("webhook:")
+
+
+async def test_the_approval_text_writes_out_bidi_and_zero_width_controls(tmp_path: Path) -> None:
+    """Issue 31, attack 15, on the webhook: the reply text a caller shows its approver had the raw
+    right-to-left override (U+202E, Unicode TR9; "Trojan Source", CVE-2021-42574), so it read
+    `fdp.exe` reversed. Now the text names each control (`<U+202E>`); `approval.arguments` stays the
+    object the tool will get, byte for byte."""
+    customer = "ACME \u202eexe.fdp\u202c z\u200bero"
+    model = ScriptedModel([call("send_invoice", {"customer": customer, "amount": 120}), reply("sent")])
+    async with gateway_serving(tmp_path, model) as (_, url):
+        real = await ask(url, "m-bidi")
+    assert "ACME <U+202E>exe.fdp<U+202C> z<U+200B>ero" in real["reply"]
+    assert not {"\u202e", "\u202c", "\u200b"} & set(real["reply"])
+    assert real["approval"]["arguments"] == {"customer": customer, "amount": 120}

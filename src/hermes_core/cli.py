@@ -619,12 +619,14 @@ def terminal_caller(agent: Agent) -> Caller:
 def terminal_interactions(terminal: Terminal, display: TurnDisplay) -> InlineInteractions:
     """Approvals and questions for `chat`: asked on the terminal, answered before the task goes on.
     Their lines come from the session's `Terminal`, so Ctrl-C at such a prompt cancels the turn."""
+    from .channels.inert import shown_arguments
     from .kernel.redaction import redact_text
     from .tasks.pending import InlineInteractions, Pending
 
     async def confirm(pending: Pending) -> bool:
         display.prompting()
-        prompt = f"Approve {pending.tool}({redact_text(pending.arguments)})? 批准执行？ [y/N] "
+        arguments = shown_arguments(redact_text(pending.arguments))
+        prompt = f"Approve {pending.tool}({arguments})? 批准执行？ [y/N] "
         answer = await terminal.read_line(prompt)
         return (answer or "").strip().lower() in {"y", "yes", "是", "好", "批准"}
 

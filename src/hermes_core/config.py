@@ -927,31 +927,29 @@ def _read_yaml(path: Path) -> dict[str, JSON]:
 
 
 def _refuse_secrets(data: JSON, where: str = "") -> None:
+    from .postgres.database import url_passwords  # the standard library only, as this module
+
     if isinstance(data, dict):
         for key, value in data.items():
             here = f"{where}.{key}" if where else str(key)
             refused = CREDENTIAL_HEADERS if where == "model.extra_headers" else SECRET_KEYS
             secret = str(key).lower() in refused
+            if str(key).upper() == "PGPASSWORD":
+                raise ConfigError(
+                    f"{here}: the database password is read only from the environment variable "
+                    "PGPASSWORD, never from the configuration file; remove it from the file"
+                )
             if secret and value not in (None, ""):
                 raise ConfigError(
                     f"{here}: secrets are read only from the environment (e.g. HERMES_API_KEY or a .env "
                     "file), never from the configuration file; remove it from the file"
                 )
-            if here == "database.url" and isinstance(value, str) and _url_password(value):
+            if here == "database.url" and isinstance(value, str) and url_passwords(value):
                 raise ConfigError(
                     "database.url: the password is read only from the environment (PGPASSWORD, or the "
                     "whole URL in HERMES_DATABASE_URL), never from the configuration file; remove it"
                 )
             _refuse_secrets(value, here)
-
-
-def _url_password(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    try:
-        return bool(urlsplit(url).password)
-    except ValueError:
-        return False
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:

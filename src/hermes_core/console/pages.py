@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import quote, urlencode
 
+from ..channels.inert import visible
 from ..channels.media import megabytes
 from ..kernel.redaction import Redactor, cut_text
 from .words import SCRIPT_WORDS, Lang, word
@@ -251,8 +252,9 @@ class Pages:
         items = []
         for item in approvals:
             if isinstance(item, dict):
+                arguments = visible(_compact(item.get("arguments")))  # bidi controls written out
                 text = (
-                    f"{item.get('tool', '')} {_compact(item.get('arguments'))}: {item.get('status', '')}"
+                    f"{item.get('tool', '')} {arguments}: {item.get('status', '')}"
                     f"{' by ' + str(item['decided_by']) if item.get('decided_by') else ''}"
                 )
                 items.append(f"<li>{self.show(text)} <code>{self.show(item.get('id', ''))}</code></li>")
@@ -314,10 +316,11 @@ class Pages:
             by = f" by {pending['decided_by']}" if pending.get("decided_by") else ""
             last, expires = self.show(f"{pending.get('status', '')}{by}"), _when(pending.get("decided_at"))
         who = f"{pending.get('requested_by', '')} ({pending.get('channel', '')})"
+        arguments = visible(_pretty(pending.get("arguments")), lines=True)  # bidi controls written out
         cells = [
             ("id", f'<code class="id">{pid}</code>'),
             ("tool", f'<span class="tool-name">{self.show(pending.get("tool", ""))}</span>'),
-            ("arguments", f'<pre class="arguments">{self.show(_pretty(pending.get("arguments")))}</pre>'),
+            ("arguments", f'<pre class="arguments">{self.show(arguments)}</pre>'),
             ("asked_by", self.show(who)),
             ("task", f'<a class="id" href="{self.show(trace_url(task_id))}">{self.show(task_id)}</a>'),
             ("expires" if decidable else "decided", expires),

@@ -8,6 +8,10 @@
     /jobs (/任务)                  this conversation's scheduled tasks
     /memory, /forget [N]          the notes (memory/conversation.py)
 
+In a group whose history is shared (the whole chat, or a topic: not `group_session: user`), only
+an admin (`permissions.admins`) may /new, /reset or /forget: they erase what every member relies on.
+Others get a polite fixed reply; one-to-one chats are unchanged.
+
 The runner (gateway/runner.py) asks `answer` first; the terminal REPL, the webhook, Feishu and the
 console all go through it, so the replies are the same text everywhere. A reply's language is the
 agent's configured one, else Chinese for the Chinese command words, else the message's.
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..kernel.replies import Language, detect_language, fixed_reply
+from ..kernel.tools.permissions import ADMIN
 
 if TYPE_CHECKING:
     from ..channels.seam import InboundMessage
@@ -84,6 +89,8 @@ async def answer(
     command = parse(text)
     if command is None:
         return None
+    if _erases(command) and _shared(conversation, message) and (caller is None or caller.role != ADMIN):
+        return fixed_reply("command_admins_only", language_of(command, text, language))
     if command.name == "memory":
         return await memory.command(conversation, text, language)
     lang = language_of(command, text, language)
@@ -96,6 +103,18 @@ async def answer(
         stopping = message is not None and bool(message.extra.get("stopping"))
         return fixed_reply("stop_done" if stopping else "stop_nothing", lang)
     return await jobs_text(schedules, conversation, lang)
+
+
+def _erases(command: Command) -> bool:
+    """/new, /reset, /forget [N]: they take away history or notes (/memory only reads them)."""
+    return command.name == "new" or command.word in ("forget", "忘记")
+
+
+def _shared(conversation: str, message: InboundMessage | None) -> bool:
+    """A group conversation of more than its sender: the chat's or a topic's, not one member's."""
+    if message is None or message.chat_type in ("", "p2p"):
+        return False
+    return not (message.sender and conversation.endswith(f":{message.sender}"))
 
 
 def help_text(registry: ToolRegistry, caller: Caller | None, models: tuple[str, ...], lang: Language) -> str:

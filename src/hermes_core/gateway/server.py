@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 from aiohttp import web
 
 from ..agent import Agent
+from ..channels.inert import visible
 from ..channels.media import AttachmentSource
 from ..channels.seam import SpeakerNames, TurnWatcher
 from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
@@ -112,7 +113,8 @@ def _one_line(exc: BaseException) -> str:
 
 class RedactingRunner:
     """The agent's runner, with every reply redacted (kernel/redaction.py) before the gateway stores or
-    sends it: a prompt-injected model may try to echo a secret to the user."""
+    sends it: a prompt-injected model may try to echo a secret to the user. An approval request's
+    text has its bidi and zero-width controls written out (channels/inert.py)."""
 
     def __init__(self, inner: AgentRunner, redactor: Redactor) -> None:
         self.inner = inner
@@ -125,8 +127,10 @@ class RedactingRunner:
     def _redact(self, reply: str | Reply) -> str | Reply:
         if isinstance(reply, str):
             return self.redactor.redact(reply)
-        approval = self.redactor.redact_data(reply.approval) if reply.approval is not None else None
-        return dataclasses.replace(reply, text=self.redactor.redact(reply.text), approval=approval)
+        if reply.approval is None:
+            return dataclasses.replace(reply, text=self.redactor.redact(reply.text))
+        approval = self.redactor.redact_data(reply.approval)  # the text an approver reads: inert
+        return dataclasses.replace(reply, text=visible(self.redactor.redact(reply.text)), approval=approval)
 
     async def decide(self, pending_id: str, user_id: str, channel: str, approve: bool) -> Pending:
         return await self.inner.decide(pending_id, user_id, channel, approve)

@@ -1,7 +1,7 @@
 """Secrets stay out of what the process writes: logs, traces, stored data, replies and prompts.
 
 A `Redactor` knows the secret values to hide: the secret environment variables (HERMES_API_KEY,
-FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, HERMES_WEBHOOK_SECRET, and any
+FEISHU_APP_SECRET, FEISHU_VERIFICATION_TOKEN, FEISHU_ENCRYPT_KEY, HERMES_WEBHOOK_SECRET, PGPASSWORD, any
 `*_API_KEY`, `*_SECRET`, `*_TOKEN`, `*_PASSWORD`, `*_ENCRYPT_KEY` of at least 8 characters), plus
 values added at run time (`redactor.add(token)`, e.g. a freshly fetched Feishu tenant token). It
 replaces:
@@ -44,7 +44,7 @@ from .model import ModelClient, ModelWrapper, TextCallback
 
 REDACTED = "[REDACTED]"
 SECRET_VARIABLES = ("HERMES_API_KEY", "FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY",
-                    "HERMES_WEBHOOK_SECRET")  # fmt: skip
+                    "HERMES_WEBHOOK_SECRET", "PGPASSWORD")  # fmt: skip
 SECRET_SUFFIXES = ("_API_KEY", "_SECRET", "_TOKEN", "_PASSWORD", "_ENCRYPT_KEY")
 MIN_SECRET_CHARS = 8  # a shorter value of a `*_TOKEN`-like variable is rarely a secret (`TRUE`, `0`)
 MIN_NAMED_SECRET_CHARS = 4  # the named variables always hold secrets; shorter would mangle any text

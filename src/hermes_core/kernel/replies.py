@@ -60,6 +60,10 @@ REPLIES: dict[str, dict[Language, str]] = {
         "zh": "抱歉，模型没有给出有效的回答，请再试一次。",
         "en": "Sorry, the model did not give a usable answer. Please try again.",
     },
+    "command_admins_only": {  # /new, /reset, /forget in a group's shared conversation (gateway/commands.py)
+        "zh": "这个群的对话记录和笔记是大家共用的，只有管理员可以清除。如需清除，请联系管理员。",
+        "en": "This group's history and notes are shared: only an admin can clear them. Please ask one.",
+    },
     # approvals (tasks/pending.py); {tool}, {arguments} and {id} are filled in
     "approval_request": {
         "zh": "需要你的确认才能继续：调用 {tool}，参数 {arguments}。审批编号 {id}，10 分钟内有效。",

@@ -250,6 +250,7 @@ TURN_SECONDS = REGISTRY.histogram(
 MODEL_SECONDS = REGISTRY.histogram(
     "hermes_model_call_seconds", "Model call latency, retries included, by outcome.", ("outcome",)
 )
+OTHER_TOOL = "other"  # the `tool` label of a call to no registered tool (observe/traces.py)
 TOOL_SECONDS = REGISTRY.histogram(
     "hermes_tool_call_seconds", "Tool call latency, by tool and outcome.", ("tool", "outcome")
 )

@@ -52,7 +52,7 @@ from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..storage import SQLiteDatabase
 from .logs import bind_task, log_event, task_context, unbind_task
-from .metrics import MODEL_SECONDS, TOOL_SECONDS, count_tokens
+from .metrics import MODEL_SECONDS, OTHER_TOOL, TOOL_SECONDS, count_tokens
 
 log = logging.getLogger("hermes_core.traces")
 
@@ -434,12 +434,18 @@ class TaskTrace(TaskHooks):
         else:
             log_event("model_response", elapsed=elapsed, **raw)
 
+    def _tool_label(self, name: str) -> str:
+        """A metric label for the tool `name`: the model chooses it, so only a registered tool's
+        name is one; any other (an invented name, one per call) is `other`, so /metrics stays
+        bounded by the registry's size."""
+        return name if self.registry is not None and self.registry.get(name) is not None else OTHER_TOOL
+
     def tool_done(self, turn: int, started_at: float, outcome: ToolOutcome) -> None:
         self.started_calls[outcome.call.id] = {"turn": turn, "started_at": started_at}
         self.outcomes.append(outcome)
         paused = outcome.error in PAUSES
         result = "ok" if outcome.ok else "paused" if paused else "error"
-        TOOL_SECONDS.observe(outcome.elapsed, tool=outcome.call.name, outcome=result)
+        TOOL_SECONDS.observe(outcome.elapsed, tool=self._tool_label(outcome.call.name), outcome=result)
         log_event(
             "tool_result",
             logging.INFO if outcome.ok or paused else logging.WARNING,

@@ -17,8 +17,9 @@ PostgreSQL's text cannot hold the NUL character, which SQLite's can: every strin
 with NUL replaced by U+FFFD (the replacement character, as `clean_text` does for lone surrogates),
 so a message id or a text carrying one is accepted as on SQLite, instead of failing every retry.
 
-The password of the URL is never logged: `redacted_url` is what any message shows. It may also come
-from the environment instead of the URL (`PGPASSWORD`, read by libpq itself).
+The password of the URL is never logged: `redacted_url` is what any message shows, and a pool's
+URL passwords are known secrets of the process's redactor (kernel/redaction.py) from its start. It
+may also come from the environment instead of the URL (`PGPASSWORD`, read by libpq itself).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from ..kernel.redaction import redact_text
+from ..kernel.redaction import default_redactor, redact_text
 from ..storage import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -40,23 +41,39 @@ T = TypeVar("T")
 MIGRATION_LOCK = 0x6865726D6573  # the advisory lock every migration takes ("hermes")
 MIN_SERVER_VERSION = 14
 HIDDEN = "[REDACTED:url-password]"
+URL_PASSWORD_PARAMETERS = frozenset({"password", "sslpassword"})  # libpq's, when in the query string
 _shared: dict[str, PostgresDatabase] = {}
 _shared_lock = threading.Lock()
 
 
-def redacted_url(url: str) -> str:
-    """The URL as it may be shown: its password replaced, whatever its length (as kernel/redaction.py marks
-    a URL's password, which it finds only from three characters on)."""
+def url_passwords(url: str) -> list[str]:
+    """The passwords a URL carries: `user:password@` and libpq's `?password=` / `?sslpassword=`."""
     try:
         parts = urlsplit(url)
+        found = [unquote(parts.password)] if parts.password else []
+    except ValueError:
+        return []
+    query = parse_qsl(parts.query)
+    return found + [value for key, value in query if key.lower() in URL_PASSWORD_PARAMETERS]
+
+
+def redacted_url(url: str) -> str:
+    """The URL as it may be shown: its passwords replaced (`user:password@`, and libpq's `?password=`
+    and `?sslpassword=`), whatever their length (kernel/redaction.py finds a URL's password only from
+    three characters on, and a query's `password=` only from eight with a digit)."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:  # host and port as written: a bad port is not for this to judge
+            netloc = f"{parts.username or ''}:{HIDDEN}@{parts.netloc.rpartition('@')[2]}"
     except ValueError:
         return redact_text(url)
-    if parts.password is None:
-        return redact_text(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    netloc = f"{parts.username or ''}:{HIDDEN}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    query = [
+        (key, HIDDEN if key.lower() in URL_PASSWORD_PARAMETERS else value)
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    shown = urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="[]:"), parts.fragment))
+    return redact_text(shown)
 
 
 def driver() -> Any:
@@ -73,6 +90,7 @@ def driver() -> Any:
 class PostgresDatabase:
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 20, timeout: float = 10.0) -> None:
         self.url = url
+        default_redactor().add(*url_passwords(url))  # whatever quotes the URL hides them
         self.min_size, self.max_size, self.timeout = min_size, max_size, timeout
         self._migrations: dict[str, Mapping[int, str]] = {}
         self._applied: set[str] = set()

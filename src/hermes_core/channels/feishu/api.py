@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ...kernel.messages import JSON
+from ...kernel.replies import detect_language
 from ..base import DeliveryError
 from ..seam import OutboundMessage
 from .formatting import Part, approval_card, format_reply
@@ -229,8 +230,8 @@ class FeishuAPI:
         Returns the Feishu message_id of the last part.
         """
         if message.approval is not None:  # Approve / Reject buttons: one card, never split
-            card = json.dumps(approval_card(message.text, message.approval), ensure_ascii=False)
-            parts = [Part("interactive", card)]
+            card = approval_card(message.approval, detect_language(message.text))
+            parts = [Part("interactive", json.dumps(card, ensure_ascii=False))]
         else:
             parts = format_reply(message.text)
         if not parts:
@@ -288,7 +289,7 @@ class FeishuAPI:
         limit or retrying a 5xx; the FeishuError says which it was.
         """
         content = json.dumps(card, ensure_ascii=False)
-        path = f"/open-apis/im/v1/messages/{message_id}"
+        path = f"/open-apis/im/v1/messages/{quote(message_id, safe='')}"
         await self._call("PATCH", path, body={"content": content}, chat=f"message:{message_id}",
                          patient=patient, api="im.message.patch")  # fmt: skip
 
@@ -396,7 +397,7 @@ class FeishuAPI:
         (`reply_in_thread`, open.feishu.cn/document/server-docs/im-v1/message/reply)."""
         body: dict[str, JSON] = {"msg_type": part.msg_type, "content": part.content, "uuid": request_uuid}
         if reply_to is not None:
-            path = f"/open-apis/im/v1/messages/{reply_to}/reply"
+            path = f"/open-apis/im/v1/messages/{quote(reply_to, safe='')}/reply"
             reply_body = {**body, "reply_in_thread": True} if in_thread else body  # a reply's field only
             try:
                 replied = await self._call("POST", path, body=reply_body, chat=chat_id or reply_to,

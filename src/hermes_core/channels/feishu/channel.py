@@ -614,10 +614,7 @@ def _language(pending: Pending | None) -> Language:
 
 def decided_card(pending: Pending, line: str) -> dict[str, Any]:
     """The approval card once decided: the request as it was asked, `line` instead of the buttons."""
-    request = fixed_reply("approval_request", _language(pending)).format(
-        tool=pending.tool, arguments=pending.arguments, id=pending.id
-    )
-    return approval_card(request, pending.summary(), line)
+    return approval_card(pending.summary(), _language(pending), line)
 
 
 def _toast(kind: str, key: str, language: Language, **fields: str) -> dict[str, JSON]:

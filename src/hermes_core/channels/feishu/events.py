@@ -20,7 +20,8 @@ signed with SHA-1 over timestamp + nonce + Verification Token + body, as the SDK
 Hostile bodies (docs/security.md): anything that is not a JSON object of the expected shape is a
 400 with one line saying what is wrong — JSON too deeply nested, a number too long, a `header` that
 is not an object, a field of the wrong type in an otherwise valid and verified event
-(`envelope_problem`), an identifier with a lone surrogate. Nothing of such an event is stored, and
+(`envelope_problem`), an identifier with a lone surrogate, a message or chat id not shaped like the
+platform's (`om_…`, `oc_…`: ids go into API paths). Nothing of such an event is stored, and
 `inbound_from_event` itself never raises on any JSON value, so the long connection (which carries
 no signature) can use it as it is.
 """
@@ -112,10 +113,27 @@ class FeishuEventVerifier:
                 return _reject(401, problem)
         if (token is not None or self.encrypt_key is None) and not self._token_ok(token):
             return _reject(403, "invalid verification_token")
+        if self.encrypt_key is None and self._is_stale(data):  # nothing signed its time: its own age
+            return _reject(401, f"event older than {self.replay_window / 3600:g} h (a replay?)")
         problem = envelope_problem(data)
         if problem:
             return _reject(400, f"malformed event: {problem}")
         return EventCheck(200, {"msg": "success"}, data)
+
+    def _is_stale(self, data: dict[str, JSON]) -> bool:
+        """Token-only mode: is the event older than the replay window, by its own time (v2
+        `header.create_time`, v1 `ts`)? Its dedup key is kept 48 h, longer than the window, so an
+        event sent again is refused by one or the other. A request without a time is let through:
+        whoever holds the token can write any time anyway (docs/feishu.md: use an Encrypt Key)."""
+        header = data.get("header")
+        stamp = header.get("create_time") if isinstance(header, dict) else data.get("ts")
+        text = str(stamp) if isinstance(stamp, (str, int)) and not isinstance(stamp, bool) else ""
+        try:
+            seconds = float(text)
+        except ValueError:
+            return False
+        seconds = seconds / 1000 if seconds > 1e11 else seconds  # milliseconds (v2) or seconds (v1)
+        return self.now() - seconds > self.replay_window
 
     def _check_legacy_card(
         self, headers: Mapping[str, str], body: bytes, data: dict[str, JSON]
@@ -128,7 +146,7 @@ class FeishuEventVerifier:
         problem = self._timed_signature_problem(headers, body, self.verification_token, legacy_signature)
         if problem:
             return _reject(401, problem)
-        problem = _shape_problem(data, _LEGACY_CARD_SHAPE, "")
+        problem = _shape_problem(data, _LEGACY_CARD_SHAPE, "") or _id_problem(data, _LEGACY_CARD_IDS)
         if problem:
             return _reject(400, f"malformed card callback: {problem}")
         return EventCheck(200, {"msg": "success"}, card_action_envelope(data))
@@ -227,6 +245,16 @@ _SHAPE: dict[str, type] = {
     "event.action.value": dict, "event.action.value.approval_id": str,
     "event.action.value.decision": str, "event.context": dict, "event.context.open_message_id": str,
 }  # fmt: skip
+# Ids that the channel puts into API paths (replies, card patches, downloads) or keys conversations
+# by: each must look like the platform's — its prefix (om_ a message, oc_ a chat) and at most
+# MAX_ID_CHARS letters, digits, `_` and `-` — so that a crafted one (`om_x/../om_y`) is a 400 here,
+# not a request to another endpoint. The API client also quotes every id it sends. (An odd
+# `parent_id` only loses its quote: `quoted` checks it where it is read.)
+_PLATFORM_IDS: dict[str, str] = {
+    "event.message.message_id": "om_", "event.message.chat_id": "oc_", "event.message_id": "om_",
+    "event.chat_id": "oc_", "event.context.open_message_id": "om_", "event.context.open_chat_id": "oc_",
+}  # fmt: skip
+_LEGACY_CARD_IDS: dict[str, str] = {"open_message_id": "om_", "open_chat_id": "oc_"}
 _MENTION_SHAPE: dict[str, type] = {"key": str, "name": str, "id": dict, "id.open_id": str}
 _TYPE_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string"}
 
@@ -235,7 +263,7 @@ def envelope_problem(envelope: JSON) -> str | None:
     """What is wrong with the shape of an event envelope (one line), or None when it can be read."""
     if not isinstance(envelope, dict):
         return "the event is not a JSON object"
-    problem = _shape_problem(envelope, _SHAPE, "")
+    problem = _shape_problem(envelope, _SHAPE, "") or _id_problem(envelope, _PLATFORM_IDS)
     if problem:
         return problem
     mentions = _at(envelope, "event.message.mentions") or []
@@ -257,6 +285,15 @@ def _shape_problem(data: dict[str, JSON], shape: dict[str, type], prefix: str) -
             return f"'{prefix}{path}' must be {_TYPE_NAMES[kind]}"
         if isinstance(value, str) and has_surrogate(value):
             return f"'{prefix}{path}' holds a lone surrogate (not valid Unicode)"
+    return None
+
+
+def _id_problem(data: dict[str, JSON], ids: dict[str, str]) -> str | None:
+    for path, prefix in ids.items():
+        value = _at(data, path)
+        shaped = isinstance(value, str) and value.startswith(prefix) and len(value) <= MAX_ID_CHARS
+        if isinstance(value, str) and value and not (shaped and _ID.match(value)):  # "" is absent
+            return f"'{path}' is not a Feishu id ({prefix}… of letters, digits, _ and -)"
     return None
 
 

@@ -32,6 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...kernel.redaction import redact_data
+from ...kernel.replies import Language, fixed_reply
+from ..inert import shown_arguments, visible
+
 TEXT_LIMIT = 150_000  # bytes of encoded content (§6: 150 KB; counted in thousands to be safe)
 CARD_LIMIT = 30_000  # bytes of encoded content (§6: 30 KB)
 LONG_REPLY_CHARS = 2000  # longer replies read better in a card than as one text bubble
@@ -254,14 +258,25 @@ def _reopener(fence_line: str) -> str:
     return fence_line.strip()[:40] + "\n"
 
 
-def approval_card(text: str, approval: dict[str, Any], decision: str | None = None) -> dict[str, Any]:
+def approval_card(
+    approval: dict[str, Any], language: Language, decision: str | None = None
+) -> dict[str, Any]:
     """The approval request as a JSON 2.0 card with Approve / Reject buttons (tasks/pending.py).
 
+    The arguments are shown as inert text: in a code block (no Markdown of theirs is rendered), one
+    line, every bidi or zero-width control written out (`<U+202E>`, channels/inert.py), redacted.
     Each button's callback `value` names the approval and the decision; the click comes back as a
     `card.action.trigger` event (the button component's `behaviors`: `callback`). With `decision`
     (a line saying who decided what) the buttons are replaced by that line: the card is updated to
     it once the decision is taken.
     """
+    arguments = shown_arguments(redact_data(approval.get("arguments")))
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", arguments)), default=0))
+    text = fixed_reply("approval_request", language).format(
+        tool=visible(str(approval.get("tool"))),
+        arguments=f"\n{fence}json\n{arguments}\n{fence}\n",
+        id=visible(str(approval.get("id"))),
+    )
     elements: list[dict[str, Any]] = [{"tag": "markdown", "content": text, "element_id": REPLY_ELEMENT}]
     if decision is not None:
         elements.append({"tag": "markdown", "content": f"**{decision}**", "element_id": "decision"})

@@ -111,7 +111,7 @@ def shown_progress(progress: TurnProgress, language: Language) -> str:
 def final_cards(reply: OutboundMessage) -> list[dict[str, Any]]:
     """The card(s) the reply fills: the first is patched into the streaming card, the rest sent."""
     if reply.approval is not None:
-        return [approval_card(reply.text, reply.approval)]
+        return [approval_card(reply.approval, detect_language(reply.text))]
     text = reply.text
     if reply.error is not None:  # the task failed: its apology, and a line saying the reply stopped
         text = f"{text}\n\n{fixed_reply('stream_interrupted', detect_language(text))}"
