@@ -417,14 +417,5 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), params
 
 
-__all__ = [
-    "Tool",
-    "ToolContext",
-    "ToolDefinitionError",
-    "ToolError",
-    "parse_docstring",
-    "tool",
-    "tool_from_entry",
-    "tool_from_function",
-    "schema_checks",
-]
+__all__ = ["Tool", "ToolContext", "ToolDefinitionError", "ToolError", "parse_docstring", "schema_checks",
+           "tool", "tool_from_entry", "tool_from_function"]  # fmt: skip
