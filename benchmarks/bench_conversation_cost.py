@@ -251,7 +251,9 @@ async def gateway(url: str, turns: int) -> None:
     """`hermes-kernel serve` with its defaults, the turns posted to its webhook one after another."""
     with tempfile.TemporaryDirectory(prefix="hermes-bench-cost-") as work:
         config = Path(work) / "hermes.yaml"
-        config.write_text(f"model: {{name: m, base_url: '{url}'}}\n", encoding="utf-8")
+        # defaults, but the per-sender limit: a long conversation here sends more than 20 messages a minute
+        limits = "gateway: {user_messages_per_minute: null}\n"
+        config.write_text(f"model: {{name: m, base_url: '{url}'}}\n{limits}", encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0",

@@ -105,7 +105,10 @@ def soak(
     model = FakeOpenAIServer(handler=echo).start_in_thread()
     feishu = FakeFeishu(time_scale=0.002, seed=seed).start_in_thread()
     feishu.app_qpm = 100_000
-    (workdir / "hermes.yaml").write_text("feishu:\n  send_rate: 200\n", encoding="utf-8")
+    (workdir / "hermes.yaml").write_text(  # per-sender limits off: a soak, not people
+        "feishu:\n  send_rate: 200\ngateway:\n  user_messages_per_minute: null\n  conversation_queue: null\n",
+        encoding="utf-8",
+    )
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
     env.update(

@@ -129,7 +129,13 @@ def gateway_process(
 
     config: dict[str, Any] = {
         "model": {"name": "fake-model", "base_url": model_url, "max_concurrency": MODEL_CONCURRENCY},
-        "gateway": {"shutdown_grace": 1.0, **(gateway or {})},
+        # per-sender limits off: this measures load, and each chat sends more than a person would
+        "gateway": {
+            "shutdown_grace": 1.0,
+            "user_messages_per_minute": None,
+            "conversation_queue": None,
+            **(gateway or {}),
+        },  # fmt: skip
     }
     if send_rate is not None:
         config["feishu"] = {"send_rate": send_rate}

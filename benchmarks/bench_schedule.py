@@ -118,7 +118,9 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     with fake_server(latency=args.latency) as model_url:
         config = work / "hermes.yaml"
         config.write_text(f"webhook: {{callback_hosts: ['127.0.0.1:{port}']}}\nobserve: {{traces: false}}\n"
-                          f"model: {{name: m, base_url: '{model_url}'}}\n", encoding="utf-8")  # fmt: skip
+                          f"model: {{name: m, base_url: '{model_url}'}}\n"
+                          "gateway: {user_messages_per_minute: null, conversation_queue: null}\n",  # load
+                          encoding="utf-8")  # fmt: skip
         command = [sys.executable, "-m", "hermes_core", "--config", str(config), "serve", "--port", "0"]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_", "FEISHU_"))}
         with _process(command, r"serving on (http://\S+)", work / "serve.log", cwd=work, env=env) as (
