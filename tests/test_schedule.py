@@ -70,8 +70,10 @@ async def gateway(
     *,
     feishu: FakeFeishu | None = None,
     config: str = "",
+    gateway_options: str = "",
 ) -> AsyncIterator[tuple[Gateway, str]]:
-    """The gateway serve builds from a configuration (model: the fake; Feishu: the fake platform)."""
+    """The gateway serve builds from a configuration (model: the fake; Feishu: the fake platform);
+    `gateway_options`: more of the `gateway:` section, as YAML flow items."""
     for name in ("FEISHU_APP_SECRET", "FEISHU_VERIFICATION_TOKEN", "FEISHU_ENCRYPT_KEY"):
         monkeypatch.delenv(name, raising=False)
     feishu_part = ""
@@ -83,7 +85,7 @@ async def gateway(
     path = tmp_path / "hermes.yaml"
     path.write_text(
         f"model: {{name: m, base_url: '{fake.base_url}'}}\n"
-        f"gateway: {{data_dir: '{tmp_path / 'data'}'}}\n"
+        f"gateway: {{data_dir: '{tmp_path / 'data'}', {gateway_options}}}\n"
         "observe: {traces: false}\n" + feishu_part + textwrap.dedent(config),
         encoding="utf-8",
     )

@@ -11,8 +11,9 @@ out of logs. Issue 31 found a `?password=` URL accepted from the file and printe
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import os
+import subprocess
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,13 +22,11 @@ import aiohttp
 import psycopg
 import pytest
 
-from gateway_harness import serve_here
 from hermes_core.cli import main
-from hermes_core.config import load_settings
 from hermes_core.kernel import redaction
-from hermes_core.postgres.database import then_close_pools
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PASSWORD
+from serve_process import clean_environ, start_serve, stop_serve
 
 
 @pytest.fixture(autouse=True)
@@ -87,43 +86,43 @@ def test_a_password_in_the_environments_query_string_is_not_printed_by_doctor(
     assert PASSWORD not in output and WORDS_ONLY not in output
 
 
-async def test_a_password_in_the_environments_query_string_is_not_in_serves_state_line(
-    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+def test_a_password_in_the_environments_query_string_is_not_in_serves_state_line(
+    pg_url: str, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("HERMES_DATABASE_URL", in_query(pg_url))
+    """The real `serve` process on PostgreSQL, its whole output read."""
     config = tmp_path / "hermes.yaml"
     config.write_text(f"gateway: {{data_dir: '{tmp_path / 'data'}', shutdown_grace: 1}}\n", encoding="utf-8")
-    caplog.set_level(logging.INFO)
-
-    async def start_and_stop() -> None:
-        async with serve_here(load_settings(config, dotenv=None)):
-            pass
-
-    await then_close_pools(start_and_stop())  # as serve's command does: the pool's tasks end too
-    states = [record.getMessage() for record in caplog.records if record.getMessage().startswith("state:")]
-    assert states and "?password=[REDACTED" in states[0], states
-    assert all(WORDS_ONLY not in record.getMessage() for record in caplog.records)
+    env = clean_environ(HERMES_DATABASE_URL=in_query(pg_url))
+    process, _ = start_serve(
+        "--config", str(config), "serve", "--port", "0", cwd=tmp_path, env=env, stderr=subprocess.PIPE
+    )
+    log = stop_serve(process)  # its log, on stderr
+    states = [line for line in log.splitlines() if "state:" in line]
+    assert states and "?password=[REDACTED" in states[0], log
+    assert WORDS_ONLY not in log
 
 
-async def test_pgpassword_from_the_environment_is_a_secret(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_pgpassword_from_the_environment_is_a_secret(tmp_path: Path) -> None:
     """A user who pastes the database password (no `password=` before it, so no shape rule sees it)
-    does not get it to the model, the log or the reply."""
+    does not get it to the model, the log or the reply. The real `serve` process."""
     secret = "Pq7sZv2Lk"
-    monkeypatch.setenv("PGPASSWORD", secret)
-    caplog.set_level(logging.DEBUG)
     async with FakeOpenAIServer() as fake:
         config = tmp_path / "hermes.yaml"
         config.write_text(f"model: {{name: m, base_url: '{fake.base_url}'}}\n"
                           f"gateway: {{data_dir: '{tmp_path / 'data'}', shutdown_grace: 1}}\n")  # fmt: skip
-        monkeypatch.setenv("HERMES_API_KEY", "sk-test-key-not-secret-0000")
-        async with serve_here(load_settings(config, dotenv=None)) as url, aiohttp.ClientSession() as session:
-            body = {"message": f"记住数据库的 {secret} 好吗", "user_id": "u1"}
-            async with session.post(f"{url}/webhook", json=body) as response:
-                reply = await response.text()
+        env = clean_environ(PGPASSWORD=secret, HERMES_API_KEY="sk-test-key-not-secret-0000")
+        process, serving = await asyncio.to_thread(
+            start_serve, "--config", str(config), "serve", "--port", "0",
+            cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            async with aiohttp.ClientSession() as session:
+                body = {"message": f"记住数据库的 {secret} 好吗", "user_id": "u1"}
+                async with session.post(f"{serving.group(1)}/webhook", json=body) as response:
+                    reply = await response.text()
+        finally:
+            output = await asyncio.to_thread(stop_serve, process)
         prompts = [request.raw.decode() for request in fake.requests]
     assert any("记住数据库的" in prompt for prompt in prompts)
     assert all(secret not in prompt for prompt in prompts)
-    assert secret not in reply
-    assert all(secret not in record.getMessage() for record in caplog.records)
+    assert secret not in reply and secret not in output
