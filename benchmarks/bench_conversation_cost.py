@@ -347,12 +347,12 @@ def run(turns: int = 20, peers: bool = False) -> dict[str, Any]:
             "contender": name,
             "requests": str(f.requests),
             "total bytes (x floor)": f"{f.total_bytes:,} ({f.total_bytes / base.total_bytes:.2f}x)",
-            "x same-prompt floor": f"{f.total_bytes / floor_here.total_bytes:.2f}x" if floor_here else "",
+            "bytes x same floor": f"{f.total_bytes / floor_here.total_bytes:.2f}x" if floor_here else "",
             "last bytes": f"{f.last_bytes:,}",
             "reuse mean": f"{sum(f.reuse) / len(f.reuse):.3f}",
             "turn starts mean (min)": f"{sum(starts) / len(starts):.3f} ({min(starts):.3f})",
             "uncached chars (x floor)": f"{f.uncached:,} ({f.uncached / base.uncached:.2f}x)",
-            "x same-prompt floor ": f"{f.uncached / floor_here.uncached:.2f}x" if floor_here else "",
+            "uncached x same floor": f"{f.uncached / floor_here.uncached:.2f}x" if floor_here else "",
         }
         for price, (miss, hit) in PRICES.items():
             row[f"{price} $"] = f"{f.cost(miss, hit):.5f}"

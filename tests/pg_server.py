@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 USER, PASSWORD = "hermes", "pg-test-" + uuid.uuid4().hex[:12]
 
@@ -140,3 +141,12 @@ class PostgresServer:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def without_database_environment(monkeypatch: Any, folder: Path) -> None:
+    """A test's environment without this machine's HERMES_*, FEISHU_* and PG* variables, run in
+    `folder` (for the tests that check what the configuration and the environment give)."""
+    for name in list(os.environ):
+        if name.startswith(("HERMES_", "FEISHU_", "PG")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(folder)

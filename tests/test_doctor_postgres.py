@@ -4,7 +4,6 @@ against a private server (tests/pg_server.py); the password never printed."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from pathlib import Path
 
@@ -15,15 +14,12 @@ from hermes_core.cli import main
 from hermes_core.postgres.gateway import PostgresGatewayStore
 from hermes_core.postgres.migrations import GATEWAY, SCHEDULES
 from hermes_core.stores import interactions, schedule_store, session_store, task_journal, trace_store
-from pg_server import PASSWORD, PostgresServer
+from pg_server import PASSWORD, PostgresServer, without_database_environment
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("HERMES_", "FEISHU_", "PG")):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    without_database_environment(monkeypatch, tmp_path)
 
 
 def doctor(

@@ -12,7 +12,6 @@ out of logs. Issue 31 found a `?password=` URL accepted from the file and printe
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -25,16 +24,13 @@ import pytest
 from hermes_core.cli import main
 from hermes_core.kernel import redaction
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from pg_server import PASSWORD
+from pg_server import PASSWORD, without_database_environment
 from serve_process import clean_environ, start_serve, stop_serve
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("HERMES_", "FEISHU_", "PG")):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+    without_database_environment(monkeypatch, tmp_path)
     monkeypatch.setattr(redaction, "_default", None)  # the process's redactor, rebuilt from this environment
 
 
