@@ -190,6 +190,80 @@ async def test_the_refusals_tell_the_model_why(places: dict[str, Path]) -> None:
     assert json.loads(ok[0])["exit_code"] == 0  # ordinary git still works
 
 
+# A repository configuration whose filter runs a command on `git add` (git-scm.com/docs/gitattributes,
+# "filter"); `core.worktree` points a bare repository's work tree back at the workspace.
+FILTER_CONFIG = '[core]\n\tbare = false\n\tworktree = ..\n[filter "x"]\n\tclean = touch {out}\n'
+BARE_REPOSITORY = [  # what git looks for to call a folder a bare repository, written with write_file
+    ("write_file", {"path": "r/HEAD", "content": "ref: refs/heads/main\n"}),
+    ("write_file", {"path": "r/objects/info/x", "content": ""}),
+    ("write_file", {"path": "r/refs/heads/x", "content": ""}),
+]
+REPOSITORY_ATTACKS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "a bare repository found in a folder": [
+        ("run_command", {"command": ["git", "init", "--bare", "r"]}),
+        *BARE_REPOSITORY,
+        ("write_file", {"path": "r/config", "content": FILTER_CONFIG}),
+        ("write_file", {"path": ".gitattributes", "content": "* filter=x\n"}),
+        ("run_command", {"command": ["git", "-C", "r", "add", "../hello.txt"]}),
+    ],
+    "a repository named by --git-dir": [
+        *BARE_REPOSITORY,
+        ("write_file", {"path": "r/config", "content": FILTER_CONFIG.replace("\tworktree = ..\n", "")}),
+        ("write_file", {"path": ".gitattributes", "content": "* filter=x\n"}),
+        ("run_command", {"command": ["git", "--git-dir=r", "--work-tree=.", "add", "hello.txt"]}),
+    ],
+    "a .git/config copied in by another allowed program": [
+        ("write_file", {"path": "evil", "content": FILTER_CONFIG.replace("\tworktree = ..\n", "")}),
+        ("write_file", {"path": ".gitattributes", "content": "* filter=x\n"}),
+        ("run_command", {"command": ["cp", "evil", ".git/config"]}),
+        ("run_command", {"command": ["git", "add", "hello.txt"]}),
+    ],
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", list(REPOSITORY_ATTACKS))
+async def test_git_does_not_obey_a_repository_configuration_the_model_wrote(
+    places: dict[str, Path], case: str, mode: str
+) -> None:
+    """The attack (reported by hand against the last release): with `git` (and `cp`) allowed and
+    no sandbox, the model writes a repository configuration with write_file — a bare repository's
+    `config`, or one copied over `.git/config` — whose filter is a command, marks every file with it
+    in `.gitattributes`, and runs `git add`: git ran the filter. Now a repository outside `.git`
+    cannot be made or named, and git does not start in a repository whose own configuration holds
+    anything but plain settings."""
+    if shutil.which("git") is None or shutil.which("cp") is None:
+        pytest.skip("needs git and cp")
+    steps = [
+        call(
+            name,
+            {key: fill(value, places) if key == "content" else value for key, value in arguments.items()},
+        )
+        for name, arguments in REPOSITORY_ATTACKS[case]
+    ]
+    tools = builtin_tools(places["ws"], shell_allow=["git", "cp"], shell_sandbox=mode)  # type: ignore[arg-type]
+    policy = Policy.from_lists(allow_irreversible=["run_command", "write_file"])
+    agent = Agent(
+        model=ScriptedModel([*steps, reply("done")]), tools=tools, permissions=policy, max_tool_calls=12
+    )
+    agent.use_interactions(InlineInteractions(approve, no_answer))
+    told = [outcome.content for outcome in (await agent.run("tidy up the workspace")).tool_calls]
+    assert not places["out"].exists(), f"{case}: the filter ran: {told}"
+    if mode == "none":
+        assert "is refused" in told[-1] or "not a git repository" in told[-1] or "bare" in told[-1], told
+
+
+async def test_git_still_runs_in_a_repository_with_plain_settings(places: dict[str, Path]) -> None:
+    """Not an attack: a repository with a user name, a remote and a branch is not refused."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    for key, value in [("user.name", "A"), ("remote.origin.url", "https://example.com/r.git"),
+                       ("branch.main.remote", "origin"), ("init.defaultBranch", "main")]:  # fmt: skip
+        subprocess.run(["git", "-C", str(places["ws"]), "config", key, value], check=True, env=CLEAN_ENV)
+    told = json.loads((await attempt(places["ws"], ["git"], [["git", "add", "hello.txt"]], "none"))[0])
+    assert told.get("exit_code") == 0, told
+
+
 # -- inside the sandbox ------------------------------------------------------------------------
 
 

@@ -20,7 +20,11 @@ run another program named in their arguments, so allowing them allows everything
      shell command), never `git config`; no `grep -O` (a pager command), `--output`,
      `--ext-diff`, `--upload-pack`, `--receive-pack`, `--exec`. Git also runs with its system and
      global configuration off and with settings that switch off hooks, pager, editor, fsmonitor,
-     ssh and gpg commands, which win over the repository's own (`GIT_ENVIRONMENT`);
+     ssh and gpg commands, which win over the repository's own (`GIT_ENVIRONMENT`). No repository
+     outside a `.git` folder (whose config the model could write with write_file): no `--git-dir`,
+     `init --bare` / `--separate-git-dir`, and a bare repository only when named. Without the
+     sandbox, shell.py also lists the repository's configuration first and refuses a repository
+     whose own settings are not all in `_GIT_INERT` (filters and drivers name commands);
    - `tar` without `--checkpoint-action`, `--to-command`, `--use-compress-program`/`-I`,
      `--info-script`/`--new-volume-script`/`-F`, `--rsh-command`, `--rmt-command`;
    - `sed` without `-i`/`--in-place`, and always with GNU `--sandbox` (no `e`, `w`, `r` commands);
@@ -86,6 +90,30 @@ def program_environment(program: str) -> dict[str, str]:
     return dict(GIT_ENVIRONMENT) if program == "git" else {}
 
 
+def repository_refusal(listing: bytes) -> ToolError | None:
+    """Why git must not run in a repository whose configuration is `listing` (the output of
+    `git config --list --show-scope -z`), or None: its own settings that name a program or a file."""
+    entries = listing.decode("utf-8", errors="replace").split("\0")
+    for scope, setting in zip(entries[::2], entries[1::2], strict=False):
+        key = setting.split("\n", 1)[0].lower()
+        if scope in ("local", "worktree") and not _GIT_INERT.fullmatch(key):
+            return _refuse(
+                "git", f"in a repository that sets {key}",
+                "a repository's own configuration can name a command git runs (a filter, a driver, an "
+                "include); without the sandbox only plain settings are allowed",
+            )  # fmt: skip
+    return None
+
+
+def git_config_listing(arguments: Sequence[str]) -> list[str]:
+    """The arguments that list the configuration the git call `arguments` would read (its global
+    options, such as `-C dir`, then `config --list --show-scope -z`)."""
+    position = 0
+    while position < len(arguments) and arguments[position].startswith("-"):
+        position += 2 if arguments[position] in _GIT_GLOBAL_WITH_VALUE else 1
+    return [*arguments[:position], "config", "--list", "--show-scope", "-z"]
+
+
 def checked_arguments(command: Sequence[str]) -> list[str]:
     """The argument list to run (`command` itself, or with a safety option added), or a ToolError."""
     rule = ARGUMENT_RULES.get(command[0])
@@ -141,7 +169,7 @@ _GIT_OVERRIDES = {
     "core.fsmonitor": "false", "core.hooksPath": "/dev/null", "core.pager": "cat", "core.editor": "false",
     "sequence.editor": "false", "core.sshCommand": "false", "core.askPass": "false",
     "protocol.allow": "never", "gpg.program": "false", "commit.gpgSign": "false", "tag.gpgSign": "false",
-    "log.showSignature": "false",
+    "log.showSignature": "false", "safe.bareRepository": "explicit",
 }  # fmt: skip
 GIT_ENVIRONMENT = {
     "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_PAGER": "cat", "GIT_EDITOR": "false",
@@ -150,6 +178,21 @@ GIT_ENVIRONMENT = {
     **{f"GIT_CONFIG_VALUE_{n}": value for n, value in enumerate(_GIT_OVERRIDES.values())},
 }  # fmt: skip
 _GIT_GLOBAL_WITH_VALUE = frozenset({"-C", "--git-dir", "--work-tree", "--namespace"})
+# A repository whose configuration lies outside a `.git` folder (which write_file refuses): a bare
+# one, or one named by --git-dir or a `.git` file. Its config is a file the model can write.
+_GIT_ELSEWHERE = ("git-dir", "bare", "separate-git-dir")
+_ELSEWHERE = "a repository outside .git has a configuration anyone can write"
+# What a repository's own configuration may hold when git runs without the sandbox: settings that
+# name no program and no other file. Everything else — a filter, diff or merge driver, an include,
+# a credential helper, a work tree elsewhere — is refused before git starts (repository_refusal).
+_GIT_INERT = re.compile(
+    r"core\.(?:repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks"
+    r"|autocrlf|eol|safecrlf|quotepath|abbrev|whitespace|checkstat|trustctime|compression|sharedrepository)"
+    r"|user\.(?:name|email)|init\.defaultbranch|extensions\.(?:objectformat|worktreeconfig)"
+    r"|branch\.[^\n]+\.(?:remote|merge|rebase|description)|remote\.[^\n]+\.(?:url|pushurl|fetch|push|tagopt)"
+    r"|pull\.(?:rebase|ff)|push\.default|fetch\.prune|merge\.(?:ff|conflictstyle)|gc\.auto|i18n\.[a-z]+"
+    r"|diff\.(?:renames|algorithm|mnemonicprefix|noprefix)|color\.[a-z.]+|log\.(?:date|decorate)|status\.[a-z]+"
+)
 _GIT_DANGEROUS_LONG = (
     "exec-path", "config-env", "upload-pack", "receive-pack", "exec", "open-files-in-pager", "ext-diff",
     "extcmd", "tool", "output",
@@ -166,6 +209,8 @@ def _git(command: list[str]) -> list[str]:
             raise _refuse(
                 "git", option.split("=", 1)[0], "it makes git run programs of the caller's choosing"
             )
+        if _long_option(option, ("git-dir",)):
+            raise _refuse("git", "--git-dir", _ELSEWHERE)
         position += 2 if option in _GIT_GLOBAL_WITH_VALUE else 1
     if position == len(command):  # no subcommand: git prints its usage
         return command
@@ -179,6 +224,8 @@ def _git(command: list[str]) -> list[str]:
     for argument in command[position + 1 :]:
         if argument.startswith("!"):
             raise _refuse("git", repr(argument), "a leading '!' is a shell command to git")
+        if subcommand == "init" and (found := _long_option(argument, _GIT_ELSEWHERE)):
+            raise _refuse("git", f"init --{found}", _ELSEWHERE)
         pager = argument.startswith("-O") or subcommand == "grep" and "O" in _short_letters(argument)
         if (found := _long_option(argument, _GIT_DANGEROUS_LONG)) or pager:  # grep -O<pager>, also -iO
             raise _refuse(

@@ -43,7 +43,13 @@ from pydantic import Field
 
 from ..kernel.redaction import cut_text
 from ..kernel.tools.declare import Tool, ToolContext, ToolError, tool
-from .command_rules import checked_arguments, program_environment, refusal_for_allow_list
+from .command_rules import (
+    checked_arguments,
+    git_config_listing,
+    program_environment,
+    refusal_for_allow_list,
+    repository_refusal,
+)
 from .files import conversation_folder
 from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
 
@@ -98,6 +104,8 @@ def run_command_tool(
         executable, arguments = _check_command(command, programs, path, chosen.isolated)
         with _home(chosen) as home:
             env = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", **program_environment(command[0])}
+            if command[0] == "git" and not chosen.isolated:  # no sandbox: git obeys the repository's config
+                await _check_repository(executable, arguments, workdir, env)
             hidden = _hidden(workdir, private, context.session_id) if chosen.isolated else None
             argv = chosen.command(executable, arguments, workdir, env, hidden)
             return await _run(argv, workdir, env, min(timeout, max_timeout), max_output_chars)
@@ -136,6 +144,24 @@ def _check_command(
         where = "in the sandbox's system folders (/usr, /bin)" if sandboxed else "on this machine"
         raise ToolError(f"program {program!r} is allowed but not installed {where}")
     return executable, arguments
+
+
+async def _check_repository(executable: str, arguments: list[str], cwd: Path, env: dict[str, str]) -> None:
+    """Refuse a git call (ToolError) in a repository whose own configuration names a command or a
+    file; a listing git cannot give is a refusal too."""
+    listing = await asyncio.create_subprocess_exec(
+        executable, *git_config_listing(arguments), cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(listing.communicate(), timeout=10)
+    finally:
+        _kill_group(listing.pid)
+    if listing.returncode != 0:
+        first = err.decode("utf-8", errors="replace").strip().splitlines()[:1]
+        raise ToolError(f"git cannot read this repository's configuration, so it does not run: {first}")
+    if (refusal := repository_refusal(out)) is not None:
+        raise refusal
 
 
 @contextmanager
