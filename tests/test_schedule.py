@@ -596,3 +596,37 @@ async def test_the_scheduler_forgets_old_fires_hourly(tmp_path: Path) -> None:
         assert [f.fire_at - start for f in await store.fires("tick")] == [4 * 3600, 3 * 3600, 2 * 3600]
     finally:
         await store.close()
+
+
+async def test_catching_up_after_a_week_down_does_not_hold_up_a_feishu_acknowledgement(
+    tmp_path: Path, fake: FakeOpenAIServer, feishu: FakeFeishu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack (reported by hand against the last release): 20 minutely jobs, the service down
+    for a week. At start the scheduler counted each job's 10,080 missed fire times one croniter call
+    at a time inside the claim's write (about 1.5 s a job), so the Feishu event that arrived then
+    waited ~30 s for the database writer and missed the platform's 3 s deadline (FEISHU.md: an event
+    not acknowledged in 3 s is pushed again). Now the catch-up is planned outside the write and
+    counts at most a hundred; the event is acknowledged in time and each job moves on once."""
+    fake.handler = Model()
+    now = utc("2026-12-01T09:00:30")
+    for n in range(20):
+        minutely = Job(id=f"minutely{n}", prompt="tick", channel="webhook", conversation=f"webhook:m{n}",
+                       sender="ops", timezone="Asia/Shanghai", cron="* * * * *",
+                       next_fire=now - 7 * 86400)  # fmt: skip
+        await seed(tmp_path, minutely)
+    clock = Clock(now)
+    async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu,
+                       config="schedule: {misfire_grace: 1}\n") as (built, url):  # fmt: skip
+        pushed = await feishu.push(
+            feishu.user_message("hello", chat_id="oc_dm", sender="ou_ann"), f"{url}/feishu/events"
+        )
+        assert pushed.ok and pushed.elapsed < 3, pushed
+        await wait_for(lambda: built.scheduler.counts["skipped"] == 40, timeout=60)  # type: ignore[union-attr]
+    [job] = [j for j in await jobs_in(tmp_path) if j.id == "minutely0"]
+    assert job.next_fire == utc("2026-12-01T09:01:00")
+    store = SQLiteScheduleStore(tmp_path / "data" / "gateway.db")
+    fires = await store.fires("minutely0")
+    await store.close()
+    assert [(utc_iso(f.fire_at), f.status) for f in fires] == [
+        ("2026-12-01T09:00:00+00:00", "skipped"), ("2026-11-24T09:00:30+00:00", "skipped")]  # fmt: skip
+    assert fires[1].reason.startswith("more than 100 fire time(s)"), fires[1].reason

@@ -29,13 +29,13 @@ from contract_backends import Backend, BackendFactory, Dispatcher, gateway_dispa
 from hermes_core.channels.seam import Earlier, InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway, Lanes, Runner
 from hermes_core.gateway.messages import Turn
-from hermes_core.gateway.schedules import SQLiteScheduleStore, _claim, _held, _job_of
+from hermes_core.gateway.schedules import SQLiteScheduleStore, _held, _job_of, _record, _write
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
 from hermes_core.kernel.approvals import ApprovalDesk, Pending
 from hermes_core.kernel.messages import Message
 from hermes_core.kernel.tools.permissions import ADMIN, Caller
 from hermes_core.observe.traces import SQLiteTraceStore, TraceSummary
-from hermes_core.schedule.jobs import Fire, Job, JobLimits, RefusalCheck
+from hermes_core.schedule.jobs import Fire, Job, JobLimits, RefusalCheck, plan_claim
 from hermes_core.sessions.store import (
     Conversation,
     ConversationState,
@@ -804,8 +804,17 @@ class DueReadThenClaimed(SQLiteScheduleStore):
         for (data,) in rows:
             await asyncio.sleep(0)
             job = _job_of(data)
-            fires += await self.db.transaction(lambda db, job=job: _claim(db, job, now, grace, refusal))
+            fires += await self.db.transaction(lambda db, job=job: _claim_once(db, job, now, grace, refusal))
         return fires
+
+
+def _claim_once(
+    db: sqlite3.Connection, job: Job, now: float, grace: float, refusal: RefusalCheck | None
+) -> list[Fire]:
+    """The fires of `job` as read earlier, written without looking whether it moved on since."""
+    fires = [_record(db, fire) for fire in plan_claim(job, now, grace, refusal)]
+    _write(db, job)
+    return fires
 
 
 # --- the backends ----------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ the job's `next_fire` on. So a kill -9 at any moment either left the job due (cl
 next start) or left the message in the inbox (resumed at start like any accepted message, run once).
 
 `Scheduler.run_due` claims what is due in batches of `batch` fires per transaction (an ack's urgent
-insert never waits behind one huge write) and hands each queued message to the gateway's lanes
+insert never waits behind one huge write); what each claim writes is worked out before the write,
+in a thread (`plan_claims`: catching up after downtime is croniter work), and written only for jobs
+unchanged since they were read and hands each queued message to the gateway's lanes
 (`Gateway.enqueue`): its conversation's order holds, and it waits for a turn slot as batch work,
 after interactive turns (`TurnSlots` priorities). The loop sleeps until the next fire time or one
 `tick`, whichever is sooner; the clock and the sleep are injectable (tests use virtual time).
@@ -26,6 +28,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -40,7 +43,7 @@ from ..schedule.jobs import (
     ScheduleStore,
     first_fire,
     parse_at,
-    plan_claim,
+    plan_claims,
     utc_iso,
 )
 from ..storage import SQLiteDatabase
@@ -117,18 +120,18 @@ class SQLiteScheduleStore(ScheduleStore):
     async def claim_due(
         self, now: float, grace: float, limit: int, refusal: RefusalCheck | None = None
     ) -> list[Fire]:
-        def claim(db: sqlite3.Connection) -> list[Fire]:
-            rows = db.execute(
-                "SELECT job FROM schedule_jobs WHERE status = 'active' AND next_fire <= ? "
-                "ORDER BY next_fire, id LIMIT ?",
-                (now, limit),
-            ).fetchall()
-            fires: list[Fire] = []
-            for (data,) in rows:
-                fires += _claim(db, _job_of(data), now, grace, refusal)
-            return fires
-
-        return await self.db.transaction(claim)
+        fires: list[Fire] = []
+        while limit > 0:
+            rows: list[tuple[str]] = await self.db.transaction(partial(_due, now, limit))
+            jobs = [_job_of(data) for (data,) in rows]
+            # planned outside the writer (catch-up after downtime is CPU work), applied in one short write
+            plans = await asyncio.to_thread(plan_claims, jobs, now, grace, refusal)
+            claimed, written = await self.db.transaction(partial(_claim, rows, jobs, plans))
+            fires += claimed
+            if written == len(rows):  # else another claimer moved some on meanwhile: read again
+                return fires
+            limit -= written
+        return fires
 
     async def fires(self, job_id: str, limit: int = 20) -> list[Fire]:
         rows = await self.db.transaction(
@@ -159,14 +162,26 @@ class SQLiteScheduleStore(ScheduleStore):
         await self.db.close()
 
 
+def _due(now: float, limit: int, db: sqlite3.Connection) -> list[tuple[str]]:
+    return db.execute(
+        "SELECT job FROM schedule_jobs WHERE status = 'active' AND next_fire <= ? "
+        "ORDER BY next_fire, id LIMIT ?",
+        (now, limit),
+    ).fetchall()
+
+
 def _claim(
-    db: sqlite3.Connection, job: Job, now: float, grace: float, refusal: RefusalCheck | None
-) -> list[Fire]:
-    """One due job's fires (inside the claiming transaction): the missed ones recorded, the latest
-    queued, skipped or refused, the job moved on."""
-    fires = [_record(db, fire) for fire in plan_claim(job, now, grace, refusal)]
-    _write(db, job)
-    return fires
+    rows: list[tuple[str]], jobs: list[Job], plans: list[list[Fire]], db: sqlite3.Connection
+) -> tuple[list[Fire], int]:
+    """Write the planned fires of each job still stored as it was read; the fires and how many jobs."""
+    fires, written = [], 0
+    for (before,), job, planned in zip(rows, jobs, plans, strict=True):
+        stored = db.execute("SELECT job FROM schedule_jobs WHERE id = ?", (job.id,)).fetchone()
+        if stored is not None and stored[0] == before:
+            fires += [_record(db, fire) for fire in planned]
+            _write(db, job)
+            written += 1
+    return fires, written
 
 
 def _record(db: sqlite3.Connection, fire: Fire) -> Fire:

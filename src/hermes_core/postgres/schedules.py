@@ -25,6 +25,7 @@ Job ids are compared byte-wise (`COLLATE "C"`), so lists come in the order SQLit
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import socket
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..channels.seam import InboundMessage, task_id_of
 from ..gateway.schedules import LISTED, _job_json, _job_of, _listed
 from ..gateway.store import _dump, _load
-from ..schedule.jobs import Fire, Job, JobLimits, RefusalCheck, ScheduleStore, plan_claim
+from ..schedule.jobs import Fire, Job, JobLimits, RefusalCheck, ScheduleStore, plan_claims
 from .database import PostgresDatabase
 from .migrations import GATEWAY, SCHEDULES
 
@@ -127,10 +128,11 @@ class PostgresScheduleStore(ScheduleStore):
                     (now, limit),
                 )
             ).fetchall()
+            jobs = [_job_of(data) for (data,) in rows]
+            plans = await asyncio.to_thread(plan_claims, jobs, now, grace, refusal)  # not on the loop
             fires: list[Fire] = []
-            for (data,) in rows:
-                job = _job_of(data)
-                for fire in plan_claim(job, now, grace, refusal):
+            for job, planned in zip(jobs, plans, strict=True):
+                for fire in planned:
                     fires.append(await self._record(db, fire))
                 await _write(db, job)
             return fires
