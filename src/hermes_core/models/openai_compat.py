@@ -48,7 +48,9 @@ from ..kernel.model import (
 from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
-from .sse import DONE, REASONING_FIELDS, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
+from .sse import (
+    DONE, REASONING_FIELDS, SSELines, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data,
+)  # fmt: skip
 from .usage import usage_from_wire
 
 if TYPE_CHECKING:
@@ -299,18 +301,17 @@ async def _read_stream(reply: aiohttp.ClientResponse, on_text: TextCallback | No
 
 
 async def _sse_payloads(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body. Lines are split here rather than by aiohttp's
-    `readline`, which rejects lines over 128 KiB; one chunk can carry a whole large tool argument."""
-    pending = b""
+    """The `data:` payloads of an SSE body. Lines are split here (at CR, LF or CRLF) rather than by
+    aiohttp's `readline`, which rejects lines over 128 KiB and knows only LF; one chunk can carry a
+    whole large tool argument."""
+    lines = SSELines()
     async for block in content.iter_any():
-        *lines, pending = (pending + block).split(b"\n")
-        for line in lines:
-            data = sse_data(line.decode("utf-8"))
-            if data is not None:
+        for line in lines.feed(block):
+            if (data := sse_data(line)) is not None:
                 yield data
-    data = sse_data(pending.decode("utf-8"))
-    if data is not None:
-        yield data
+    for line in lines.close():
+        if (data := sse_data(line)) is not None:
+            yield data
 
 
 def _parse_completion(raw: bytes) -> ModelResponse:
