@@ -120,11 +120,11 @@ LINE_VECTORS = [
     (["\r\n\r\n"], ["", ""]),  # test_alternating_cr_lf
     (["line1\r\rline2\n"], ["line1", "", "line2"]),  # test_consecutive_cr_handling
     (["\r", "\r"], ["", ""]),  # test_only_cr
-    (["l", "i", "n", "e", "1", "\r", "\n", "l", "i", "n", "e", "2"], ["line1", "line2"]),  # test_cr_lf_as_separate_chunks
+    (list("line1\r\nline2"), ["line1", "line2"]),  # test_cr_lf_as_separate_chunks
     (["a\rb\nc\r\nd"], ["a", "b", "c", "d"]),  # test_mixed_endings_with_content
     (["first", " line\r", "\nsecond", " line\r\n", "third\rfo", "urth\n", "fifth"],
      ["first line", "second line", "third", "fourth", "fifth"]),  # test_complex_mixed_scenario
-    (["data\u2028field\nline2\u2029end\n"], ["data\u2028field", "line2\u2029end"]),  # U+2028/9 are no line ends
+    (["data\u2028field\nline2\u2029end\n"], ["data\u2028field", "line2\u2029end"]),  # not line ends
 ]  # fmt: skip
 
 

@@ -49,8 +49,15 @@ from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
 from .sse import (
-    DONE, REASONING_FIELDS, SSELines, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data,
-)  # fmt: skip
+    DONE,
+    REASONING_FIELDS,
+    SSELines,
+    StreamAssembler,
+    StreamError,
+    content_parts,
+    reasoning_text,
+    sse_data,
+)
 from .usage import usage_from_wire
 
 if TYPE_CHECKING:
