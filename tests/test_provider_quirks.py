@@ -172,25 +172,29 @@ def _thinking_model(request: RecordedRequest) -> FakeReply:
     turns = [m for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls")]
     if any("reasoning_content" not in m for m in turns):
         return replay("deepseek_missing_reasoning")
+    if not turns and (request.body or {}).get("stream"):
+        return replay("deepseek_reasoning_stream")  # recorded: reasoning deltas, then a call to add
     if not turns:
         return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="I should add 1 and 2.")
     return FakeReply.text("1 + 2 = 3.")
 
 
-@pytest.mark.parametrize("preset", ["deepseek", None])
-async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop(preset: str | None) -> None:
+@pytest.mark.parametrize(("preset", "stream"), [("deepseek", False), (None, False), (None, True)])
+async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop(preset: str | None, stream: bool) -> None:
     """Attack: DeepSeek's thinking mode answers 400 (recorded "reasoning_content … must be passed
     back") on the second turn of a tool loop when the reasoning is not sent back. It was sent back
     only with the deepseek preset, so DeepSeek by base URL or behind a gateway (LiteLLM relays
     `reasoning_content` as it is: `litellm_reasoning_stream`) failed mid-task. With or without the
     preset the reasoning goes back and the loop finishes; it is never in the reply."""
     async with FakeOpenAIServer(handler=_thinking_model) as fake:
-        agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider=preset, tools=[add])
+        agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider=preset, tools=[add],
+                      stream=stream)  # fmt: skip
         result = await agent.run("What is 1 + 2?")
         await agent.aclose()
-    assert result.reply == "1 + 2 = 3." and "should add" not in result.reply
+    thought = "The user wants 1+2; call add." if stream else "I should add 1 and 2."
+    assert result.reply == "1 + 2 = 3." and thought not in result.reply
     sent = [m for m in fake.requests[1].messages if m.get("tool_calls")]
-    assert sent[0]["reasoning_content"] == "I should add 1 and 2."
+    assert sent[0]["reasoning_content"] == thought
 
 
 async def test_a_model_that_refuses_reasoning_sent_back_is_asked_again_without_it() -> None:
