@@ -197,17 +197,19 @@ async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop(preset: str | Non
     assert sent[0]["reasoning_content"] == thought
 
 
-async def test_a_model_that_refuses_reasoning_sent_back_is_asked_again_without_it() -> None:
+@pytest.mark.parametrize("body", ["cerebras_reasoning_refused", "mistral_reasoning_refused"])
+async def test_a_model_that_refuses_reasoning_sent_back_is_asked_again_without_it(body: str) -> None:
     """Attack: Cerebras answers 400 "property 'messages.2.assistant.reasoning_content' is
-    unsupported" (recorded) when reasoning goes back. The call is asked again without it, and the
-    model is never sent it again; another model of the client still gets its reasoning back."""
+    unsupported", Mistral 422 "Extra inputs are not permitted" at `…assistant.reasoning_content`
+    (recorded bodies) when reasoning goes back. The call is asked again without it, and the model is
+    never sent it again; another model of the client still gets its reasoning back."""
     history = [*USER, {"role": "assistant", "content": None, "reasoning_content": "add them",
                        "tool_calls": [{"id": "c1", "type": "function",
                                        "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
                {"role": "tool", "tool_call_id": "c1", "content": "3"}]  # fmt: skip
     async with FakeOpenAIServer() as fake:
-        fake.script(replay("cerebras_reasoning_refused"), FakeReply.text("3"), FakeReply.text("3"))
-        model = client(fake, "cerebras-model")
+        fake.script(replay(body), FakeReply.text("3"), FakeReply.text("3"))
+        model = client(fake, "strict-model")
         assert (await model.complete(history, TOOLS)).content == "3"
         await model.complete(history, TOOLS)
         await model.aclose()
@@ -217,7 +219,7 @@ async def test_a_model_that_refuses_reasoning_sent_back_is_asked_again_without_i
         await other.aclose()
     carried = ["reasoning_content" in r.messages[1] for r in fake.requests]
     assert carried == [True, False, False, True]
-    assert model.dropped == {"cerebras-model": {"reasoning_content"}}
+    assert model.dropped == {"strict-model": {"reasoning_content"}}
 
 
 @pytest.mark.parametrize(
