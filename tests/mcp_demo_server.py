@@ -6,22 +6,29 @@
 Every call is appended as one JSON line to the file named by DEMO_CALL_LOG (if set), so a test
 can check which calls reached the server; DEMO_START_LOG gets a line per process started.
 DEMO_GREETING, if set, is what `greet` answers with:
-it shows that an environment variable was passed to the server.
+it shows that an environment variable was passed to the server. DEMO_START_DELAY (seconds) makes
+the server wait that long before it answers the handshake, like a server that installs or loads
+something first.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import AudioContent, CallToolResult, ImageContent, ToolAnnotations
 
 server = MCPServer("demo", log_level="WARNING")
+# A 1×1 PNG and a short WAV header, base64 (what the reference "everything" server's image and
+# audio tools send, in miniature)
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+SOUND = base64.b64encode(b"RIFF" + bytes(600)).decode()
 if os.environ.get("DEMO_START_LOG"):  # one line per server process started
     with open(os.environ["DEMO_START_LOG"], "a", encoding="utf-8") as starts:
         starts.write(f"{os.getpid()}\n")
@@ -120,6 +127,26 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+def snapshot() -> CallToolResult:
+    """A picture of the screen, answered as structured content only (no content blocks)."""
+    record("snapshot")
+    image = {"type": "image", "data": PIXEL, "mimeType": "image/png"}
+    return CallToolResult(content=[], structured_content={"caption": "the screen", "image": image})
+
+
+@server.tool()
+def recording() -> CallToolResult:
+    """A picture and a sound as content blocks, mirrored in the structured content."""
+    record("recording")
+    blocks = [
+        ImageContent(data=PIXEL, mime_type="image/png"),
+        AudioContent(data=SOUND, mime_type="audio/wav"),
+    ]
+    mirror = {"items": [block.model_dump(mode="json", by_alias=True) for block in blocks]}
+    return CallToolResult(content=blocks, structured_content=mirror)
+
+
 LOGGING = {"on": False}  # what `toggle_logging` switches, as the reference "everything" server does
 
 
@@ -157,6 +184,10 @@ async def serve_prompts_only() -> None:
 
 
 def main() -> None:
+    if os.environ.get("DEMO_START_DELAY"):  # a slow start: nothing answered before it is over
+        import time
+
+        time.sleep(float(os.environ["DEMO_START_DELAY"]))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, help="serve streamable HTTP on this port instead of stdio")
     parser.add_argument("--prompts-only", action="store_true", help="a server without the tools capability")

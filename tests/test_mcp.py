@@ -425,3 +425,86 @@ def test_without_the_extra_the_import_error_names_it() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 'pip install "hermes-kernel[mcp]"' in out.stdout
+
+
+# --- as servers really answer --------------------------------------------------------------------
+
+
+async def test_media_and_structured_only_answers_never_hand_base64_to_the_model(log: Path) -> None:
+    """Attack: a tool answering with structured content only that carries an image block (`snapshot`,
+    a 1×1 PNG), and one answering with image and audio blocks mirrored in its structured content
+    (`recording`, like the reference "everything" server's media tools), from the real demo server
+    over stdio. The model read the base64 as text; it must read a one-line note (type, mime type,
+    size) in its place, the rest of the structured content kept."""
+    from mcp_demo_server import PIXEL, SOUND
+
+    model = ScriptedModel([call("snapshot", {}), call("recording", {}), reply("seen")])
+    async with demo(log) as server:
+        result = await Agent(model=model, tools=server.tools).run("what is on the screen?")
+    snapshot, recording = (json.loads(outcome.content) for outcome in result.tool_calls)
+    assert snapshot == {
+        "caption": "the screen",
+        "image": "[image: image/png, 70 bytes, not shown to a text model]",
+    }
+    assert recording["items"][0].startswith("[image: image/png, ")
+    assert recording["items"][1] == "[audio: audio/wav, 604 bytes, not shown to a text model]"
+    sent = json.dumps(model.calls[-1].messages)
+    assert PIXEL[:40] not in sent and SOUND[:40] not in sent
+
+
+async def test_concurrent_first_runs_all_see_the_mcp_tools(log: Path) -> None:
+    """Attack: eight conversations start at once while the server is still starting. The first
+    run waited for it; the others found the toolset already "attached" and ran without its tools
+    (1 of 8 answered). Every run started within the first wait must be offered the server's tools."""
+    model = ScriptedModel([reply("ok")] * 8)
+    async with MCPToolset([demo(log)], first_wait=30) as toolset:  # a loaded machine starts it slowly
+        agent = Agent(model=model, mcp=toolset)
+        results = await asyncio.gather(*(agent.run(f"hello {i}") for i in range(8)))
+    assert [r.reply for r in results] == ["ok"] * 8
+    assert all("add" in offered(model, i) for i in range(8)), [sorted(offered(model, i)) for i in range(8)]
+
+
+async def test_a_changed_tool_list_is_seen_at_once(log: Path) -> None:
+    """Attack: the server withdraws `echo` during a call and says so (`tools/list_changed`, the demo
+    server's `retire`). The refresh was not awaited: the model's next call in the same run, and a run
+    started right after, were still offered `echo`. Both must get the new list, without waiting."""
+    model = ScriptedModel([call("retire", {"name": "echo"}), reply("gone"), reply("second run")])
+    async with MCPToolset([demo(log)], first_wait=30) as toolset:
+        agent = Agent(model=model, mcp=toolset)
+        await agent.run("withdraw echo")
+        await agent.run("again")
+    assert "echo" in offered(model, 0)
+    assert "echo" not in offered(model, 1) and "echo" not in offered(model, 2)
+    assert "add" in offered(model, 1) and "add" in offered(model, 2)
+
+
+def test_run_starts_an_mcp_server_that_needs_more_than_two_seconds(tmp_path: Path, log: Path) -> None:
+    """Attack: `hermes-kernel run` with a configured server that takes 3 s to start (DEMO_START_DELAY)
+    went on without its tools: a run waited only the toolset's 2 s `first_wait`. `run` and `chat`
+    now start the servers first, each within its `connect_timeout` (30 s by default), as `serve`
+    does; the model is offered the server's tools and the call reaches the server."""
+    from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+
+    config = tmp_path / "hermes.yaml"
+    config.write_text(
+        f"mcp:\n  - name: slow\n    command: {json.dumps(sys.executable)}\n"
+        f"    args: [{json.dumps(str(DEMO_SERVER))}]\n    env: [DEMO_START_DELAY, DEMO_CALL_LOG]\n",
+        encoding="utf-8",
+    )
+    fake = FakeOpenAIServer().start_in_thread()
+    try:
+        fake.script(FakeReply.tool_call("add", {"a": 1, "b": 2}), FakeReply.text("It is 3."))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+        src = str(Path(__file__).resolve().parents[1] / "src")
+        env |= {"HERMES_BASE_URL": fake.base_url, "HERMES_MODEL": "fake", "DEMO_START_DELAY": "3",
+                "DEMO_CALL_LOG": str(log), "PYTHONPATH": src}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "hermes_core", "--config", str(config), "run", "--json", "1 + 2?"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=90,
+        )  # fmt: skip
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["reply"] == "It is 3."
+    assert "add" in {t["function"]["name"] for t in fake.requests[0].tools}
+    assert calls_seen(log) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]

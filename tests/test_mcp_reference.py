@@ -193,6 +193,19 @@ async def test_time_server_killed_while_idle_is_reopened(tmp_path: Path) -> None
         assert "UTC" in await tool.handler(timezone="UTC")
 
 
+async def test_eight_first_runs_at_once_all_get_the_time_servers_tools() -> None:
+    """Attack: eight conversations start together while mcp-server-time is still starting. The first
+    run waited for it, the seven others found the toolset "attached" and ran without its tools
+    (1 of 8 answered with the time). Each of the eight must be offered `get_current_time`."""
+    clock = MCPConnection("time", command=python_server("mcp-server-time"), args=["--local-timezone", "UTC"])
+    model = ScriptedModel([reply("ok")] * 8)
+    async with MCPToolset([clock], first_wait=30) as toolset:  # a loaded machine starts it slowly
+        agent = Agent(model=model, mcp=toolset)
+        await asyncio.gather(*(agent.run(f"what time is it? ({i})") for i in range(8)))
+    offered = [{t["function"]["name"] for t in c.tools or []} for c in model.calls]
+    assert len(offered) == 8 and all("get_current_time" in names for names in offered), offered
+
+
 async def test_an_http_server_restarted_loses_its_session_and_a_safe_call_is_repeated(
     node_servers: Path, everything_http: tuple[int, list[subprocess.Popen[bytes]]]
 ) -> None:

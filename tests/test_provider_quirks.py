@@ -77,12 +77,15 @@ async def test_a_refused_schema_names_the_tool() -> None:
 
 
 @pytest.mark.parametrize("body", ["vllm_no_tool_parser", "ollama_no_tools", "llamacpp_no_jinja",
-                                  "openrouter_no_tool_endpoints"])  # fmt: skip
+                                  "openrouter_no_tool_endpoints", "llamacpp_unsupported_tools",
+                                  "gemini_gemma_no_tools"])  # fmt: skip
 async def test_a_server_that_cannot_take_tools_switches_auto_mode(body: str) -> None:
     """Attack: servers that cannot take `tools` at all, each in its own words and status (vLLM 400,
-    Ollama 400, llama.cpp 500 without --jinja, OpenRouter 404; recorded bodies). The 500 used to be
-    retried as an outage ("model unavailable") and the 404 treated as an unknown model; each must
-    switch `auto` to text mode at once, with the reason kept for the model."""
+    Ollama 400, llama.cpp 500 without --jinja, older llama-server's 500 "Unsupported param: tools",
+    OpenRouter 404, Gemma on Gemini's endpoint 400 "Function calling is not enabled"; recorded
+    bodies). The 500s used to be retried as an outage ("model unavailable") and the 404 treated as
+    an unknown model; each must switch `auto` to text mode at once, with the reason kept for the
+    model."""
     async with FakeOpenAIServer() as fake:
         fake.script(replay(body), FakeReply.text("The sum is 3."))
         model = TextToolCalls(client(fake), mode="auto")
@@ -164,37 +167,59 @@ async def test_reasoning_deltas_are_kept_and_never_shown(body: str) -> None:
     assert response.reasoning not in "".join(shown) and response.reasoning[:6] not in "".join(shown)
 
 
-async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop() -> None:
+def _thinking_model(request: RecordedRequest) -> FakeReply:
+    """DeepSeek's thinking mode: a tool-call turn sent back without its reasoning is a 400."""
+    turns = [m for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    if any("reasoning_content" not in m for m in turns):
+        return replay("deepseek_missing_reasoning")
+    if not turns and (request.body or {}).get("stream"):
+        return replay("deepseek_reasoning_stream")  # recorded: reasoning deltas, then a call to add
+    if not turns:
+        return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="I should add 1 and 2.")
+    return FakeReply.text("1 + 2 = 3.")
+
+
+@pytest.mark.parametrize(("preset", "stream"), [("deepseek", False), (None, False), (None, True)])
+async def test_deepseek_gets_its_reasoning_back_in_a_tool_loop(preset: str | None, stream: bool) -> None:
     """Attack: DeepSeek's thinking mode answers 400 (recorded "reasoning_content … must be passed
-    back") on the second turn of a tool loop when the reasoning is not sent back. With the deepseek
-    preset the agent sends it back and the loop finishes; the reasoning is not in the reply."""
-
-    def deepseek(request: RecordedRequest) -> FakeReply:
-        turns = [m for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls")]
-        if any("reasoning_content" not in m for m in turns):
-            return replay("deepseek_missing_reasoning")
-        if not turns:
-            return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="I should add 1 and 2.")
-        return FakeReply.text("1 + 2 = 3.")
-
-    def plain_model(request: RecordedRequest) -> FakeReply:
-        if len(request.messages) > 2:
-            return FakeReply.text("done")
-        return FakeReply(tool_calls=[("add", {"a": 1, "b": 2})], reasoning="hmm")
-
-    async with FakeOpenAIServer(handler=deepseek) as fake:
-        agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider="deepseek", tools=[add])
+    back") on the second turn of a tool loop when the reasoning is not sent back. It was sent back
+    only with the deepseek preset, so DeepSeek by base URL or behind a gateway (LiteLLM relays
+    `reasoning_content` as it is: `litellm_reasoning_stream`) failed mid-task. With or without the
+    preset the reasoning goes back and the loop finishes; it is never in the reply."""
+    async with FakeOpenAIServer(handler=_thinking_model) as fake:
+        agent = Agent(model="deepseek-v4-flash", base_url=fake.base_url, provider=preset, tools=[add],
+                      stream=stream)  # fmt: skip
         result = await agent.run("What is 1 + 2?")
         await agent.aclose()
-        plain = Agent(model="other", base_url=fake.base_url, tools=[add])
-        fake.handler = plain_model
-        await plain.run("What is 1 + 2?")
-        await plain.aclose()
-    assert result.reply == "1 + 2 = 3." and "should add" not in result.reply
+    thought = "The user wants 1+2; call add." if stream else "I should add 1 and 2."
+    assert result.reply == "1 + 2 = 3." and thought not in result.reply
     sent = [m for m in fake.requests[1].messages if m.get("tool_calls")]
-    assert sent[0]["reasoning_content"] == "I should add 1 and 2."
-    # an endpoint without the quirk never gets reasoning_content back
-    assert all("reasoning_content" not in m for m in fake.requests[-1].messages)
+    assert sent[0]["reasoning_content"] == thought
+
+
+@pytest.mark.parametrize("body", ["cerebras_reasoning_refused", "mistral_reasoning_refused"])
+async def test_a_model_that_refuses_reasoning_sent_back_is_asked_again_without_it(body: str) -> None:
+    """Attack: Cerebras answers 400 "property 'messages.2.assistant.reasoning_content' is
+    unsupported", Mistral 422 "Extra inputs are not permitted" at `…assistant.reasoning_content`
+    (recorded bodies) when reasoning goes back. The call is asked again without it, and the model is
+    never sent it again; another model of the client still gets its reasoning back."""
+    history = [*USER, {"role": "assistant", "content": None, "reasoning_content": "add them",
+                       "tool_calls": [{"id": "c1", "type": "function",
+                                       "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "3"}]  # fmt: skip
+    async with FakeOpenAIServer() as fake:
+        fake.script(replay(body), FakeReply.text("3"), FakeReply.text("3"))
+        model = client(fake, "strict-model")
+        assert (await model.complete(history, TOOLS)).content == "3"
+        await model.complete(history, TOOLS)
+        await model.aclose()
+        other = client(fake, "deepseek-v4-flash")
+        fake.script(FakeReply.text("3"))
+        await other.complete(history, TOOLS)
+        await other.aclose()
+    carried = ["reasoning_content" in r.messages[1] for r in fake.requests]
+    assert carried == [True, False, False, True]
+    assert model.dropped == {"strict-model": {"reasoning_content"}}
 
 
 @pytest.mark.parametrize(

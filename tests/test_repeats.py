@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hermes_core import Agent, tool
 from hermes_core.kernel.messages import ModelResponse, ToolCall
 from hermes_core.testing import ScriptedModel, call, reply
+from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from hermes_core.tools.files import Workspace, file_tools
 from hermes_core.tools.mcp import MCPConnection
 
@@ -154,3 +157,70 @@ async def test_mcp_toggle_without_arguments_flips_twice_and_a_status_check_follo
     assert contents(result)[:5] == ["logging on", "logging off", "off", "logging on", "on"]
     assert refusals(result) == [("logging_status", "repeated_call")]
     assert served(log) == ["toggle_logging"] * 2 + ["logging_status", "toggle_logging", "logging_status"]
+
+
+@tool
+def get_weather(city: str) -> dict:
+    """Get today's weather for a city (the README's tool: declared without a level)."""
+    WEATHER_RUNS.append(city)
+    return {"city": city, "condition": "sunny", "temp_c": 21}
+
+
+WEATHER_RUNS: list[str] = []
+
+
+@pytest.mark.parametrize(
+    ("question", "told"),
+    [
+        ("What's the weather in Paris?", "answer from what you have"),
+        ("巴黎今天天气怎么样？", "根据已有的结果直接回答"),
+    ],
+)
+async def test_a_model_repeating_an_undeclared_lookup_is_told_to_answer(question: str, told: str) -> None:
+    """Attack (MISSION K2): a model that repeats the same lookup until it is told to stop, over HTTP
+    (the fake endpoint). The README's `get_weather` has no level, so it counted as a write and the
+    identical call was never refused: it ran 8 times and the user got the "needed more steps"
+    apology. The same answer twice with nothing else changing is enough: the third call is refused
+    with the fixed text (replies.py, in the user's language) and the model answers from it."""
+
+    def repeating_model(request: RecordedRequest) -> FakeReply:
+        last = request.messages[-1]
+        if last.get("role") == "tool" and told in str(last.get("content")):
+            return FakeReply.text("Paris: sunny, 21 °C.")
+        return FakeReply.tool_call("get_weather", {"city": "Paris"})
+
+    WEATHER_RUNS.clear()
+    async with FakeOpenAIServer(handler=repeating_model) as fake:
+        agent = Agent(model="m", base_url=fake.base_url, tools=[get_weather])
+        result = await agent.run(question)
+        await agent.aclose()
+    assert result.stop_reason == "completed" and result.reply == "Paris: sunny, 21 °C."
+    assert WEATHER_RUNS == ["Paris", "Paris"] and refusals(result) == [("get_weather", "repeated_call")]
+
+
+async def test_a_same_answer_after_a_write_is_not_yet_a_repeat() -> None:
+    """The rule's bound: the same answer counts only with no state-changing call in between. A
+    lookup, a write, the lookup (same answer, but the write came between), the lookup (same answer,
+    nothing between: from now on a loop), the lookup again: refused. And a lookup whose answers
+    differ (a counter) keeps running."""
+    counted: list[int] = []
+
+    @tool
+    def set_unit(unit: str) -> str:
+        """Set the temperature unit."""
+        return f"unit {unit}"
+
+    @tool
+    def next_ticket() -> int:
+        """The next ticket number (a lookup without a level whose answer changes)."""
+        counted.append(1)
+        return len(counted)
+
+    paris = ("get_weather", {"city": "Paris"})
+    script = [call(*paris), call("set_unit", {"unit": "C"}), call(*paris), call(*paris), call(*paris)]
+    script += [call("next_ticket") for _ in range(3)] + [reply("done")]
+    WEATHER_RUNS.clear()
+    agent = Agent(model=ScriptedModel(script), tools=[get_weather, set_unit, next_ticket], max_turns=10)
+    result = await agent.run("weather")
+    assert WEATHER_RUNS == ["Paris"] * 3 and counted == [1, 1, 1], refusals(result)
+    assert refusals(result) == [("get_weather", "repeated_call")]

@@ -366,15 +366,15 @@ async def test_an_mcp_level_written_as_shown_applies(tmp_path: Path, monkeypatch
 @pytest.mark.slow
 def test_an_mcp_name_that_matches_no_tool_stops_the_start(tmp_path: Path) -> None:
     """Attack (on the operator): `confirm: [nope]` names no tool of the server, so nothing would
-    wait for approval. `hermes-kernel tools` and `hermes-kernel serve` stop with one line naming it
-    and the server's tools."""
+    wait for approval. `hermes-kernel tools`, `serve` and `run` (which now starts the servers before
+    its turn) stop with one line naming it and the server's tools."""
     config = tmp_path / "hermes.yaml"
     config.write_text(
         f"mcp:\n  - name: pay\n    command: {json.dumps(sys.executable)}\n"
         f"    args: [{json.dumps(str(DEMO_SERVER))}]\n    confirm: [nope]\n",
         encoding="utf-8",
     )
-    for command in (["tools"], ["serve", "--port", "0"]):
+    for command in (["tools"], ["serve", "--port", "0"], ["run", "hello"]):
         done = subprocess.run(
             [sys.executable, "-m", "hermes_core", "--config", str(config), *command],
             cwd=tmp_path, env=CLEAN_ENV, capture_output=True, text=True, timeout=90,

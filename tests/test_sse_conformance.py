@@ -5,6 +5,7 @@ The data is a copy under tests/data/ (see tests/data/README.md for its source an
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
@@ -106,3 +107,82 @@ def test_interleaved_deltas_reassemble(texts: list[str], arguments: str, data: s
     assert [(c.id, c.name, c.arguments) for c in assembler.response(0).tool_calls] == [
         ("call_1", "f", arguments or "{}")
     ]
+
+
+# httpx-sse's line-decoder vectors (florimondmanca/httpx-sse, tests/test_decoders.py, class
+# TestSSELineDecoder, commit 27c2fa9c66159ee9db214c03992f688279263c22, MIT): chunks as they
+# arrive, and the lines the HTML standard's end-of-line rule (CRLF, CR, LF) makes of them.
+LINE_VECTORS = [
+    (["line1\r", "\nline2", "\n"], ["line1", "line2"]),  # test_trailing_cr_with_immediate_n
+    (["line1\r", "\nline2\n"], ["line1", "line2"]),  # test_crlf_across_chunks
+    (["text\r"], ["text"]),  # test_flush_with_trailing_cr
+    (["line1\r\n", "line2\r", "line3\n"], ["line1", "line2", "line3"]),  # test_mixed_line_endings_incremental
+    (["\r\n\r\n"], ["", ""]),  # test_alternating_cr_lf
+    (["line1\r\rline2\n"], ["line1", "", "line2"]),  # test_consecutive_cr_handling
+    (["\r", "\r"], ["", ""]),  # test_only_cr
+    (list("line1\r\nline2"), ["line1", "line2"]),  # test_cr_lf_as_separate_chunks
+    (["a\rb\nc\r\nd"], ["a", "b", "c", "d"]),  # test_mixed_endings_with_content
+    (["first", " line\r", "\nsecond", " line\r\n", "third\rfo", "urth\n", "fifth"],
+     ["first line", "second line", "third", "fourth", "fifth"]),  # test_complex_mixed_scenario
+    (["data\u2028field\nline2\u2029end\n"], ["data\u2028field", "line2\u2029end"]),  # not line ends
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("chunks", "expected"), LINE_VECTORS)
+def test_sse_lines_end_at_cr_lf_and_crlf(chunks: list[str], expected: list[str]) -> None:
+    """Vectors from httpx-sse's line-decoder tests (above): lines end at CRLF, CR or LF (the HTML
+    standard, server-sent events, "end-of-line"), a CRLF split across chunks ends one line."""
+    from hermes_core.models.sse import SSELines
+
+    lines = SSELines()
+    got = [line for chunk in chunks for line in lines.feed(chunk.encode("utf-8"))] + lines.close()
+    assert got == expected
+
+
+async def _serve_chunks(chunks: list[bytes]) -> tuple[Any, str]:
+    """A loopback server that writes one chat-completions stream in exactly these chunks."""
+    from aiohttp import web
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(chunk)
+            await asyncio.sleep(0.005)  # each chunk its own read at the client
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.mark.parametrize("ending", ["\r", "\r\n"])
+async def test_a_recorded_stream_with_cr_or_split_crlf_line_ends_decodes(ending: str) -> None:
+    """A recorded OpenAI tool-call stream (the manifest's first tool-call entry) sent with CR-only
+    line ends, and with CRLF ends each split between two TCP writes (both legal server-sent events,
+    HTML standard "end-of-line"). CR-only used to decode to nothing (one endless line) and the
+    split CRLF is one line end, not two; each must decode to what the manifest says."""
+    from hermes_core.models.openai_compat import OpenAICompatClient
+    from hermes_core.models.settings import ModelSettings
+
+    entry = next(e for e in MANIFEST if any(x["tool_calls"] for x in e["assembled_by_index_concat"].values()))
+    text = (STREAMS / entry["file"]).read_text(encoding="utf-8").replace("\r\n", "\n")
+    body = text.replace("\n", ending).encode("utf-8")
+    chunks = body.split(b"\r")  # every chunk but the last ends where a CR was
+    chunks = [chunk + b"\r" for chunk in chunks[:-1]] + [chunks[-1]]
+    runner, base_url = await _serve_chunks(chunks)
+    model = OpenAICompatClient(ModelSettings(model="m", base_url=base_url, stream=True, max_retries=0))
+    try:
+        response = await model.complete([{"role": "user", "content": "hi"}])
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+    expected = entry["assembled_by_index_concat"]["0"]
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]
+    assert calls == expected["tool_calls"] and response.finish_reason == expected["finish_reason"]

@@ -234,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return asyncio.run(run_once(agent, args.message, as_json=args.json, quiet=args.quiet))
         return asyncio.run(chat(agent, quiet=args.quiet))
+    except ConfigError as exc:  # an MCP server's `levels` or `confirm` names a tool it does not have
+        print(f"hermes-kernel: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C where the terminal's own handler is not installed (Windows)
         print("\nhermes-kernel: cancelled", file=sys.stderr)
         return 130
@@ -534,6 +537,7 @@ async def run_once(agent: Agent, message: str, *, as_json: bool = False, quiet: 
     terminal = Terminal()
     on_text = display.on_text if display.streams else None  # asking for text makes the client stream
     try:
+        await start_mcp(agent)
         display.start()
         result = await terminal.turn(run_task(agent, message, caller=terminal_caller(agent), on_text=on_text))
     except TurnCancelled:
@@ -563,6 +567,14 @@ async def run_once(agent: Agent, message: str, *, as_json: bool = False, quiet: 
     return 0 if result.ok else 1
 
 
+async def start_mcp(agent: Agent) -> None:
+    """The MCP servers started before the first turn, each given its `connect_timeout` (30 s by
+    default), as `serve` does: a server that needs a few seconds to start is not missed by the one
+    run of `run` (a run alone waits only `first_wait`, 2 s). ConfigError for a mistyped tool name."""
+    if agent.mcp is not None:
+        await agent.mcp.start(agent.registry)
+
+
 async def chat(agent: Agent, *, quiet: bool = False) -> int:
     """The REPL. Ctrl-C cancels the turn that runs; at the prompt (or again at once) it leaves."""
     from .cli_display import Terminal, TurnCancelled, TurnDisplay, show_tool_calls
@@ -577,6 +589,7 @@ async def chat(agent: Agent, *, quiet: bool = False) -> int:
     show_tool_calls(agent, display)
     print("hermes-kernel chat — type exit or quit (or Ctrl-D) to leave; Ctrl-C cancels a turn.")
     try:
+        await start_mcp(agent)
         while True:
             line = await terminal.read_line("> ")
             if line is None:  # end of input, or Ctrl-C at the prompt

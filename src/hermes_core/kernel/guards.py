@@ -9,7 +9,9 @@ could have changed since, not by the arguments alone:
 - A call identical (same tool, same arguments in canonical form) to one of an earlier turn is
   refused only when no state-changing call ran successfully from the start of that earlier call
   on. The earlier call counts itself: a toggle run twice turns a thing on and off again, and a
-  read after a write, or a status check after an action, reads a state that has moved.
+  read after a write, or a status check after an action, reads a state that has moved — unless it
+  answered as the time before with no state-changing call between: a lookup declared without a
+  level (a write) that answers the same twice is not asked again; the model is told to use it.
 - State-changing: a tool of level ≥ 1, or an MCP tool whose server does not mark it
   `readOnlyHint: true` (the hint never lowers a level, it only keeps a level-0 MCP tool counted
   as a write when the server does not vouch for it).
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .messages import ModelResponse, ToolCall
+from .replies import Language, fixed_reply
 from .tools.declare import Tool
 from .tools.registry import ToolOutcome
 from .tools.results import error_result
@@ -43,14 +46,15 @@ def changes_state(declared: Tool | None) -> bool:
 class TaskGuards:
     """The guards of one task. `admit` decides, before execution, which calls of a turn may run."""
 
-    def __init__(self, limits: Limits, changes: Callable[[str], bool] = lambda name: True) -> None:
-        self.limits = limits
+    def __init__(self, limits: Limits, changes: Callable[[str], bool], language: Language) -> None:
+        self.limits, self.language = limits, language
         self.executed = 0
         self.budget_exhausted = False
         self.withdrawn: set[str] = set()
         self._changes_state = changes  # tool name → may a successful call change state?
         self._changes = 0  # state-changing calls that succeeded so far
         self._started: dict[tuple[str, str], int] = {}  # call key → `_changes` when it last started
+        self._answers: dict[tuple[str, str], tuple[str, int]] = {}  # call key → (result, `_changes` after)
         self._ids: set[str] = set()  # an id names one call: its approval and its journaled result
         self._failures: Counter[str] = Counter()
 
@@ -71,11 +75,7 @@ class TaskGuards:
             return refused(call, message + "longer available in this task; use another approach", "withdrawn")
         key = call.key  # canonical arguments: parsed and encoded again, so computed once
         if earlier.get(key) == self._changes:
-            message = (
-                f"identical call to {call.name} with the same arguments was already made and nothing has "
-                "changed since; its result is above. Do not repeat it: change your strategy or answer "
-                "with what you have."
-            )
+            message = fixed_reply("repeated_call", self.language).format(tool=call.name)
             return refused(call, message, "repeated_call")
         if self.executed >= self.limits.max_tool_calls:
             self.budget_exhausted = True
@@ -85,12 +85,16 @@ class TaskGuards:
         return None
 
     def record(self, outcome: ToolOutcome) -> None:
-        name = outcome.call.name
+        name, key = outcome.call.name, outcome.call.key
         if outcome.error == "outcome_unknown":  # interrupted by a restart: trying it again is not a loop
-            self._started.pop(outcome.call.key, None)
+            self._started.pop(key, None)
         if outcome.ok:
             self._failures[name] = 0
+            same = self._answers.get(key) == (outcome.content, self._changes)  # and nothing changed between
             self._changes += self._changes_state(name)
+            self._answers[key] = (outcome.content, self._changes)
+            if same:  # its own run changed nothing it reads: asked again, it would answer the same
+                self._started[key] = self._changes
         elif outcome.error != "unknown_tool":
             self._failures[name] += 1
             if self._failures[name] >= self.limits.max_tool_failures:

@@ -52,7 +52,6 @@ class TaskHooks:
 
     async def on_tool_cancelled(self, call: ToolCall) -> None:
         """The task was cancelled while `call` ran: no outcome will come (on_tool_end is not called)."""
-        return None
 
 
 NO_HOOKS = TaskHooks()

@@ -78,7 +78,7 @@ async def run_loop(
     """Run one task over `messages` (which it extends in place) until the model answers;
     `hooks` (observers: the trace, logs, spans) are told of each model call and tool call."""
     run = RunResult(reply="", messages=messages)
-    guards = TaskGuards(limits, lambda name: changes_state(registry.get(name)))
+    guards = TaskGuards(limits, lambda name: changes_state(registry.get(name)), language)
     task_context = ToolContext("", "", task_id, session_id, caller=caller, model=model.name, spent=[])
     started = time.perf_counter()
     model_seconds = 0.0

@@ -156,7 +156,7 @@ class ModelResponse:
     finish_reason: str | None = None
     refusal: str | None = None
     # The model's reasoning (<think> text, `reasoning_content` / `reasoning` fields): kept for the
-    # trace, never shown; sent back only to an endpoint that requires it (models/providers.py Quirks).
+    # trace, never shown; sent back in a tool loop unless the model refuses it (models/openai_compat.py).
     reasoning: str | None = None
     # The configured model the request went to (a fallback, if the primary failed); "" when the
     # client does not say. Permissions (`allowed_models`) are checked against it, never against

@@ -12,7 +12,10 @@ The failure policy, in one place:
 - a refusal of the tools parameter itself (llama.cpp's 500 without --jinja, OpenRouter's 404) is
   raised at once as `ModelRequestRejected`, for `auto` tool mode to decide on (textcalls/wrapper.py);
 - a parameter the model refuses (`temperature` on o-series/gpt-5, `stream_options` on Azure AI
-  inference) is left out: known ones up front, others after the 400 that names them, remembered.
+  inference) is left out: known ones up front, others after the 400 that names them, remembered;
+- reasoning the endpoint returned (`reasoning_content`) goes back with the assistant message of a
+  tool loop, as DeepSeek's thinking mode requires, whatever the preset or gateway; a model that
+  refuses the field (Cerebras' 400, Mistral's 422) is asked again without it, remembered.
 
 The retry budget counts a gateway's own retries too (models/settings.py `effective_retries`).
 
@@ -48,7 +51,16 @@ from ..kernel.model import (
 from ..observe.metrics import MODEL_RETRIES
 from .providers import quirks_of, refuses_temperature, refuses_tools, unknown_model
 from .settings import ModelSettings
-from .sse import DONE, REASONING_FIELDS, StreamAssembler, StreamError, content_parts, reasoning_text, sse_data
+from .sse import (
+    DONE,
+    REASONING_FIELDS,
+    SSELines,
+    StreamAssembler,
+    StreamError,
+    content_parts,
+    reasoning_text,
+    sse_data,
+)
 from .usage import usage_from_wire
 
 if TYPE_CHECKING:
@@ -167,14 +179,14 @@ class OpenAICompatClient(ModelClient):
         return _encode(body).encode("utf-8")
 
     def _wire_messages(self, messages: list[Message], dropped: Collection[str] = ()) -> list[Message]:
-        """The history as this endpoint takes it: `reasoning_content` only where it is required;
+        """The history as this endpoint takes it: `reasoning_content` unless the model refused it;
         successive user messages (a turn's context and its message) as one, for a model whose
         chat template refused them (`ALTERNATING`, found out by its 400)."""
         if ALTERNATING in dropped:
             messages = _merged_user_turns(messages)
-        if self.quirks.send_reasoning or not any("reasoning_content" in m for m in messages):
+        if REASONING not in dropped or not any(REASONING in m for m in messages):
             return messages
-        return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+        return [{k: v for k, v in m.items() if k != REASONING} for m in messages]
 
     async def _call_model(
         self,
@@ -299,18 +311,17 @@ async def _read_stream(reply: aiohttp.ClientResponse, on_text: TextCallback | No
 
 
 async def _sse_payloads(content: aiohttp.StreamReader) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body. Lines are split here rather than by aiohttp's
-    `readline`, which rejects lines over 128 KiB; one chunk can carry a whole large tool argument."""
-    pending = b""
+    """The `data:` payloads of an SSE body. Lines are split here (at CR, LF or CRLF) rather than by
+    aiohttp's `readline`, which rejects lines over 128 KiB and knows only LF; one chunk can carry a
+    whole large tool argument."""
+    lines = SSELines()
     async for block in content.iter_any():
-        *lines, pending = (pending + block).split(b"\n")
-        for line in lines:
-            data = sse_data(line.decode("utf-8"))
-            if data is not None:
+        for line in lines.feed(block):
+            if (data := sse_data(line)) is not None:
                 yield data
-    data = sse_data(pending.decode("utf-8"))
-    if data is not None:
-        yield data
+    for line in lines.close():
+        if (data := sse_data(line)) is not None:
+            yield data
 
 
 def _parse_completion(raw: bytes) -> ModelResponse:
@@ -394,14 +405,18 @@ def _refused_parameter(exc: ModelRequestRejected, sent: dict[str, Any]) -> str |
     """The optional parameter a 400 says the model refuses, when we sent it (OpenAI: "Unsupported
     parameter: 'temperature' …"; Azure AI inference: "… stream_options …"); `ALTERNATING` when it
     refuses two user messages in a row (a template's "Conversation roles must alternate …", the
-    old deepseek-reasoner's "does not support successive user or assistant messages")."""
-    if exc.status != 400:
+    old deepseek-reasoner's "does not support successive user or assistant messages"); `REASONING`
+    when it refuses the reasoning sent back (Cerebras: "property 'messages.2.assistant.
+    reasoning_content' is unsupported"; Mistral's 422 "Extra inputs are not permitted")."""
+    if exc.status not in (400, 422):
         return None
     text = str(exc).lower()
     successive = _merged_user_turns(sent["messages"]) != sent["messages"]
     if successive and ("alternate" in text or "successive" in text):
         return ALTERNATING
     refusal = any(word in text for word in _REFUSAL_WORDS)
+    if refusal and REASONING in text and any(REASONING in m for m in sent["messages"]):
+        return REASONING
     for name in ("temperature", "stream_options", "top_p"):
         if refusal and name in sent and name in text:
             return name
@@ -409,6 +424,7 @@ def _refused_parameter(exc: ModelRequestRejected, sent: dict[str, Any]) -> str |
 
 
 ALTERNATING = "alternating roles"  # in `dropped`: the model takes no two user messages in a row
+REASONING = "reasoning_content"  # in `dropped`: the model takes no reasoning sent back
 
 
 def _merged_user_turns(messages: list[Message]) -> list[Message]:

@@ -45,15 +45,12 @@ class Provider:
 class Quirks:
     """What one endpoint needs beyond the OpenAI format (docs/providers.md has the table).
 
-    - `send_reasoning`: assistant messages go back with their `reasoning_content` (DeepSeek's
-      thinking mode answers 400 on the next turn of a tool loop without it);
     - `stream_usage`: `stream_options: {"include_usage": true}` is accepted (an endpoint that refuses
       it, like Azure AI inference, is also found out by its 400 and remembered);
     - `upstream_retries`: how often the endpoint itself retries a failed upstream call (LiteLLM's
       proxy retries twice), counted against `model.retry_budget`.
     """
 
-    send_reasoning: bool = False
     stream_usage: bool = True
     upstream_retries: int = 0
 
@@ -70,9 +67,10 @@ PROVIDERS: tuple[Provider, ...] = (
     # https://api-docs.deepseek.com/ — base_url https://api.deepseek.com; deepseek-chat and
     # deepseek-reasoner are deprecated names of deepseek-v4-flash's two modes.
     # Thinking mode: reasoning_content must be sent back in a tool loop
-    # (https://api-docs.deepseek.com/guides/thinking_mode#tool-calls).
+    # (https://api-docs.deepseek.com/guides/thinking_mode#tool-calls): every endpoint gets it back
+    # (models/openai_compat.py), so DeepSeek behind a gateway or a bare base URL needs no preset.
     Provider("deepseek", "DeepSeek", "https://api.deepseek.com", "DEEPSEEK_API_KEY", "deepseek-v4-flash",
-             "https://api-docs.deepseek.com/", quirks=Quirks(send_reasoning=True)),
+             "https://api-docs.deepseek.com/"),
     # https://help.aliyun.com/zh/model-studio/compatibility-of-openai-with-dashscope — compatible
     # mode (Beijing; Singapore: https://dashscope-intl.aliyuncs.com/compatible-mode/v1).
     Provider("qwen", "Qwen (Alibaba Cloud DashScope, compatible mode)",
@@ -131,6 +129,8 @@ NO_TOOL_SUPPORT: tuple[tuple[str, str], ...] = (
     ("llamacpp", "tools param requires --jinja"),
     ("openrouter", "no endpoints found that support tool use"),
     ("lmstudio", "tools are not supported"),
+    ("llamacpp", "unsupported param: tools"),  # before --jinja existed: a 500 (server/utils.hpp)
+    ("gemini", "function calling is not enabled for models/"),  # Gemma on Gemini's endpoint: a 400
 )
 
 # A model name the endpoint does not know: a 404 from most, a 400 from gateways (LiteLLM).

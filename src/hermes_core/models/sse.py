@@ -5,11 +5,14 @@ run exactly the same decoder. What real servers send beyond OpenAI's own format 
 too (docs/providers.md has the table): reasoning deltas (`reasoning_content`, `reasoning`), an
 error written into the stream (`data: {"error": …}`, `finish_reason: "error"`), parallel calls
 that all carry `index: 0` (Ollama), and `content` sent as a list of typed parts (Mistral).
+Lines end in CR, LF or CRLF, as the SSE grammar allows (`SSELines`); a CRLF may be split between
+two chunks.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -98,6 +101,33 @@ def sse_data(line: str) -> str | None:
     if not line.startswith("data:"):
         return None
     return line[5:].strip() or None
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")  # the SSE grammar's end-of-line: CRLF, lone CR or lone LF
+
+
+class SSELines:
+    """Splits the bytes of an event stream into lines as they arrive, at CRLF, CR or LF (the HTML
+    standard's `end-of-line`). A chunk ending in CR holds that line back until the next byte shows
+    whether an LF completes the CRLF, so a CRLF split between two chunks ends one line, not two.
+    Written here rather than taken from a library because aiohttp (which reads the body) has no
+    SSE decoder, and this is the only part of SSE the client needs."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, block: bytes) -> list[str]:
+        """The lines completed by `block`, without their line ends."""
+        buffer = self._pending + block
+        *lines, self._pending = _LINE_END.split(buffer)
+        if buffer.endswith(b"\r"):  # maybe the first half of a CRLF: decided by the next chunk
+            self._pending = lines.pop() + b"\r"
+        return [line.decode("utf-8") for line in lines]
+
+    def close(self) -> list[str]:
+        """The last line: one held back after its CR, or one the stream ended without a line end."""
+        held, self._pending = self._pending, b""
+        return [held.removesuffix(b"\r").decode("utf-8")] if held else []
 
 
 def parse_sse_lines(lines: Iterable[str]) -> Iterator[str]:

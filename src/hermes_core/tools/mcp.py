@@ -11,7 +11,9 @@ kernel/tools/schema.py), the timeout, result capping and redaction apply unchang
 is level 1 unless configured (`level` per server, `levels` per tool): the server's own hints are
 not trusted to lower it, but they raise it: a tool marked destructive waits for approval unless
 configured. The server's answer becomes the tool's result: its text (or, without text, its
-structured content), images and audio described in one line; `isError` and a lost connection
+structured content), images and audio described in one line (also inside structured content:
+no base64 reaches a text model; the parts themselves go to `on_media`, for a channel that can show
+them or a vision model); `isError` and a lost connection
 become error results, capped like results. Beside its tools, a server with resources or prompts
 gets level-0 tools that reach them (`feature_tools`). docs/mcp.md has the configuration and what
 the reference servers showed.
@@ -208,9 +210,18 @@ class MCPConnection:
         and the call repeated once if the server marks the tool read-only or idempotent; otherwise the
         model reads that the call may or may not have taken effect."""
         try:
-            return await self._call(tool, arguments)
+            result = await self._call(tool, arguments)
         except ToolError as exc:
             raise ToolError(cap(str(exc), DEFAULT_MAX_CHARS)) from None
+        await self.settled()  # a call that changed the tool list: the model's next call sees the new one
+        return result
+
+    async def settled(self) -> None:
+        """Wait for the new tool list a server announced (`tools/list_changed`) while it is fetched,
+        so that the next model call, and a run starting now, are offered that list, not the old one."""
+        refreshing = self._refreshing
+        if refreshing is not None and not refreshing.done():
+            await asyncio.wait({refreshing})  # bounded: the listing has `connect_timeout`
 
     async def _call(self, tool: str, arguments: dict[str, Any]) -> Any:
         if not self.connected:
@@ -465,7 +476,9 @@ class MCPConnection:
         try:
             async with client.listen(tools_list_changed=True) as events:
                 async for _event in events:
-                    await self._refresh()
+                    # set before any wait, so a call returning now finds it (`settled`)
+                    self._refreshing = asyncio.ensure_future(self._refresh())
+                    await asyncio.wait({self._refreshing})
         except ListenNotSupportedError:
             return  # a handshake-era server: its notifications reach `_on_message`
         except Exception as exc:  # the stream ended with the connection; nothing to refresh
@@ -637,12 +650,12 @@ class MCPToolset:
         if len(set(names)) != len(names):
             raise ValueError(f"MCP server names must be unique, got {', '.join(names)}")
         self.retry_after = retry_after  # the first wait after a failure; doubled per failure
-        self.first_wait = first_wait  # how long the first `attach` waits for servers still connecting
+        self.first_wait = first_wait  # how long the first runs wait for servers still connecting
         self._registered: dict[str, str] = {}  # registered tool name → its server
         self._failed_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._pending: dict[str, asyncio.Future[Any]] = {}
-        self._attached = False
+        self._first_deadline: float | None = None  # until then, every run waits for the first connections
         self.misconfigured: dict[str, str] = {}  # server → why its tools are left out (MCPNameError)
         self._registry: ToolRegistry | None = None
         for connection in self.connections:
@@ -657,13 +670,17 @@ class MCPToolset:
     async def attach(self, registry: ToolRegistry, wait: float | None = None) -> None:
         """Start connecting the servers that are not connected (in the background), and register the
         tools of those connected. Waits for servers still connecting at most `wait` seconds (default:
-        `first_wait` on the first call, not at all later): a server that is down or slow never holds a
-        run; it is tried again after `retry_after`, doubled per failure up to 10 minutes."""
+        until `first_wait` after the first call, so runs that start together all wait for the first
+        connections; not at all later): a server that is down or slow never holds a run; it is tried
+        again after `retry_after`, doubled per failure up to 10 minutes. A tool list being fetched
+        again after the server announced a change is waited for."""
         self._registry = registry
-        if wait is None:
-            wait = 0.0 if self._attached else self.first_wait
-        self._attached = True
         now = time.monotonic()
+        if self._first_deadline is None:
+            self._first_deadline = now + self.first_wait
+        if wait is None:
+            wait = max(0.0, self._first_deadline - now)
+        await asyncio.gather(*(connection.settled() for connection in self.connections))
         for connection in self.connections:
             name = connection.name
             if (
@@ -845,13 +862,35 @@ def connection_from_config(
 
 def tool_result(result: CallToolResult) -> Any:
     """What the model reads of an MCP tool's answer: its text, or without text its structured
-    content. An answer flagged `isError` raises `ToolError` with the server's text."""
+    content, where an image or audio block (or any other base64 blob) becomes a one-line note, as
+    in the text. An answer flagged `isError` raises `ToolError` with the server's text."""
     text = "\n".join(_block_text(block) for block in result.content)
     if result.is_error:
         raise ToolError(text or "the MCP tool failed without saying why")
     if result.structured_content is not None and not any(isinstance(b, TextContent) for b in result.content):
-        return result.structured_content
+        return _without_media(result.structured_content)
     return text
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/\r\n]{200,}={0,2}")  # a blob, not a word: long and without spaces
+
+
+def _without_media(value: Any) -> Any:
+    """Structured content as a text model should read it: a media block (`{"type": "image",
+    "data": …, "mimeType": …}`, a resource's `blob`) becomes the note `_block_text` writes, and any
+    other string that is one long base64 run becomes its size; everything else is kept as it is."""
+    if isinstance(value, dict):
+        data = value.get("data", value.get("blob"))
+        mime = value.get("mimeType", value.get("mime_type"))
+        if isinstance(data, str) and isinstance(mime, str):
+            kind = value.get("type") if isinstance(value.get("type"), str) else mime.split("/")[0]
+            return f"[{kind}: {mime}, {_size(data)}, not shown to a text model]"
+        return {key: _without_media(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_media(item) for item in value]
+    if isinstance(value, str) and _BASE64.fullmatch(value):
+        return f"[base64 data: {_size(''.join(value.split()))}, not shown to a text model]"
+    return value
 
 
 def _block_text(block: Any) -> str:

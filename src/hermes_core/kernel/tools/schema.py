@@ -397,12 +397,5 @@ def _short(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = [
-    "NON_STANDARD_TYPES",
-    "SchemaArguments",
-    "SchemaDefinitionError",
-    "declared_schema",
-    "normalise",
-    "wire_name",
-    "wire_names",
-]
+__all__ = ["NON_STANDARD_TYPES", "SchemaArguments", "SchemaDefinitionError", "declared_schema", "normalise",
+           "wire_name", "wire_names"]  # fmt: skip
