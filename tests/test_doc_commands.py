@@ -230,6 +230,13 @@ COMMANDS = doc_commands()
 # --- the folder the commands run in ----------------------------------------------------------------
 
 
+# what .gitignore keeps out of a clone under examples/, deploy/ and benchmarks/ (a checkout that ran
+# the benchmarks holds their peers' virtual environments: hundreds of MB, copied for every command)
+NOT_IN_A_CLONE = shutil.ignore_patterns(
+    ".peers", "results", "__pycache__", "*.pyc", ".venv", ".hermes", ".env"
+)
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clone's folders, and a gateway database with a finished and a failed task in it."""
@@ -240,8 +247,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hermes_core.testing import ScriptedModel, call, reply
 
     folder = tmp_path_factory.mktemp("clone")
-    for name in ("examples", "deploy", "benchmarks"):
-        shutil.copytree(ROOT / name, folder / name)
+    for name in ("examples", "deploy", "benchmarks"):  # as a clone has them: not what .gitignore names
+        shutil.copytree(ROOT / name, folder / name, ignore=NOT_IN_A_CLONE)
 
     async def record() -> None:
         store = SQLiteTraceStore(folder / ".hermes" / "gateway.db")

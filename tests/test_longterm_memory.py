@@ -226,3 +226,17 @@ async def test_memory_survives_reopening_the_file(tmp_path: Path) -> None:
         assert await LongTermMemory(again).relevant("u", "华东销售额") == [recorded]
     finally:
         await again.close()
+
+
+async def test_prune_deletes_the_outcomes_recorded_before_the_cut_whatever_their_offset(db: Any) -> None:
+    """`memory.retention_days` (item 18 of the second round of attacks: nothing was ever deleted by
+    age). Outcomes are stored with their own UTC offset: 09:00 in Shanghai is 01:00 UTC, before a
+    cut at 01:30 UTC, though its text sorts after it."""
+    cut = datetime(2026, 11, 2, 1, 30, tzinfo=timezone.utc)
+    shanghai = timezone(timedelta(hours=8))
+    for at, note in [(datetime(2026, 11, 2, 9, 0, tzinfo=shanghai), "old"),
+                     (datetime(2026, 11, 2, 1, 45, tzinfo=timezone.utc), "new")]:  # fmt: skip
+        await long_term(db, clock=lambda at=at: at).record("feishu:ou_a", "lookup", {"q": note}, note)
+    memory = long_term(db)
+    assert await memory.prune(cut.timestamp()) == 1
+    assert [o.result for o in await memory.relevant("feishu:ou_a", "lookup")] == ["new"]

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "worker", help="run conversation turns for `engine: temporal` (a Temporal worker; docs/scale-out.md)"
     )
+    commands.add_parser(
+        "prune", help="delete now what is older than its retention (history, uploads, journals, traces)"
+    )
     evaluate = commands.add_parser("eval", help="run the regression cases and print a pass table")
     evaluate.add_argument("--cases", help="folder of case files, or one file (default: ./evals)")
     evaluate.add_argument("-k", dest="select", help="only the cases whose name contains this")
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_model_flags(settings, args)
         if getattr(args, "mode", None):
             settings = apply_mode(settings, args.mode)
-        no_model = ("traces", "trace", "schedule")
+        no_model = ("traces", "trace", "schedule", "prune")
         asks_model = args.command not in no_model and getattr(args, "live", True) is not False
         agent = build_agent(settings, model_required=asks_model)  # a recorded replay needs no model
         if args.command in ("run", "chat"):
@@ -222,6 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         return observe_command(settings, agent, args)
     if args.command == "deadletters":
         return asyncio.run(deadletters_command(settings, args))
+    if args.command == "prune":
+        from . import stores
+        from .retention import prune_now
+
+        if stores.database_url(settings) is None and not stores.sqlite_path(settings).exists():
+            print(f"nothing stored yet: no database at {stores.sqlite_path(settings)} (gateway.data_dir)")
+            return 0
+        print("\n".join(asyncio.run(prune_now(settings))))
+        return 0
     if args.command == "schedule":
         return asyncio.run(schedule_command(settings, agent, args))
     if args.command == "tools":

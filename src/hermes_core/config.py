@@ -285,6 +285,9 @@ class MemoryConfig(_Section):
     fold: bool = True
     long_term: bool = True
     examples: int = Field(3, ge=0, le=20)
+    # history (messages, notes of conversations idle since) and long-term outcomes older than this
+    # are deleted, hourly in serve and by `hermes-kernel prune` (retention.py); null: kept forever
+    retention_days: float | None = Field(365.0, gt=0)
 
 
 class PermissionsConfig(_Section):

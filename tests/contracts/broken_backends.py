@@ -376,17 +376,17 @@ class TurnIdIgnored(InMemorySessionStore):
 
 class TurnCheckedThenAppended(InMemorySessionStore):
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        seen = turn_id is not None and turn_id in self._turns.get(conversation, set())
+        seen = turn_id is not None and turn_id in self._entry(conversation).turns
         await asyncio.sleep(0)
         if not seen:
             await super().append(conversation, messages)
-            self._turns.setdefault(conversation, set()).add(turn_id or "")
+            self._entry(conversation).turns.add(turn_id or "")
 
 
 class WindowIgnored(InMemorySessionStore):
     async def load(self, conversation: str) -> Conversation:
         found = await super().load(conversation)
-        log, _ = self._entry(conversation)
+        log = self._entry(conversation).messages
         return dataclasses.replace(found, messages=json.loads(json.dumps(log)))
 
 
@@ -411,13 +411,14 @@ class ChangesTheStoredState(InMemorySessionStore):
     """Applies the change to the stored state itself: a change that fails halfway stays half done."""
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
-        change(self._entry(conversation)[1])
+        change(self._entry(conversation).state)
         return (await self.load(conversation)).state
 
 
 class HandsOutTheStoredLog(InMemorySessionStore):
     async def load(self, conversation: str) -> Conversation:
-        log, state = self._entry(conversation)
+        entry = self._entry(conversation)
+        log, state = entry.messages, entry.state
         return Conversation(conversation, log[state.folded :] if state.folded else log, state)
 
 
@@ -440,16 +441,39 @@ class KeepsSecrets(InMemorySessionStore):
     """Appends the messages as they came, secrets and all."""
 
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        stored = self._turns.setdefault(conversation, set())
-        if turn_id is None or turn_id not in stored:
-            stored.add(turn_id or "")
-            self._entry(conversation)[0].extend(json.loads(json.dumps(messages)))
+        entry = self._entry(conversation)
+        if turn_id is None or turn_id not in entry.turns:
+            entry.turns.add(turn_id or "")
+            entry.messages.extend(json.loads(json.dumps(messages)))
+            entry.stamps.extend([time.time()] * len(messages))
 
 
 class ForgetsOnClose(InMemorySessionStore):
     async def close(self) -> None:
         self._logs.clear()
-        self._turns.clear()
+
+
+class PruneLeavesTheFold(InMemorySessionStore):
+    """Deletes old messages without moving the fold: what is left is read from the wrong place."""
+
+    async def prune(self, older_than: float) -> int:
+        deleted = 0
+        for entry in self._logs.values():
+            gone = sum(1 for stamp in entry.stamps if stamp < older_than)
+            del entry.messages[:gone], entry.stamps[:gone]
+            deleted += gone
+        return deleted
+
+
+class PruneForgetsTheState(InMemorySessionStore):
+    """Deletes old messages and, with them, the state of every conversation that lost some."""
+
+    async def prune(self, older_than: float) -> int:
+        lost = {name for name, entry in self._logs.items() if entry.stamps and entry.stamps[0] < older_than}
+        deleted = await super().prune(older_than)
+        for name in lost & set(self._logs):
+            self._logs[name].state = ConversationState()
+        return deleted
 
 
 # --- journals --------------------------------------------------------------------------------------
@@ -904,7 +928,7 @@ GATEWAY_STORES: list[type[SQLiteGatewayStore]] = [
 SESSION_STORES: list[type[InMemorySessionStore]] = [
     OneLogForAll, LogNewestFirst, TurnIdIgnored, TurnCheckedThenAppended, WindowIgnored,
     UpdateReturnsTheOldState, ReadYieldWrite, ChangesTheStoredState, HandsOutTheStoredLog, UpdateOnlyAdds,
-    KeepsSecrets, ForgetsOnClose,
+    KeepsSecrets, ForgetsOnClose, PruneLeavesTheFold, PruneForgetsTheState,
 ]  # fmt: skip
 JOURNALS: list[type[SQLiteTaskJournal]] = [
     EntriesByPrefix, EntriesNewestFirst, SequenceCountedFirst, TurnDropped, TurnAssumed, PruneNothing,

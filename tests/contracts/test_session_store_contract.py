@@ -14,6 +14,7 @@ test_contracts_fail_when_broken.py checks that each test here fails against one 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from contract_backends import Opener
@@ -161,3 +162,55 @@ async def test_everything_survives_a_reopen(session_stores: Stores) -> None:
     await store.append("a", turn("one"), turn_id="t-1")  # still known: not added again
     loaded = await store.load("a")
     assert loaded.messages == turn("one") and loaded.state.facts == ["kept"]
+
+
+async def stored_before_and_after(store: SessionStore) -> float:
+    """A cut between what was stored so far and what comes next (stored times are the real clock)."""
+    await asyncio.sleep(0.02)
+    cut = time.time()
+    await asyncio.sleep(0.02)
+    return cut
+
+
+async def test_prune_deletes_older_messages_and_forgets_idle_conversations(session_stores: Stores) -> None:
+    """`memory.retention_days`: what was stored before the cut goes; a conversation still in use
+    keeps its newer messages and its notes; one idle since the cut is forgotten entirely."""
+    store = session_stores()
+    await store.append("a", turn("old"), turn_id="t-1")
+    await store.update_state("a", lambda s: s.facts.append("fact"))
+    await store.append("b", turn("idle"))
+    await store.update_state("b", lambda s: s.facts.append("idle fact"))
+    cut = await stored_before_and_after(store)
+    await store.append("a", turn("new"), turn_id="t-2")
+    assert await store.prune(cut) == 4
+    a, b = await store.load("a"), await store.load("b")
+    assert a.messages == turn("new") and a.state.facts == ["fact"]
+    assert b.messages == [] and b.state == ConversationState()
+
+
+async def test_after_a_prune_the_window_goes_on_after_what_was_deleted(session_stores: Stores) -> None:
+    """The window is the messages after `state.folded`: deleting older ones, folded or not, must not
+    bring folded ones back or hide new ones, when the conversation folds again or starts afresh."""
+    store = session_stores()
+    await store.append("a", turn("one") + turn("two") + turn("three"))
+    await store.update_state("a", lambda s: setattr(s, "folded", 2))  # "one" was folded
+    cut = await stored_before_and_after(store)
+    await store.append("a", turn("four") + turn("five"))
+    assert await store.prune(cut) == 6
+    assert (await store.load("a")).messages == turn("four") + turn("five")
+    await store.update_state("a", lambda s: setattr(s, "folded", s.folded + 2))  # "four" folded now
+    assert (await store.load("a")).messages == turn("five")
+
+
+async def test_a_conversation_whose_messages_all_went_shows_its_next_turn(session_stores: Stores) -> None:
+    """Every message older than the cut, the notes changed since: the notes stay, and the turn
+    appended next is in the window (not numbered below the old fold)."""
+    store = session_stores()
+    await store.append("c", turn("x") + turn("y"))
+    await store.update_state("c", lambda s: setattr(s, "folded", 4))
+    cut = await stored_before_and_after(store)
+    await store.update_state("c", lambda s: s.facts.append("kept"))
+    assert await store.prune(cut) == 4
+    await store.append("c", turn("z"))
+    loaded = await store.load("c")
+    assert loaded.messages == turn("z") and loaded.state.facts == ["kept"]

@@ -89,6 +89,8 @@ class MediaLimits:
     parse_timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
     parse_memory_mb: Annotated[int, Field(ge=64, le=16384)] = 512  # the child's address space (RLIMIT_AS)
     transcription: TranscriptionConfig | None = None  # voice and video read as text; None: not read
+    # files users sent (the `folder`) unchanged this long are deleted (retention.py); null: kept
+    retention_days: Annotated[float | None, Field(gt=0)] = 30.0
 
     def limit(self, kind: str) -> int:
         return int((self.max_image_mb if kind == "image" else self.max_file_mb) * MB)

@@ -40,7 +40,6 @@ import logging
 import os
 import signal
 import sqlite3
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -56,8 +55,8 @@ from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
 from ..kernel.approvals import Pending
 from ..kernel.redaction import Redactor, default_redactor
+from ..retention import pruners, uploads_pruner
 from ..sessions import ConversationMemory
-from ..tasks import TaskJournal
 from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .flood import FloodGate
@@ -69,7 +68,6 @@ from .runner import AgentRunner
 if TYPE_CHECKING:
     from ..agent import Agent
     from ..observe.metrics import Sample
-    from ..observe.traces import TraceStore
     from ..schedule.jobs import ScheduleStore
     from .model_health import ModelHealth
 
@@ -159,14 +157,19 @@ def build_gateway(
 
         agent.tracer = tracer_for(settings)
     register_outgoing_tools(agent)  # send_message: admins, level 2 (gateway/outgoing.py)
-    runner = RedactingRunner(AgentRunner(agent, build_memory(settings)), default_redactor())
+    memory = build_memory(settings)
+    runner = RedactingRunner(AgentRunner(agent, memory), default_redactor())
     options = settings.gateway
     gateway = Gateway(
         store, runner, desk=runner, max_turns_in_flight=options.max_turns_in_flight,
         min_turns_in_flight=options.min_turns_in_flight, loop_lag_target=options.loop_lag_target,
         flood=FloodGate(options.user_messages_per_minute, options.conversation_queue),
     )  # fmt: skip
-    gateway.pruners += retention_pruners(agent, settings.gateway.retention_days * 86400)
+    tracer = agent.tracer.store if agent.tracer is not None else None
+    gateway.pruners += pruners(settings, {  # hourly: what is older than its retention (retention.py)
+        "journal": agent.journal.prune, "traces": tracer.prune if tracer else None, "history": memory.prune,
+        "uploads": uploads_pruner(settings),
+    })  # fmt: skip
     if settings.schedule.enabled:  # with database.url every node fires; the claims keep it once
         add_scheduler(gateway, runner.inner, settings, stores.schedule_store(settings), clock=clock)
     channels, routes = channels_for(settings, gateway)
@@ -289,18 +292,6 @@ def refuse_open_webhook(settings: Settings, host: str) -> None:
     if not secret and allowed and exposure_problem(host, None, False) is not None:
         log.warning("webhook: unsigned requests from anyone on %s (webhook.allow_unsigned: true): "
                     "whoever reaches the port may act as any user", host)  # fmt: skip
-
-
-def retention_pruners(agent: Agent, keep_seconds: float) -> list[Callable[[], Awaitable[None]]]:
-    """Delete task journals and traces older than `gateway.retention_days` (run hourly)."""
-
-    def pruner(prune: Callable[[float], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
-        return lambda: prune(time.time() - keep_seconds)
-
-    owners: list[TaskJournal | TraceStore | None] = [
-        agent.journal, agent.tracer.store if agent.tracer is not None else None,
-    ]  # fmt: skip
-    return [pruner(owner.prune) for owner in owners if owner is not None]
 
 
 def build_memory(settings: Settings) -> ConversationMemory:

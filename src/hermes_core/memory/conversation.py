@@ -78,6 +78,7 @@ class LongTermHook(Protocol):
     async def relevant(self, owner: str, query: str, k: int) -> list[Outcome]: ...
     def format_examples(self, outcomes: list[Outcome], language: str = "en") -> str: ...
     async def record(self, owner: str, task_type: str, params: JSON, result: str) -> object: ...
+    async def prune(self, older_than: float) -> int: ...
 
 
 @dataclass
@@ -350,6 +351,12 @@ class ConversationMemory:
             state.folded = max(state.folded, logged)
 
         await self.store.update_state(conversation, fresh)
+
+    async def prune(self, older_than: float) -> int:
+        """Forget the history (and long-term outcomes) stored before `older_than`, a UNIX time
+        (`memory.retention_days`); returns how many messages and outcomes went."""
+        outcomes = await self.long_term.prune(older_than) if self.long_term is not None else 0
+        return await self.store.prune(older_than) + outcomes
 
     async def close(self) -> None:
         await self.store.close()

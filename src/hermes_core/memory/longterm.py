@@ -182,6 +182,11 @@ class LongTermMemory:
         """Delete everything remembered for `owner`; returns how many outcomes went."""
         return await self.db.transaction(lambda conn: _delete(conn, "owner = ?", (owner,)))
 
+    async def prune(self, older_than: float) -> int:
+        """Delete every outcome recorded before `older_than` (a UNIX time; `memory.retention_days`)."""
+        where = "CAST(strftime('%s', at) AS REAL) < ?"  # `at` is ISO 8601 with its offset
+        return await self.db.transaction(lambda conn: _delete(conn, where, (older_than,)))
+
     async def count(self, owner: str | None = None) -> int:
         """Outcomes remembered for `owner`, or for everyone."""
         where, args = ("WHERE owner = ?", (owner,)) if owner is not None else ("", ())

@@ -103,6 +103,15 @@ class PostgresLongTermMemory(LongTermMemory):
 
         return await self.pg.transaction(run)
 
+    async def prune(self, older_than: float) -> int:
+        """Delete every outcome recorded before `older_than` (a UNIX time; `memory.retention_days`)."""
+
+        async def run(db: AsyncConnection) -> int:
+            sql = "DELETE FROM longterm_outcomes WHERE at::timestamptz < to_timestamp(%s)"
+            return (await db.execute(sql, (older_than,))).rowcount
+
+        return await self.pg.transaction(run)
+
     async def count(self, owner: str | None = None) -> int:
         """Outcomes remembered for `owner`, or for everyone."""
         where, args = ("WHERE owner = %s", (owner,)) if owner is not None else ("", ())

@@ -136,6 +136,8 @@ SESSIONS: dict[int, str] = {
         PRIMARY KEY (conversation, turn_id)
     )
     """,
+    # 2: history older than `memory.retention_days` is deleted by age (SessionStore.prune)
+    2: "CREATE INDEX session_messages_by_time ON session_messages (created_at)",
 }
 
 LONGTERM: dict[int, str] = {

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..kernel.messages import Message
 from ..kernel.redaction import redact_data
-from ..sessions.store import Conversation, ConversationState, SessionStore, StateChange
+from ..sessions.store import PRUNE_BATCH, Conversation, ConversationState, SessionStore, StateChange
 from .database import PostgresDatabase
 from .migrations import SESSIONS
 
@@ -62,8 +63,56 @@ class PostgresSessionStore(SessionStore):
 
         return await self.db.transaction(update)
 
+    async def prune(self, older_than: float) -> int:
+        """As `SQLiteSessionStore.prune`: messages in batches, then per conversation that lost some
+        the fold moved past them (under the conversation's write lock), then the idle and empty."""
+        deleted: list[str] = []
+        while True:
+            batch = await self.db.transaction(lambda db: _prune_messages(db, older_than))
+            deleted += batch
+            if len(batch) < PRUNE_BATCH:
+                break
+        for conversation in sorted(set(deleted)):
+            await self.db.transaction(partial(_move_fold, conversation=conversation))
+        await self.db.transaction(lambda db: _prune_rest(db, older_than))
+        return len(deleted)
+
     async def close(self) -> None:
         await self.db.close()
+
+
+async def _prune_messages(db: AsyncConnection, older_than: float) -> list[str]:
+    rows = await db.execute(
+        "DELETE FROM session_messages WHERE (conversation, seq) IN (SELECT conversation, seq "
+        "FROM session_messages WHERE created_at < %s LIMIT %s) RETURNING conversation",
+        (older_than, PRUNE_BATCH),
+    )
+    return [row[0] for row in await rows.fetchall()]
+
+
+async def _move_fold(db: AsyncConnection, *, conversation: str) -> None:
+    """`state.folded` moved up to just before the first message left (the window stays contiguous)."""
+    await _lock(db, conversation)
+    row = await (
+        await db.execute("SELECT MIN(seq) FROM session_messages WHERE conversation = %s", (conversation,))
+    ).fetchone()
+    state = await _read_state(db, conversation)
+    if row is not None and row[0] is not None and row[0] - 1 > state.folded:
+        state.folded = row[0] - 1
+        await db.execute(
+            "INSERT INTO session_state (conversation, state, updated_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (conversation) DO UPDATE SET state = excluded.state",
+            (conversation, state.to_json(), time.time()),
+        )
+
+
+async def _prune_rest(db: AsyncConnection, older_than: float) -> None:
+    await db.execute("DELETE FROM session_turns WHERE created_at < %s", (older_than,))
+    await db.execute(
+        "DELETE FROM session_state s WHERE updated_at < %s AND NOT EXISTS "
+        "(SELECT 1 FROM session_messages m WHERE m.conversation = s.conversation)",
+        (older_than,),
+    )
 
 
 async def _lock(db: AsyncConnection, conversation: str) -> None:
@@ -84,7 +133,8 @@ async def append_turn(
             "SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = %s", (conversation,)
         )
     ).fetchone()
-    last, now = int(row[0]) if row else 0, time.time()
+    # never at or below the fold: the folded messages may have been pruned
+    last, now = max(int(row[0]) if row else 0, (await _read_state(db, conversation)).folded), time.time()
     if turn_id is not None:
         first = await db.execute(
             "INSERT INTO session_turns (conversation, turn_id, first_seq, messages, created_at) "

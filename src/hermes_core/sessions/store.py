@@ -64,6 +64,8 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (conversation, turn_id)
     ) WITHOUT ROWID
     """,
+    # 3: history older than `memory.retention_days` is deleted by age (SessionStore.prune)
+    3: "CREATE INDEX session_messages_by_time ON session_messages (created_at)",
 }
 
 
@@ -161,6 +163,13 @@ class SessionStore(Protocol):
         nothing."""
         ...
 
+    async def prune(self, older_than: float) -> int:
+        """Delete the messages stored before `older_than` (a UNIX time) and the turn keys of that age;
+        a conversation left with no message and no state change since is forgotten entirely.
+        Returns how many messages went. Messages appended later are numbered after the fold, so a
+        conversation whose folded messages are gone still shows its new ones."""
+        ...
+
     async def close(self) -> None:
         """Release the store (another instance may open the same storage again)."""
         ...
@@ -202,16 +211,60 @@ class SQLiteSessionStore(SessionStore):
 
         return await self.db.transaction(update)
 
+    async def prune(self, older_than: float) -> int:
+        deleted: list[str] = []  # the conversation of each message deleted
+        while len(batch := await self.db.transaction(partial(_prune_messages, older_than))) == PRUNE_BATCH:
+            deleted += batch  # in short writes: an acknowledgement waiting for the writer is not held up
+        await self.db.transaction(partial(_prune_rest, older_than, sorted({*deleted, *batch})))
+        return len(deleted) + len(batch)
+
     async def close(self) -> None:
         await self.db.close()
+
+
+PRUNE_BATCH = 2000  # messages deleted per write
+
+
+def _prune_messages(older_than: float, db: sqlite3.Connection) -> list[str]:
+    rows = db.execute(
+        "DELETE FROM session_messages WHERE (conversation, seq) IN (SELECT conversation, seq "
+        "FROM session_messages WHERE created_at < ? LIMIT ?) RETURNING conversation",
+        (older_than, PRUNE_BATCH),
+    )
+    return [row[0] for row in rows.fetchall()]
+
+
+def _prune_rest(older_than: float, conversations: list[str], db: sqlite3.Connection) -> None:
+    """After the messages: the turn keys of that age, the fold moved past what went (so the messages
+    left stay `state.folded + 1…`), and conversations left with nothing, idle since, forgotten."""
+    db.execute("DELETE FROM session_turns WHERE created_at < ?", (older_than,))
+    for conversation in conversations:
+        first = db.execute(
+            "SELECT MIN(seq) FROM session_messages WHERE conversation = ?", (conversation,)
+        ).fetchone()[0]
+        state = _read_state(db, conversation)
+        if first is not None and first - 1 > state.folded:
+            state.folded = first - 1
+            db.execute(
+                "INSERT INTO session_state (conversation, state, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (conversation) DO UPDATE SET state = excluded.state",
+                (conversation, state.to_json(), time.time()),
+            )
+    db.execute(
+        "DELETE FROM session_state WHERE updated_at < ? AND NOT EXISTS "
+        "(SELECT 1 FROM session_messages m WHERE m.conversation = session_state.conversation)",
+        (older_than,),
+    )
 
 
 def _append(conversation: str, messages: list[Message], turn_id: str | None, db: sqlite3.Connection) -> None:
     """Append `messages` after the conversation's last one; nothing if `turn_id` was stored before."""
     if not messages:
         return
-    last = db.execute(
-        "SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = ?", (conversation,)
+    last = db.execute(  # never at or below the fold: the folded messages may have been pruned
+        "SELECT MAX(COALESCE((SELECT MAX(seq) FROM session_messages WHERE conversation = ?), 0), "
+        "COALESCE((SELECT json_extract(state, '$.folded') FROM session_state WHERE conversation = ?), 0))",
+        (conversation, conversation),
     ).fetchone()[0]
     now = time.time()
     if turn_id is not None:
@@ -237,44 +290,69 @@ def _read_state(db: sqlite3.Connection, conversation: str) -> ConversationState:
 
 
 class InMemorySessionStore(SessionStore):
-    """Conversations in a dict, least recently used forgotten beyond `max_conversations`."""
+    """Conversations in a dict, least recently used forgotten beyond `max_conversations`.
+
+    Messages are numbered as in the database stores: `pruned` of a conversation's first messages
+    are gone, so `state.folded` (a message number) is an index once `pruned` is taken off."""
 
     def __init__(self, max_conversations: int = 10_000) -> None:
         self.max_conversations = max_conversations
-        self._logs: OrderedDict[str, tuple[list[Message], ConversationState]] = OrderedDict()
-        self._turns: dict[str, set[str]] = {}  # turn ids stored, by conversation
+        self._logs: OrderedDict[str, _Log] = OrderedDict()
 
-    def _entry(self, conversation: str) -> tuple[list[Message], ConversationState]:
-        entry = self._logs.pop(conversation, None) or ([], ConversationState())
+    def _entry(self, conversation: str) -> _Log:
+        entry = self._logs.pop(conversation, None) or _Log()
         self._logs[conversation] = entry  # most recently used last
         while len(self._logs) > self.max_conversations:
-            forgotten, _ = self._logs.popitem(last=False)
-            self._turns.pop(forgotten, None)
+            self._logs.popitem(last=False)
         return entry
 
     async def load(self, conversation: str) -> Conversation:
-        log, state = self._entry(conversation)
-        copy = ConversationState.from_json(state.to_json())  # callers must not change the stored one
-        return Conversation(conversation, json.loads(json.dumps(log[state.folded :])), copy)
+        entry = self._entry(conversation)
+        copy = ConversationState.from_json(entry.state.to_json())  # callers must not change the stored one
+        shown = entry.messages[max(0, entry.state.folded - entry.pruned) :]
+        return Conversation(conversation, json.loads(json.dumps(shown)), copy)
 
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        log = self._entry(conversation)[0]
-        stored = self._turns.setdefault(conversation, set())
+        entry = self._entry(conversation)
         if turn_id is not None:
-            if turn_id in stored:
+            if turn_id in entry.turns:
                 return
-            stored.add(turn_id)
-        log.extend(json.loads(json.dumps(redact_data(messages))))
+            entry.turns.add(turn_id)
+        entry.messages.extend(json.loads(json.dumps(redact_data(messages))))
+        entry.stamps.extend([time.time()] * len(messages))
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
-        log, state = self._entry(conversation)
-        updated = ConversationState.from_json(state.to_json())
+        entry = self._entry(conversation)
+        updated = ConversationState.from_json(entry.state.to_json())
         change(updated)
-        self._logs[conversation] = (log, updated)
+        entry.state, entry.updated_at = updated, time.time()
         return ConversationState.from_json(updated.to_json())
+
+    async def prune(self, older_than: float) -> int:
+        deleted = 0
+        for conversation, entry in list(self._logs.items()):
+            gone = next((i for i, stamp in enumerate(entry.stamps) if stamp >= older_than), len(entry.stamps))
+            del entry.messages[:gone], entry.stamps[:gone]
+            entry.pruned, deleted = entry.pruned + gone, deleted + gone
+            entry.state.folded = max(entry.state.folded, entry.pruned)
+            if not entry.messages and entry.updated_at < older_than:
+                del self._logs[conversation]
+        return deleted
 
     async def close(self) -> None:
         return None
+
+
+@dataclass
+class _Log:
+    """One conversation of `InMemorySessionStore`."""
+
+    messages: list[Message] = field(default_factory=list)
+    stamps: list[float] = field(default_factory=list)  # when each message was stored
+    state: ConversationState = field(default_factory=ConversationState)
+    updated_at: float = 0.0  # the state's last change
+    pruned: int = 0  # messages deleted from the front
+    turns: set[str] = field(default_factory=set)  # turn ids stored
 
 
 __all__ = [

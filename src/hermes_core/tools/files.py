@@ -278,6 +278,32 @@ class Workspace:
                 setting = "agent.workspace_conversation_quota_mb"
                 raise _over_quota("conversation's", self.conversation_quota_bytes, used, growth, setting)
 
+    def prune_private(self, older_than: float) -> int:
+        """Delete the files of the private folder (uploads; `media.retention_days`) last changed
+        before `older_than` (a UNIX time), and its folders left empty and as old; returns how many
+        files went. Walked by file descriptor without following links (`os.fwalk`): a folder
+        swapped for a link meanwhile leads nowhere outside."""
+        top = self.root / self.private if self.private else None
+        if top is None or top.is_symlink() or not top.is_dir():
+            return 0
+        removed = 0
+        with self._writing:
+            for _, folders, files, fd in os.fwalk(top, topdown=False, follow_symlinks=False):
+                for name in files + folders:
+                    try:
+                        found = os.lstat(name, dir_fd=fd)
+                        if found.st_mtime >= older_than:
+                            continue
+                        if stat.S_ISDIR(found.st_mode):
+                            os.rmdir(name, dir_fd=fd)  # only if empty
+                        else:
+                            os.unlink(name, dir_fd=fd)
+                            removed += 1
+                    except OSError:  # not empty, gone meanwhile, not ours: left as it is
+                        continue
+            self._usage = None
+        return removed
+
     def _add_usage(self, growth: int) -> None:
         if self._usage is not None:
             self._usage = (self._usage[0], self._usage[1] + growth)

@@ -156,7 +156,8 @@ async def _check_repository(executable: str, arguments: list[str], cwd: Path, en
     try:
         out, err = await asyncio.wait_for(listing.communicate(), timeout=10)
     finally:
-        _kill_group(listing.pid)
+        if listing.returncode is None:  # still running (timed out, cancelled); once reaped, its id is free
+            _kill_group(listing.pid)
     if listing.returncode != 0:
         first = err.decode("utf-8", errors="replace").strip().splitlines()[:1]
         raise ToolError(f"git cannot read this repository's configuration, so it does not run: {first}")
