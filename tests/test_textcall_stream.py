@@ -51,12 +51,14 @@ REPLIES = {
     "markdown link": "[docs](https://x.y) say so.",
     "minimax_m2": 'Ok <minimax:tool_call><invoke name="get_weather"><parameter name="city">北京</parameter>'
     "</invoke></minimax:tool_call> done",
-    "step3": 'Ok <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">'
-    '<steptml:parameter name="city">北京</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜> done',
-    "seed_oss": "<seed:think>Need it.</seed:think>Ok <seed:tool_call><function=get_weather><parameter=city>北京"
-    "</parameter></function></seed:tool_call> done",
-    "deepseek_dsml": 'Ok <｜DSML｜function_calls><｜DSML｜invoke name="get_weather"><｜DSML｜parameter name="city" '
-    'string="true">北京</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls> done',
+    "step3": "Ok <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
+    '<steptml:invoke name="get_weather"><steptml:parameter name="city">北京</steptml:parameter>'
+    "</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜> done",
+    "seed_oss": "<seed:think>Need it.</seed:think>Ok <seed:tool_call><function=get_weather>"
+    "<parameter=city>北京</parameter></function></seed:tool_call> done",
+    "deepseek_dsml": 'Ok <｜DSML｜function_calls><｜DSML｜invoke name="get_weather">'
+    '<｜DSML｜parameter name="city" string="true">北京</｜DSML｜parameter>'
+    "</｜DSML｜invoke></｜DSML｜function_calls> done",
     "longcat": f"Ok <longcat_tool_call>{W}</longcat_tool_call> done",
     "olmo3": "Ok <function_calls>get_weather(city='北京')\nnow()</function_calls> done",
 }

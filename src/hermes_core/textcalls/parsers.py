@@ -407,7 +407,11 @@ class GlmParser(TagParser):
         while pair := self._pair.match(text, pos):
             pairs.append((pair["key"].strip(), pair["value"]))
             pos = pair.end()
-        return [(block["name"], written_parameters(pairs))] if not text[pos:].replace("\\n", "").strip() else None
+        return (
+            [(block["name"], written_parameters(pairs))]
+            if not text[pos:].replace("\\n", "").strip()
+            else None
+        )
 
 
 def _json_or_pythonic(body: str) -> list[FoundCall] | None:
@@ -1012,23 +1016,35 @@ def _load(text: str) -> JSON:
         return None
 
 
-_MISSPELLED_CLOSER = re.compile(r"\s*</pa?r[a-z_]*>?\s*\Z")  # </paramter>, </parameters>, </parameter
+_MISSPELLED_CLOSER = re.compile(r"</pa?r[a-z_]*>?")  # </paramter>, </parameters>, </parameter
 
 
 def written_parameters(pairs: Iterable[tuple[str, str]]) -> Parameters:
     """Qwen3-Coder or GLM parameters (name, raw text): each value guessed, its tidied text kept."""
     texts = {name: _parameter_text(raw) for name, raw in pairs}
-    return Parameters({name: _parameter_value(text) for name, text in texts.items()}, texts)
+    return Parameters({name: guess_value(text) for name, text in texts.items()}, texts)
 
 
 def _parameter_text(raw: str) -> str:
     """A Qwen3-Coder or GLM value as text: trimmed (models indent it), a misspelled closing tag dropped."""
-    return _MISSPELLED_CLOSER.sub("", raw).strip()
+    value = raw.strip()
+    closer = value.rfind("</")  # it can only be the last tag: tried once, so linear in the text
+    return value[:closer].rstrip() if closer >= 0 and _MISSPELLED_CLOSER.fullmatch(value, closer) else value
 
 
 def _parameter_value(raw: str) -> JSON:
-    """A Qwen3-Coder or GLM value (`_parameter_text`), JSON-decoded when it is a number, object or array."""
-    value = _parameter_text(raw)
+    """A Qwen3-Coder or GLM value (`_parameter_text`), guessed (`guess_value`)."""
+    return guess_value(_parameter_text(raw))
+
+
+_JSON_VALUE_START = frozenset("-0123456789[{tf")  # a number, array, object or boolean
+
+
+def guess_value(value: str) -> JSON:
+    """A value written as text, without the tool's schema: JSON-decoded when it is a number, object
+    or array, else the text."""
+    if value[:1] not in _JSON_VALUE_START:  # cheap: most values are plain text
+        return value
     try:
         decoded = json.loads(value, parse_constant=_reject, parse_float=_number)
     except (ValueError, RecursionError):

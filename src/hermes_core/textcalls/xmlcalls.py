@@ -3,7 +3,8 @@
 
     <minimax:tool_call><invoke name="f"><parameter name="a">v</parameter></invoke></minimax:tool_call>
     <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="f">
-        <steptml:parameter name="a">v</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
+        <steptml:parameter name="a">v</steptml:parameter></steptml:invoke>
+        <｜tool_call_end｜><｜tool_calls_end｜>
     <seed:tool_call><function=f><parameter=a>v</parameter></function></seed:tool_call>
     <｜DSML｜function_calls><｜DSML｜invoke name="f"><｜DSML｜parameter name="a" string="true">v
         </｜DSML｜parameter></｜DSML｜invoke></｜DSML｜function_calls>
@@ -27,15 +28,16 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..kernel.messages import JSON
 from .parsers import (
     NAME,
     FoundCall,
     JsonTagParser,
-    Qwen3CoderParser,
     TagParser,
     TextCallParser,
+    _parameter_text,
     _parameter_value,
     literal_tag,
 )
@@ -46,24 +48,32 @@ _NAME = re.compile(NAME)
 
 @dataclass(frozen=True)
 class Invokes:
-    """How one family spells its call and parameter tags (`<invoke name=…>`, `<parameter name=…>`)."""
+    """How one family spells its call and parameter tags: `<invoke name="f">` and
+    `<parameter name="a">`, or (`equals`) `<function=f>` and `<parameter=a>`. `tidy`: values are
+    trimmed like Qwen3-Coder's (the template puts them on lines of their own); otherwise a string
+    keeps its whitespace, because it sits inline between the tags and the model means it.
 
+    A call with more than `most_parameters` parameter tags is not read: no tool takes that many,
+    and each costs a few µs of Python (the 1 MB bound of docs/text-tool-calls.md)."""
+
+    most_parameters: ClassVar[int] = 1_000
     invoke: str
     parameter: str
+    equals: bool = False
+    tidy: bool = False
 
     def read(self, body: str, gap_is_framing: Callable[[str], bool]) -> list[FoundCall] | None:
         """The calls in a block: invoke tags, with nothing between them but framing; None if the
         block holds anything else."""
         calls: list[FoundCall] = []
-        pos = 0
-        while (start := _find_tag(body, f"<{self.invoke}", pos)) >= 0:
+        pos, closer, finder = 0, f"</{self.invoke}>", _Finder(body)
+        while (start := self._find_tag(body, self.invoke, pos)) >= 0:
             head_end = body.find(">", start)
             if head_end < 0 or not gap_is_framing(body[pos:start]):
                 return None
-            name = _attribute(body[start:head_end], "name")
-            closer = f"</{self.invoke}>"
-            end = body.find(closer, head_end)
+            end = finder.find(closer, head_end)
             stop = end if end >= 0 else len(body)
+            name = self._name(body[start:head_end])
             parameters = self._parameters(body[head_end + 1 : stop])
             if name is None or not _NAME.fullmatch(name) or parameters is None:
                 return None
@@ -72,29 +82,65 @@ class Invokes:
         return calls if calls and gap_is_framing(body[pos:]) else None
 
     def _parameters(self, inner: str) -> Parameters | None:
+        """One call's parameters. A parameter whose closer is missing ends where the next begins."""
         guessed: dict[str, JSON] = {}
         texts: dict[str, str] = {}
-        pos, closer = 0, f"</{self.parameter}>"
-        while (start := _find_tag(inner, f"<{self.parameter}", pos)) >= 0:
+        closer, finder = f"</{self.parameter}>", _Finder(inner)
+        start = self._find_tag(inner, self.parameter, 0)
+        if inner[: start if start >= 0 else len(inner)].strip():
+            return None
+        for _ in range(self.most_parameters + 1):
+            if start < 0:
+                return Parameters(guessed, texts)
             head_end = inner.find(">", start)
-            name = _attribute(inner[start:head_end], "name") if head_end >= 0 else None
-            if name is None or inner[pos:start].strip():
+            name = self._name(inner[start:head_end]) if head_end >= 0 else None
+            if name is None:
                 return None
-            end = inner.find(closer, head_end)
-            stop = end if end >= 0 else len(inner)
-            texts[name] = inner[head_end + 1 : stop]
-            guessed[name] = _guess(texts[name], _attribute(inner[start:head_end], "string"))
-            pos = stop + len(closer) if end >= 0 else stop
-        return Parameters(guessed, texts) if not inner[pos:].strip() else None
+            end = finder.find(closer, head_end)
+            following = self._find_tag(inner, self.parameter, head_end)  # the next one starts there
+            if following >= 0 and (end < 0 or following < end):
+                stop = after = following
+            else:
+                stop, after = (end, end + len(closer)) if end >= 0 else (len(inner), len(inner))
+            raw = inner[head_end + 1 : stop]
+            texts[name] = _parameter_text(raw) if self.tidy else raw
+            guessed[name] = _guess(raw, _attribute(inner[start:head_end], "string"))
+            if inner[after : following if following >= 0 else len(inner)].strip():
+                return None
+            start = following
+        return None
+
+    def _find_tag(self, text: str, tag: str, pos: int) -> int:
+        """Where `<tag` starts as a whole tag name at or after `pos`; -1 if nowhere."""
+        opening = f"<{tag}"
+        while (at := text.find(opening, pos)) >= 0:
+            after = text[at + len(opening) : at + len(opening) + 1]
+            if after == "=" if self.equals else after in (" ", "\t", "\n", ">"):
+                return at
+            pos = at + 1
+        return -1
+
+    def _name(self, head: str) -> str | None:
+        """The name in an opening tag's head (`<invoke name="f"` or `<function=f`)."""
+        if self.equals:
+            return head[head.find("=") + 1 :].strip().strip("\"'") or None
+        return _attribute(head, "name")
 
 
-def _find_tag(text: str, opening: str, pos: int) -> int:
-    """Where `opening` (`<invoke`) starts as a whole tag name at or after `pos`; -1 if nowhere."""
-    while (at := text.find(opening, pos)) >= 0:
-        if text[at + len(opening) : at + len(opening) + 1] in (" ", "\t", "\n", ">"):
-            return at
-        pos = at + 1
-    return -1
+class _Finder:
+    """`str.find` of a closing tag that remembers where the next one is, so that looking for it
+    again from a later position (many openers, no closer) costs nothing: linear, not quadratic."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._found: dict[str, tuple[int, int]] = {}  # closer → (searched from, found at or -1)
+
+    def find(self, sub: str, pos: int) -> int:
+        start, at = self._found.get(sub, (len(self._text) + 1, -1))
+        if not (start <= pos and (at < 0 or at >= pos)):
+            at = self._text.find(sub, pos)
+            self._found[sub] = (pos, at)
+        return at
 
 
 def _attribute(head: str, key: str) -> str | None:
@@ -119,7 +165,7 @@ def _guess(text: str, string: str | None) -> JSON:
         return text
     if string == "false":
         try:
-            return json.loads(text)  # type: ignore[no-any-return]
+            return json.loads(text)
         except (ValueError, RecursionError):
             pass
     return _parameter_value(text)
@@ -162,7 +208,8 @@ class Step3Parser(TagParser):
     """Step3: `steptml` invoke tags inside the call tokens.
 
     <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_weather">
-    <steptml:parameter name="city">北京</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
+    <steptml:parameter name="city">北京</steptml:parameter></steptml:invoke>
+    <｜tool_call_end｜><｜tool_calls_end｜>
 
     A string value keeps its whitespace (it sits inline between the tags: the model means it).
     """
@@ -193,8 +240,10 @@ class SeedOssParser(TagParser):
     name = "seed_oss"
     tags = (literal_tag("<seed:tool_call>", "</seed:tool_call>"),)
 
+    _invokes = Invokes("function", "parameter", equals=True, tidy=True)
+
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        return Qwen3CoderParser().read_block(opening, body)
+        return self._invokes.read(body, _only_space)
 
 
 class DeepSeekDsmlParser(TagParser):
@@ -235,14 +284,27 @@ class Olmo3Parser(TagParser):
     get_time()</function_calls>
 
     Values are Python literals or JSON's `true`, `false`, `null` (never evaluated). A line that is
-    no call, or whose values JSON cannot hold (bytes, `1e999`), is dropped; its neighbours run.
+    no call, or whose values JSON cannot hold (bytes, `1e999`), is dropped; its neighbours run. A
+    block with more than `most_delimiters` brackets, commas and `=` is not read: `ast` costs a few
+    µs per token, and no model writes that many calls at once.
     """
 
     name = "olmo3"
     tags = (literal_tag("<function_calls>", "</function_calls>"),)
+    most_delimiters = 10_000
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        calls = [call for line in body.splitlines() if (call := _pythonic_call(line.strip()))]
+        if sum(body.count(char) for char in "([{,=") > self.most_delimiters:
+            return None
+        try:  # usually every line is a call: one parse
+            nodes = [
+                statement.value
+                for statement in ast.parse(body.strip()).body
+                if isinstance(statement, ast.Expr)
+            ]
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            nodes = [node for line in body.splitlines() if (node := _expression(line.strip()))]
+        calls = [call for node in nodes if (call := _pythonic_call(node))]
         return calls or None
 
 
@@ -254,14 +316,18 @@ class _JsonWords(ast.NodeTransformer):
         return ast.Constant(_JSON_WORDS[node.id]) if node.id in _JSON_WORDS else node
 
 
-def _pythonic_call(line: str) -> FoundCall | None:
+def _expression(line: str) -> ast.expr | None:
+    try:
+        return ast.parse(line, mode="eval").body if line else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _pythonic_call(node: ast.expr) -> FoundCall | None:
     """`name(key=literal, …)` as a call; None for anything else."""
-    if not line or len(line) > 1_000_000:
+    if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
         return None
     try:
-        node = ast.parse(line, mode="eval").body
-        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
-            return None
         name = ast.unparse(node.func)
         arguments = {str(k.arg): ast.literal_eval(_JsonWords().visit(k.value)) for k in node.keywords}
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
