@@ -272,6 +272,7 @@ WORST = {  # per family: a 1 MB reply built to make a careless scan quadratic
     "minimax_m2 unclosed invokes": "<minimax:tool_call>" + '<invoke name="f">' * (MEGABYTE // 17),
     "seed_oss unclosed parameters": "<seed:tool_call><function=f>" + "<parameter=a>x" * (MEGABYTE // 14),
     "step3": "<｜tool_calls_begin｜>" + "function<｜tool_sep｜>" * (MEGABYTE // 20),
+    "step3 gap": "<｜tool_calls_begin｜>function" + " " * MEGABYTE + '?<steptml:invoke name="f">',
     "seed_oss": "<seed:tool_call><function=f><parameter=a>" + "\n" * MEGABYTE,
     "seed think": "<seed:think>" + "<seed:thi" * (MEGABYTE // 9),
     "deepseek_dsml": '<｜DSML｜function_calls><｜DSML｜invoke name="' + "a" * MEGABYTE,

@@ -194,14 +194,16 @@ class MiniMaxM2Parser(TagParser):
 
 
 _STEP3_TOKENS = ("<｜tool_call_begin｜>", "<｜tool_call_end｜>", "<｜tool_sep｜>")
-_STEP3_GAP = re.compile(rf"\s*(?:function\s*)?(?:{NAME})?\s*")
 
 
 def _step3_framing(gap: str) -> bool:
     """Between Step3 calls: the call tokens and the `function<｜tool_sep｜>name` header."""
     for token in _STEP3_TOKENS:
         gap = gap.replace(token, " ")
-    return _STEP3_GAP.fullmatch(gap) is not None
+    words = gap.split()
+    if words[:1] == ["function"]:
+        words = words[1:]
+    return not words or (len(words) == 1 and _NAME.fullmatch(words[0]) is not None)
 
 
 class Step3Parser(TagParser):
