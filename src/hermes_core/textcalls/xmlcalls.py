@@ -82,10 +82,11 @@ class Invokes:
         return calls if calls and gap_is_framing(body[pos:]) else None
 
     def _parameters(self, inner: str) -> Parameters | None:
-        """One call's parameters. A parameter whose closer is missing ends where the next begins."""
+        """One call's parameters. A value runs to the last closing tag before the next parameter (so
+        it may hold the closing tag itself, as SGLang reads it); without one, to the next parameter."""
         guessed: dict[str, JSON] = {}
         texts: dict[str, str] = {}
-        closer, finder = f"</{self.parameter}>", _Finder(inner)
+        closer = f"</{self.parameter}>"
         start = self._find_tag(inner, self.parameter, 0)
         if inner[: start if start >= 0 else len(inner)].strip():
             return None
@@ -96,16 +97,14 @@ class Invokes:
             name = self._name(inner[start:head_end]) if head_end >= 0 else None
             if name is None:
                 return None
-            end = finder.find(closer, head_end)
             following = self._find_tag(inner, self.parameter, head_end)  # the next one starts there
-            if following >= 0 and (end < 0 or following < end):
-                stop = after = following
-            else:
-                stop, after = (end, end + len(closer)) if end >= 0 else (len(inner), len(inner))
+            limit = following if following >= 0 else len(inner)
+            end = inner.rfind(closer, head_end, limit)  # the spans up to each `limit` do not overlap
+            stop, after = (end, end + len(closer)) if end >= 0 else (limit, limit)
             raw = inner[head_end + 1 : stop]
             texts[name] = _parameter_text(raw) if self.tidy else raw
             guessed[name] = _guess(raw, _attribute(inner[start:head_end], "string"))
-            if inner[after : following if following >= 0 else len(inner)].strip():
+            if inner[after:limit].strip():
                 return None
             start = following
         return None
