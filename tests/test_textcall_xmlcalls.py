@@ -74,6 +74,19 @@ def test_a_call_is_handed_over_only_when_its_block_closes(family: str) -> None:
         assert shown == "Ok"[: len(shown)], (family, cut, shown)
 
 
+def test_seed_names_as_attributes() -> None:
+    """The hosted Doubao Seed models (Volcengine's OpenAI-compatible endpoint, as its clients record
+    the replies) name the function and its parameters in attributes, with DSML's `string`
+    attribute; the block must still be a call and never shown."""
+    reply = (
+        'Clicking.<seed:tool_call><function name="click"><parameter name="point" string="true">'
+        "<point>500 500</point></parameter></function></seed:tool_call>"
+    )
+    parsed = parse_text_calls(reply)
+    assert parsed.content == "Clicking."
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("click", '{"point": "<point>500 500</point>"}')]
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 async def test_each_family_completes_a_task_over_http(family: str) -> None:
     """Attack: a model served without its tool parser writes its family's markup. Over HTTP to the

@@ -235,16 +235,18 @@ class SeedOssParser(TagParser):
     </function>
     </seed:tool_call>
 
-    Its reasoning, `<seed:think>…</seed:think>`, is read like `<think>` (parsers.py `ThinkSplitter`).
+    The hosted Doubao Seed models write the names as attributes, with DSML's string attribute:
+    `<function name="f"><parameter name="a" string="true">v</parameter></function>`. Its reasoning,
+    `<seed:think>…</seed:think>`, is read like `<think>` (parsers.py `ThinkSplitter`).
     """
 
     name = "seed_oss"
     tags = (literal_tag("<seed:tool_call>", "</seed:tool_call>"),)
-
     _invokes = Invokes("function", "parameter", equals=True, tidy=True)
+    _named = Invokes("function", "parameter")
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        return self._invokes.read(body, _only_space)
+        return self._invokes.read(body, _only_space) or self._named.read(body, _only_space)
 
 
 class DeepSeekDsmlParser(TagParser):
