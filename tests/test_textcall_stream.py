@@ -214,6 +214,11 @@ fragments = st.sampled_from(
         ),
         *("<|call|>", "<|start|>assistant", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
         *("functions.f:0", "<|tool_call_argument_begin|>", "<｜tool▁calls▁begin｜>", "f<｜tool▁sep｜>"),
+        *("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">', "</invoke>"),
+        *('<parameter name="a">', "<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"),
+        *("<｜DSML｜function_calls>", '<｜DSML｜invoke name="f">'),
+        *("<｜tool_calls_begin｜>", "<｜tool_call_end｜>"),
+        *('<steptml:invoke name="f">', "<longcat_tool_call>", "<function_calls>", "</function_calls>"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)
