@@ -48,7 +48,7 @@ def _tidy(text: str | None) -> str:
 
 def mismatch(row: dict[str, Any]) -> str | None:
     """Why our parse differs from the stack's expected output; None if it agrees."""
-    parsed = parse_text_calls(row["input"])
+    parsed = parse_text_calls(row["input"], tools=row.get("tools"))  # the tools its test offers
     got = [(call.name, call.arguments) for call in parsed.calls]
     if [name for name, _ in got] != [name for name, _ in row["calls"]]:
         return f"calls {got} != {row['calls']}"

@@ -551,6 +551,61 @@ CASES: list[tuple[str, str, str, Expected]] = [
         '<|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 1, "b": 2}<|call|>',
         Expected("", [ADD]),
     ),
+    # ── XML-style families of newer models (xmlcalls.py) ──────────────────────────────────────────
+    (
+        "minimax_m2",
+        "two invokes in one block, prose before",
+        'Checking.\n<minimax:tool_call>\n<invoke name="get_weather">\n'
+        '<parameter name="city">北京</parameter>\n</invoke>\n<invoke name="add">'
+        '<parameter name="a">1</parameter><parameter name="b">2</parameter></invoke>\n</minimax:tool_call>',
+        Expected("Checking.", [WEATHER, ADD]),
+    ),
+    (
+        "minimax_m2",
+        "prose inside the block is no call",
+        "<minimax:tool_call>I would call it</minimax:tool_call>",
+        Expected("<minimax:tool_call>I would call it</minimax:tool_call>"),
+    ),
+    (
+        "step3",
+        "header, two calls, separator token",
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
+        '<steptml:invoke name="get_weather"><steptml:parameter name="city">北京</steptml:parameter>'
+        "</steptml:invoke><｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜>"
+        '<steptml:invoke name="add"><steptml:parameter name="a">1</steptml:parameter>'
+        '<steptml:parameter name="b">2</steptml:parameter></steptml:invoke>'
+        "<｜tool_call_end｜><｜tool_calls_end｜>",
+        Expected("", [WEATHER, ADD]),
+    ),
+    (
+        "seed_oss",
+        "reasoning in seed:think, call after it",
+        "<seed:think>The user wants <seed:tool_call>x</seed:tool_call> weather.</seed:think>\n"
+        "<seed:tool_call>\n<function=get_weather>\n<parameter=city>北京</parameter>\n</function>\n</seed:tool_call>",
+        Expected("", [WEATHER], "The user wants <seed:tool_call>x</seed:tool_call> weather."),
+    ),
+    (
+        "deepseek_dsml",
+        "string=true is text, string=false JSON",
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="add">\n'
+        '<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="b" string="true">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        Expected("", [("add", '{"a": 1, "b": "2"}')]),
+    ),
+    (
+        "longcat",
+        "JSON in its own tag",
+        f"Ok <longcat_tool_call>{W}</longcat_tool_call>",
+        Expected("Ok", [WEATHER]),
+    ),
+    (
+        "olmo3",
+        "one call per line, JSON words, a bad line dropped",
+        "<function_calls>get_weather(city='北京')\nadd(a=1, b=2)\nnote(done=true, x=null)\nbad(x=b'z')"
+        "</function_calls>",
+        Expected("", [WEATHER, ADD, ("note", '{"done": true, "x": null}')]),
+    ),
     ("decision", "plain text is only trimmed", "  Hello,\n\n  world.  \n", Expected("Hello,\n\n  world.")),
 ]
 

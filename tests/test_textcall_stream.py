@@ -49,6 +49,18 @@ REPLIES = {
     "llama tokens": 'Ok <|python_tag|>{"name": "get_weather", "parameters": {"city": "北京"}}',
     "json then prose": f"{W} Would you like more?",
     "markdown link": "[docs](https://x.y) say so.",
+    "minimax_m2": 'Ok <minimax:tool_call><invoke name="get_weather"><parameter name="city">北京</parameter>'
+    "</invoke></minimax:tool_call> done",
+    "step3": "Ok <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
+    '<steptml:invoke name="get_weather"><steptml:parameter name="city">北京</steptml:parameter>'
+    "</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜> done",
+    "seed_oss": "<seed:think>Need it.</seed:think>Ok <seed:tool_call><function=get_weather>"
+    "<parameter=city>北京</parameter></function></seed:tool_call> done",
+    "deepseek_dsml": 'Ok <｜DSML｜function_calls><｜DSML｜invoke name="get_weather">'
+    '<｜DSML｜parameter name="city" string="true">北京</｜DSML｜parameter>'
+    "</｜DSML｜invoke></｜DSML｜function_calls> done",
+    "longcat": f"Ok <longcat_tool_call>{W}</longcat_tool_call> done",
+    "olmo3": "Ok <function_calls>get_weather(city='北京')\nnow()</function_calls> done",
 }
 MARKERS = ("<", "[", "`", "tool_call", "think", "function", "｜", "|")
 
@@ -202,6 +214,11 @@ fragments = st.sampled_from(
         ),
         *("<|call|>", "<|start|>assistant", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
         *("functions.f:0", "<|tool_call_argument_begin|>", "<｜tool▁calls▁begin｜>", "f<｜tool▁sep｜>"),
+        *("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">', "</invoke>"),
+        *('<parameter name="a">', "<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>"),
+        *("<｜DSML｜function_calls>", '<｜DSML｜invoke name="f">'),
+        *("<｜tool_calls_begin｜>", "<｜tool_call_end｜>"),
+        *('<steptml:invoke name="f">', "<longcat_tool_call>", "<function_calls>", "</function_calls>"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)

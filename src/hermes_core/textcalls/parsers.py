@@ -21,12 +21,13 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ..kernel.messages import JSON, ToolCall
 from ..kernel.tools.arguments import ArgumentError, parse_arguments
+from .schema import Parameters, ToolSchemas, tool_properties, typed_arguments
 
 # ── What a parse returns ─────────────────────────────────────────────────────────────────────────
 
@@ -39,6 +40,8 @@ class TextCall:
     arguments: str  # a JSON object as text; the model's own text if it holds no object (the kernel says so)
     span: tuple[int, int]  # the block that held the call, in the text with <think> blocks removed
     format: str  # the parser that found it
+    # parameters written as text (XML-style formats), as written: the tool's schema types them
+    texts: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass
@@ -188,7 +191,7 @@ class Qwen3CoderParser(TagParser):
         if body.strip() and not body.lstrip().startswith("<parameter="):
             return None  # e.g. a JSON body: another format's
         found = self._parameter.finditer(body)
-        return name, {parameter["name"].strip(): _parameter_value(parameter["value"]) for parameter in found}
+        return name, written_parameters((p["name"].strip(), p["value"]) for p in found)
 
 
 class JsonTagParser(TagParser):
@@ -400,11 +403,15 @@ class GlmParser(TagParser):
         block = self._block.fullmatch(body)
         if block is None:
             return None
-        arguments, pos, text = {}, 0, block["arguments"]
+        pairs, pos, text = [], 0, block["arguments"]
         while pair := self._pair.match(text, pos):
-            arguments[pair["key"].strip()] = _parameter_value(pair["value"])
+            pairs.append((pair["key"].strip(), pair["value"]))
             pos = pair.end()
-        return [(block["name"], arguments)] if not text[pos:].replace("\\n", "").strip() else None
+        return (
+            [(block["name"], written_parameters(pairs))]
+            if not text[pos:].replace("\\n", "").strip()
+            else None
+        )
 
 
 def _json_or_pythonic(body: str) -> list[FoundCall] | None:
@@ -595,24 +602,44 @@ _TRIGGERS = ("<", "[", "{", "```")  # nothing can be found in a text without one
 
 
 def parse_text_calls(
-    text: str, formats: Sequence[str] | None = None, *, think_open: bool | None = None
+    text: str,
+    formats: Sequence[str] | None = None,
+    *,
+    think_open: bool | None = None,
+    tools: Sequence[dict[str, JSON]] | None = None,
 ) -> ParsedText:
     """Find the tool calls a model wrote as text, and the visible text and reasoning around them.
 
     `think_open=True` says the prompt already opened a `<think>` block (as DeepSeek-R1 and Qwen3
     thinking templates do), so the text starts as reasoning; False says it did not; None (default)
     decides from the text: a `</think>` before any `<think>` means everything before it is reasoning.
+    `tools` (the request's, OpenAI shape) type the values a format writes as text (schema.py).
     """
     if think_open is not True and not any(trigger in text for trigger in _TRIGGERS):
         return ParsedText(text.strip())
-    return parse_selected(text, select_parsers(formats), think_open)
+    return typed_by_schema(parse_selected(text, select_parsers(formats), think_open), tools)
+
+
+def typed_by_schema(parsed: ParsedText, tools: Sequence[dict[str, JSON]] | None) -> ParsedText:
+    """`parsed` with the values written as text typed by the offered tools' schemas (schema.py)."""
+    schemas = tool_properties(tools) if tools else {}
+    if not any(call.texts and call.name in schemas for call in parsed.calls):
+        return parsed
+    return replace(parsed, calls=[typed_call(call, schemas) for call in parsed.calls])
+
+
+def typed_call(call: TextCall, schemas: ToolSchemas) -> TextCall:
+    """`call` with its values written as text typed by its tool's schema, if it has one."""
+    if not call.texts or call.name not in schemas or not call.arguments.startswith("{"):
+        return call
+    return replace(call, arguments=typed_arguments(call.arguments, dict(call.texts), schemas[call.name]))
 
 
 def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> ParsedText:
     """`parse_text_calls` with the parsers already chosen, and no fast path."""
     if think_open is None:
         first = THINK_TAG.search(text)
-        think_open = first is not None and first.group() == "</think>"
+        think_open = first is not None and first.group().startswith("</")
     thoughts = ThinkSplitter(think_open)
     visible = thoughts.feed(text, final=True)
     whole = whole_message_calls(visible, parsers)
@@ -623,8 +650,9 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
     return ParsedText(content, calls, thoughts.reasoning)
 
 
-THINK_TAG = re.compile(r"</?think>")
-_THINK_END = re.compile(r"</think>")
+THINK_TAG = re.compile(r"</?(?:seed:)?think>")  # Seed-OSS writes <seed:think>…</seed:think>
+_THINK_END = re.compile(r"</(?:seed:)?think>")
+_THINK_TAGS = ("<think>", "</think>", "<seed:think>", "</seed:think>")
 
 
 class ThinkSplitter:
@@ -648,9 +676,9 @@ class ThinkSplitter:
                 self._thought = []
             else:
                 visible.append(text[pos : tag.start()])
-            self.inside, pos = tag.group() == "<think>", tag.end()
+            self.inside, pos = not tag.group().startswith("</"), tag.end()
         rest = text[pos:]
-        self._held = "" if final else rest[_tag_prefix_start(rest, ("<think>", "</think>")) :]
+        self._held = "" if final else rest[_tag_prefix_start(rest, _THINK_TAGS) :]
         rest = rest[: len(rest) - len(self._held)]
         if self.inside:
             self._thought.append(rest)
@@ -926,7 +954,8 @@ def _call_from_object(value: JSON, *, bare: bool) -> FoundCall | None:
 
 def _text_call(call: FoundCall, span: tuple[int, int], format: str) -> TextCall:
     name, arguments = call
-    return TextCall(name, arguments_text(arguments), span, format)
+    texts = tuple(arguments.texts.items()) if isinstance(arguments, Parameters) else ()
+    return TextCall(name, arguments_text(arguments), span, format, texts)
 
 
 def arguments_text(arguments: JSON) -> str:
@@ -987,13 +1016,35 @@ def _load(text: str) -> JSON:
         return None
 
 
-_MISSPELLED_CLOSER = re.compile(r"\s*</pa?r[a-z_]*>?\s*\Z")  # </paramter>, </parameters>, </parameter
+_MISSPELLED_CLOSER = re.compile(r"</pa?r[a-z_]*>?")  # </paramter>, </parameters>, </parameter
+
+
+def written_parameters(pairs: Iterable[tuple[str, str]]) -> Parameters:
+    """Qwen3-Coder or GLM parameters (name, raw text): each value guessed, its tidied text kept."""
+    texts = {name: _parameter_text(raw) for name, raw in pairs}
+    return Parameters({name: guess_value(text) for name, text in texts.items()}, texts)
+
+
+def _parameter_text(raw: str) -> str:
+    """A Qwen3-Coder or GLM value as text: trimmed (models indent it), a misspelled closing tag dropped."""
+    value = raw.strip()
+    closer = value.rfind("</")  # it can only be the last tag: tried once, so linear in the text
+    return value[:closer].rstrip() if closer >= 0 and _MISSPELLED_CLOSER.fullmatch(value, closer) else value
 
 
 def _parameter_value(raw: str) -> JSON:
-    """A Qwen3-Coder or GLM value: trimmed (models indent it), a misspelled closing tag dropped,
-    JSON-decoded when it is a number, object or array."""
-    value = _MISSPELLED_CLOSER.sub("", raw).strip()
+    """A Qwen3-Coder or GLM value (`_parameter_text`), guessed (`guess_value`)."""
+    return guess_value(_parameter_text(raw))
+
+
+_JSON_VALUE_START = frozenset("-0123456789[{tf")  # a number, array, object or boolean
+
+
+def guess_value(value: str) -> JSON:
+    """A value written as text, without the tool's schema: JSON-decoded when it is a number, object
+    or array, else the text."""
+    if value[:1] not in _JSON_VALUE_START:  # cheap: most values are plain text
+        return value
     try:
         decoded = json.loads(value, parse_constant=_reject, parse_float=_number)
     except (ValueError, RecursionError):
@@ -1005,3 +1056,10 @@ def _parameter_value(raw: str) -> JSON:
 
 def _reject(constant: str) -> None:
     raise ValueError(f"{constant} is not a JSON number")
+
+
+# ── The XML-style families (xmlcalls.py): they build on the classes above, so they load last ─────
+
+from .xmlcalls import XML_PARSERS  # noqa: E402
+
+PARSERS.update((parser.name, parser) for parser in XML_PARSERS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .parsers import (
     ContentBuilder,
@@ -29,7 +30,10 @@ from .parsers import (
     release,
     scan_blocks,
     select_parsers,
+    typed_by_schema,
+    typed_call,
 )
+from .schema import tool_properties
 
 
 @dataclass
@@ -47,8 +51,17 @@ class StreamingTextCallParser:
     text it has shown when a stray `</think>` later turns it into reasoning.
     """
 
-    def __init__(self, formats: Sequence[str] | None = None, *, think_open: bool = False) -> None:
+    def __init__(
+        self,
+        formats: Sequence[str] | None = None,
+        *,
+        think_open: bool = False,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """`tools` (the request's) type the values a format writes as text, as in `parse_text_calls`."""
         self._parsers = select_parsers(formats)
+        self._tools = tools
+        self._schemas = tool_properties(tools)
         self._think_open = think_open
         self._thoughts = ThinkSplitter(think_open)
         self._content = ContentBuilder()
@@ -73,7 +86,8 @@ class StreamingTextCallParser:
                 return StreamUpdate()
         segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
         self._pending, self._offset = self._pending[used:], self._offset + used
-        return self._sent(*release(segments, self._content))
+        text, calls = release(segments, self._content)
+        return self._sent(text, [typed_call(call, self._schemas) for call in calls])
 
     def flush(self) -> StreamUpdate:
         """End the stream: the text and calls not released yet (empty when called again)."""
@@ -84,9 +98,10 @@ class StreamingTextCallParser:
         return self._sent(parsed.content[self._shown :], parsed.calls[self._calls_sent :])
 
     def finish(self) -> ParsedText:
-        """The whole reply parsed; exactly `parse_text_calls(reply, formats, think_open=think_open)`."""
+        """The whole reply parsed; exactly `parse_text_calls(reply, formats, think_open=…, tools=…)`."""
         if self._result is None:
-            self._result = parse_selected("".join(self._pieces), self._parsers, self._think_open)
+            parsed = parse_selected("".join(self._pieces), self._parsers, self._think_open)
+            self._result = typed_by_schema(parsed, self._tools)
         return self._result
 
     def _sent(self, text: str, calls: list[TextCall]) -> StreamUpdate:

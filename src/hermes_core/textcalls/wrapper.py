@@ -128,7 +128,9 @@ class TextToolCalls(ModelWrapper):
             response = await self.inner.complete(sent, None if text_mode else tools)
         else:
             response = await self._complete_streaming(sent, None if text_mode else tools, on_text)
-        found = extract_text_calls(response, self.formats, think_open=self.think_open, conversation=messages)
+        found = extract_text_calls(
+            response, self.formats, think_open=self.think_open, conversation=messages, tools=tools
+        )
         return found, bool(found.tool_calls) and not response.tool_calls
 
     async def _complete_streaming(
@@ -157,16 +159,18 @@ def extract_text_calls(
     *,
     think_open: bool = False,
     conversation: list[Message] | None = None,
+    tools: list[dict[str, Any]] | None = None,
 ) -> ModelResponse:
     """The response with text calls turned into `ToolCall`s and `<think>` moved out of the content.
 
     The calls are named after `conversation` (the request), so their ids differ from turn to turn
-    and stay the same when the same conversation is sent again; without it, at random."""
+    and stay the same when the same conversation is sent again; without it, at random. `tools`
+    (the request's) type the values that XML-style formats write as text (textcalls/schema.py)."""
     if not response.content or not _may_hold_calls(response.content, think_open):
         return response
     from .parsers import parse_text_calls
 
-    parsed = parse_text_calls(response.content, formats, think_open=think_open)
+    parsed = parse_text_calls(response.content, formats, think_open=think_open, tools=tools)
     if response.tool_calls:  # native calls win; the text only loses its reasoning block
         return replace(response, content=parsed.content if parsed.reasoning else response.content,
                        reasoning=parsed.reasoning or response.reasoning)  # fmt: skip
