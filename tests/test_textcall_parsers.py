@@ -543,8 +543,28 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
         'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
         "<|start|>assistant<|channel|>final<|message|>Checking.<|return|>",
-        Expected("Checking.", [WEATHER]),
+        Expected("Checking.", [WEATHER], "Need the weather."),
     ),
+    (
+        "harmony",
+        "recipient in the role header, the role in the prompt",
+        ' to=functions.add<|channel|>commentary <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>',
+        Expected("", [ADD]),
+    ),
+    (
+        "harmony",
+        "a commentary preamble is visible, its end token removed",
+        "<|channel|>commentary<|message|>Let me add.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>',
+        Expected("Let me add.", [ADD]),
+    ),
+    (
+        "harmony",
+        "a call on the analysis channel is a call",
+        '<|channel|>analysis to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}',
+        Expected("", [ADD]),
+    ),
+    ("harmony", "prose that says to= is prose", "Set it to=5 or go to Paris.", Expected("Set it to=5 or go to Paris.")),
     (
         "harmony",
         "recipient before the channel",

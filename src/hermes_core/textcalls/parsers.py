@@ -56,6 +56,14 @@ class ParsedText:
 
 FoundCall = tuple[str, JSON]  # a tool name and its arguments as the model wrote them (dict, text or None)
 
+
+@dataclass(frozen=True)
+class Reasoning:
+    """A block that is the model's reasoning (harmony's `analysis` message): taken out of the
+    content and returned as `ParsedText.reasoning`, after the `<think>` reasoning."""
+
+    text: str
+
 # ── How blocks are delimited ─────────────────────────────────────────────────────────────────────
 
 _LONGEST_PARTIAL = 400  # no opening tag is longer than this
@@ -127,10 +135,10 @@ class TagParser(TextCallParser):
     tags: tuple[Tag, ...]
 
     @abstractmethod
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
         """The calls in one block (`body` runs from the opening tag to the closer); None if this is
         no block of this format. A list may be empty (the block is markup that holds no call: it is
-        removed); a str is the visible text the block stands for."""
+        removed); a str is the visible text the block stands for; `Reasoning` is the model's."""
 
 
 class MessageParser(TextCallParser):
@@ -512,40 +520,75 @@ class DeepSeekParser(TagParser):
         return calls or None
 
 
-_HARMONY_HEADER = (
-    r"[ \t]*(?:to=(?P<before>[^\s<]{1,100})[ \t]*)?<\|channel\|>(?P<channel>\w{1,20})"
-    r"(?:[ \t]+to=(?P<after>[^\s<]{1,100}))?[^<\n]{0,40}(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"
+_RECIPIENT = r"(?P<{}>[^\s<]{{1,100}})"
+_HARMONY_TAIL = r"[^<\n]{0,40}(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"  # ` json`, `<|constrain|>json`
+_HARMONY_HEADER = (  # a message to a recipient (in the role or after the channel), or any analysis
+    rf"(?:to={_RECIPIENT.format('before')}[ \t]*)?<\|channel\|>(?P<channel>\w{{1,20}})"
+    rf"(?:[ \t]+to={_RECIPIENT.format('after')})?{_HARMONY_TAIL}"
 )
+# A message the user sees: no recipient, not `analysis`. Only its header is markup: the text after
+# it streams as it comes, and the end token that closes it is removed on its own.
+_SHOWN_HEADER = rf"<\|channel\|>(?!analysis\b)\w{{1,20}}(?:(?!to=)[^<\n]){{0,40}}(?:<\|constrain\|>[^<\n]{{0,40}})?<\|message\|>"
+_HARMONY_END = ("<|call|>", "<|end|>", "<|return|>")
 
 
-def _harmony_tag(start: str, opener: str) -> Tag:
+@dataclass(frozen=True, eq=False)
+class MarkupTag(Tag):
+    """A tag that is markup alone: its block ends where the opening tag does."""
+
+    def close(self, text: str, pos: int) -> tuple[int, int] | None:
+        return pos, pos
+
+
+def _harmony_tag(start: str, opener: str, kind: type[Tag] = Tag) -> Tag:
     partial = rf"{'|'.join(_proper_prefixes(start))}|{re.escape(start)}[^\n]{{0,{_LONGEST_PARTIAL - 30}}}"
-    return Tag(
-        start, re.compile(opener), re.compile(partial), ("<|call|>", "<|end|>", "<|return|>"), nested=True
-    )
+    return kind(start, re.compile(opener), re.compile(partial), _HARMONY_END, nested=True)
+
+
+def _end_token(token: str) -> Tag:
+    tag = literal_tag(token, None)
+    return MarkupTag(tag.start, tag.opener, tag.partial, None)
 
 
 class HarmonyParser(TagParser):
-    """gpt-oss (harmony): messages on channels; a call is a `commentary` message to `functions.<name>`.
+    """gpt-oss (harmony): messages on channels; a call is a message to `functions.<name>`.
 
         <|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary
         to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>
 
-    `analysis` is reasoning (removed); a `final` message (or any other without a recipient) is the
-    visible reply, without its markup.
+    The recipient may stand in the role header instead (`<|start|>assistant to=functions.f<|channel|>…`,
+    or ` to=functions.f<|channel|>…` at the start of a reply whose prompt ended with
+    `<|start|>assistant`). `analysis` is reasoning; a message without a recipient on another channel
+    (`final`, a `commentary` preamble) is visible text: its header and end token are removed.
     """
 
     name = "harmony"
     tags = (
-        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?" + _HARMONY_HEADER),
-        _harmony_tag("<|channel|>", _HARMONY_HEADER.removeprefix(r"[ \t]*")),
+        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?[ \t]*" + _SHOWN_HEADER, MarkupTag),
+        _harmony_tag("<|channel|>", _SHOWN_HEADER, MarkupTag),
+        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?[ \t]*" + _HARMONY_HEADER),
+        _harmony_tag("<|channel|>", _HARMONY_HEADER),
+        Tag(  # the role header's recipient with the role itself in the prompt
+            start="to=",
+            opener=re.compile(rf"to={_RECIPIENT.format('role')}[ \t]*<\|channel\|>(?P<channel>\w{{1,20}}){_HARMONY_TAIL}"),
+            partial=re.compile(
+                rf"t|to|to=[^\s<]{{0,100}}[ \t]*(?:{'|'.join(_proper_prefixes('<|channel|>'))}"
+                rf"|<\|channel\|>[^\n]{{0,{_LONGEST_PARTIAL - 130}}})?"
+            ),
+            closer=_HARMONY_END,
+            nested=True,
+        ),
+        *(_end_token(token) for token in _HARMONY_END),
     )
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
-        recipient = opening["before"] or opening["after"]
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
+        found = opening.groupdict()
+        if "channel" not in found:
+            return ""  # the header of a visible message, or a stray end token: markup
+        recipient = found.get("role") or found.get("before") or found.get("after")
         if recipient:
             return [(recipient.removeprefix("functions."), body.strip())]
-        return [] if opening["channel"] == "analysis" else body
+        return Reasoning(body)
 
 
 # ── Registry ─────────────────────────────────────────────────────────────────────────────────────
@@ -620,7 +663,8 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
         return ParsedText(whole[1], whole[0], thoughts.reasoning)
     segments, _ = scan_blocks(visible, parsers, final=True)
     content, calls = release(segments, ContentBuilder())
-    return ParsedText(content, calls, thoughts.reasoning)
+    in_blocks = [segment.text for segment in segments if isinstance(segment, Reasoning)]
+    return ParsedText(content, calls, joined_reasoning([thoughts.reasoning or "", *in_blocks]))
 
 
 THINK_TAG = re.compile(r"</?think>")
@@ -662,7 +706,12 @@ class ThinkSplitter:
 
     @property
     def reasoning(self) -> str | None:
-        return "\n\n".join(thought.strip() for thought in self._thoughts if thought.strip()) or None
+        return joined_reasoning(self._thoughts)
+
+
+def joined_reasoning(thoughts: Sequence[str]) -> str | None:
+    """Thoughts joined by a blank line; None when all are empty."""
+    return "\n\n".join(thought.strip() for thought in thoughts if thought.strip()) or None
 
 
 def _tag_prefix_start(text: str, tags: tuple[str, ...]) -> int:
@@ -748,7 +797,7 @@ def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall],
 _CALL_START = re.compile(rf"\s*(?:\{{\s*(?:[\"']|\Z)|\[\s*(?:\{{|{NAME}\s*(?:\(|\Z)|\Z)|\Z)")
 
 
-Segment = str | list[TextCall]  # visible text, or the calls of a block taken out
+Segment = str | list[TextCall] | Reasoning  # visible text, the calls of a block taken out, or a thought
 
 
 def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) -> tuple[list[Segment], int]:
@@ -784,14 +833,15 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 
 
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
-    """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan)."""
-    next_at = {char: text.find(char, pos) for char in _first_chars(tags)}
-    while live := [at for at in next_at.values() if at >= 0]:
-        at = min(live)
+    """The first opening tag at or after `pos`. Each tag's start literal is found with str.find, so
+    only whole literals are looked at (a tag may start with a letter: Phi-4's `functools[`)."""
+    next_at = {start: text.find(start, pos) for start in _starts(tags)}
+    while live := [(at, start) for start, at in next_at.items() if at >= 0]:
+        at, start = min(live)
         for tag in tags:
             if text.startswith(tag.start, at) and (opening := tag.opener.match(text, at)):
                 return tag, opening
-        next_at[text[at]] = text.find(text[at], at + 1)
+        next_at[start] = text.find(start, at + 1)
     return None
 
 
@@ -802,7 +852,8 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     them; a tag whose opening holds several (harmony's `<|start|>assistant<|channel|>…`) is looked
     for from its own start literal too.
     """
-    starts = [max(text.rfind("<", pos), text.rfind("[", pos))]
+    starts = [max(text.rfind(char, pos) for char in "<[")]
+    starts += [text.rfind(char, pos) for char in _first_chars(tags) - {"<", "["}]
     for tag in _nested(tags):
         if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
             starts.append(at)
@@ -822,15 +873,22 @@ def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
     return frozenset(tag.start[0] for tag in tags)
 
 
+@lru_cache(maxsize=32)
+def _starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
+    """The start literals, none that another one starts with (`<tool` covers `<tool_call>`)."""
+    literals = sorted({tag.start for tag in tags})
+    return tuple(a for a in literals if not any(a != b and a.startswith(b) for b in literals))
+
+
 def _read_block(
     parsers: Parsers, tag: Tag, opening: re.Match[str], body: str, span: tuple[int, int]
 ) -> Segment | None:
-    """What the first format that reads this block makes of it: its calls, or the visible text it
-    stands for (a harmony `final` message, a bare `[TOOL_CALLS]`); None if no format reads it."""
+    """What the first format that reads this block makes of it: its calls, the visible text it
+    stands for (a bare `[TOOL_CALLS]`) or the reasoning it holds; None if no format reads it."""
     for name, parser in parsers:
         if isinstance(parser, TagParser) and tag in parser.tags:
             found = parser.read_block(opening, body)
-            if isinstance(found, str):
+            if isinstance(found, (str, Reasoning)):
                 return found
             if found is not None:  # [] too: a block that is consumed but holds no call
                 return [_text_call(call, span, name) for call in found]
@@ -883,7 +941,7 @@ def release(segments: list[Segment], content: ContentBuilder) -> tuple[str, list
             text.append(content.add(segment))
         else:
             content.gap()
-            calls += segment
+            calls += segment if isinstance(segment, list) else []
     return "".join(text), calls
 
 
