@@ -377,9 +377,16 @@ class PythonicParser(MessageParser):
         if not _NAME.fullmatch(name):
             raise ValueError(f"not a tool name: {name}")
         try:
-            return name, {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            return name, {k.arg: ast.literal_eval(_SetsAsLists().visit(k.value)) for k in node.keywords}
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return name, ", ".join(ast.get_source_segment(message, k) or "" for k in node.keywords)
+
+
+class _SetsAsLists(ast.NodeTransformer):
+    """A set literal (`tags={'a', 'b'}`) read as a list in the order written: JSON has no sets."""
+
+    def visit_Set(self, node: ast.Set) -> ast.List:
+        return ast.List(elts=[self.visit(item) for item in node.elts], ctx=ast.Load())
 
 
 # ── Formats of newer open models (special tokens the server did not parse) ──────────────────────
@@ -615,6 +622,9 @@ PARSERS: dict[str, TextCallParser] = {
 def register_parser(name: str, parser: TextCallParser) -> None:
     """Add a format (tried after the others) or replace one in place; `name` is what `formats=` selects."""
     PARSERS[name] = parser
+
+
+from . import tokens  # noqa: E402, F401  # registers the newer families' token formats (they build on the above)
 
 
 Parsers = tuple[tuple[str, TextCallParser], ...]
