@@ -37,15 +37,18 @@ from .parsers import (
 
 class Lfm2Parser(TagParser):
     """LFM2 / LFM2.5: a pythonic call list (or JSON calls) between `<|tool_call_start|>` and
-    `<|tool_call_end|>`. An empty list is the model calling nothing: the block is removed."""
+    `<|tool_call_end|>`. An empty list is the model calling nothing, and a list cut off before its
+    `]` (the output limit) is a call being written: both blocks are removed without a call."""
 
     name = "lfm2"
     tags = (literal_tag("<|tool_call_start|>", "<|tool_call_end|>"),)
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        if body.strip().removeprefix("[").removesuffix("]").strip() == "":
+        listed = body.strip()
+        if listed.removeprefix("[").removesuffix("]").strip() == "":
             return []
-        return _json_or_pythonic(body) or _json_or_pythonic(_as_python(body))
+        found = _json_or_pythonic(body) or _json_or_pythonic(_as_python(body))
+        return [] if found is None and listed.startswith("[") and not listed.endswith("]") else found
 
 
 _PY_STRING = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"', re.DOTALL)  # a quoted string
