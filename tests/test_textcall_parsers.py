@@ -571,6 +571,23 @@ CASES: list[tuple[str, str, str, Expected]] = [
         '<|start|>assistant to=functions.add<|channel|>commentary json<|message|>{"a": 1, "b": 2}<|call|>',
         Expected("", [ADD]),
     ),
+    # ── token formats of newer small models (textcalls/tokens.py) ────────────────────────────────
+    ("lfm2", "pythonic list", "<|tool_call_start|>[add(a=1, b=2)]<|tool_call_end|>", Expected("", [ADD])),
+    (
+        "functiongemma",
+        "template syntax",
+        "Ok <start_function_call>call:add{a:1,b:2}<end_function_call>",
+        Expected("Ok", [ADD]),
+    ),
+    ("granite", "list to the end", '<|tool_call|>[{"name": "add", "arguments": {"a": 1, "b": 2}}]', Expected("", [ADD])),
+    (
+        "internlm2",
+        "plugin call",
+        '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 1, "b": 2}}<|action_end|>',
+        Expected("", [ADD]),
+    ),
+    ("phi4_mini", "functools list", 'functools[{"name": "add", "arguments": {"a": 1, "b": 2}}]', Expected("", [ADD])),
+    ("apertus", "name-keyed objects", '<|tools_prefix|>[{"add": {"a": 1, "b": 2}}]<|tools_suffix|>', Expected("", [ADD])),
     ("decision", "plain text is only trimmed", "  Hello,\n\n  world.  \n", Expected("Hello,\n\n  world.")),
 ]
 
