@@ -463,7 +463,10 @@ class KimiK2Parser(TagParser):
         <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
         <|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_calls_section_end|>
 
-    A call whose id is malformed is dropped; its neighbours still run.
+    A call whose id is malformed is dropped; its neighbours still run. Text inside a section before
+    its first call is noise (vLLM drops it too). A call whose id is a bare counter (`0`) names no
+    tool: the serving stack infers the name from the tools offered, which a parser does not know,
+    so such a call is removed without running; so is an empty section.
     """
 
     name = "kimi_k2"
@@ -477,16 +480,16 @@ class KimiK2Parser(TagParser):
         re.DOTALL,
     )
 
+    _bare_counter = re.compile(r"\s*\d+\s*<\|tool_call_argument_begin\|>.*", re.DOTALL)
+
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        chunks = body.split("<|tool_call_begin|>")
-        if opening.group() == "<|tool_call_begin|>":
-            chunks = [body]
-        elif chunks[0].strip():
-            return None
+        chunks = [body] if opening.group() == "<|tool_call_begin|>" else body.split("<|tool_call_begin|>")[1:]
         calls = [
             (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
         ]
-        return calls or None
+        if calls or all(self._bare_counter.fullmatch(chunk) for chunk in chunks):
+            return calls
+        return None
 
 
 _DS = "<｜tool▁sep｜>"
