@@ -114,6 +114,15 @@ def test_harmony_recipient_in_the_role_header(reply: str, calls: int) -> None:
     assert streamed(reply)[3] == parse_text_calls(reply, think_open=False)
 
 
+def test_mistral_think_is_reasoning_even_around_a_call_token() -> None:
+    """llama.cpp's Ministral-3 test "fake tool call marker in reasoning": a `[TOOL_CALLS]` inside
+    `[THINK]` is part of the thought; only the call after `[/THINK]` runs."""
+    reply = '[THINK]Maybe [TOOL_CALLS]get_weather[ARGS]{"city": "x"}?[/THINK][TOOL_CALLS]get_weather[ARGS]{"city": "北京", "days": 3}'
+    shown, calls, _, parsed = streamed(reply)
+    assert [(call.name, call.arguments) for call in calls] == [WEATHER]
+    assert parsed.reasoning == 'Maybe [TOOL_CALLS]get_weather[ARGS]{"city": "x"}?' and "".join(shown) == ""
+
+
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [

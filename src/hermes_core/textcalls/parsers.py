@@ -267,16 +267,21 @@ class MistralParser(TagParser):
 
     [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]      (v3 tokenizer)
     [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{…}   (v11 and later)
+
+    Magistral and Ministral reason between `[THINK]` and `[/THINK]`: that is reasoning, and a
+    `[TOOL_CALLS]` written inside it is part of the thought (llama.cpp's tests).
     """
 
     name = "mistral"
-    tags = (TOOL_CALLS_TOKEN,)
+    tags = (TOOL_CALLS_TOKEN, literal_tag("[THINK]", "[/THINK]"))
     _named = re.compile(
         rf"(?P<name>{NAME})(?:\[CALL_ID\][\w-]*)?(?:\[ARGS\])?\s*(?P<arguments>\{{.*)", re.DOTALL
     )
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
         """The calls; a token with nothing readable after it is removed and the rest shown."""
+        if opening.group() == "[THINK]":
+            return Reasoning(body)
         return self._calls(body) or body.replace(TOOL_CALLS_TOKEN.start, "").strip()
 
     def _calls(self, body: str) -> list[FoundCall] | None:
