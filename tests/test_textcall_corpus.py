@@ -4,9 +4,10 @@ The corpus (tests/data/textcalls/, one JSON-lines file per source) holds the inp
 outputs of the parser tests of vLLM and SGLang, transcribed as data (each row names its file, commit
 and licence). Every row is parsed with `parse_text_calls` and compared with what the stack expects:
 the calls (names, and arguments as JSON objects where the test checks them) and, where the test
-checks them, the visible content and the reasoning (whitespace runs compared as one space: see "Content tidying" in
-docs/text-tool-calls.md). A row where we differ on purpose names its policy; it counts only if the
-policy is listed in docs/text-tool-calls.md, and it is left out of the pass rate.
+checks them, the visible content and the reasoning (whitespace runs compared as one space: see
+"Content tidying" in docs/text-tool-calls.md). A row where we differ on purpose names its policy;
+it counts only if the policy is listed in docs/text-tool-calls.md, and it is left out of the pass
+rate.
 """
 
 from __future__ import annotations

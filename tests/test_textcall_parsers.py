@@ -564,7 +564,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
         '<|channel|>analysis to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}',
         Expected("", [ADD]),
     ),
-    ("harmony", "prose that says to= is prose", "Set it to=5 or go to Paris.", Expected("Set it to=5 or go to Paris.")),
+    (
+        "harmony",
+        "prose that says to= is prose",
+        "Set it to=5 or go to Paris.",
+        Expected("Set it to=5 or go to Paris."),
+    ),
     (
         "harmony",
         "recipient before the channel",
@@ -579,15 +584,30 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "Ok <start_function_call>call:add{a:1,b:2}<end_function_call>",
         Expected("Ok", [ADD]),
     ),
-    ("granite", "list to the end", '<|tool_call|>[{"name": "add", "arguments": {"a": 1, "b": 2}}]', Expected("", [ADD])),
+    (
+        "granite",
+        "list to the end",
+        '<|tool_call|>[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+        Expected("", [ADD]),
+    ),
     (
         "internlm2",
         "plugin call",
         '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 1, "b": 2}}<|action_end|>',
         Expected("", [ADD]),
     ),
-    ("phi4_mini", "functools list", 'functools[{"name": "add", "arguments": {"a": 1, "b": 2}}]', Expected("", [ADD])),
-    ("apertus", "name-keyed objects", '<|tools_prefix|>[{"add": {"a": 1, "b": 2}}]<|tools_suffix|>', Expected("", [ADD])),
+    (
+        "phi4_mini",
+        "functools list",
+        'functools[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+        Expected("", [ADD]),
+    ),
+    (
+        "apertus",
+        "name-keyed objects",
+        '<|tools_prefix|>[{"add": {"a": 1, "b": 2}}]<|tools_suffix|>',
+        Expected("", [ADD]),
+    ),
     ("decision", "plain text is only trimmed", "  Hello,\n\n  world.  \n", Expected("Hello,\n\n  world.")),
 ]
 

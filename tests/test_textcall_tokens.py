@@ -22,13 +22,14 @@ WEATHER = ("get_weather", '{"city": "北京", "days": 3}')
 
 # family: a reply with text before and after one call of get_weather(city="北京", days=3)
 REPLIES = {
-    "lfm2": 'Checking 北京.<|tool_call_start|>[get_weather(city="北京", days=3)]<|tool_call_end|>\nOne moment.',
+    "lfm2": 'Checking 北京.<|tool_call_start|>[get_weather(city="北京", days=3)]<|tool_call_end|>\n'
+    "One moment.",
     "functiongemma": "Checking 北京.<start_function_call>call:get_weather{city:<escape>北京<escape>,days:3}"
     "<end_function_call>\nOne moment.",
     "internlm2": 'Checking 北京.<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": '
     '{"city": "北京", "days": 3}}<|action_end|>\nOne moment.',
-    "apertus": 'Checking 北京.<|tools_prefix|>[{"get_weather": {"city": "北京", "days": 3}}]<|tools_suffix|>\n'
-    "One moment.",
+    "apertus": 'Checking 北京.<|tools_prefix|>[{"get_weather": {"city": "北京", "days": 3}}]'
+    "<|tools_suffix|>\nOne moment.",
     "harmony": "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary"
     "<|message|>Checking 北京.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
     '<|constrain|>json<|message|>{"city": "北京", "days": 3}<|call|><|start|>assistant<|channel|>final'
@@ -36,8 +37,10 @@ REPLIES = {
 }
 # these run to the end of the message: text after the list is not shown (docs/text-tool-calls.md)
 TO_THE_END = {
-    "granite": 'Checking 北京.\n<|tool_call|>[{"name": "get_weather", "arguments": {"city": "北京", "days": 3}}]',
-    "phi4_mini": 'Checking 北京.\nfunctools[{"name": "get_weather", "arguments": {"city": "北京", "days": 3}}]',
+    "granite": 'Checking 北京.\n<|tool_call|>[{"name": "get_weather", "arguments": '
+    '{"city": "北京", "days": 3}}]',
+    "phi4_mini": 'Checking 北京.\nfunctools[{"name": "get_weather", "arguments": '
+    '{"city": "北京", "days": 3}}]',
 }
 MARKUP = ("<", "|", "[", "{", "functools", "call:", "escape", "to=", "analysis", "commentary", "Need the")
 
@@ -104,7 +107,11 @@ def test_harmony_analysis_is_reasoning_and_a_preamble_streams_before_its_message
     [
         # the role header's recipient when the prompt ended with `<|start|>assistant` (llama.cpp)
         (' to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "北京"}', 1),
-        ('<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "北京"}<|call|>', 1),
+        (
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+            '{"city": "北京"}<|call|>',
+            1,
+        ),
         ("I went to=the shop and to Paris.", 0),
     ],
 )
@@ -117,7 +124,10 @@ def test_harmony_recipient_in_the_role_header(reply: str, calls: int) -> None:
 def test_mistral_think_is_reasoning_even_around_a_call_token() -> None:
     """llama.cpp's Ministral-3 test "fake tool call marker in reasoning": a `[TOOL_CALLS]` inside
     `[THINK]` is part of the thought; only the call after `[/THINK]` runs."""
-    reply = '[THINK]Maybe [TOOL_CALLS]get_weather[ARGS]{"city": "x"}?[/THINK][TOOL_CALLS]get_weather[ARGS]{"city": "北京", "days": 3}'
+    reply = (
+        '[THINK]Maybe [TOOL_CALLS]get_weather[ARGS]{"city": "x"}?[/THINK]'
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "北京", "days": 3}'
+    )
     shown, calls, _, parsed = streamed(reply)
     assert [(call.name, call.arguments) for call in calls] == [WEATHER]
     assert parsed.reasoning == 'Maybe [TOOL_CALLS]get_weather[ARGS]{"city": "x"}?' and "".join(shown) == ""
@@ -161,7 +171,9 @@ def test_a_block_that_holds_no_call_stays_visible_and_never_raises(reply: str) -
 
 def test_an_empty_lfm2_list_is_markup() -> None:
     """vLLM's test_empty_tool_call_block: `[]` means no call, and the tokens are never shown."""
-    assert parse_text_calls("Nothing to do.<|tool_call_start|>[ ]<|tool_call_end|>").content == "Nothing to do."
+    assert (
+        parse_text_calls("Nothing to do.<|tool_call_start|>[ ]<|tool_call_end|>").content == "Nothing to do."
+    )
 
 
 def test_prose_that_mentions_functools_is_prose() -> None:
@@ -170,7 +182,7 @@ def test_prose_that_mentions_functools_is_prose() -> None:
 
 
 CUT = {  # each family's call cut off by the token limit, mid-arguments
-    "lfm2": '<|tool_call_start|>[add(a=2, b=',
+    "lfm2": "<|tool_call_start|>[add(a=2, b=",
     "functiongemma": "<start_function_call>call:add{a:2,b:",
     "granite": '<|tool_call|>[{"name": "add", "arguments": {"a": 2, "b": ',
     "internlm2": '<|action_start|><|plugin|>{"name": "add", "parameters": {"a": 2, "b": ',
@@ -204,4 +216,6 @@ async def test_a_call_cut_off_by_the_token_limit_never_runs(family: str, stream:
         await agent.aclose()
     assert ran == []
     shown = "".join(pieces) + str(result.reply)
-    assert not any(marker in shown for marker in ("<|", "<start_function", "functools", "to=functions")), shown
+    assert not any(marker in shown for marker in ("<|", "<start_function", "functools", "to=functions")), (
+        shown
+    )

@@ -64,6 +64,7 @@ class Reasoning:
 
     text: str
 
+
 # ── How blocks are delimited ─────────────────────────────────────────────────────────────────────
 
 _LONGEST_PARTIAL = 400  # no opening tag is longer than this
@@ -545,7 +546,10 @@ _HARMONY_HEADER = (  # a message to a recipient (in the role or after the channe
 )
 # A message the user sees: no recipient, not `analysis`. Only its header is markup: the text after
 # it streams as it comes, and the end token that closes it is removed on its own.
-_SHOWN_HEADER = rf"<\|channel\|>(?!analysis\b)\w{{1,20}}(?:(?!to=)[^<\n]){{0,40}}(?:<\|constrain\|>[^<\n]{{0,40}})?<\|message\|>"
+_SHOWN_HEADER = (
+    r"<\|channel\|>(?!analysis\b)\w{1,20}(?:(?!to=)[^<\n]){0,40}"
+    r"(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"
+)
 _HARMONY_END = ("<|call|>", "<|end|>", "<|return|>")
 
 
@@ -587,7 +591,9 @@ class HarmonyParser(TagParser):
         _harmony_tag("<|channel|>", _HARMONY_HEADER),
         Tag(  # the role header's recipient, the role itself in the prompt: ` to=functions.f<|channel|>…`
             start="to=functions.",
-            opener=re.compile(rf"to={_RECIPIENT.format('role')}[ \t]*<\|channel\|>(?P<channel>\w{{1,20}}){_HARMONY_TAIL}"),
+            opener=re.compile(
+                rf"to={_RECIPIENT.format('role')}[ \t]*<\|channel\|>(?P<channel>\w{{1,20}}){_HARMONY_TAIL}"
+            ),
             partial=re.compile(
                 "|".join(_proper_prefixes("to=functions."))
                 + rf"|to=functions\.[^\s<=]{{0,100}}[ \t]*(?:{'|'.join(_proper_prefixes('<|channel|>'))}"
@@ -633,9 +639,6 @@ PARSERS: dict[str, TextCallParser] = {
 def register_parser(name: str, parser: TextCallParser) -> None:
     """Add a format (tried after the others) or replace one in place; `name` is what `formats=` selects."""
     PARSERS[name] = parser
-
-
-from . import tokens  # noqa: E402, F401  # registers the newer families' token formats (they build on the above)
 
 
 Parsers = tuple[tuple[str, TextCallParser], ...]
@@ -1103,3 +1106,7 @@ def _parameter_value(raw: str) -> JSON:
 
 def _reject(constant: str) -> None:
     raise ValueError(f"{constant} is not a JSON number")
+
+
+# The special-token formats of newer small models register themselves; they build on the above.
+from . import tokens  # noqa: E402, F401

@@ -18,8 +18,8 @@ each format's rules and the choices where the serving stacks disagree.
 
 from __future__ import annotations
 
-import json
 import re
+
 from ..kernel.messages import JSON
 from .parsers import (
     NAME,
@@ -205,10 +205,13 @@ def _end(pattern: re.Pattern[str], text: str, pos: int) -> int:
     return pattern.match(text, pos).end()  # type: ignore[union-attr]  # it always matches
 
 
+_CONSTANTS: dict[str, JSON] = {"true": True, "false": False, "null": None}
+
+
 def _scalar(word: str) -> JSON:
     """A bare value: true, false, null, a number, or else the word itself."""
-    if word in ("true", "false", "null"):
-        return json.loads(word)  # type: ignore[no-any-return]
+    if word in _CONSTANTS:
+        return _CONSTANTS[word]
     if _NUMBER.fullmatch(word):  # leading zeros too (`07`): the template writes numbers as Python does
         return float(word) if any(c in word for c in ".eE") else int(word)
     return word
