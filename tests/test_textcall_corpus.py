@@ -133,8 +133,16 @@ NEW_FORMATS = {  # one call of add(a=2, b=3) as each format writes it (shapes fr
     "python_tag": '<|python_tag|>{"name": "add", "parameters": {"a": 2, "b": 3}}',
     "python_start": "<|python_start|>[add(a=2, b=3)]<|python_end|>",
     "llama.cpp response": '<response>{"name": "add", "arguments": {"a": 2, "b": 3}}</response>',
+    "lfm2": "<|tool_call_start|>[add(a=2, b=3)]<|tool_call_end|>",
+    "functiongemma": "<start_function_call>call:add{a:2,b:3}<end_function_call>",
+    "granite": '<|tool_call|>[{"name": "add", "arguments": {"a": 2, "b": 3}}]',
+    "internlm2": '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 2, "b": 3}}<|action_end|>',
+    "phi4_mini": 'functools[{"name": "add", "arguments": {"a": 2, "b": 3}}]',
+    "apertus": '<|tools_prefix|>[{"add": {"a": 2, "b": 3}}]<|tools_suffix|>',
+    "harmony role header": "<|start|>assistant to=functions.add<|channel|>commentary json<|message|>"
+    '{"a": 2, "b": 3}<|call|>',
 }
-MARKUP = ("<", "|", "｜", "arg_key", "functions.", "[TOOL_CALLS]")
+MARKUP = ("<", "|", "｜", "arg_key", "functions.", "[TOOL_CALLS]", "functools", "call:")
 
 
 def _text_model(call_text: str) -> Any:

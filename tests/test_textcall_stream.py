@@ -47,6 +47,16 @@ REPLIES = {
     'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
     "<|start|>assistant<|channel|>final<|message|>Done 北京.<|return|>",
     "llama tokens": 'Ok <|python_tag|>{"name": "get_weather", "parameters": {"city": "北京"}}',
+    "lfm2": 'Ok <|tool_call_start|>[get_weather(city="北京")]<|tool_call_end|> done',
+    "functiongemma": "Ok <start_function_call>call:get_weather{city:<escape>北京<escape>}"
+    "<end_function_call> done",
+    "granite": f"Ok <|tool_call|>[{W}]",
+    "internlm2": f"Ok <|action_start|><|plugin|>\n{W}<|action_end|> done",
+    "phi4_mini": f"Ok functools[{W}]",
+    "apertus": 'Ok <|tools_prefix|>[{"get_weather": {"city": "北京"}}]<|tools_suffix|> done',
+    "harmony role header": " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+    '{"city": "北京"}<|call|><|start|>assistant<|channel|>final<|message|>Done 北京.<|return|>',
+    "mistral think": '[THINK]Maybe [TOOL_CALLS]x[/THINK]Ok[TOOL_CALLS]get_weather[ARGS]{"city": "北京"}',
     "json then prose": f"{W} Would you like more?",
     "markdown link": "[docs](https://x.y) say so.",
 }

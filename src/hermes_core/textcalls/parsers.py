@@ -889,10 +889,12 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
 
     Most such tails hold no `<` or `[` after their first character, so only the last one can start
     them; a tag whose opening holds several (harmony's `<|start|>assistant<|channel|>…`) is looked
-    for from its own start literal too.
+    for from its own start literal too, and one that starts with a letter from each place in the
+    last few characters where that letter stands.
     """
     starts = [max(text.rfind(char, pos) for char in "<[")]
-    starts += [text.rfind(char, pos) for char in _first_chars(tags) - {"<", "["}]
+    for word in _word_starts(tags):  # `to=funct`: its first letter may come again in the tail
+        starts += [at for at in range(max(pos, len(text) - len(word)), len(text)) if text[at] == word[0]]
     for tag in _nested(tags):
         if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
             starts.append(at)
