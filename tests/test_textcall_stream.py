@@ -212,6 +212,10 @@ fragments = st.sampled_from(
         ),
         *("<|call|>", "<|start|>assistant", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
         *("functions.f:0", "<|tool_call_argument_begin|>", "<｜tool▁calls▁begin｜>", "f<｜tool▁sep｜>"),
+        *("<|tool_call_start|>", "<|tool_call_end|>", "<start_function_call>", "call:f{", "<escape>"),
+        *("<end_function_call>", "<|tool_call|>", "<|action_start|>", "<|plugin|>", "<|action_end|>"),
+        *("functools", "<|tools_prefix|>", "<|tools_suffix|>", " to=functions.f", "[THINK]", "[/THINK]"),
+        *("<|end|>", "<|return|>", "t", "f", "to", "func"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)
@@ -228,7 +232,12 @@ def test_any_reply_any_split(text: str, data: st.DataObject, think_open: bool) -
 @settings(max_examples=100, deadline=None)
 @given(
     replies,
-    st.sets(st.sampled_from(["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral"])),
+    st.sets(
+        st.sampled_from(
+            ["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral", "harmony", "lfm2"]
+            + ["functiongemma", "granite", "internlm2", "phi4_mini", "apertus"]
+        )
+    ),
 )
 def test_any_reply_any_formats_char_by_char(text: str, formats: set[str]) -> None:
     parser = StreamingTextCallParser(formats=sorted(formats))
