@@ -864,6 +864,7 @@ def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.M
     an open block streamed piece by piece is not scanned again for every such literal.
     """
     next_at = {char: text.find(char, pos) for char in _first_chars(tags) if not char.isalpha()}
+    led_by = _led_by(tags)
     resume = dict.fromkeys(_word_starts(tags), pos)  # where the search for each word literal goes on
     while True:
         limit = min([at for at in next_at.values() if at >= 0], default=len(text))
@@ -875,7 +876,7 @@ def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.M
         if not live:
             return None
         at, key = min(live)
-        for tag in _led_by(tags, text[at]):
+        for tag in led_by[text[at]]:
             if text.startswith(tag.start, at) and (opening := tag.opener.match(text, at)):
                 return tag, opening
         if key in resume:
@@ -898,8 +899,9 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     for tag in _nested(tags):
         if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
             starts.append(at)
+    led_by = _led_by(tags)
     for start in sorted(starts) if len(starts) > 1 else starts:
-        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in _led_by(tags, text[start])):
+        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in led_by.get(text[start], ())):
             return start
     return len(text)
 
@@ -914,10 +916,10 @@ def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
     return frozenset(tag.start[0] for tag in tags)
 
 
-@lru_cache(maxsize=256)
-def _led_by(tags: tuple[Tag, ...], char: str) -> tuple[Tag, ...]:
-    """The tags whose opening starts with `char` (only those can grow from a tail that does)."""
-    return tuple(tag for tag in tags if tag.start[0] == char)
+@lru_cache(maxsize=32)
+def _led_by(tags: tuple[Tag, ...]) -> dict[str, tuple[Tag, ...]]:
+    """The tags by the first character of their opening (only those can start where it stands)."""
+    return {char: tuple(tag for tag in tags if tag.start[0] == char) for char in _first_chars(tags)}
 
 
 @lru_cache(maxsize=32)
