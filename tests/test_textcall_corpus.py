@@ -135,6 +135,7 @@ NEW_FORMATS = {  # one call of add(a=2, b=3) as each format writes it (shapes fr
     "llama.cpp response": '<response>{"name": "add", "arguments": {"a": 2, "b": 3}}</response>',
     "lfm2": "<|tool_call_start|>[add(a=2, b=3)]<|tool_call_end|>",
     "functiongemma": "<start_function_call>call:add{a:2,b:3}<end_function_call>",
+    "gemma4": "<|tool_call>call:add{a:2,b:3}<tool_call|>",
     "granite": '<|tool_call|>[{"name": "add", "arguments": {"a": 2, "b": 3}}]',
     "internlm2": '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 2, "b": 3}}<|action_end|>',
     "phi4_mini": 'functools[{"name": "add", "arguments": {"a": 2, "b": 3}}]',

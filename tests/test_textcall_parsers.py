@@ -585,6 +585,12 @@ CASES: list[tuple[str, str, str, Expected]] = [
         Expected("Ok", [ADD]),
     ),
     (
+        "gemma4",
+        "string escapes and a thought",
+        "<|channel>thought\nAdd.<channel|><|tool_call>call:add{a:1,b:2}<tool_call|>",
+        Expected("", [ADD], "Add."),
+    ),
+    (
         "granite",
         "list to the end",
         '<|tool_call|>[{"name": "add", "arguments": {"a": 1, "b": 2}}]',

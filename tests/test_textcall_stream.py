@@ -50,6 +50,8 @@ REPLIES = {
     "lfm2": 'Ok <|tool_call_start|>[get_weather(city="北京")]<|tool_call_end|> done',
     "functiongemma": "Ok <start_function_call>call:get_weather{city:<escape>北京<escape>}"
     "<end_function_call> done",
+    "gemma4": '<|channel>thought\nHm.<channel|>Ok <|tool_call>call:get_weather{city:<|"|>北京<|"|>}'
+    "<tool_call|> done<channel|>",
     "granite": f"Ok <|tool_call|>[{W}]",
     "internlm2": f"Ok <|action_start|><|plugin|>\n{W}<|action_end|> done",
     "phi4_mini": f"Ok functools[{W}]",
@@ -215,7 +217,8 @@ fragments = st.sampled_from(
         *("<|tool_call_start|>", "<|tool_call_end|>", "<start_function_call>", "call:f{", "<escape>"),
         *("<end_function_call>", "<|tool_call|>", "<|action_start|>", "<|plugin|>", "<|action_end|>"),
         *("functools", "<|tools_prefix|>", "<|tools_suffix|>", " to=functions.f", "[THINK]", "[/THINK]"),
-        *("<|end|>", "<|return|>", "t", "f", "to", "func"),
+        *("<|end|>", "<|return|>", "t", "f", "to", "func", "<|tool_call>", "<tool_call|>", '<|"|>'),
+        *("<|channel>", "<channel|>", "thought\n"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)
@@ -235,7 +238,7 @@ def test_any_reply_any_split(text: str, data: st.DataObject, think_open: bool) -
     st.sets(
         st.sampled_from(
             ["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral", "harmony", "lfm2"]
-            + ["functiongemma", "granite", "internlm2", "phi4_mini", "apertus"]
+            + ["functiongemma", "gemma4", "granite", "internlm2", "phi4_mini", "apertus"]
         )
     ),
 )

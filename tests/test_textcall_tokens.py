@@ -3,7 +3,7 @@
 The replies use the shapes the chat templates define, as the serving stacks' parser tests write
 them: vLLM `tests/tool_parsers/test_{lfm2,functiongemma,granite,internlm2,phi4mini,apertus}_tool_parser.py`,
 SGLang `test/registered/unit/function_call/test_{gptoss,lfm2,internlm}_detector.py`, llama.cpp
-`tests/test-chat.cpp` (gpt-oss, FireFunction); those cases themselves are corpus rows
+`tests/test-chat.cpp` (gpt-oss, FireFunction, Gemma 4); those cases themselves are corpus rows
 (tests/data/textcalls/*_tokens.jsonl). Each reply is parsed whole and streamed one character at a
 time: the stream agrees with the whole parse, hands a call over when its block closes, and never
 shows a character of markup. A reply the token limit cut inside a call runs no tool, over HTTP
@@ -26,6 +26,8 @@ REPLIES = {
     "One moment.",
     "functiongemma": "Checking 北京.<start_function_call>call:get_weather{city:<escape>北京<escape>,days:3}"
     "<end_function_call>\nOne moment.",
+    "gemma4": "<|channel>thought\nNeed the weather.<channel|>Checking 北京.<|tool_call>call:get_weather"
+    '{city:<|"|>北京<|"|>,days:3}<tool_call|>\nOne moment.',
     "internlm2": 'Checking 北京.<|action_start|><|plugin|>\n{"name": "get_weather", "parameters": '
     '{"city": "北京", "days": 3}}<|action_end|>\nOne moment.',
     "apertus": 'Checking 北京.<|tools_prefix|>[{"get_weather": {"city": "北京", "days": 3}}]'
@@ -184,6 +186,7 @@ def test_prose_that_mentions_functools_is_prose() -> None:
 CUT = {  # each family's call cut off by the token limit, mid-arguments
     "lfm2": "<|tool_call_start|>[add(a=2, b=",
     "functiongemma": "<start_function_call>call:add{a:2,b:",
+    "gemma4": "<|tool_call>call:add{a:2,b:",
     "granite": '<|tool_call|>[{"name": "add", "arguments": {"a": 2, "b": ',
     "internlm2": '<|action_start|><|plugin|>{"name": "add", "parameters": {"a": 2, "b": ',
     "phi4_mini": 'functools[{"name": "add", "arguments": {"a": 2, "b": ',

@@ -1,8 +1,9 @@
-"""Tool calls in the special tokens of newer small open models: LFM2, FunctionGemma, Granite,
-InternLM2, Phi-4-mini (and FireFunction) and Apertus.
+"""Tool calls in the special tokens of newer small open models: LFM2, FunctionGemma, Gemma 4,
+Granite, InternLM2, Phi-4-mini (and FireFunction) and Apertus.
 
     <|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>                         LFM2
     <start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>    FunctionGemma
+    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>                          Gemma 4
     <|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]                  Granite
     <|action_start|><|plugin|>{"name": "get_weather", "parameters": {…}}<|action_end|>       InternLM2
     functools[{"name": "get_weather", "arguments": {"city": "Paris"}}]                      Phi-4-mini
@@ -26,6 +27,8 @@ from .parsers import (
     FoundCall,
     JsonMessageParser,
     JsonTagParser,
+    MarkupTag,
+    Reasoning,
     Tag,
     TagParser,
     _json_or_pythonic,
@@ -130,18 +133,42 @@ class FunctionGemmaParser(TagParser):
     `<end_function_call>`, the arguments in the chat template's own syntax (`_GemmaArguments`)."""
 
     name = "functiongemma"
-    tags = (literal_tag("<start_function_call>", "<end_function_call>"),)
+    tags: tuple[Tag, ...] = (literal_tag("<start_function_call>", "<end_function_call>"),)
+    escape = "<escape>"
     _head = re.compile(rf"\s*call:(?P<name>{NAME})\s*\{{")
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
         head = self._head.match(body)
         if head is None:
             return None
         try:
-            arguments, end = _GemmaArguments(body).object(head.end())
+            arguments, end = _GemmaArguments(body, self.escape).object(head.end())
         except ValueError:
             return None
         return [(head["name"], arguments)] if not body[end:].strip() else None
+
+
+class Gemma4Parser(FunctionGemmaParser):
+    """Gemma 4: FunctionGemma's call syntax between `<|tool_call>` and `<tool_call|>`, strings
+    between two `<|"|>`; its thinking is a `thought` channel, `<|channel>thought\n…<channel|>`, returned
+    as reasoning. A stray `<channel|>` is markup, removed (llama.cpp's edge cases)."""
+
+    name = "gemma4"
+    tags = (
+        literal_tag("<|tool_call>", "<tool_call|>"),
+        literal_tag("<|channel>", "<channel|>"),
+        MarkupTag(
+            "<channel|>", re.compile(re.escape("<channel|>")), literal_tag("<channel|>", None).partial, None
+        ),
+    )
+    escape = '<|"|>'
+
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
+        if opening.group() == "<channel|>":
+            return ""
+        if opening.group() == "<|channel>":  # `thought` names the channel; a repeated opener is noise
+            return Reasoning(body.replace("<|channel>", "").removeprefix("thought").strip())
+        return super().read_block(opening, body)
 
 
 _ESCAPE = "<escape>"
@@ -158,8 +185,8 @@ class _GemmaArguments:
 
     _deepest = 64
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, text: str, escape: str = _ESCAPE) -> None:
+        self.text, self.escape = text, escape
 
     def object(self, pos: int, depth: int = 0) -> tuple[dict[str, JSON], int]:
         """The pairs after an opening `{`, and where the closing `}` ends (the text's end if cut off)."""
@@ -185,10 +212,10 @@ class _GemmaArguments:
         if depth > self._deepest:
             raise ValueError("nested too deep")
         pos = _end(_SPACE, self.text, pos)
-        if self.text.startswith(_ESCAPE, pos):
-            end = self.text.find(_ESCAPE, pos + len(_ESCAPE))
+        if self.text.startswith(self.escape, pos):
+            end = self.text.find(self.escape, pos + len(self.escape))
             end = len(self.text) if end < 0 else end
-            return self.text[pos + len(_ESCAPE) : end], end + len(_ESCAPE)
+            return self.text[pos + len(self.escape) : end], end + len(self.escape)
         if self.text.startswith("{", pos):
             return self.object(pos + 1, depth + 1)
         if self.text.startswith("[", pos):
@@ -220,6 +247,7 @@ def _scalar(word: str) -> JSON:
 for _parser in (
     Lfm2Parser(),
     FunctionGemmaParser(),
+    Gemma4Parser(),
     GraniteParser(),
     InternLm2Parser(),
     Phi4MiniParser(),
