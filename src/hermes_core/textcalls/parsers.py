@@ -864,7 +864,7 @@ def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.M
     an open block streamed piece by piece is not scanned again for every such literal.
     """
     next_at = {char: text.find(char, pos) for char in _first_chars(tags) if not char.isalpha()}
-    led_by = _led_by(tags)
+    led_by = _led_by(tags, 3)
     resume = dict.fromkeys(_word_starts(tags), pos)  # where the search for each word literal goes on
     while True:
         limit = min([at for at in next_at.values() if at >= 0], default=len(text))
@@ -876,7 +876,7 @@ def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.M
         if not live:
             return None
         at, key = min(live)
-        for tag in led_by[text[at]]:
+        for tag in led_by.get(text[at : at + 3], ()):
             if text.startswith(tag.start, at) and (opening := tag.opener.match(text, at)):
                 return tag, opening
         if key in resume:
@@ -899,7 +899,7 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     for tag in _nested(tags):
         if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
             starts.append(at)
-    led_by = _led_by(tags)
+    led_by = _led_by(tags, 1)
     for start in sorted(starts) if len(starts) > 1 else starts:
         if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in led_by.get(text[start], ())):
             return start
@@ -917,9 +917,11 @@ def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
 
 
 @lru_cache(maxsize=32)
-def _led_by(tags: tuple[Tag, ...]) -> dict[str, tuple[Tag, ...]]:
-    """The tags by the first character of their opening (only those can start where it stands)."""
-    return {char: tuple(tag for tag in tags if tag.start[0] == char) for char in _first_chars(tags)}
+def _led_by(tags: tuple[Tag, ...], width: int) -> dict[str, tuple[Tag, ...]]:
+    """The tags by the first `width` characters of their opening (every start literal is at least
+    three long): only those can start where these characters stand."""
+    heads = {tag.start[:width] for tag in tags}
+    return {head: tuple(tag for tag in tags if tag.start.startswith(head)) for head in heads}
 
 
 @lru_cache(maxsize=32)

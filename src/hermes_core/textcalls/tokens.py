@@ -20,6 +20,7 @@ each format's rules and the choices where the serving stacks disagree.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..kernel.messages import JSON
 from .parsers import (
@@ -173,6 +174,7 @@ class Gemma4Parser(FunctionGemmaParser):
 
 _ESCAPE = "<escape>"
 _BARE = re.compile(r"[^,}\]]*")  # a value without <escape>: a number, a boolean, null, or a word
+_INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _SEPARATORS = re.compile(r"[\s,]*")
 _SPACE = re.compile(r"\s*")
@@ -186,17 +188,21 @@ class _GemmaArguments:
     _deepest = 64
 
     def __init__(self, text: str, escape: str = _ESCAPE) -> None:
-        self.text, self.escape = text, escape
+        self.text, self.escape, self._simple_pair = text, escape, _simple_pair(escape)
 
     def object(self, pos: int, depth: int = 0) -> tuple[dict[str, JSON], int]:
         """The pairs after an opening `{`, and where the closing `}` ends (the text's end if cut off)."""
         found: dict[str, JSON] = {}
-        while (pos := self._skip(pos)) < len(self.text) and self.text[pos] != "}":
+        while True:
+            while pair := self._simple_pair.match(self.text, pos):  # `key:<escape>text<escape>`, `key:3`
+                text, bare = pair["text"], pair["bare"]
+                found[pair["key"].strip()], pos = _scalar(bare.strip()) if text is None else text, pair.end()
+            if (pos := self._skip(pos)) >= len(self.text) or self.text[pos] == "}":
+                return found, pos + 1
             colon = self.text.find(":", pos)
             if colon < 0:
                 raise ValueError("a key without a value")
             found[self.text[pos:colon].strip()], pos = self.value(colon + 1, depth)
-        return found, pos + 1
 
     def array(self, pos: int, depth: int) -> tuple[list[JSON], int]:
         found: list[JSON] = []
@@ -227,6 +233,17 @@ class _GemmaArguments:
         return _end(_SEPARATORS, self.text, pos)
 
 
+@lru_cache(maxsize=4)
+def _simple_pair(escape: str) -> re.Pattern[str]:
+    """A pair whose value is an escaped string or a bare word, with the separators before it."""
+    quote = re.escape(escape)
+    key = r"[^\s:{}\[\],<][^:{}\[\],<]*"
+    return re.compile(
+        rf"[\s,]*(?P<key>{key}):[ \t]*(?:{quote}(?P<text>.*?){quote}|(?P<bare>[^\s,}}\]{{\[<][^,}}\]]*))",
+        re.DOTALL,
+    )
+
+
 def _end(pattern: re.Pattern[str], text: str, pos: int) -> int:
     """Where `pattern` (one that matches the empty text too) stops matching from `pos`."""
     return pattern.match(text, pos).end()  # type: ignore[union-attr]  # it always matches
@@ -239,8 +256,10 @@ def _scalar(word: str) -> JSON:
     """A bare value: true, false, null, a number, or else the word itself."""
     if word in _CONSTANTS:
         return _CONSTANTS[word]
-    if _NUMBER.fullmatch(word):  # leading zeros too (`07`): the template writes numbers as Python does
-        return float(word) if any(c in word for c in ".eE") else int(word)
+    if _INTEGER.fullmatch(word):  # leading zeros too (`07`): the template writes numbers as Python does
+        return int(word)
+    if _NUMBER.fullmatch(word):
+        return float(word)
     return word
 
 
