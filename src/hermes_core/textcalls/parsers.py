@@ -567,8 +567,9 @@ def _harmony_tag(start: str, opener: str, kind: type[Tag] = Tag) -> Tag:
 
 
 def _end_token(token: str) -> Tag:
-    tag = literal_tag(token, None)
-    return MarkupTag(tag.start, tag.opener, tag.partial, None)
+    """A stray end token, markup; a run of them is one block."""
+    run = re.compile(rf"(?:{'|'.join(map(re.escape, _HARMONY_END))})+")
+    return MarkupTag(token, run, literal_tag(token, None).partial, None)
 
 
 class HarmonyParser(TagParser):
@@ -843,7 +844,7 @@ def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) ->
         body_end, end = closing or (len(text), len(text))
         segments.append(text[pos : opening.start()])
         span = (offset + opening.start(), offset + end)
-        read = _read_block(parsers, tag, opening, text[opening.end() : body_end], span)
+        read = _read_block(_owners(parsers)[tag], opening, text[opening.end() : body_end], span)
         segments.append(text[opening.start() : end] if read is None else read)
         pos = end
     held = len(text) if final else _partial_opening(text, pos, tags)
@@ -929,18 +930,24 @@ def _word_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
     return tuple(sorted({tag.start for tag in tags if tag.start[0].isalpha()}))
 
 
+@lru_cache(maxsize=32)
+def _owners(parsers: Parsers) -> dict[Tag, tuple[tuple[str, TagParser], ...]]:
+    """For each tag, the formats that own it, in parse order."""
+    tag_parsers = [(name, parser) for name, parser in parsers if isinstance(parser, TagParser)]
+    return {tag: tuple((n, p) for n, p in tag_parsers if tag in p.tags) for tag in _tags_of(parsers)}
+
+
 def _read_block(
-    parsers: Parsers, tag: Tag, opening: re.Match[str], body: str, span: tuple[int, int]
+    owners: Sequence[tuple[str, TagParser]], opening: re.Match[str], body: str, span: tuple[int, int]
 ) -> Segment | None:
     """What the first format that reads this block makes of it: its calls, the visible text it
     stands for (a bare `[TOOL_CALLS]`) or the reasoning it holds; None if no format reads it."""
-    for name, parser in parsers:
-        if isinstance(parser, TagParser) and tag in parser.tags:
-            found = parser.read_block(opening, body)
-            if isinstance(found, (str, Reasoning)):
-                return found
-            if found is not None:  # [] too: a block that is consumed but holds no call
-                return [_text_call(call, span, name) for call in found]
+    for name, parser in owners:
+        found = parser.read_block(opening, body)
+        if isinstance(found, (str, Reasoning)):
+            return found
+        if found is not None:  # [] too: a block that is consumed but holds no call
+            return [_text_call(call, span, name) for call in found]
     return None
 
 
