@@ -4,9 +4,10 @@ The corpus (tests/data/textcalls/, one JSON-lines file per source) holds the inp
 outputs of the parser tests of vLLM and SGLang, transcribed as data (each row names its file, commit
 and licence). Every row is parsed with `parse_text_calls` and compared with what the stack expects:
 the calls (names, and arguments as JSON objects where the test checks them) and, where the test
-checks it, the visible content (whitespace runs compared as one space: see "Content tidying" in
-docs/text-tool-calls.md). A row where we differ on purpose names its policy; it counts only if the
-policy is listed in docs/text-tool-calls.md, and it is left out of the pass rate.
+checks them, the visible content and the reasoning (whitespace runs compared as one space: see
+"Content tidying" in docs/text-tool-calls.md). A row where we differ on purpose names its policy;
+it counts only if the policy is listed in docs/text-tool-calls.md, and it is left out of the pass
+rate.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def mismatch(row: dict[str, Any]) -> str | None:
             return f"{name} arguments {arguments!r} != {expected!r}"
     if "content" in row and _tidy(parsed.content) != _tidy(row["content"]):
         return f"content {parsed.content!r} != {row['content']!r}"
+    if "reasoning" in row and parsed.reasoning != row["reasoning"]:
+        return f"reasoning {parsed.reasoning!r} != {row['reasoning']!r}"
     return None
 
 
@@ -130,8 +133,17 @@ NEW_FORMATS = {  # one call of add(a=2, b=3) as each format writes it (shapes fr
     "python_tag": '<|python_tag|>{"name": "add", "parameters": {"a": 2, "b": 3}}',
     "python_start": "<|python_start|>[add(a=2, b=3)]<|python_end|>",
     "llama.cpp response": '<response>{"name": "add", "arguments": {"a": 2, "b": 3}}</response>',
+    "lfm2": "<|tool_call_start|>[add(a=2, b=3)]<|tool_call_end|>",
+    "functiongemma": "<start_function_call>call:add{a:2,b:3}<end_function_call>",
+    "gemma4": "<|tool_call>call:add{a:2,b:3}<tool_call|>",
+    "granite": '<|tool_call|>[{"name": "add", "arguments": {"a": 2, "b": 3}}]',
+    "internlm2": '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 2, "b": 3}}<|action_end|>',
+    "phi4_mini": 'functools[{"name": "add", "arguments": {"a": 2, "b": 3}}]',
+    "apertus": '<|tools_prefix|>[{"add": {"a": 2, "b": 3}}]<|tools_suffix|>',
+    "harmony role header": "<|start|>assistant to=functions.add<|channel|>commentary json<|message|>"
+    '{"a": 2, "b": 3}<|call|>',
 }
-MARKUP = ("<", "|", "｜", "arg_key", "functions.", "[TOOL_CALLS]")
+MARKUP = ("<", "|", "｜", "arg_key", "functions.", "[TOOL_CALLS]", "functools", "call:")
 
 
 def _text_model(call_text: str) -> Any:

@@ -543,7 +543,32 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
         'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
         "<|start|>assistant<|channel|>final<|message|>Checking.<|return|>",
-        Expected("Checking.", [WEATHER]),
+        Expected("Checking.", [WEATHER], "Need the weather."),
+    ),
+    (
+        "harmony",
+        "recipient in the role header, the role in the prompt",
+        ' to=functions.add<|channel|>commentary <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>',
+        Expected("", [ADD]),
+    ),
+    (
+        "harmony",
+        "a commentary preamble is visible, its end token removed",
+        "<|channel|>commentary<|message|>Let me add.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}<|call|>',
+        Expected("Let me add.", [ADD]),
+    ),
+    (
+        "harmony",
+        "a call on the analysis channel is a call",
+        '<|channel|>analysis to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}',
+        Expected("", [ADD]),
+    ),
+    (
+        "harmony",
+        "prose that says to= is prose",
+        "Set it to=5 or go to Paris.",
+        Expected("Set it to=5 or go to Paris."),
     ),
     (
         "harmony",
@@ -605,6 +630,44 @@ CASES: list[tuple[str, str, str, Expected]] = [
         "<function_calls>get_weather(city='北京')\nadd(a=1, b=2)\nnote(done=true, x=null)\nbad(x=b'z')"
         "</function_calls>",
         Expected("", [WEATHER, ADD, ("note", '{"done": true, "x": null}')]),
+    ),
+    # ── token formats of newer small models (textcalls/tokens.py) ────────────────────────────────
+    ("lfm2", "pythonic list", "<|tool_call_start|>[add(a=1, b=2)]<|tool_call_end|>", Expected("", [ADD])),
+    (
+        "functiongemma",
+        "template syntax",
+        "Ok <start_function_call>call:add{a:1,b:2}<end_function_call>",
+        Expected("Ok", [ADD]),
+    ),
+    (
+        "gemma4",
+        "string escapes and a thought",
+        "<|channel>thought\nAdd.<channel|><|tool_call>call:add{a:1,b:2}<tool_call|>",
+        Expected("", [ADD], "Add."),
+    ),
+    (
+        "granite",
+        "list to the end",
+        '<|tool_call|>[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+        Expected("", [ADD]),
+    ),
+    (
+        "internlm2",
+        "plugin call",
+        '<|action_start|><|plugin|>\n{"name": "add", "parameters": {"a": 1, "b": 2}}<|action_end|>',
+        Expected("", [ADD]),
+    ),
+    (
+        "phi4_mini",
+        "functools list",
+        'functools[{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+        Expected("", [ADD]),
+    ),
+    (
+        "apertus",
+        "name-keyed objects",
+        '<|tools_prefix|>[{"add": {"a": 1, "b": 2}}]<|tools_suffix|>',
+        Expected("", [ADD]),
     ),
     ("decision", "plain text is only trimmed", "  Hello,\n\n  world.  \n", Expected("Hello,\n\n  world.")),
 ]

@@ -47,6 +47,18 @@ REPLIES = {
     'to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>'
     "<|start|>assistant<|channel|>final<|message|>Done 北京.<|return|>",
     "llama tokens": 'Ok <|python_tag|>{"name": "get_weather", "parameters": {"city": "北京"}}',
+    "lfm2": 'Ok <|tool_call_start|>[get_weather(city="北京")]<|tool_call_end|> done',
+    "functiongemma": "Ok <start_function_call>call:get_weather{city:<escape>北京<escape>}"
+    "<end_function_call> done",
+    "gemma4": '<|channel>thought\nHm.<channel|>Ok <|tool_call>call:get_weather{city:<|"|>北京<|"|>}'
+    "<tool_call|> done<channel|>",
+    "granite": f"Ok <|tool_call|>[{W}]",
+    "internlm2": f"Ok <|action_start|><|plugin|>\n{W}<|action_end|> done",
+    "phi4_mini": f"Ok functools[{W}]",
+    "apertus": 'Ok <|tools_prefix|>[{"get_weather": {"city": "北京"}}]<|tools_suffix|> done',
+    "harmony role header": " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+    '{"city": "北京"}<|call|><|start|>assistant<|channel|>final<|message|>Done 北京.<|return|>',
+    "mistral think": '[THINK]Maybe [TOOL_CALLS]x[/THINK]Ok[TOOL_CALLS]get_weather[ARGS]{"city": "北京"}',
     "json then prose": f"{W} Would you like more?",
     "markdown link": "[docs](https://x.y) say so.",
     "minimax_m2": 'Ok <minimax:tool_call><invoke name="get_weather"><parameter name="city">北京</parameter>'
@@ -141,7 +153,7 @@ def test_replies_that_start_like_json_stream_once_they_cannot_be_calls() -> None
     parser = StreamingTextCallParser()
     assert parser.feed("```python\nprint(1)\n```") == StreamUpdate("```python\nprint(1)\n```")
     parser = StreamingTextCallParser()
-    assert parser.feed("{x} is a set") == StreamUpdate("{x} is a set")
+    assert parser.feed("{x} is a set.") == StreamUpdate("{x} is a set.")  # a last `t` may begin `to=`
 
 
 def test_each_call_is_handed_over_when_its_block_closes() -> None:
@@ -219,6 +231,11 @@ fragments = st.sampled_from(
         *("<｜DSML｜function_calls>", '<｜DSML｜invoke name="f">'),
         *("<｜tool_calls_begin｜>", "<｜tool_call_end｜>"),
         *('<steptml:invoke name="f">', "<longcat_tool_call>", "<function_calls>", "</function_calls>"),
+        *("<|tool_call_start|>", "<|tool_call_end|>", "<start_function_call>", "call:f{", "<escape>"),
+        *("<end_function_call>", "<|tool_call|>", "<|action_start|>", "<|plugin|>", "<|action_end|>"),
+        *("functools", "<|tools_prefix|>", "<|tools_suffix|>", " to=functions.f", "[THINK]", "[/THINK]"),
+        *("<|end|>", "<|return|>", "t", "f", "to", "func", "<|tool_call>", "<tool_call|>", '<|"|>'),
+        *("<|channel>", "<channel|>", "thought\n"),
     ]
 )
 replies = st.lists(fragments, max_size=14).map("".join) | st.text(max_size=40)
@@ -235,7 +252,12 @@ def test_any_reply_any_split(text: str, data: st.DataObject, think_open: bool) -
 @settings(max_examples=100, deadline=None)
 @given(
     replies,
-    st.sets(st.sampled_from(["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral"])),
+    st.sets(
+        st.sampled_from(
+            ["hermes", "qwen3_coder", "function_tag", "json", "pythonic", "mistral", "harmony", "lfm2"]
+            + ["functiongemma", "gemma4", "granite", "internlm2", "phi4_mini", "apertus"]
+        )
+    ),
 )
 def test_any_reply_any_formats_char_by_char(text: str, formats: set[str]) -> None:
     parser = StreamingTextCallParser(formats=sorted(formats))

@@ -59,6 +59,15 @@ class ParsedText:
 
 FoundCall = tuple[str, JSON]  # a tool name and its arguments as the model wrote them (dict, text or None)
 
+
+@dataclass(frozen=True)
+class Reasoning:
+    """A block that is the model's reasoning (harmony's `analysis` message): taken out of the
+    content and returned as `ParsedText.reasoning`, after the `<think>` reasoning."""
+
+    text: str
+
+
 # ── How blocks are delimited ─────────────────────────────────────────────────────────────────────
 
 _LONGEST_PARTIAL = 400  # no opening tag is longer than this
@@ -130,10 +139,10 @@ class TagParser(TextCallParser):
     tags: tuple[Tag, ...]
 
     @abstractmethod
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
         """The calls in one block (`body` runs from the opening tag to the closer); None if this is
         no block of this format. A list may be empty (the block is markup that holds no call: it is
-        removed); a str is the visible text the block stands for."""
+        removed); a str is the visible text the block stands for; `Reasoning` is the model's."""
 
 
 class MessageParser(TextCallParser):
@@ -262,16 +271,21 @@ class MistralParser(TagParser):
 
     [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]      (v3 tokenizer)
     [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{…}   (v11 and later)
+
+    Magistral and Ministral reason between `[THINK]` and `[/THINK]`: that is reasoning, and a
+    `[TOOL_CALLS]` written inside it is part of the thought (llama.cpp's tests).
     """
 
     name = "mistral"
-    tags = (TOOL_CALLS_TOKEN,)
+    tags = (TOOL_CALLS_TOKEN, literal_tag("[THINK]", "[/THINK]"))
     _named = re.compile(
         rf"(?P<name>{NAME})(?:\[CALL_ID\][\w-]*)?(?:\[ARGS\])?\s*(?P<arguments>\{{.*)", re.DOTALL
     )
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
         """The calls; a token with nothing readable after it is removed and the rest shown."""
+        if opening.group() == "[THINK]":
+            return Reasoning(body)
         return self._calls(body) or body.replace(TOOL_CALLS_TOKEN.start, "").strip()
 
     def _calls(self, body: str) -> list[FoundCall] | None:
@@ -372,9 +386,16 @@ class PythonicParser(MessageParser):
         if not _NAME.fullmatch(name):
             raise ValueError(f"not a tool name: {name}")
         try:
-            return name, {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+            return name, {k.arg: ast.literal_eval(_SetsAsLists().visit(k.value)) for k in node.keywords}
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return name, ", ".join(ast.get_source_segment(message, k) or "" for k in node.keywords)
+
+
+class _SetsAsLists(ast.NodeTransformer):
+    """A set literal (`tags={'a', 'b'}`) read as a list in the order written: JSON has no sets."""
+
+    def visit_Set(self, node: ast.Set) -> ast.List:
+        return ast.List(elts=[self.visit(item) for item in node.elts], ctx=ast.Load())
 
 
 # ── Formats of newer open models (special tokens the server did not parse) ──────────────────────
@@ -455,7 +476,10 @@ class KimiK2Parser(TagParser):
         <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0
         <|tool_call_argument_begin|>{"city": "北京"}<|tool_call_end|><|tool_calls_section_end|>
 
-    A call whose id is malformed is dropped; its neighbours still run.
+    A call whose id is malformed is dropped; its neighbours still run. Text inside a section before
+    its first call is noise (vLLM drops it too). A call whose id is a bare counter (`0`) names no
+    tool: the serving stack infers the name from the tools offered, which a parser does not know,
+    so such a call is removed without running; so is an empty section.
     """
 
     name = "kimi_k2"
@@ -469,16 +493,16 @@ class KimiK2Parser(TagParser):
         re.DOTALL,
     )
 
+    _bare_counter = re.compile(r"\s*\d+\s*<\|tool_call_argument_begin\|>.*", re.DOTALL)
+
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
-        chunks = body.split("<|tool_call_begin|>")
-        if opening.group() == "<|tool_call_begin|>":
-            chunks = [body]
-        elif chunks[0].strip():
-            return None
+        chunks = [body] if opening.group() == "<|tool_call_begin|>" else body.split("<|tool_call_begin|>")[1:]
         calls = [
             (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
         ]
-        return calls or None
+        if calls or all(self._bare_counter.fullmatch(chunk) for chunk in chunks):
+            return calls
+        return None
 
 
 _DS = "<｜tool▁sep｜>"
@@ -519,40 +543,84 @@ class DeepSeekParser(TagParser):
         return calls or None
 
 
-_HARMONY_HEADER = (
-    r"[ \t]*(?:to=(?P<before>[^\s<]{1,100})[ \t]*)?<\|channel\|>(?P<channel>\w{1,20})"
-    r"(?:[ \t]+to=(?P<after>[^\s<]{1,100}))?[^<\n]{0,40}(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"
+# a recipient (`functions.get_weather`); matched atomically (a lookahead, then the same text again),
+# so a failed header is given up at once instead of retried with every shorter recipient
+_RECIPIENT = r"(?=(?P<{0}>[^\s<=]{{1,100}}))(?P={0})"
+_HARMONY_TAIL = r"[^<\n]{0,40}(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"  # ` json`, `<|constrain|>json`
+_HARMONY_HEADER = (  # a message to a recipient (in the role or after the channel), or any analysis
+    rf"(?:to={_RECIPIENT.format('before')}[ \t]*)?<\|channel\|>(?P<channel>\w{{1,20}})"
+    rf"(?:[ \t]+to={_RECIPIENT.format('after')})?{_HARMONY_TAIL}"
 )
+# A message the user sees: no recipient, not `analysis`. Only its header is markup: the text after
+# it streams as it comes, and the end token that closes it is removed on its own.
+_SHOWN_HEADER = (
+    r"<\|channel\|>(?!analysis\b)\w{1,20}(?:(?!to=)[^<\n]){0,40}"
+    r"(?:<\|constrain\|>[^<\n]{0,40})?<\|message\|>"
+)
+_HARMONY_END = ("<|call|>", "<|end|>", "<|return|>")
 
 
-def _harmony_tag(start: str, opener: str) -> Tag:
+@dataclass(frozen=True, eq=False)
+class MarkupTag(Tag):
+    """A tag that is markup alone: its block ends where the opening tag does."""
+
+    def close(self, text: str, pos: int) -> tuple[int, int] | None:
+        return pos, pos
+
+
+def _harmony_tag(start: str, opener: str, kind: type[Tag] = Tag) -> Tag:
     partial = rf"{'|'.join(_proper_prefixes(start))}|{re.escape(start)}[^\n]{{0,{_LONGEST_PARTIAL - 30}}}"
-    return Tag(
-        start, re.compile(opener), re.compile(partial), ("<|call|>", "<|end|>", "<|return|>"), nested=True
-    )
+    return kind(start, re.compile(opener), re.compile(partial), _HARMONY_END, nested=True)
+
+
+def _end_token(token: str) -> Tag:
+    """A stray end token, markup; a run of them is one block."""
+    run = re.compile(rf"(?:{'|'.join(map(re.escape, _HARMONY_END))})+")
+    return MarkupTag(token, run, literal_tag(token, None).partial, None)
 
 
 class HarmonyParser(TagParser):
-    """gpt-oss (harmony): messages on channels; a call is a `commentary` message to `functions.<name>`.
+    """gpt-oss (harmony): messages on channels; a call is a message to `functions.<name>`.
 
         <|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary
         to=functions.get_weather <|constrain|>json<|message|>{"city": "北京"}<|call|>
 
-    `analysis` is reasoning (removed); a `final` message (or any other without a recipient) is the
-    visible reply, without its markup.
+    The recipient may stand in the role header instead (`<|start|>assistant to=functions.f<|channel|>…`,
+    or ` to=functions.f<|channel|>…` at the start of a reply whose prompt ended with
+    `<|start|>assistant`). `analysis` is reasoning; a message without a recipient on another channel
+    (`final`, a `commentary` preamble) is visible text: its header and end token are removed.
     """
 
     name = "harmony"
     tags = (
-        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?" + _HARMONY_HEADER),
-        _harmony_tag("<|channel|>", _HARMONY_HEADER.removeprefix(r"[ \t]*")),
+        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?[ \t]*" + _SHOWN_HEADER, MarkupTag),
+        _harmony_tag("<|channel|>", _SHOWN_HEADER, MarkupTag),
+        _harmony_tag("<|start|>", r"<\|start\|>(?:assistant)?[ \t]*" + _HARMONY_HEADER),
+        _harmony_tag("<|channel|>", _HARMONY_HEADER),
+        Tag(  # the role header's recipient, the role itself in the prompt: ` to=functions.f<|channel|>…`
+            start="to=functions.",
+            opener=re.compile(
+                rf"to={_RECIPIENT.format('role')}[ \t]*<\|channel\|>(?P<channel>\w{{1,20}}){_HARMONY_TAIL}"
+            ),
+            partial=re.compile(
+                "|".join(_proper_prefixes("to=functions."))
+                + rf"|to=functions\.[^\s<=]{{0,100}}[ \t]*(?:{'|'.join(_proper_prefixes('<|channel|>'))}"
+                + rf"|<\|channel\|>[^\n]{{0,{_LONGEST_PARTIAL - 130}}})?"
+            ),
+            closer=_HARMONY_END,
+            nested=True,
+        ),
+        *(_end_token(token) for token in _HARMONY_END),
     )
 
-    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | None:
-        recipient = opening["before"] or opening["after"]
+    def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | str | Reasoning | None:
+        found = opening.groupdict()
+        if "channel" not in found:
+            return ""  # the header of a visible message, or a stray end token: markup
+        recipient = found.get("role") or found.get("before") or found.get("after")
         if recipient:
             return [(recipient.removeprefix("functions."), body.strip())]
-        return [] if opening["channel"] == "analysis" else body
+        return Reasoning(body)
 
 
 # ── Registry ─────────────────────────────────────────────────────────────────────────────────────
@@ -647,7 +715,8 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
         return ParsedText(whole[1], whole[0], thoughts.reasoning)
     segments, _ = scan_blocks(visible, parsers, final=True)
     content, calls = release(segments, ContentBuilder())
-    return ParsedText(content, calls, thoughts.reasoning)
+    in_blocks = [segment.text for segment in segments if isinstance(segment, Reasoning)]
+    return ParsedText(content, calls, joined_reasoning([thoughts.reasoning or "", *in_blocks]))
 
 
 THINK_TAG = re.compile(r"</?(?:seed:)?think>")  # Seed-OSS writes <seed:think>…</seed:think>
@@ -690,7 +759,12 @@ class ThinkSplitter:
 
     @property
     def reasoning(self) -> str | None:
-        return "\n\n".join(thought.strip() for thought in self._thoughts if thought.strip()) or None
+        return joined_reasoning(self._thoughts)
+
+
+def joined_reasoning(thoughts: Sequence[str]) -> str | None:
+    """Thoughts joined by a blank line; None when all are empty."""
+    return "\n\n".join(thought.strip() for thought in thoughts if thought.strip()) or None
 
 
 def _tag_prefix_start(text: str, tags: tuple[str, ...]) -> int:
@@ -776,7 +850,7 @@ def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall],
 _CALL_START = re.compile(rf"\s*(?:\{{\s*(?:[\"']|\Z)|\[\s*(?:\{{|{NAME}\s*(?:\(|\Z)|\Z)|\Z)")
 
 
-Segment = str | list[TextCall]  # visible text, or the calls of a block taken out
+Segment = str | list[TextCall] | Reasoning  # visible text, the calls of a block taken out, or a thought
 
 
 def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) -> tuple[list[Segment], int]:
@@ -798,7 +872,7 @@ def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) ->
         body_end, end = closing or (len(text), len(text))
         segments.append(text[pos : opening.start()])
         span = (offset + opening.start(), offset + end)
-        read = _read_block(parsers, tag, opening, text[opening.end() : body_end], span)
+        read = _read_block(_owners(parsers)[tag], opening, text[opening.end() : body_end], span)
         segments.append(text[opening.start() : end] if read is None else read)
         pos = end
     held = len(text) if final else _partial_opening(text, pos, tags)
@@ -812,15 +886,32 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 
 
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
-    """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan)."""
-    next_at = {char: text.find(char, pos) for char in _first_chars(tags)}
-    while live := [at for at in next_at.values() if at >= 0]:
-        at = min(live)
-        for tag in tags:
+    """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan).
+
+    Tags are looked for by their first character; a tag that starts with a letter (Phi-4's
+    `functools[`) by its whole start literal, and only as far as the nearest other candidate, so
+    an open block streamed piece by piece is not scanned again for every such literal.
+    """
+    next_at = {char: text.find(char, pos) for char in _first_chars(tags) if not char.isalpha()}
+    led_by = _led_by(tags, 3)
+    resume = dict.fromkeys(_word_starts(tags), pos)  # where the search for each word literal goes on
+    while True:
+        limit = min([at for at in next_at.values() if at >= 0], default=len(text))
+        for word, start in resume.items():
+            if start <= limit:
+                found = text.find(word, start, limit + len(word))
+                next_at[word], resume[word] = (found, len(text) + 1) if found >= 0 else (-1, limit + 1)
+        live = [(at, key) for key, at in next_at.items() if at >= 0]
+        if not live:
+            return None
+        at, key = min(live)
+        for tag in led_by.get(text[at : at + 3], ()):
             if text.startswith(tag.start, at) and (opening := tag.opener.match(text, at)):
                 return tag, opening
-        next_at[text[at]] = text.find(text[at], at + 1)
-    return None
+        if key in resume:
+            next_at[key], resume[key] = -1, at + 1
+        else:
+            next_at[key] = text.find(key, at + 1)
 
 
 def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
@@ -828,14 +919,18 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
 
     Most such tails hold no `<` or `[` after their first character, so only the last one can start
     them; a tag whose opening holds several (harmony's `<|start|>assistant<|channel|>…`) is looked
-    for from its own start literal too.
+    for from its own start literal too, and one that starts with a letter from each place in the
+    last few characters where that letter stands.
     """
-    starts = [max(text.rfind("<", pos), text.rfind("[", pos))]
+    starts = [max(text.rfind(char, pos) for char in "<[")]
+    for word in _word_starts(tags):  # `to=funct`: its first letter may come again in the tail
+        starts += [at for at in range(max(pos, len(text) - len(word)), len(text)) if text[at] == word[0]]
     for tag in _nested(tags):
         if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
             starts.append(at)
+    led_by = _led_by(tags, 1)
     for start in sorted(starts) if len(starts) > 1 else starts:
-        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in tags):
+        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in led_by.get(text[start], ())):
             return start
     return len(text)
 
@@ -850,18 +945,37 @@ def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
     return frozenset(tag.start[0] for tag in tags)
 
 
+@lru_cache(maxsize=32)
+def _led_by(tags: tuple[Tag, ...], width: int) -> dict[str, tuple[Tag, ...]]:
+    """The tags by the first `width` characters of their opening (every start literal is at least
+    three long): only those can start where these characters stand."""
+    heads = {tag.start[:width] for tag in tags}
+    return {head: tuple(tag for tag in tags if tag.start.startswith(head)) for head in heads}
+
+
+@lru_cache(maxsize=32)
+def _word_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
+    return tuple(sorted({tag.start for tag in tags if tag.start[0].isalpha()}))
+
+
+@lru_cache(maxsize=32)
+def _owners(parsers: Parsers) -> dict[Tag, tuple[tuple[str, TagParser], ...]]:
+    """For each tag, the formats that own it, in parse order."""
+    tag_parsers = [(name, parser) for name, parser in parsers if isinstance(parser, TagParser)]
+    return {tag: tuple((n, p) for n, p in tag_parsers if tag in p.tags) for tag in _tags_of(parsers)}
+
+
 def _read_block(
-    parsers: Parsers, tag: Tag, opening: re.Match[str], body: str, span: tuple[int, int]
+    owners: Sequence[tuple[str, TagParser]], opening: re.Match[str], body: str, span: tuple[int, int]
 ) -> Segment | None:
-    """What the first format that reads this block makes of it: its calls, or the visible text it
-    stands for (a harmony `final` message, a bare `[TOOL_CALLS]`); None if no format reads it."""
-    for name, parser in parsers:
-        if isinstance(parser, TagParser) and tag in parser.tags:
-            found = parser.read_block(opening, body)
-            if isinstance(found, str):
-                return found
-            if found is not None:  # [] too: a block that is consumed but holds no call
-                return [_text_call(call, span, name) for call in found]
+    """What the first format that reads this block makes of it: its calls, the visible text it
+    stands for (a bare `[TOOL_CALLS]`) or the reasoning it holds; None if no format reads it."""
+    for name, parser in owners:
+        found = parser.read_block(opening, body)
+        if isinstance(found, (str, Reasoning)):
+            return found
+        if found is not None:  # [] too: a block that is consumed but holds no call
+            return [_text_call(call, span, name) for call in found]
     return None
 
 
@@ -911,7 +1025,7 @@ def release(segments: list[Segment], content: ContentBuilder) -> tuple[str, list
             text.append(content.add(segment))
         else:
             content.gap()
-            calls += segment
+            calls += segment if isinstance(segment, list) else []
     return "".join(text), calls
 
 
@@ -1063,3 +1177,6 @@ def _reject(constant: str) -> None:
 from .xmlcalls import XML_PARSERS  # noqa: E402
 
 PARSERS.update((parser.name, parser) for parser in XML_PARSERS)
+
+# The special-token formats of newer small models register themselves; they build on the above.
+from . import tokens  # noqa: E402, F401
