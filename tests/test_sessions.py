@@ -62,7 +62,7 @@ async def test_history_survives_a_restart(tmp_path: Path) -> None:
     assert len(second.calls[1].messages) == 2  # another conversation: nothing of ou_1's history
     with sqlite3.connect(tmp_path / "gateway.db") as db:
         version = db.execute("SELECT version FROM schema_versions WHERE component = 'sessions'").fetchone()
-        assert version == (2,)  # 2: session_turns, each turn stored once
+        assert version == (3,)  # 2: session_turns, each turn stored once; 3: messages indexed by time
         assert db.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0] == 4 + 2 + 2 + 2
 
 
