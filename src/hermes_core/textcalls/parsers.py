@@ -21,12 +21,14 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..kernel.messages import JSON, ToolCall
-from ..kernel.tools.arguments import ArgumentError, parse_arguments
+from ..kernel.tools.arguments import ArgumentError, parse_arguments, repairable
 
 # ── What a parse returns ─────────────────────────────────────────────────────────────────────────
 
@@ -168,7 +170,7 @@ class Qwen3CoderParser(TagParser):
     tags = (TOOL_CALL, FUNCTION)
     _function = re.compile(rf"<function=(?P<name>{NAME})>(?P<body>.*?)(?:</function>|\Z)", re.DOTALL)
     _parameter = re.compile(
-        r"<parameter=(?P<name>[^>\n]+)>(?P<value>.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL
+        r"<parameter=(?P<name>[^<>\n]+)>(?P<value>.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL
     )
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
@@ -350,7 +352,7 @@ class PythonicParser(MessageParser):
         return None
 
     def read_message(self, message: str) -> list[FoundCall] | None:
-        if not (message.startswith("[") and message.endswith("]")):
+        if not (message.startswith("[") and message.endswith("]")) or not _afford("ast", _ast_cost(message)):
             return None
         try:
             tree = ast.parse(message, mode="eval").body
@@ -457,10 +459,9 @@ class KimiK2Parser(TagParser):
         literal_tag("<|tool_call_begin|>", "<|tool_call_end|>"),
     )
     _call = re.compile(
-        r"\s*(?:functions\.)?(?P<name>[\w.-]+):\d+\s*<\|tool_call_argument_begin\|>(?P<arguments>.*?)"
-        r"\s*(?:<\|tool_call_end\|>\s*)?",
+        r"\s*(?:functions\.)?(?P<name>[\w.-]+):\d+\s*<\|tool_call_argument_begin\|>(?P<arguments>.*)",
         re.DOTALL,
-    )
+    )  # the arguments end trimmed in code: a lazy `.*?\s*…\Z` is quadratic in a whitespace run
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
         chunks = body.split("<|tool_call_begin|>")
@@ -469,7 +470,9 @@ class KimiK2Parser(TagParser):
         elif chunks[0].strip():
             return None
         calls = [
-            (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
+            (call["name"], call["arguments"].rstrip().removesuffix("<|tool_call_end|>").rstrip())
+            for chunk in chunks
+            if (call := self._call.fullmatch(chunk))
         ]
         return calls or None
 
@@ -615,10 +618,11 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
         think_open = first is not None and first.group() == "</think>"
     thoughts = ThinkSplitter(think_open)
     visible = thoughts.feed(text, final=True)
-    whole = whole_message_calls(visible, parsers)
-    if whole:
-        return ParsedText(whole[1], whole[0], thoughts.reasoning)
-    segments, _ = scan_blocks(visible, parsers, final=True)
+    with slow_read_budget(dict(SLOW_READ_BUDGET)):
+        whole = whole_message_calls(visible, parsers)
+        if whole:
+            return ParsedText(whole[1], whole[0], thoughts.reasoning)
+        segments, _ = scan_blocks(visible, parsers, final=True)
     content, calls = release(segments, ContentBuilder())
     return ParsedText(content, calls, thoughts.reasoning)
 
@@ -930,15 +934,23 @@ def _text_call(call: FoundCall, span: tuple[int, int], format: str) -> TextCall:
 
 
 def arguments_text(arguments: JSON) -> str:
-    """Arguments as JSON object text; the model's own text when no object can be recovered from it."""
+    """Arguments as JSON object text; the model's own text when no object can be recovered from it
+    (or the reply's budget for the slow readers is spent: the kernel then reads the text itself)."""
     if arguments is None:
         return "{}"
     if isinstance(arguments, str):
         text = arguments
         try:
-            arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
-        except ArgumentError:
-            return text
+            arguments = json.loads(text)
+            if not isinstance(arguments, dict):
+                raise ValueError("not an object")
+        except (ValueError, RecursionError):
+            if not _afford("ast", 3 * _ast_cost(text)) or (repairable(text) and not _afford("repair", len(text))):
+                return text
+            try:
+                arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
+            except ArgumentError:
+                return text
     try:
         return json.dumps(arguments, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # inf or nan from a Python literal: JSON has no such number
@@ -974,10 +986,12 @@ def _load(text: str) -> JSON:
     except (ValueError, RecursionError):
         pass
     try:
-        return ast.literal_eval(text) if len(text) < 100_000 else None
+        return ast.literal_eval(text) if _afford("ast", _ast_cost(text)) else None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
     if not text.startswith(("{", "[")):  # prose: json_repair would make a string or a list of it
+        return None
+    if not (repairable(text) and _afford("repair", len(text))):
         return None
     from json_repair import repair_json  # imported on the first broken payload only
 
@@ -987,13 +1001,50 @@ def _load(text: str) -> JSON:
         return None
 
 
-_MISSPELLED_CLOSER = re.compile(r"\s*</pa?r[a-z_]*>?\s*\Z")  # </paramter>, </parameters>, </parameter
+# ── The slow readers, within a budget per reply ──────────────────────────────────────────────────
+
+# `ast` and json_repair read what json.loads cannot (single quotes, pythonic calls, trailing commas),
+# but cost microseconds per token (ast) and up to a millisecond per character (json_repair, on
+# nested brackets), and a hostile reply can hold thousands of broken payloads. So each reply may
+# spend this much on them, in payload order (a stream spends in the same order as a whole parse, so
+# the two still agree); past it a payload is read by json.loads alone.
+SLOW_READ_BUDGET = {"ast": 8_192, "repair": 1_024}  # ast: ~tokens (see _ast_cost); repair: characters
+_budget: ContextVar[dict[str, int] | None] = ContextVar("textcalls_slow_read_budget", default=None)
+
+
+@contextmanager
+def slow_read_budget(budget: dict[str, int]) -> Iterator[None]:
+    """Charge the slow readers run inside the block to `budget` (a copy of SLOW_READ_BUDGET)."""
+    token = _budget.set(budget)
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _afford(reader: str, cost: int) -> bool:
+    """Whether `reader` may take a payload of this cost now (and charge it); always outside a parse."""
+    left = _budget.get()
+    if left is None:
+        return True
+    if cost > left[reader]:
+        return False
+    left[reader] -= cost
+    return True
+
+
+def _ast_cost(text: str) -> int:
+    """About the number of tokens `ast` reads in `text`: long string literals are cheap."""
+    return len(text) // 64 + sum(map(text.count, ",:=([{"))
+
+
+_MISSPELLED_CLOSER = re.compile(r"</pa?r[a-z_]*>?")  # </paramter>, </parameters>, </parameter
 
 
 def _parameter_value(raw: str) -> JSON:
     """A Qwen3-Coder or GLM value: trimmed (models indent it), a misspelled closing tag dropped,
     JSON-decoded when it is a number, object or array."""
-    value = _MISSPELLED_CLOSER.sub("", raw).strip()
+    value = _without_misspelled_closer(raw.rstrip()).strip()
     try:
         decoded = json.loads(value, parse_constant=_reject, parse_float=_number)
     except (ValueError, RecursionError):
@@ -1001,6 +1052,14 @@ def _parameter_value(raw: str) -> JSON:
             return _parameter_value(value.replace('\\"', '"'))
         return value
     return decoded if isinstance(decoded, (int, float, dict, list)) else value  # bool is an int
+
+
+def _without_misspelled_closer(value: str) -> str:
+    """`value` without a misspelled closing tag at its end. Matched at the last `</` only: a
+    pattern searched for before the end (`\\s*</…\\Z`) is retried from every character of a
+    whitespace run, which is quadratic in the run's length."""
+    at = value.rfind("</")
+    return value[:at] if at >= 0 and _MISSPELLED_CLOSER.fullmatch(value, at) else value
 
 
 def _reject(constant: str) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .parsers import (
     ContentBuilder,
     MessageParser,
+    SLOW_READ_BUDGET,
     ParsedText,
     TextCall,
     ThinkSplitter,
@@ -29,6 +30,7 @@ from .parsers import (
     release,
     scan_blocks,
     select_parsers,
+    slow_read_budget,
 )
 
 
@@ -60,6 +62,7 @@ class StreamingTextCallParser:
         self._calls_sent = 0
         self._result: ParsedText | None = None
         self._flushed = False
+        self._budget = dict(SLOW_READ_BUDGET)  # spent on the blocks in the order a whole parse spends it
 
     def feed(self, piece: str) -> StreamUpdate:
         """Add the next piece of the reply; return what can be released now."""
@@ -71,7 +74,8 @@ class StreamingTextCallParser:
             self._scanning = not may_be_whole_message(self._pending)
             if not self._scanning:
                 return StreamUpdate()
-        segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
+        with slow_read_budget(self._budget):
+            segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
         self._pending, self._offset = self._pending[used:], self._offset + used
         return self._sent(*release(segments, self._content))
 
