@@ -589,8 +589,8 @@ def test_tool_calls_have_ids_that_depend_only_on_order() -> None:
 def test_think_open_can_be_stated() -> None:
     text = f"Reasoning.</think>Answer <tool_call>{W}</tool_call>"
     assert parse_text_calls(text, think_open=True) == parse_text_calls(text)
-    told_closed = parse_text_calls(text, think_open=False)  # a stray </think> is only dropped
-    assert (told_closed.content, told_closed.reasoning) == ("Reasoning.Answer", None)
+    told_closed = parse_text_calls(text, think_open=False)  # a stray </think> is text (Ollama, llama.cpp)
+    assert (told_closed.content, told_closed.reasoning) == ("Reasoning.</think>Answer", None)
     assert parse_text_calls("Only reasoning, cut off", think_open=True) == ParsedText(
         "", [], "Only reasoning, cut off"
     )
