@@ -702,6 +702,27 @@ def may_be_whole_message(text: str) -> bool:
     return found is not None and _CALL_START.match(text, found[0], found[1]) is not None
 
 
+def holds_whole_message(text: str) -> bool:
+    """Whether a reply that starts with `text` stays a whole-message candidate to its end: it
+    starts with a complete call start (`{"`, `[{`, `[name(`). A fence is never sure: it may close
+    and prose follow."""
+    start = _space_end(text, 0)
+    if not text.startswith(("{", "["), start) or text.startswith(TOOL_CALLS_TOKEN.start, start):
+        return False
+    found = _CALL_START.match(text, start)
+    return found is not None and found.end() < len(text)  # no `\Z` branch: nothing can undo it
+
+
+def open_block_closers(text: str, parsers: Parsers) -> tuple[str, ...] | None:
+    """The closing tags the block opening at the start of `text` waits for (empty: it runs to the
+    end), or None if `text` does not start with an open block."""
+    found = _next_opening(text, 0, _tags_of(parsers)) if text[:1] in ("<", "[") else None
+    if found is None or found[1].start() != 0 or found[0].close(text, found[1].end()) is not None:
+        return None
+    closer = found[0].closer
+    return (closer,) if isinstance(closer, str) else closer or ()
+
+
 def unfence(text: str, start: int = 0) -> str | None:
     """The inside of the code fence at `start`, if only whitespace follows it (a fence that is cut
     off before its closing ``` runs to the end); None otherwise."""
@@ -755,7 +776,9 @@ def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall],
 
 # How a whole-message call can begin: `{"` or `{'` (JSON), `[{` (a JSON list), `[name(` (pythonic).
 # Every prefix of a match matches too, so a stream can tell early that `[a link](…)` is no call.
-_CALL_START = re.compile(rf"\s*(?:\{{\s*(?:[\"']|\Z)|\[\s*(?:\{{|{NAME}\s*(?:\(|\Z)|\Z)|\Z)")
+# The runs are bounded so that a stream decides within a few characters (64 spaces, a 256-character
+# name): an unbounded run would be read again at every piece while it grows.
+_CALL_START = re.compile(rf"\s*(?:\{{\s{{0,64}}(?:[\"']|\Z)|\[\s{{0,64}}(?:\{{|[\w.:/-]{{1,256}}\s{{0,64}}(?:\(|\Z)|\Z)|\Z)")
 
 
 Segment = str | list[TextCall]  # visible text, or the calls of a block taken out
@@ -853,38 +876,51 @@ class ContentBuilder:
     """Joins visible pieces into the content, one piece at a time (so streaming gets the same text).
 
     Whitespace at the very start and end is dropped, and the whitespace on both sides of a removed
-    block collapses to the longer side. Nothing else changes.
+    block collapses to the longer side. Nothing else changes. Held whitespace is kept as a list of
+    pieces and a length: `+=` on a growing str copies it at every piece (quadratic in a long run).
     """
 
     def __init__(self) -> None:
         self._started = False  # some visible character was released
-        self._before = ""  # whitespace after the last visible character
-        self._after = ""  # whitespace after the last removed block
+        self._before = _Space()  # whitespace after the last visible character
+        self._after = _Space()  # whitespace after the last removed block
         self._gap = False  # a block was removed since the last visible character
 
     def gap(self) -> None:
         if self._gap:
-            self._before, self._after = _longer(self._before, self._after), ""
+            self._before, self._after = _longer(self._before, self._after), _Space()
         self._gap = True
 
     def add(self, piece: str) -> str:
         """The text that is final now."""
         body = piece.lstrip()
-        if self._gap:
-            self._after += piece[: len(piece) - len(body)]
-        else:
-            self._before += piece[: len(piece) - len(body)]
+        (self._after if self._gap else self._before).add(piece[: len(piece) - len(body)])
         if not body:
             return ""
         space = _longer(self._before, self._after) if self._gap else self._before
         text = body.rstrip()
-        released = space + text if self._started else text
-        self._started, self._gap, self._before, self._after = True, False, body[len(text) :], ""
+        released = space.text() + text if self._started else text
+        self._started, self._gap, self._before, self._after = True, False, _Space(body[len(text) :]), _Space()
         return released
 
 
-def _longer(first: str, second: str) -> str:
-    return second if len(second) > len(first) else first
+class _Space:
+    """Whitespace held piece by piece."""
+
+    def __init__(self, first: str = "") -> None:
+        self.pieces, self.length = [first], len(first)
+
+    def add(self, piece: str) -> None:
+        if piece:
+            self.pieces.append(piece)
+            self.length += len(piece)
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def _longer(first: _Space, second: _Space) -> _Space:
+    return second if second.length > first.length else first
 
 
 def release(segments: list[Segment], content: ContentBuilder) -> tuple[str, list[TextCall]]:
