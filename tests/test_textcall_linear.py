@@ -10,8 +10,8 @@ Qwen3-Coder value of 100,000 spaces (15–22 s before), is pinned on its own, an
 markers and whitespace at random.
 
 Timing is judged by ratios of CPU time, not by seconds, so a slow or busy machine does not fail
-them: each case is timed at two sizes (best of a few runs) and four times the text may cost at most `GROWTH` times
-as much (4 is linear, 16 quadratic); `SLACK` absorbs a scheduler hiccup on the small ones. A case
+them: each case is timed at two sizes (best of a few runs) and four times the text may cost at most
+`GROWTH` times as much (4 is linear, 16 quadratic); `SLACK` absorbs a hiccup on the small ones. A case
 is stopped by an alarm after `GUARD` seconds, so quadratic code fails instead of hanging the suite.
 """
 

@@ -778,7 +778,9 @@ def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall],
 # Every prefix of a match matches too, so a stream can tell early that `[a link](…)` is no call.
 # The runs are bounded so that a stream decides within a few characters (64 spaces, a 256-character
 # name): an unbounded run would be read again at every piece while it grows.
-_CALL_START = re.compile(rf"\s*(?:\{{\s{{0,64}}(?:[\"']|\Z)|\[\s{{0,64}}(?:\{{|[\w.:/-]{{1,256}}\s{{0,64}}(?:\(|\Z)|\Z)|\Z)")
+_CALL_START = re.compile(
+    r"\s*(?:\{\s{0,64}(?:[\"']|\Z)|\[\s{0,64}(?:\{|[\w.:/-]{1,256}\s{0,64}(?:\(|\Z)|\Z)|\Z)"
+)
 
 
 Segment = str | list[TextCall]  # visible text, or the calls of a block taken out
@@ -989,7 +991,7 @@ def arguments_text(arguments: JSON) -> str:
             if not isinstance(arguments, dict):
                 raise ValueError("not an object")
         except (ValueError, RecursionError):
-            if not _afford("ast", 3 * _ast_cost(text)) or (repairable(text) and not _afford("repair", len(text))):
+            if not _may_read_slowly(text):
                 return text
             try:
                 arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
@@ -1075,6 +1077,12 @@ def _afford(reader: str, cost: int) -> bool:
         return False
     left[reader] -= cost
     return True
+
+
+def _may_read_slowly(text: str) -> bool:
+    """Whether `parse_arguments` may read `text`: it tries `ast` on up to three candidates, then
+    json_repair."""
+    return _afford("ast", 3 * _ast_cost(text)) and not (repairable(text) and not _afford("repair", len(text)))
 
 
 def _ast_cost(text: str) -> int:

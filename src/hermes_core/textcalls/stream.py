@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .parsers import (
+    SLOW_READ_BUDGET,
     ContentBuilder,
     MessageParser,
-    SLOW_READ_BUDGET,
     ParsedText,
     TextCall,
     ThinkSplitter,
@@ -106,6 +106,7 @@ class StreamingTextCallParser:
             self._blank = self._blank and new.isspace()
             return self._whole or self._blank
         return False
+
     def flush(self) -> StreamUpdate:
         """End the stream: the text and calls not released yet (empty when called again)."""
         parsed = self.finish()
