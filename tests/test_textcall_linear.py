@@ -184,3 +184,13 @@ def test_random_mixtures_of_markers_and_whitespace_stay_linear(runs: list[tuple[
     little = best_time(parse_whole, text, "a random reply")
     big = best_time(parse_whole, "".join(piece * count * 4 for piece, count in runs), "4× that reply")
     assert big <= GROWTH * little + SLACK, (little, big)
+
+
+def test_message_formats_alone_scan_no_tags() -> None:
+    """With only message formats chosen there is no tag to look for: the scan must end at once."""
+    with guard(2.0, "a reply read by the message formats alone"):
+        parsed = parse_text_calls("Plain text <b>[1]</b>", ["json", "pythonic"])
+        stream = StreamingTextCallParser(["json"])
+        stream.feed("Plain text <b>")
+        shown = stream.flush()
+    assert parsed.content == "Plain text <b>[1]</b>" and not shown.calls

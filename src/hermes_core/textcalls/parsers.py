@@ -821,6 +821,8 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
     """The first opening tag at or after `pos`. The start literals are found by one compiled
     alternation (C speed), so a run of `<` or `[` that starts no tag costs no Python loop."""
+    if not tags:  # message formats only: an empty alternation would match everywhere
+        return None
     starts = _starts_of(tags)
     while (found := starts.search(text, pos)) is not None:
         at = found.start()
