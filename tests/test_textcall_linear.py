@@ -13,6 +13,7 @@ Timing is judged by ratios of CPU time, not by seconds, so a slow or busy machin
 them: each case is timed at two sizes (best of a few runs) and four times the text may cost at most
 `GROWTH` times as much (4 is linear, 16 quadratic); `SLACK` absorbs a hiccup on the small ones. A case
 is stopped by an alarm after `GUARD` seconds, so quadratic code fails instead of hanging the suite.
+The per-format sweeps take minutes and are marked slow; the pinned cases and hypothesis are not.
 """
 
 from __future__ import annotations
@@ -117,18 +118,21 @@ def assert_linear(parse: Callable[[str], None], name: str, small: int, runs: int
     assert not slow, f"{name} grows faster than linearly:\n" + "\n".join(slow)
 
 
+@pytest.mark.slow  # minutes for all formats: CI runs them
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_whole_replies_of_a_megabyte_parse_in_linear_time(name: str) -> None:
     """Every worst case at 256 KB and 1 MB, parsed whole."""
     assert_linear(parse_whole, name, 250_000)
 
 
+@pytest.mark.slow  # minutes for all formats: CI runs them
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_streamed_replies_parse_in_linear_time(name: str) -> None:
     """Every worst case streamed in 48-character pieces (what servers send), at 64 and 256 KB."""
     assert_linear(lambda text: parse_streamed(text, 48), name, 64_000, runs=1)
 
 
+@pytest.mark.slow  # minutes for all formats: CI runs them
 @pytest.mark.parametrize("name", list(PARSERS))
 def test_streamed_one_character_at_a_time_parses_in_linear_time(name: str) -> None:
     """The smallest pieces a stream can have, at 8 and 32 KB."""
