@@ -69,6 +69,7 @@ QUICK: dict[str, list[str]] = {
         "20",
     ],  # fmt: skip
     "bench_textcalls": ["--number", "50"],
+    "bench_textcall_parse": ["--size", "20000", "--runs", "1", "--formats", "hermes", "kimi_k2"],
     "run_all": ["--smoke"],
 }
 

@@ -173,7 +173,7 @@ WEATHER_RUNS: list[str] = []
     ("question", "told"),
     [
         ("What's the weather in Paris?", "answer from what you have"),
-        ("巴黎今天天气怎么样？", "根据已有的结果直接回答"),
+        ("巴黎今天天气怎么样？", "直接用已有结果回答"),
     ],
 )
 async def test_a_model_repeating_an_undeclared_lookup_is_told_to_answer(question: str, told: str) -> None:

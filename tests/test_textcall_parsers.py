@@ -707,8 +707,8 @@ def test_tool_calls_have_ids_that_depend_only_on_order() -> None:
 def test_think_open_can_be_stated() -> None:
     text = f"Reasoning.</think>Answer <tool_call>{W}</tool_call>"
     assert parse_text_calls(text, think_open=True) == parse_text_calls(text)
-    told_closed = parse_text_calls(text, think_open=False)  # a stray </think> is only dropped
-    assert (told_closed.content, told_closed.reasoning) == ("Reasoning.Answer", None)
+    told_closed = parse_text_calls(text, think_open=False)  # a stray </think> is text (Ollama, llama.cpp)
+    assert (told_closed.content, told_closed.reasoning) == ("Reasoning.</think>Answer", None)
     assert parse_text_calls("Only reasoning, cut off", think_open=True) == ParsedText(
         "", [], "Only reasoning, cut off"
     )
@@ -808,3 +808,20 @@ def test_arguments_survive_as_normalised_json(arguments: dict[str, Any]) -> None
     text = "<tool_call>" + json.dumps({"name": "f", "arguments": arguments}) + "</tool_call>"
     (call,) = parse_text_calls(text).calls
     assert call.arguments == json.dumps(arguments, ensure_ascii=False)
+
+
+def test_a_stray_closing_think_tag_is_text() -> None:
+    """A `</think>` that closes nothing is kept as text, whole and streamed, as Ollama's thinking
+    parser (ollama/ollama thinking/parser.go: reasoning only from an opening tag at the start) and
+    llama.cpp's `try_parse_reasoning` (common/chat-parser.cpp: only when forced open or opened at
+    the start) keep it; a template that opens thinking (`think_open=True`) makes the first one a closer."""
+    from hermes_core.textcalls import StreamingTextCallParser
+
+    reply = "Use </think> to end a thought.</think> Done."
+    parsed = parse_text_calls(reply, think_open=False)
+    assert (parsed.content, parsed.reasoning) == (reply, None)
+    stream = StreamingTextCallParser()
+    shown = "".join(stream.feed(reply[i : i + 3]).text for i in range(0, len(reply), 3)) + stream.flush().text
+    assert shown == reply
+    opened = parse_text_calls(reply, think_open=True)
+    assert (opened.content, opened.reasoning) == ("to end a thought.</think> Done.", "Use")

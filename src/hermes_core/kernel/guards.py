@@ -8,10 +8,9 @@ could have changed since, not by the arguments alone:
   call (its approval and its journaled result).
 - A call identical (same tool, same arguments in canonical form) to one of an earlier turn is
   refused only when no state-changing call ran successfully from the start of that earlier call
-  on. The earlier call counts itself: a toggle run twice turns a thing on and off again, and a
-  read after a write, or a status check after an action, reads a state that has moved — unless it
-  answered as the time before with no state-changing call between: a lookup declared without a
-  level (a write) that answers the same twice is not asked again; the model is told to use it.
+  on. The earlier call counts itself (a toggle run twice turns a thing on and off again; a read
+  after a write reads a moved state) unless it answered as the time before with nothing changed
+  between: a lookup declared without a level that answers the same twice is not asked again.
 - State-changing: a tool of level ≥ 1, or an MCP tool whose server does not mark it
   `readOnlyHint: true` (the hint never lowers a level, it only keeps a level-0 MCP tool counted
   as a write when the server does not vouch for it).

@@ -57,8 +57,7 @@ REPLIES: dict[str, dict[Language, str]] = {
     },
     "how_can_i_help": {"zh": "你好，有什么可以帮你？", "en": "Hi, how can I help?"},
     "repeated_call": {  # to the model: an identical call refused (kernel/guards.py); {tool} is filled in
-        "zh": "已用相同参数调用过 {tool}，之后没有任何变化，结果就在上面。"
-        "不要再重复调用：请根据已有的结果直接回答，或换一种做法。",
+        "zh": "{tool} 已用相同参数调用过且此后无变化，结果见上。请勿重复：直接用已有结果回答或换个做法。",
         "en": "{tool} was already called with these arguments and nothing has changed since; its result is "
         "above. Do not call it again: answer from what you have, or change your strategy.",
     },

@@ -21,12 +21,14 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from ..kernel.messages import JSON, ToolCall
-from ..kernel.tools.arguments import ArgumentError, parse_arguments
+from ..kernel.tools.arguments import ArgumentError, parse_arguments, repairable
 from .schema import Parameters, ToolSchemas, tool_properties, typed_arguments
 
 # ── What a parse returns ─────────────────────────────────────────────────────────────────────────
@@ -180,7 +182,7 @@ class Qwen3CoderParser(TagParser):
     tags = (TOOL_CALL, FUNCTION)
     _function = re.compile(rf"<function=(?P<name>{NAME})>(?P<body>.*?)(?:</function>|\Z)", re.DOTALL)
     _parameter = re.compile(
-        r"<parameter=(?P<name>[^>\n]+)>(?P<value>.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL
+        r"<parameter=(?P<name>[^<>\n]+)>(?P<value>.*?)(?:</parameter>|(?=<parameter=)|\Z)", re.DOTALL
     )
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
@@ -367,7 +369,7 @@ class PythonicParser(MessageParser):
         return None
 
     def read_message(self, message: str) -> list[FoundCall] | None:
-        if not (message.startswith("[") and message.endswith("]")):
+        if not (message.startswith("[") and message.endswith("]")) or not _afford("ast", _ast_cost(message)):
             return None
         try:
             tree = ast.parse(message, mode="eval").body
@@ -488,17 +490,18 @@ class KimiK2Parser(TagParser):
         literal_tag("<|tool_call_begin|>", "<|tool_call_end|>"),
     )
     _call = re.compile(
-        r"\s*(?:functions\.)?(?P<name>[\w.-]+):\d+\s*<\|tool_call_argument_begin\|>(?P<arguments>.*?)"
-        r"\s*(?:<\|tool_call_end\|>\s*)?",
+        r"\s*(?:functions\.)?(?P<name>[\w.-]+):\d+\s*<\|tool_call_argument_begin\|>(?P<arguments>.*)",
         re.DOTALL,
-    )
+    )  # the arguments end trimmed in code: a lazy `.*?\s*…\Z` is quadratic in a whitespace run
 
     _bare_counter = re.compile(r"\s*\d+\s*<\|tool_call_argument_begin\|>.*", re.DOTALL)
 
     def read_block(self, opening: re.Match[str], body: str) -> list[FoundCall] | None:
         chunks = [body] if opening.group() == "<|tool_call_begin|>" else body.split("<|tool_call_begin|>")[1:]
         calls = [
-            (call["name"], call["arguments"]) for chunk in chunks if (call := self._call.fullmatch(chunk))
+            (call["name"], call["arguments"].rstrip().removesuffix("<|tool_call_end|>").rstrip())
+            for chunk in chunks
+            if (call := self._call.fullmatch(chunk))
         ]
         if calls or all(self._bare_counter.fullmatch(chunk) for chunk in chunks):
             return calls
@@ -710,10 +713,11 @@ def parse_selected(text: str, parsers: Parsers, think_open: bool | None) -> Pars
         think_open = first is not None and first.group().startswith("</")
     thoughts = ThinkSplitter(think_open)
     visible = thoughts.feed(text, final=True)
-    whole = whole_message_calls(visible, parsers)
-    if whole:
-        return ParsedText(whole[1], whole[0], thoughts.reasoning)
-    segments, _ = scan_blocks(visible, parsers, final=True)
+    with slow_read_budget(dict(SLOW_READ_BUDGET)):
+        whole = whole_message_calls(visible, parsers)
+        if whole:
+            return ParsedText(whole[1], whole[0], thoughts.reasoning)
+        segments, _ = scan_blocks(visible, parsers, final=True)
     content, calls = release(segments, ContentBuilder())
     in_blocks = [segment.text for segment in segments if isinstance(segment, Reasoning)]
     return ParsedText(content, calls, joined_reasoning([thoughts.reasoning or "", *in_blocks]))
@@ -727,7 +731,9 @@ _THINK_TAGS = ("<think>", "</think>", "<seed:think>", "</seed:think>")
 class ThinkSplitter:
     """Separates `<think>…</think>` reasoning from the visible text, piece by piece.
 
-    A `<think>` left open runs to the end of the text; a `</think>` outside a thought is dropped.
+    A `<think>` left open runs to the end of the text; a `</think>` outside a thought is text, as
+    Ollama and llama.cpp keep it (only a template that opens thinking, `think_open`, makes the first
+    one a closer).
     """
 
     def __init__(self, think_open: bool) -> None:
@@ -743,6 +749,10 @@ class ThinkSplitter:
             if self.inside:
                 self._thoughts.append("".join([*self._thought, text[pos : tag.start()]]))
                 self._thought = []
+            elif tag.group() == "</think>":  # a stray closer: thinking was never opened
+                visible.append(text[pos : tag.end()])
+                pos = tag.end()
+                continue
             else:
                 visible.append(text[pos : tag.start()])
             self.inside, pos = not tag.group().startswith("</"), tag.end()
@@ -792,6 +802,27 @@ def may_be_whole_message(text: str) -> bool:
         return True
     found = _message_body_span(text)
     return found is not None and _CALL_START.match(text, found[0], found[1]) is not None
+
+
+def holds_whole_message(text: str) -> bool:
+    """Whether a reply that starts with `text` stays a whole-message candidate to its end: it
+    starts with a complete call start (`{"`, `[{`, `[name(`). A fence is never sure: it may close
+    and prose follow."""
+    start = _space_end(text, 0)
+    if not text.startswith(("{", "["), start) or text.startswith(TOOL_CALLS_TOKEN.start, start):
+        return False
+    found = _CALL_START.match(text, start)
+    return found is not None and found.end() < len(text)  # no `\Z` branch: nothing can undo it
+
+
+def open_block_closers(text: str, parsers: Parsers) -> tuple[str, ...] | None:
+    """The closing tags the block opening at the start of `text` waits for (empty: it runs to the
+    end), or None if `text` does not start with an open block."""
+    found = _next_opening(text, 0, _tags_of(parsers)) if text[:1] in ("<", "[") else None
+    if found is None or found[1].start() != 0 or found[0].close(text, found[1].end()) is not None:
+        return None
+    closer = found[0].closer
+    return (closer,) if isinstance(closer, str) else closer or ()
 
 
 def unfence(text: str, start: int = 0) -> str | None:
@@ -847,7 +878,11 @@ def whole_message_calls(visible: str, parsers: Parsers) -> tuple[list[TextCall],
 
 # How a whole-message call can begin: `{"` or `{'` (JSON), `[{` (a JSON list), `[name(` (pythonic).
 # Every prefix of a match matches too, so a stream can tell early that `[a link](…)` is no call.
-_CALL_START = re.compile(rf"\s*(?:\{{\s*(?:[\"']|\Z)|\[\s*(?:\{{|{NAME}\s*(?:\(|\Z)|\Z)|\Z)")
+# The runs are bounded so that a stream decides within a few characters (64 spaces, a 256-character
+# name): an unbounded run would be read again at every piece while it grows.
+_CALL_START = re.compile(
+    r"\s*(?:\{\s{0,64}(?:[\"']|\Z)|\[\s{0,64}(?:\{|[\w.:/-]{1,256}\s{0,64}(?:\(|\Z)|\Z)|\Z)"
+)
 
 
 Segment = str | list[TextCall] | Reasoning  # visible text, the calls of a block taken out, or a thought
@@ -886,32 +921,25 @@ def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
 
 
 def _next_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> tuple[Tag, re.Match[str]] | None:
-    """The first opening tag at or after `pos` (found with str.find: much faster than a regex scan).
-
-    Tags are looked for by their first character; a tag that starts with a letter (Phi-4's
-    `functools[`) by its whole start literal, and only as far as the nearest other candidate, so
-    an open block streamed piece by piece is not scanned again for every such literal.
-    """
-    next_at = {char: text.find(char, pos) for char in _first_chars(tags) if not char.isalpha()}
-    led_by = _led_by(tags, 3)
-    resume = dict.fromkeys(_word_starts(tags), pos)  # where the search for each word literal goes on
-    while True:
-        limit = min([at for at in next_at.values() if at >= 0], default=len(text))
-        for word, start in resume.items():
-            if start <= limit:
-                found = text.find(word, start, limit + len(word))
-                next_at[word], resume[word] = (found, len(text) + 1) if found >= 0 else (-1, limit + 1)
-        live = [(at, key) for key, at in next_at.items() if at >= 0]
-        if not live:
-            return None
-        at, key = min(live)
+    """The first opening tag at or after `pos`. The start literals are found by one compiled
+    alternation (C speed), so a run of `<` or `[` that starts no tag costs no Python loop; at each
+    start only the tags sharing its first three characters are tried (`_led_by`)."""
+    if not tags:  # message formats only: an empty alternation would match everywhere
+        return None
+    starts, led_by = _starts_of(tags), _led_by(tags, 3)
+    while (found := starts.search(text, pos)) is not None:
+        at = found.start()
         for tag in led_by.get(text[at : at + 3], ()):
             if text.startswith(tag.start, at) and (opening := tag.opener.match(text, at)):
                 return tag, opening
-        if key in resume:
-            next_at[key], resume[key] = -1, at + 1
-        else:
-            next_at[key] = text.find(key, at + 1)
+        pos = at + 1
+    return None
+
+
+@lru_cache(maxsize=32)
+def _starts_of(tags: tuple[Tag, ...]) -> re.Pattern[str]:
+    literals = sorted({tag.start for tag in tags}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, literals)))
 
 
 def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
@@ -938,11 +966,6 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
 @lru_cache(maxsize=32)
 def _nested(tags: tuple[Tag, ...]) -> tuple[Tag, ...]:
     return tuple(tag for tag in tags if tag.nested)
-
-
-@lru_cache(maxsize=32)
-def _first_chars(tags: tuple[Tag, ...]) -> frozenset[str]:
-    return frozenset(tag.start[0] for tag in tags)
 
 
 @lru_cache(maxsize=32)
@@ -983,38 +1006,51 @@ class ContentBuilder:
     """Joins visible pieces into the content, one piece at a time (so streaming gets the same text).
 
     Whitespace at the very start and end is dropped, and the whitespace on both sides of a removed
-    block collapses to the longer side. Nothing else changes.
+    block collapses to the longer side. Nothing else changes. Held whitespace is kept as a list of
+    pieces and a length: `+=` on a growing str copies it at every piece (quadratic in a long run).
     """
 
     def __init__(self) -> None:
         self._started = False  # some visible character was released
-        self._before = ""  # whitespace after the last visible character
-        self._after = ""  # whitespace after the last removed block
+        self._before = _Space()  # whitespace after the last visible character
+        self._after = _Space()  # whitespace after the last removed block
         self._gap = False  # a block was removed since the last visible character
 
     def gap(self) -> None:
         if self._gap:
-            self._before, self._after = _longer(self._before, self._after), ""
+            self._before, self._after = _longer(self._before, self._after), _Space()
         self._gap = True
 
     def add(self, piece: str) -> str:
         """The text that is final now."""
         body = piece.lstrip()
-        if self._gap:
-            self._after += piece[: len(piece) - len(body)]
-        else:
-            self._before += piece[: len(piece) - len(body)]
+        (self._after if self._gap else self._before).add(piece[: len(piece) - len(body)])
         if not body:
             return ""
         space = _longer(self._before, self._after) if self._gap else self._before
         text = body.rstrip()
-        released = space + text if self._started else text
-        self._started, self._gap, self._before, self._after = True, False, body[len(text) :], ""
+        released = space.text() + text if self._started else text
+        self._started, self._gap, self._before, self._after = True, False, _Space(body[len(text) :]), _Space()
         return released
 
 
-def _longer(first: str, second: str) -> str:
-    return second if len(second) > len(first) else first
+class _Space:
+    """Whitespace held piece by piece."""
+
+    def __init__(self, first: str = "") -> None:
+        self.pieces, self.length = [first], len(first)
+
+    def add(self, piece: str) -> None:
+        if piece:
+            self.pieces.append(piece)
+            self.length += len(piece)
+
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def _longer(first: _Space, second: _Space) -> _Space:
+    return second if second.length > first.length else first
 
 
 def release(segments: list[Segment], content: ContentBuilder) -> tuple[str, list[TextCall]]:
@@ -1073,15 +1109,23 @@ def _text_call(call: FoundCall, span: tuple[int, int], format: str) -> TextCall:
 
 
 def arguments_text(arguments: JSON) -> str:
-    """Arguments as JSON object text; the model's own text when no object can be recovered from it."""
+    """Arguments as JSON object text; the model's own text when no object can be recovered from it
+    (or the reply's budget for the slow readers is spent: the kernel then reads the text itself)."""
     if arguments is None:
         return "{}"
     if isinstance(arguments, str):
         text = arguments
         try:
-            arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
-        except ArgumentError:
-            return text
+            arguments = json.loads(text)
+            if not isinstance(arguments, dict):
+                raise ValueError("not an object")
+        except (ValueError, RecursionError):
+            if not _may_read_slowly(text):
+                return text
+            try:
+                arguments = parse_arguments(text)  # JSON-encoded, fenced, single-quoted, truncated…
+            except ArgumentError:
+                return text
     try:
         return json.dumps(arguments, ensure_ascii=False, default=str, allow_nan=False)
     except ValueError:  # inf or nan from a Python literal: JSON has no such number
@@ -1117,10 +1161,12 @@ def _load(text: str) -> JSON:
     except (ValueError, RecursionError):
         pass
     try:
-        return ast.literal_eval(text) if len(text) < 100_000 else None
+        return ast.literal_eval(text) if _afford("ast", _ast_cost(text)) else None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
     if not text.startswith(("{", "[")):  # prose: json_repair would make a string or a list of it
+        return None
+    if not (repairable(text) and _afford("repair", len(text))):
         return None
     from json_repair import repair_json  # imported on the first broken payload only
 
@@ -1128,6 +1174,49 @@ def _load(text: str) -> JSON:
         return repair_json(text, return_objects=True)
     except Exception:  # the library must never crash the parse on hostile text
         return None
+
+
+# ── The slow readers, within a budget per reply ──────────────────────────────────────────────────
+
+# `ast` and json_repair read what json.loads cannot (single quotes, pythonic calls, trailing commas),
+# but cost microseconds per token (ast) and up to a millisecond per character (json_repair, on
+# nested brackets), and a hostile reply can hold thousands of broken payloads. So each reply may
+# spend this much on them, in payload order (a stream spends in the same order as a whole parse, so
+# the two still agree); past it a payload is read by json.loads alone.
+SLOW_READ_BUDGET = {"ast": 8_192, "repair": 1_024}  # ast: ~tokens (see _ast_cost); repair: characters
+_budget: ContextVar[dict[str, int] | None] = ContextVar("textcalls_slow_read_budget", default=None)
+
+
+@contextmanager
+def slow_read_budget(budget: dict[str, int]) -> Iterator[None]:
+    """Charge the slow readers run inside the block to `budget` (a copy of SLOW_READ_BUDGET)."""
+    token = _budget.set(budget)
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _afford(reader: str, cost: int) -> bool:
+    """Whether `reader` may take a payload of this cost now (and charge it); always outside a parse."""
+    left = _budget.get()
+    if left is None:
+        return True
+    if cost > left[reader]:
+        return False
+    left[reader] -= cost
+    return True
+
+
+def _may_read_slowly(text: str) -> bool:
+    """Whether `parse_arguments` may read `text`: it tries `ast` on up to three candidates, then
+    json_repair."""
+    return _afford("ast", 3 * _ast_cost(text)) and not (repairable(text) and not _afford("repair", len(text)))
+
+
+def _ast_cost(text: str) -> int:
+    """About the number of tokens `ast` reads in `text`: long string literals are cheap."""
+    return len(text) // 64 + sum(map(text.count, ",:=([{"))
 
 
 _MISSPELLED_CLOSER = re.compile(r"</pa?r[a-z_]*>?")  # </paramter>, </parameters>, </parameter

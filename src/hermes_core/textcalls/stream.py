@@ -20,20 +20,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .parsers import (
+    SLOW_READ_BUDGET,
     ContentBuilder,
     MessageParser,
     ParsedText,
     TextCall,
     ThinkSplitter,
+    holds_whole_message,
     may_be_whole_message,
+    open_block_closers,
     parse_selected,
     release,
     scan_blocks,
     select_parsers,
+    slow_read_budget,
     typed_by_schema,
     typed_call,
 )
 from .schema import tool_properties
+
+_LONGEST_CLOSER = 64  # characters: every format's closing tags are shorter
 
 
 @dataclass
@@ -73,21 +79,47 @@ class StreamingTextCallParser:
         self._calls_sent = 0
         self._result: ParsedText | None = None
         self._flushed = False
+        self._budget = dict(SLOW_READ_BUDGET)  # spent on the blocks in the order a whole parse spends it
+        self._unread: list[str] = []  # think-stripped text held without being read (see _still_held)
+        self._tail = ""  # the last characters fed, where a closer may have begun
+        self._closers: tuple[str, ...] | None = None  # what the open block at `_pending`'s start waits for
+        self._whole = False  # the reply starts like a whole-message call: held to the end
+        self._blank = True  # nothing but whitespace so far
 
     def feed(self, piece: str) -> StreamUpdate:
         """Add the next piece of the reply; return what can be released now."""
         if self._result is not None:
             raise RuntimeError("the stream has ended: feed() after finish() or flush()")
         self._pieces.append(piece)
-        self._pending += self._thoughts.feed(piece)
+        new = self._thoughts.feed(piece)
+        if not new or self._still_held(new):
+            return StreamUpdate()
+        self._pending += "".join(self._unread)
+        self._unread = []
         if not self._scanning:  # held until it cannot be a whole-message call any more
-            self._scanning = not may_be_whole_message(self._pending)
+            self._whole = holds_whole_message(self._pending)
+            self._scanning = not self._whole and not may_be_whole_message(self._pending)
             if not self._scanning:
                 return StreamUpdate()
-        segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
+        with slow_read_budget(self._budget):
+            segments, used = scan_blocks(self._pending, self._parsers, final=False, offset=self._offset)
         self._pending, self._offset = self._pending[used:], self._offset + used
+        self._closers = open_block_closers(self._pending, self._parsers)
         text, calls = release(segments, self._content)
         return self._sent(text, [typed_call(call, self._schemas) for call in calls])
+
+    def _still_held(self, new: str) -> bool:
+        """Whether `new` cannot release anything, so it is only kept (in `_unread`): the reply is a
+        whole-message call, or blank so far, or an open block's closer is not in it. Reading the
+        held text again at every piece would cost time quadratic in its length."""
+        self._unread.append(new)
+        tail, self._tail = self._tail + new, (self._tail + new)[-_LONGEST_CLOSER:]
+        if self._closers is not None:
+            return not any(closer in tail for closer in self._closers)
+        if not self._scanning:
+            self._blank = self._blank and new.isspace()
+            return self._whole or self._blank
+        return False
 
     def flush(self) -> StreamUpdate:
         """End the stream: the text and calls not released yet (empty when called again)."""
