@@ -113,6 +113,9 @@ def assert_linear(parse: Callable[[str], None], name: str, small: int, runs: int
         what = f"{name}: {label}"
         little = best_time(parse, case(small), what, runs)
         big = best_time(parse, case(4 * small), what, runs)
+        if big > GROWTH * little + SLACK:  # measured once more, best of three, before it counts: a
+            little = best_time(parse, case(small), what, 3)  # collection or a busy neighbour can
+            big = best_time(parse, case(4 * small), what, 3)  # land in one run
         if big > GROWTH * little + SLACK:
             slow.append(f"{label}: {little * 1e3:.1f} ms, 4× the text {big * 1e3:.1f} ms")
     assert not slow, f"{name} grows faster than linearly:\n" + "\n".join(slow)

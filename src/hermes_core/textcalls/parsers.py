@@ -416,9 +416,10 @@ class GlmParser(TagParser):
 
     name = "glm"
     tags = (TOOL_CALL,)
-    _block = re.compile(rf"\s*(?P<name>{NAME})(?:\s|\\n)*(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
+    # possessive runs (`*+`): a run of whitespace is never given back, so it keeps no state per character
+    _block = re.compile(rf"\s*(?P<name>{NAME})(?:\s|\\n)*+(?P<arguments>(?:<arg_key>.*)?)", re.DOTALL)
     _pair = re.compile(
-        r"(?:\s|\\n)*<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)",
+        r"(?:\s|\\n)*+<arg_key>(?P<key>.*?)</arg_key>(?:\s|\\n)*+<arg_value>(?P<value>.*?)(?:</arg_value>|\Z)",
         re.DOTALL,
     )
 
@@ -818,7 +819,8 @@ def holds_whole_message(text: str) -> bool:
 def open_block_closers(text: str, parsers: Parsers) -> tuple[str, ...] | None:
     """The closing tags the block opening at the start of `text` waits for (empty: it runs to the
     end), or None if `text` does not start with an open block."""
-    found = _next_opening(text, 0, _tags_of(parsers)) if text[:1] in ("<", "[") else None
+    tags = _tags_of(parsers)  # a start literal at 0 (a tag may start with a letter: `functools[`)
+    found = _next_opening(text, 0, tags) if tags and _starts_of(tags).match(text) else None
     if found is None or found[1].start() != 0 or found[0].close(text, found[1].end()) is not None:
         return None
     closer = found[0].closer
