@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -143,8 +144,6 @@ async def test_the_prune_command_deletes_now_and_says_what_it_deleted(
 def test_the_prune_command_before_anything_was_stored(tmp_path: Path) -> None:
     config = tmp_path / "hermes.yaml"
     config.write_text(f"gateway: {{data_dir: '{tmp_path / 'data'}'}}\n", encoding="utf-8")
-    import subprocess
-
     done = subprocess.run([sys.executable, "-m", "hermes_core", "--config", str(config), "prune"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0 and "nothing stored yet" in done.stdout, done

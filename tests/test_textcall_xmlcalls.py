@@ -173,27 +173,36 @@ VALUES = {"code": "1", "flag": "true", "count": " 42 ", "ratio": "2.5", "on": "f
           "tags": "['a', 'b']", "meta": '{"k": 1}', "nick": "null", "free": "7", "extra": "8"}  # fmt: skip
 TYPED = {"code": "1", "flag": "true", "count": 42, "ratio": 2.5, "on": False,
          "tags": ["a", "b"], "meta": {"k": 1}, "nick": None, "free": 7, "extra": 8}  # fmt: skip
+
+
+def written(head: str, parameter: str, tail: str) -> str:
+    """`save` with VALUES: `head`, each value as `parameter` ({k}: its name, {v}: its text), `tail`."""
+    return head + "".join(parameter.format(k=k, v=v) for k, v in VALUES.items()) + tail
+
+
 WRITTEN = {  # `save` with VALUES in each format that writes values as text
-    "qwen3_coder": "<tool_call><function=save>"
-    + "".join(f"<parameter={k}>{v}</parameter>" for k, v in VALUES.items())
-    + "</function></tool_call>",
-    "glm": "<tool_call>save"
-    + "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in VALUES.items())
-    + "</tool_call>",
-    "minimax_m2": '<minimax:tool_call><invoke name="save">'
-    + "".join(f'<parameter name="{k}">{v}</parameter>' for k, v in VALUES.items())
-    + "</invoke></minimax:tool_call>",
-    "step3": '<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="save">'
-    + "".join(f'<steptml:parameter name="{k}">{v}</steptml:parameter>' for k, v in VALUES.items())
-    + "</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
-    "seed_oss": "<seed:tool_call><function=save>"
-    + "".join(f"<parameter={k}>{v}</parameter>" for k, v in VALUES.items())
-    + "</function></seed:tool_call>",
-    "deepseek_dsml": '<｜DSML｜function_calls><｜DSML｜invoke name="save">'
-    + "".join(
-        f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>' for k, v in VALUES.items()
-    )
-    + "</｜DSML｜invoke></｜DSML｜function_calls>",
+    "qwen3_coder": written(
+        "<tool_call><function=save>", "<parameter={k}>{v}</parameter>", "</function></tool_call>"
+    ),
+    "glm": written("<tool_call>save", "<arg_key>{k}</arg_key><arg_value>{v}</arg_value>", "</tool_call>"),
+    "minimax_m2": written(
+        '<minimax:tool_call><invoke name="save">',
+        '<parameter name="{k}">{v}</parameter>',
+        "</invoke></minimax:tool_call>",
+    ),
+    "step3": written(
+        '<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name="save">',
+        '<steptml:parameter name="{k}">{v}</steptml:parameter>',
+        "</steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+    ),
+    "seed_oss": written(
+        "<seed:tool_call><function=save>", "<parameter={k}>{v}</parameter>", "</function></seed:tool_call>"
+    ),
+    "deepseek_dsml": written(
+        '<｜DSML｜function_calls><｜DSML｜invoke name="save">',
+        '<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>',
+        "</｜DSML｜invoke></｜DSML｜function_calls>",
+    ),
 }
 
 
