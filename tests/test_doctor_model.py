@@ -115,8 +115,9 @@ def test_tool_calls_written_as_text_are_recognised(tmp_path: Path) -> None:
         fake.text_tool_calls = True
         code, lines, output = doctor({"HERMES_BASE_URL": fake.base_url, "HERMES_MODEL": "m1"}, tmp_path)
     line = lines["model tools"]
-    assert line.startswith("OK") and "writes tool calls as text (hermes format)" in line, output
-    assert "set model.tool_mode: text" in line
+    assert line.startswith("OK") and "writes tool calls as text, Hermes <tool_call> JSON" in line, output
+    assert "(`hermes`)" in line and "reads only this family" in line
+    assert "set model.tool_mode: text and model.tool_format: hermes" in line
     assert code == 0
 
 
@@ -130,7 +131,38 @@ def test_text_mode_configured_and_the_model_follows_it(tmp_path: Path) -> None:
         probe = fake.requests[-1]
     assert code == 0, output
     assert lines["model tools"].startswith("OK") and "text mode" in lines["model tools"]
+    assert "(`hermes`)" in lines["model tools"]  # the family it was read in
     assert probe.tools == [] and "<tools>" in probe.messages[0]["content"]
+
+
+def qwen3_coder_call(request: RecordedRequest) -> FakeReply:
+    """A Qwen3-Coder served without its tool parser: the call in the model's own XML, as text."""
+    return FakeReply.text(
+        "<tool_call>\n<function=calculator>\n<parameter=expression>\n6*7\n</parameter>\n</function>\n</tool_call>"
+    )
+
+
+@pytest.mark.parametrize("pinned", [None, "qwen3_coder", "glm"])
+def test_doctor_names_the_family_and_a_wrong_pinned_one_fails(tmp_path: Path, pinned: str | None) -> None:
+    """doctor names the family the model writes (Qwen3-Coder XML) and says to pin it; a
+    `model.tool_format` that names another family would show the calls as text: FAIL."""
+    with FakeOpenAIServer(handler=qwen3_coder_call) as fake:
+        config = f"model:\n  name: Qwen3-Coder-30B-A3B\n  base_url: {fake.base_url}\n"
+        code, lines, output = doctor({}, tmp_path, config + (f"  tool_format: {pinned}\n" if pinned else ""))
+    line = lines["model tools"]
+    assert "writes tool calls as text, Qwen3-Coder XML (`qwen3_coder`)" in line, output
+    if pinned == "glm":
+        assert line.startswith("FAIL") and "model.tool_format says glm" in line, output
+        assert "set model.tool_format: qwen3_coder" in line and code == 1
+    else:
+        assert line.startswith("OK") and "model.tool_format: qwen3_coder" in line and code == 0, output
+
+
+def test_an_unknown_pinned_family_is_a_configuration_error(tmp_path: Path) -> None:
+    with FakeOpenAIServer() as fake:
+        config = f"model:\n  name: m1\n  base_url: {fake.base_url}\n  tool_format: qwen4\n"
+        code, lines, output = doctor({}, tmp_path, config)
+    assert code == 1 and "unknown tool-call family 'qwen4'" in output and "qwen3_coder" in output, output
 
 
 def test_a_model_that_ignores_the_tool_fails_the_check(tmp_path: Path) -> None:

@@ -191,14 +191,16 @@ async def check_model(settings: Settings) -> Check:
 async def check_model_tools(settings: Settings) -> Check:
     """Offer one tool and see how the model calls it; say which `model.tool_mode` fits."""
     from .kernel.model import ModelError, ModelRequestRejected
+    from .models.families import family_of_model, family_title
     from .textcalls import parse_text_calls
     from .textcalls.wrapper import TextToolCalls, _refuses_tools
     from .tools.examples import calculator_tool
 
     name, endpoint, mode = "model tools", model_endpoint(settings), settings.model.tool_mode
+    pinned = settings.model.tool_format
     assert endpoint is not None  # only run after the endpoint answered
     inner = _probe_client(settings, endpoint, max_tokens=256)
-    client = TextToolCalls(inner, mode="text") if mode == "text" else inner
+    client = TextToolCalls(inner, mode="text", family=pinned) if mode == "text" else inner
     messages = [
         {"role": "system", "content": "You are a helpful assistant. Use the tools you are given."},
         {"role": "user", "content": "What is 6 times 7? Use the calculator tool to compute it."},
@@ -217,25 +219,29 @@ async def check_model_tools(settings: Settings) -> Check:
     finally:
         await client.aclose()
     if mode == "text":
-        if response.tool_calls:
-            return Check("OK", name, "text mode: the call came back as <tool_call> text and was read; "
-                         "model.tool_mode: text is right")  # fmt: skip
+        family = client.families.get(inner.name) if isinstance(client, TextToolCalls) else None
+        if response.tool_calls and family:
+            return Check("OK", name, f"text mode: the call came back as text, {family_title(family)}, and "
+                         "was read; model.tool_mode: text is right")  # fmt: skip
         return Check("FAIL", name, "text mode: the model answered without calling the tool",
                      "try model.tool_mode: native, or a model that follows tool instructions")  # fmt: skip
     if response.tool_calls:
+        expected = family_of_model(endpoint.model)
+        hint = f"; left in the text, its calls would be {family_title(expected)}" if expected else ""
         return Check("OK", name, f"native tool calls ({response.tool_calls[0].name}); model.tool_mode: "
-                     f"{mode} works (native or auto)")  # fmt: skip
+                     f"{mode} works (native or auto){hint}")  # fmt: skip
     parsed = parse_text_calls(response.content or "")
     if parsed.calls:
-        detail = (
-            f"the model writes tool calls as text ({parsed.calls[0].format} format), not native tool_calls"
-        )
-        fix = "set model.tool_mode: text" + (
+        family = parsed.calls[0].format
+        detail = f"the model writes tool calls as text, {family_title(family)}, not native tool_calls"
+        if pinned and family not in (pinned, "hermes"):
+            return Check("FAIL", name, f"{detail}; model.tool_format says {pinned}, so they would be shown "
+                         "as text", f"set model.tool_format: {family}")  # fmt: skip
+        fix = f"set model.tool_mode: text and model.tool_format: {family}" + (
             "" if mode == "auto" else " (native still reads them, but text fits)"
         )
-        return Check(
-            "OK", name, detail + ("; auto switches to text on the first one" if mode == "auto" else ""), fix
-        )
+        auto = "; auto switches to text on the first one and reads only this family from then on"
+        return Check("OK", name, detail + (auto if mode == "auto" else ""), fix)
     return Check("FAIL", name, "the model answered without calling the offered tool",
                  "set model.tool_mode: text and run doctor again, or use a tool-calling model")  # fmt: skip
 

@@ -54,7 +54,9 @@ class TaskStack:
 def model_client(agent: Agent) -> ModelClient:
     """Layers 2–5 for `agent`: what every task of the agent shares."""
     inner = agent.model if isinstance(agent.model, ModelClient) else agent._build_client()
-    client: ModelClient = TextToolCalls(inner, mode=agent.tool_mode, think_open=agent.think_open)
+    client: ModelClient = TextToolCalls(
+        inner, mode=agent.tool_mode, think_open=agent.think_open, family=agent.tool_format
+    )
     if agent.route_tools_above is not None:
         from .tools.routing import RoutedTools, ToolRouter
 

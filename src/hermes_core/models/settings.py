@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, ConfigDict, Field
+from pydantic import AliasChoices, ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass
 
 from ..kernel.model import ToolMode
+from .families import FAMILIES
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -73,9 +74,19 @@ class ModelSettings:
     retry_budget: Annotated[int | None, Field(ge=1)] = None  # upstream calls per model and request
     upstream_retries: Annotated[int | None, Field(ge=0)] = None  # None: the preset's (0 without one)
     tool_mode: ToolMode = "auto"  # native | text | auto: how tools reach the model (textcalls/wrapper.py)
+    # the family of text tool calls the model writes (models/families.py): only it (and the Hermes
+    # format of text mode) is read; None: every family, until `auto` recognises one in a reply
+    tool_format: str | None = None
     think_open: bool = False  # the model's template opens <think> in the prompt (R1, QwQ, Qwen3 thinking)
     routes: list[ModelRoute] = field(default_factory=list)  # cheaper models for simple questions
     vision: bool = False  # the model (and its fallbacks) takes pictures as image parts (docs/media.md)
+
+    @field_validator("tool_format")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        if value is not None and value not in FAMILIES:
+            raise ValueError(f"unknown tool-call family {value!r}; known: {', '.join(FAMILIES)}")
+        return value
 
     @property
     def name(self) -> str | None:

@@ -17,6 +17,12 @@ reach the model:
   (context length, an orphan tool message, missing tool results, Groq's `tool_use_failed`,
   DeepSeek's missing `reasoning_content`) is about something else and never leaves native mode;
   a refused tool schema is reported as that, naming the tool.
+
+Every format is read until the model's family is known (models/families.py): given up front
+(`family`, the `model.tool_format` setting) or, in `auto`, recognised from the first call a model
+writes as text (`families`, logged, shown by doctor). From then on only that family and the Hermes
+format the text-mode prompt asks for are read, as a server runs one tool parser per model: a
+reply that explains JSON or writes `[name(…)]` as an example is no longer taken for a call.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from ..kernel.model import (
     emit_text,
     offered_to,
 )
+from ..models.families import family_title
 
 TOOL_MODES: tuple[str, ...] = get_args(ToolMode)  # declared once, in kernel/model.py
 
@@ -70,18 +77,29 @@ class TextToolCalls(ModelWrapper):
         formats: Sequence[str] | None = None,
         *,
         think_open: bool = False,
+        family: str | None = None,
     ) -> None:
         """`think_open`: the model's chat template opens `<think>` in the prompt (DeepSeek-R1, QwQ,
         Qwen3 thinking), so its replies start inside reasoning. Streaming cannot take back text it
-        has shown, so this must be known up front rather than guessed from the reply."""
+        has shown, so this must be known up front rather than guessed from the reply. `family`: the
+        text-call format the model writes (see the module doc); `formats`, if given, wins."""
         if mode not in TOOL_MODES:
             raise ValueError(f"tool mode must be one of {', '.join(TOOL_MODES)}, got {mode!r}")
         super().__init__(inner)
         self.mode = mode
         self.formats = formats
         self.think_open = think_open
+        self.family = family
         self.text_mode_models: set[str] = set()  # models `auto` has switched to text mode
         self.decisions: dict[str, str] = {}  # model → why `auto` chose text mode for it
+        self.families: dict[str, str] = {}  # model → the family of its first call written as text
+
+    def read_formats(self) -> Sequence[str] | None:
+        """The formats read from this model's replies (None: all of them); see the module doc."""
+        known = self.family or (self.families.get(self.inner.name) if self.mode == "auto" else None)
+        if self.formats is not None or known is None:
+            return self.formats
+        return (known,) if known == "hermes" else (known, "hermes")
 
     def uses_text_mode(self) -> bool:
         return self.mode == "text" or (self.mode == "auto" and self.inner.name in self.text_mode_models)
@@ -95,7 +113,7 @@ class TextToolCalls(ModelWrapper):
     ) -> ModelResponse:
         text_mode = bool(tools) and self.uses_text_mode()
         try:
-            response, calls_in_text = await self._complete(messages, tools, text_mode, on_text)
+            response, family = await self._complete(messages, tools, text_mode, on_text)
         except ModelRequestRejected as exc:
             schema = schema_refusal(exc) if tools and not text_mode else None
             if schema is not None:
@@ -103,9 +121,15 @@ class TextToolCalls(ModelWrapper):
             if not (self.mode == "auto" and tools and not text_mode and _refuses_tools(exc)):
                 raise
             self._decide(f"the endpoint refuses the tools parameter (HTTP {exc.status}: {exc})")
-            return (await self._complete(messages, tools, True, on_text))[0]
-        if self.mode == "auto" and tools and not text_mode and calls_in_text:
-            self._decide("the model writes tool calls as text")
+            response, family = await self._complete(messages, tools, True, on_text)
+        else:
+            if self.mode == "auto" and tools and not text_mode and family:
+                self._decide(f"the model writes tool calls as text, {family_title(family)}")
+        if family and self.inner.name not in self.families:
+            self.families[self.inner.name] = family
+            if self.mode == "auto" and not self.family and self.formats is None:
+                log.warning("model %s: its tool calls are read as %s from now on", self.inner.name,
+                            family_title(family))  # fmt: skip
         return response
 
     def _decide(self, reason: str) -> None:
@@ -120,26 +144,28 @@ class TextToolCalls(ModelWrapper):
         tools: list[dict[str, Any]] | None,
         text_mode: bool,
         on_text: TextCallback | None,
-    ) -> tuple[ModelResponse, bool]:
-        """One call in the chosen mode; also says whether the calls came from the text."""
+    ) -> tuple[ModelResponse, str | None]:
+        """One call in the chosen mode; also the family of the calls if they came from the text."""
         # Written into the prompt, the tools reach whichever model answers: only those every one may use.
         sent = render_text_mode(messages, offered_to_all(self.models, tools)) if text_mode else messages
+        formats = self.read_formats()
         if on_text is None:
             response = await self.inner.complete(sent, None if text_mode else tools)
         else:
-            response = await self._complete_streaming(sent, None if text_mode else tools, on_text)
-        found = extract_text_calls(
-            response, self.formats, think_open=self.think_open, conversation=messages, tools=tools
-        )
-        return found, bool(found.tool_calls) and not response.tool_calls
+            response = await self._complete_streaming(sent, None if text_mode else tools, on_text, formats)
+        return _with_text_calls(response, formats, self.think_open, messages, tools)
 
     async def _complete_streaming(
-        self, messages: list[Message], tools: list[dict[str, Any]] | None, on_text: TextCallback
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        on_text: TextCallback,
+        formats: Sequence[str] | None,
     ) -> ModelResponse:
         """Stream visible text only: partial tags, calls and reasoning are held back."""
         from .stream import StreamingTextCallParser
 
-        parser = StreamingTextCallParser(self.formats, think_open=self.think_open)
+        parser = StreamingTextCallParser(formats, think_open=self.think_open)
 
         async def visible(piece: str) -> None:
             shown = parser.feed(piece).text
@@ -166,18 +192,29 @@ def extract_text_calls(
     The calls are named after `conversation` (the request), so their ids differ from turn to turn
     and stay the same when the same conversation is sent again; without it, at random. `tools`
     (the request's) type the values that XML-style formats write as text (textcalls/schema.py)."""
+    return _with_text_calls(response, formats, think_open, conversation, tools)[0]
+
+
+def _with_text_calls(
+    response: ModelResponse,
+    formats: Sequence[str] | None,
+    think_open: bool,
+    conversation: list[Message] | None,
+    tools: list[dict[str, Any]] | None,
+) -> tuple[ModelResponse, str | None]:
+    """`extract_text_calls`, and the family of the first call read from the text (None: none was)."""
     if not response.content or not _may_hold_calls(response.content, think_open):
-        return response
+        return response, None
     from .parsers import parse_text_calls
 
     parsed = parse_text_calls(response.content, formats, think_open=think_open, tools=tools)
     if response.tool_calls:  # native calls win; the text only loses its reasoning block
         return replace(response, content=parsed.content if parsed.reasoning else response.content,
-                       reasoning=parsed.reasoning or response.reasoning)  # fmt: skip
+                       reasoning=parsed.reasoning or response.reasoning), None  # fmt: skip
     if not parsed.calls and parsed.reasoning is None:
         if parsed.content == response.content.strip():
-            return response
-        return replace(response, content=parsed.content)  # markup that holds no call: a bare [TOOL_CALLS]
+            return response, None
+        return replace(response, content=parsed.content), None  # markup holding no call: a bare [TOOL_CALLS]
     # ids unique across the whole history: some servers reject a conversation that reuses one, and
     # an approval or a journaled result is found by its call's id (tasks/)
     digest = request_digest(conversation) if conversation is not None else uuid.uuid4().hex[:12]
@@ -189,7 +226,7 @@ def extract_text_calls(
         reasoning=parsed.reasoning or response.reasoning,
         # a call written in text and cut by the token limit stays "length": none runs (kernel/guards.py)
         finish_reason="tool_calls" if calls and not response.cut_off else response.finish_reason,
-    )
+    ), (parsed.calls[0].format if parsed.calls else None)
 
 
 def offered_to_all(models: Collection[str], tools: list[dict[str, JSON]] | None) -> list[dict[str, JSON]]:
