@@ -772,6 +772,11 @@ class ThinkSplitter:
     def reasoning(self) -> str | None:
         return joined_reasoning(self._thoughts)
 
+    @property
+    def idle(self) -> bool:
+        """Outside a thought, holding nothing: a piece without `<` or `[` passes through unchanged."""
+        return not self.inside and not self._held
+
 
 def joined_reasoning(thoughts: Sequence[str]) -> str | None:
     """Thoughts joined by a blank line; None when all are empty."""
@@ -819,7 +824,7 @@ def holds_whole_message(text: str) -> bool:
 def open_block_closers(text: str, parsers: Parsers) -> tuple[str, ...] | None:
     """The closing tags the block opening at the start of `text` waits for (empty: it runs to the
     end), or None if `text` does not start with an open block."""
-    tags = _tags_of(parsers)  # a start literal at 0 (a tag may start with a letter: `functools[`)
+    tags = tags_of(parsers)  # a start literal at 0 (a tag may start with a letter: `functools[`)
     found = _next_opening(text, 0, tags) if tags and _starts_of(tags).match(text) else None
     if found is None or found[1].start() != 0 or found[0].close(text, found[1].end()) is not None:
         return None
@@ -897,7 +902,7 @@ def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) ->
     tail that may grow into an opening tag) and return how much of `text` was used. A block that
     holds no call is visible text. `offset` is where `text` starts, for the spans.
     """
-    tags = _tags_of(parsers)
+    tags = tags_of(parsers)
     segments: list[Segment] = []
     pos = 0
     while (found := _next_opening(text, pos, tags)) is not None:
@@ -912,13 +917,13 @@ def scan_blocks(text: str, parsers: Parsers, *, final: bool, offset: int = 0) ->
         read = _read_block(_owners(parsers)[tag], opening, text[opening.end() : body_end], span)
         segments.append(text[opening.start() : end] if read is None else read)
         pos = end
-    held = len(text) if final else _partial_opening(text, pos, tags)
+    held = len(text) if final else partial_opening(text, pos, tags)
     segments.append(text[pos:held])
     return segments, held
 
 
 @lru_cache(maxsize=32)
-def _tags_of(parsers: Parsers) -> tuple[Tag, ...]:
+def tags_of(parsers: Parsers) -> tuple[Tag, ...]:
     return tuple(dict.fromkeys(tag for _, p in parsers if isinstance(p, TagParser) for tag in p.tags))
 
 
@@ -944,7 +949,7 @@ def _starts_of(tags: tuple[Tag, ...]) -> re.Pattern[str]:
     return re.compile("|".join(map(re.escape, literals)))
 
 
-def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
+def partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     """Where a tail that may grow into an opening tag begins (len(text) if there is none).
 
     Most such tails hold no `<` or `[` after their first character, so only the last one can start
@@ -952,22 +957,35 @@ def _partial_opening(text: str, pos: int, tags: tuple[Tag, ...]) -> int:
     for from its own start literal too, and one that starts with a letter from each place in the
     last few characters where that letter stands.
     """
-    starts = [max(text.rfind(char, pos) for char in "<[")]
-    for word in _word_starts(tags):  # `to=funct`: its first letter may come again in the tail
-        starts += [at for at in range(max(pos, len(text) - len(word)), len(text)) if text[at] == word[0]]
-    for tag in _nested(tags):
-        if (at := text.rfind(tag.start, max(pos, len(text) - _LONGEST_PARTIAL))) >= 0:
-            starts.append(at)
-    led_by = _led_by(tags, 1)
+    starts = [max(text.rfind("<", pos), text.rfind("[", pos))]
+    for word in word_starts(tags):  # `to=funct`: its first letter may come again in the tail
+        at = text.find(word[0], max(pos, len(text) - len(word)))
+        while at >= 0:
+            if word.startswith(text[at:]):  # so short a tail can only match its partial so
+                starts.append(at)
+            at = text.find(word[0], at + 1)
+    window = max(pos, len(text) - _LONGEST_PARTIAL)
+    starts += [at for start in _nested_starts(tags) if (at := text.rfind(start, window)) >= 0]
+    partials = _partials_led_by(tags)
     for start in sorted(starts) if len(starts) > 1 else starts:
-        if start >= 0 and any(tag.partial.fullmatch(text, start) for tag in led_by.get(text[start], ())):
+        if start >= 0 and (partial := partials.get(text[start])) and partial.fullmatch(text, start):
             return start
     return len(text)
 
 
 @lru_cache(maxsize=32)
-def _nested(tags: tuple[Tag, ...]) -> tuple[Tag, ...]:
-    return tuple(tag for tag in tags if tag.nested)
+def _partials_led_by(tags: tuple[Tag, ...]) -> dict[str, re.Pattern[str]]:
+    """By first character, one pattern that fully matches what any tag's `partial` does: a single
+    match in C instead of one per tag (thirty-odd start with `<`)."""
+    return {
+        head: re.compile("|".join(f"(?:{tag.partial.pattern})" for tag in led))
+        for head, led in _led_by(tags, 1).items()
+    }
+
+
+@lru_cache(maxsize=32)
+def _nested_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(tag.start for tag in tags if tag.nested))
 
 
 @lru_cache(maxsize=32)
@@ -979,15 +997,23 @@ def _led_by(tags: tuple[Tag, ...], width: int) -> dict[str, tuple[Tag, ...]]:
 
 
 @lru_cache(maxsize=32)
-def _word_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
+def word_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
     return tuple(sorted({tag.start for tag in tags if tag.start[0].isalpha()}))
+
+
+@lru_cache(maxsize=32)
+def word_tail(tags: tuple[Tag, ...]) -> re.Pattern[str] | None:
+    """A text that ends in a partial letter-led opening (`funct`, `to=functions.f`) matches this
+    from `len(text) - 400` on (a filter: `partial_opening` says where); None: no such tag."""
+    partials = [tag.partial.pattern for tag in tags if tag.start[0].isalpha()]
+    return re.compile("|".join(f"(?:{partial})\\Z" for partial in partials)) if partials else None
 
 
 @lru_cache(maxsize=32)
 def _owners(parsers: Parsers) -> dict[Tag, tuple[tuple[str, TagParser], ...]]:
     """For each tag, the formats that own it, in parse order."""
     tag_parsers = [(name, parser) for name, parser in parsers if isinstance(parser, TagParser)]
-    return {tag: tuple((n, p) for n, p in tag_parsers if tag in p.tags) for tag in _tags_of(parsers)}
+    return {tag: tuple((n, p) for n, p in tag_parsers if tag in p.tags) for tag in tags_of(parsers)}
 
 
 def _read_block(
@@ -1026,13 +1052,16 @@ class ContentBuilder:
     def add(self, piece: str) -> str:
         """The text that is final now."""
         body = piece.lstrip()
-        (self._after if self._gap else self._before).add(piece[: len(piece) - len(body)])
+        if len(body) < len(piece):
+            (self._after if self._gap else self._before).add(piece[: len(piece) - len(body)])
         if not body:
             return ""
         space = _longer(self._before, self._after) if self._gap else self._before
         text = body.rstrip()
         released = space.text() + text if self._started else text
-        self._started, self._gap, self._before, self._after = True, False, _Space(body[len(text) :]), _Space()
+        if self._gap:
+            self._gap, self._after = False, _Space()
+        self._started, self._before = True, _Space(body[len(text) :])
         return released
 
 

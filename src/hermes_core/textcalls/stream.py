@@ -15,6 +15,7 @@ back: everything shown, plus `flush().text`, is `finish().content`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,16 +31,21 @@ from .parsers import (
     may_be_whole_message,
     open_block_closers,
     parse_selected,
+    partial_opening,
     release,
     scan_blocks,
     select_parsers,
     slow_read_budget,
+    tags_of,
     typed_by_schema,
     typed_call,
+    word_starts,
+    word_tail,
 )
 from .schema import tool_properties
 
 _LONGEST_CLOSER = 64  # characters: every format's closing tags are shorter
+_LONGEST_PARTIAL = 400  # characters: no opening tag is longer (parsers.py)
 
 
 @dataclass
@@ -66,6 +72,10 @@ class StreamingTextCallParser:
     ) -> None:
         """`tools` (the request's) type the values a format writes as text, as in `parse_text_calls`."""
         self._parsers = select_parsers(formats)
+        self._tags = tags_of(self._parsers)
+        words = word_starts(self._tags)  # tag starts that hold no `<` or `[`
+        self._words = re.compile("|".join(map(re.escape, words))) if words else None
+        self._word_tail = word_tail(self._tags)
         self._tools = tools
         self._schemas = tool_properties(tools)
         self._think_open = think_open
@@ -90,6 +100,8 @@ class StreamingTextCallParser:
         """Add the next piece of the reply; return what can be released now."""
         if self._result is not None:
             raise RuntimeError("the stream has ended: feed() after finish() or flush()")
+        if self._plain(piece):
+            return self._release_plain(piece)
         self._pieces.append(piece)
         new = self._thoughts.feed(piece)
         if not new or self._still_held(new):
@@ -107,6 +119,32 @@ class StreamingTextCallParser:
         self._closers = open_block_closers(self._pending, self._parsers)
         text, calls = release(segments, self._content)
         return self._sent(text, [typed_call(call, self._schemas) for call in calls])
+
+    def _plain(self, piece: str) -> bool:
+        """Whether `piece` is prose that follows released text: nothing is held or open and it has
+        no `<`, `[` or letter-led tag start, so no tag or thought can begin in it but at its end."""
+        return (
+            not self._pending
+            and self._closers is None
+            and self._scanning
+            and not self._unread
+            and "<" not in piece
+            and "[" not in piece
+            and self._thoughts.idle
+            and not (self._words and self._words.search(piece))
+        )
+
+    def _release_plain(self, piece: str) -> StreamUpdate:
+        """`feed` for a plain piece, as the general path would read it (about 4× cheaper per piece,
+        which is most of a long reply's cost): only a tail that may start a letter-led tag is held."""
+        self._pieces.append(piece)
+        self._tail = (self._tail + piece)[-_LONGEST_CLOSER:]
+        tail = self._word_tail
+        held = len(piece)
+        if tail is not None and tail.search(piece, max(0, len(piece) - _LONGEST_PARTIAL)):
+            held = partial_opening(piece, 0, self._tags)
+        self._pending, self._offset = piece[held:], self._offset + held
+        return self._sent(self._content.add(piece[:held]), [])
 
     def _still_held(self, new: str) -> bool:
         """Whether `new` cannot release anything, so it is only kept (in `_unread`): the reply is a
