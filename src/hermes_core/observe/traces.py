@@ -51,6 +51,7 @@ from ..kernel.tools import ToolRegistry
 from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..storage import SQLiteDatabase
+from ..tasks.fence import ClaimLost
 from .logs import bind_task, log_event, task_context, unbind_task
 from .metrics import MODEL_SECONDS, OTHER_TOOL, TOOL_SECONDS, count_tokens
 
@@ -494,6 +495,9 @@ class TaskTrace(TaskHooks):
         if self.done:
             return
         self.done = True
+        if isinstance(error, ClaimLost):  # the task is another node's now: its record is the one kept
+            self.end_span(self.span, {"hermes.stop_reason": "claim_lost"}, None)
+            return
         try:
             with self.bound():
                 log_event("error", logging.ERROR, stage="task", error=describe_error(error))
