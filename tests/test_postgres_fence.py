@@ -207,6 +207,7 @@ def test_a_node_paused_past_its_lease_does_not_run_the_tool_again_when_it_wakes(
         assert handler.calls == 3  # A's first call, B's two; A asked nothing more
         assert "not answered here" in first.output()  # logged
         assert "Traceback" not in first.output() and "X-ray" not in first.output()  # not a failed task
+        assert " ERROR " not in first.output()
         assert first.process.poll() is None and second.process.poll() is None
     finally:
         for node in nodes:
