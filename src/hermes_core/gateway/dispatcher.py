@@ -573,7 +573,8 @@ class Gateway:
         in flight across every process sharing the store); an earlier message of the conversation
         that another process left pending runs first. A message a sweep found already run
         `poison_attempts` times is set aside instead, under the claim: no other process runs it
-        meanwhile."""
+        meanwhile. A turn whose claim another process took over (`ClaimLost`) is that process's
+        to answer; `message`, if it was not that turn, waits for the claim again."""
         while True:
             async with self.store.turn_claim(message) as turn:
                 if turn is None:  # done already, by another process
@@ -589,7 +590,6 @@ class Gateway:
                         await self._run_turn(turn)
                     except ClaimLost as lost:  # paused past the lease: the claim's new holder answers
                         log.warning("inbox %s not answered here: %s", turn.id, lost)
-                        return
             if turn.id == message.id:
                 return
 
