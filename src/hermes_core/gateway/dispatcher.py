@@ -22,6 +22,9 @@ would: in their conversation's lane, under `turn_claim` — so a turn is run onc
 sweep at once, or a new message races the sweep — with the attempt counted, the journal replaying
 what the dead turn had done (a tool call cut off at level ≥ 1 is not run again: its outcome is
 unknown), and a message already run `poison_attempts` times set aside instead, under the claim.
+A node that was only paused (not dead) past its lease wakes up to a claim another node holds: its
+turn's next durable write — the journal's, `complete` — is refused (`ClaimLost`, tasks/fence.py)
+and the turn ends here quietly, no tool run and no reply: the claim's holder answers.
 
 A message its sender took back before its turn started (a Feishu recall: `store.withdraw`) is
 not run: `begin_attempt` answers 0 for it, in this process and after a restart.
@@ -63,6 +66,7 @@ from ..kernel.redaction import redact_text
 from ..kernel.replies import detect_language, fixed_reply
 from ..observe.metrics import ACKS, SENDS, THROTTLED, TURN_SECONDS, TURNS
 from ..storage import StoreUnavailable
+from ..tasks.fence import ClaimLost
 from ..tools.secret_handles import hide
 from .commands import is_stop
 from .flood import FloodGate
@@ -569,7 +573,8 @@ class Gateway:
         in flight across every process sharing the store); an earlier message of the conversation
         that another process left pending runs first. A message a sweep found already run
         `poison_attempts` times is set aside instead, under the claim: no other process runs it
-        meanwhile."""
+        meanwhile. A turn whose claim another process took over (`ClaimLost`) is that process's
+        to answer; `message`, if it was not that turn, waits for the claim again."""
         while True:
             async with self.store.turn_claim(message) as turn:
                 if turn is None:  # done already, by another process
@@ -581,7 +586,10 @@ class Gateway:
                     for reply in await self._set_aside(turn, runs):
                         self._outbound.push(reply.conversation, reply)
                 else:
-                    await self._run_turn(turn)
+                    try:
+                        await self._run_turn(turn)
+                    except ClaimLost as lost:  # paused past the lease: the claim's new holder answers
+                        log.warning("inbox %s not answered here: %s", turn.id, lost)
             if turn.id == message.id:
                 return
 
@@ -614,7 +622,7 @@ class Gateway:
                 self._stopped.discard(message.id)  # a person's /stop: the message is answered, done
                 stopped = fixed_reply("task_stopped", detect_language(message.text))
                 texts, outcome = [Reply(stopped, error="stopped")], "stopped"
-            except StoreUnavailable:  # not the turn's failure: its lane runs it again later
+            except (StoreUnavailable, ClaimLost):  # not the turn's failure: run later, or elsewhere
                 raise
             except Exception:  # the agent loop does not raise; this guards a broken runner or tool host
                 log.exception("turn for %s message %s failed", message.channel, message.message_id)

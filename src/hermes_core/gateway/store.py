@@ -293,8 +293,10 @@ class GatewayStore(Records, Protocol):
         """Held while a turn of `message`'s conversation runs: gives the message to run now — the
         conversation's oldest pending one: `message`, or one before it that another node left —
         or None when `message` is no longer pending (it ran elsewhere). Where several processes
-        share the store (postgres/gateway.py) it is what keeps one turn per conversation in flight;
-        the embedded store serves one process, whose lanes do that already: it gives `message`."""
+        share the store (postgres/gateway.py) it is what keeps one turn per conversation in flight,
+        and while it is held the claim's fence is current (tasks/fence.py: the turn's writes are
+        refused once another process takes the claim over); the embedded store serves one
+        process, whose lanes do that already: it gives `message`, with no fence."""
         return _this_one(message)
 
     async def close(self) -> None:

@@ -51,6 +51,7 @@ from ..kernel.tools import ToolRegistry
 from ..kernel.tools.permissions import Caller
 from ..kernel.tools.registry import ToolOutcome
 from ..storage import SQLiteDatabase
+from ..tasks.fence import ClaimLost
 from .logs import bind_task, log_event, task_context, unbind_task
 from .metrics import MODEL_SECONDS, OTHER_TOOL, TOOL_SECONDS, count_tokens
 
@@ -400,7 +401,8 @@ class TaskTrace(TaskHooks):
             if outcome is not None:
                 self.tool_done(turn, started_at, outcome)
             elif error is not None:
-                log_event("error", logging.ERROR, stage="tool", tool=call.name, error=describe_error(error))
+                failure = describe_error(error)
+                log_event("error", _severity(error), stage="tool", tool=call.name, error=failure)
                 self.end_span(span, {}, error)
                 await self.crashed(error)
         finally:
@@ -430,7 +432,7 @@ class TaskTrace(TaskHooks):
             "request_messages_count": messages_count, "tools": tools, "response": raw, "error": failure,
         })  # fmt: skip
         if raw is None:
-            log_event("error", logging.ERROR, stage="model", error=failure, elapsed=elapsed)
+            log_event("error", _severity(error), stage="model", error=failure, elapsed=elapsed)
         else:
             log_event("model_response", elapsed=elapsed, **raw)
 
@@ -494,6 +496,9 @@ class TaskTrace(TaskHooks):
         if self.done:
             return
         self.done = True
+        if isinstance(error, ClaimLost):  # the task is another node's now: its record is the one kept
+            self.end_span(self.span, {"hermes.stop_reason": "claim_lost"}, None)
+            return
         try:
             with self.bound():
                 log_event("error", logging.ERROR, stage="task", error=describe_error(error))
@@ -616,6 +621,11 @@ def tracer_for(settings: Any) -> Tracer:
             raise ValueError(f"observe.otel: {exc}") from None
         spans = OTelSpans()
     return Tracer(store, xray_dir=xray_dir or None, spans=spans)
+
+
+def _severity(error: BaseException | None) -> int:
+    """How loud a step's error is logged: a claim another node took (tasks/fence.py) is no failure."""
+    return logging.WARNING if isinstance(error, ClaimLost) else logging.ERROR
 
 
 def describe_error(error: BaseException) -> str:

@@ -12,7 +12,10 @@ that other processes run the same statements at the same moment:
   row of `turn_claims` (a lease, timed by the database's clock, renewed while the turn runs) and
   then runs the conversation's oldest pending message; another node waits until the row is free.
   A node killed mid-turn stops renewing: after `lease_seconds` another node may take the
-  conversation up again (its journal replays what the dead turn had done);
+  conversation up again (its journal replays what the dead turn had done). Each take gets a new
+  epoch (one sequence), the turn's fence (tasks/fence.py): a node that was only paused past its
+  lease finds its next journal write or `complete` refused (`ClaimLost`), in the write's own
+  transaction, and stops without running a tool or queuing a reply;
 - orphaned_inbound: what every node's sweep looks for, every `sweep_seconds` (a third of the
   lease): pending messages whose conversation has no live claim — a node died mid-turn, or
   between accepting a message and taking it up. The sweeping node runs them through the same
@@ -37,7 +40,9 @@ from ..channels.seam import Earlier, InboundMessage, OutboundMessage
 from ..console.pages import DeadLetter
 from ..gateway.store import DEAD_LETTER_KEYS, GatewayStore, _dump, _error, _load, _withdrawn
 from ..kernel.redaction import redact_data, redact_text
+from ..tasks.fence import Fence, fenced
 from .database import PostgresDatabase
+from .fence import hold_claim
 from .migrations import GATEWAY
 from .sessions import PostgresSessionStore, append_turn
 
@@ -125,6 +130,7 @@ class PostgresGatewayStore(GatewayStore):
             await history.apply()
 
         async def complete(db: AsyncConnection) -> list[OutboundMessage]:
+            await hold_claim(db)  # under a claim another node has taken: nothing (ClaimLost)
             done = await db.execute(
                 "UPDATE inbox SET status = 'done', finished_at = %s WHERE id = %s AND status = 'pending'",
                 (time.time(), inbound_id),
@@ -363,25 +369,27 @@ class PostgresGatewayStore(GatewayStore):
     @asynccontextmanager
     async def turn_claim(self, message: InboundMessage) -> AsyncIterator[InboundMessage | None]:
         delay = 0.02
-        while (turn := await self.db.transaction(lambda db: self._claim(db, message))) is _WAIT:
+        while (claimed := await self.db.transaction(lambda db: self._claim(db, message))) is _WAIT:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.poll_seconds)
-        if turn is None:
+        if claimed is None:
             yield None
             return
-        renewing = asyncio.create_task(self._renew(message.conversation))
+        turn, fence = claimed
+        renewing = asyncio.create_task(self._renew(fence))
         try:
-            yield turn
+            with fenced(fence):  # the turn's writes are refused once another node takes the claim
+                yield turn
         finally:
             renewing.cancel()
             await asyncio.shield(self._release(message.conversation))
 
     async def _claim(self, db: AsyncConnection, message: InboundMessage) -> Any:
-        """`message`'s conversation for this node: the oldest pending message to run, `_WAIT` while
-        another node holds it, None when `message` is no longer pending. A claim this node holds
-        already is its own lane's, left by a try whose release the database did not take (it was
-        down): taken again at once, or let go when the message turns out done, so neither this
-        node nor another waits out the lease."""
+        """`message`'s conversation for this node: the oldest pending message to run with the
+        claim's fence (a new epoch), `_WAIT` while another node holds it, None when `message` is
+        no longer pending. A claim this node holds already is its own lane's, left by a try whose
+        release the database did not take (it was down): taken again at once (a new epoch), or let
+        go when the message turns out done, so neither this node nor another waits out the lease."""
         status = await (await db.execute("SELECT status FROM inbox WHERE id = %s", (message.id,))).fetchone()
         if status is None or status[0] != "pending":  # done; a claim of ours left by a lost release goes
             await db.execute("DELETE FROM turn_claims WHERE conversation = %s AND node = %s",
@@ -389,12 +397,12 @@ class PostgresGatewayStore(GatewayStore):
             return None
         taken = await (
             await db.execute(
-                "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at) "
-                f"VALUES (%s, %s, %s, {NOW} + %s) ON CONFLICT (conversation) "
-                "DO UPDATE SET node = excluded.node, "
-                "inbound_id = excluded.inbound_id, expires_at = excluded.expires_at "
+                "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at, epoch) "
+                f"VALUES (%s, %s, %s, {NOW} + %s, nextval('turn_claim_epochs')) ON CONFLICT (conversation) "
+                "DO UPDATE SET node = excluded.node, inbound_id = excluded.inbound_id, "
+                "expires_at = excluded.expires_at, epoch = excluded.epoch "
                 f"WHERE turn_claims.expires_at < {NOW} OR turn_claims.node = excluded.node "
-                "RETURNING node",
+                "RETURNING epoch",
                 (message.conversation, self.node, message.id, self.lease_seconds),
             )
         ).fetchone()
@@ -411,28 +419,31 @@ class PostgresGatewayStore(GatewayStore):
             await db.execute("DELETE FROM turn_claims WHERE conversation = %s AND node = %s",
                              (message.conversation, self.node))  # fmt: skip
             return None
+        fence = Fence(message.conversation, self.node, int(taken[0]))
         if row[0] == message.id:
-            return message
+            return message, fence
         await db.execute(
             "UPDATE turn_claims SET inbound_id = %s WHERE conversation = %s", (row[0], message.conversation)
         )
-        return _load(InboundMessage, row[1], id=row[0])
+        return _load(InboundMessage, row[1], id=row[0]), fence
 
-    async def _renew(self, conversation: str) -> None:
+    async def _renew(self, fence: Fence) -> None:
+        conversation = fence.conversation
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
                 kept = await self._count(
-                    f"UPDATE turn_claims SET expires_at = {NOW} + %s WHERE conversation = %s AND node = %s",
-                    (self.lease_seconds, conversation, self.node),
+                    f"UPDATE turn_claims SET expires_at = {NOW} + %s "
+                    "WHERE conversation = %s AND node = %s AND epoch = %s",
+                    (self.lease_seconds, conversation, self.node, fence.epoch),
                 )
             except Exception as exc:  # the database away for a moment: try again at the next third
                 log.warning("renewing the claim on conversation %s failed: %s", conversation,
                             redact_text(str(exc)))  # fmt: skip
                 continue
             if not kept:
-                log.warning("the claim on conversation %s expired while its turn ran (another node may "
-                            "run it too; its replies are queued once)", conversation)  # fmt: skip
+                log.warning("the claim on conversation %s is no longer this node's (it expired while the "
+                            "turn ran): the turn's next write is refused", conversation)  # fmt: skip
                 return
 
     async def _release(self, conversation: str) -> None:

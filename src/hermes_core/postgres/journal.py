@@ -2,7 +2,9 @@
 
 Entries are numbered per task under a transaction-scoped advisory lock on the task id, so two
 writers of one task (a turn taken up by another node after a lease expired) never collide on a
-number; `prune` deletes whole tasks, never a part.
+number; `prune` deletes whole tasks, never a part. A write of a turn running under a claim is
+fenced (tasks/fence.py): checked, in its transaction, against the claim's epoch, and refused
+(`ClaimLost`) once another node has taken the conversation.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..tasks.journal import JournalEntry, TaskJournal
 from .database import PostgresDatabase
+from .fence import hold_claim
 from .migrations import JOURNAL
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ class PostgresTaskJournal(TaskJournal):
         payload = json.dumps(data, ensure_ascii=False)
 
         async def insert(db: AsyncConnection) -> None:
+            await hold_claim(db)  # a turn whose claim another node took writes nothing (ClaimLost)
             await db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("journal:" + task_id,))
             await db.execute(
                 "INSERT INTO task_journal (task_id, seq, kind, data, at) "

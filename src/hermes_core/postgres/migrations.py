@@ -111,6 +111,12 @@ GATEWAY: dict[int, str] = {
         PRIMARY KEY (channel, chat_id)
     )
     """,
+    # 5: each take of a conversation's claim gets a new epoch, from one sequence (never reused, even
+    # after the row is deleted): the fencing token a turn's writes are checked against (tasks/fence.py)
+    5: """
+    CREATE SEQUENCE turn_claim_epochs;
+    ALTER TABLE turn_claims ADD COLUMN epoch BIGINT NOT NULL DEFAULT nextval('turn_claim_epochs')
+    """,
 }
 
 SESSIONS: dict[int, str] = {

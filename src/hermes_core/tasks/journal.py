@@ -17,6 +17,9 @@ again under the same task id, the loop replays the journal instead of repeating 
   done: run again, it asks its approval or question anew, and finds the decision or the answer.
 
 The loop itself knows nothing of this: `resume` wraps the model client and the tool registry.
+Where nodes share the journal (PostgreSQL), a turn's writes are fenced by its claim (tasks/fence.py):
+a write once another node has taken the conversation raises `ClaimLost`, which ends the task —
+the tool's start is written before it runs, so a node that lost its claim runs no tool.
 `TaskJournal` is the seam, a protocol of four methods (docs/seams.md; every implementation passes
 tests/contracts/test_journal_contract.py); `SQLiteTaskJournal` is the embedded default.
 Responses and results are journaled in the one record format of kernel/records.py (rows written before
