@@ -2,8 +2,10 @@
 
 The cases come from the report of issue 33 ("Scale-out that holds"), tried with two real nodes:
 a synchronous webhook retry that reaches the node that did not run the turn must get the reply the
-other node stores (it waited 120 s and answered 202). Every test starts real `serve` processes on
-a private PostgreSQL server (tests/pg_server.py) with the fake model over HTTP (tests/serve_process.py).
+other node stores (it waited 120 s and answered 202); a message that kills its node, restarted
+within the lease, must take it down at most twice (it crashed 8–12 times). Every test starts real
+`serve` processes on a private PostgreSQL server (tests/pg_server.py) with the fake model over
+HTTP (tests/serve_process.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,8 +21,11 @@ from pathlib import Path
 import pytest
 
 import hermes_core
+from hermes_core.kernel.replies import REPLIES
+from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Folder, Server
+from serve_process import Folder, Server, follow_the_words, wait
+from test_poison import KILLING_TOOLS
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, real processes
 
@@ -36,15 +42,26 @@ def turn_calls(model: FakeOpenAIServer) -> list[RecordedRequest]:
     return [request for request in model.requests if request.body.get("max_tokens") != 1]
 
 
+def node_folder(
+    path: Path, tools: str, config: str, model: FakeOpenAIServer, pg_url: str, **env: str
+) -> Folder:
+    """A folder to start serve nodes on `pg_url` in, with `tools` and `config`."""
+    path.mkdir(exist_ok=True)
+    folder = Folder(path, tools, config, model.base_url, HERMES_DATABASE_URL=pg_url, **env)
+    folder.env["PYTHONPATH"] += os.pathsep + SOURCE
+    return folder
+
+
 def nodes(tmp_path: Path, model: FakeOpenAIServer, pg_url: str, config: str = "", **env: str) -> list[Server]:
     """Two serve nodes on `pg_url`, each in its own folder with `config`."""
-    started = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        folder = Folder(tmp_path / name, "", config, model.base_url, HERMES_DATABASE_URL=pg_url, **env)
-        folder.env["PYTHONPATH"] += os.pathsep + SOURCE
-        started.append(folder.serve())
-    return started
+    return [node_folder(tmp_path / name, "", config, model, pg_url, **env).serve() for name in ("a", "b")]
+
+
+def feishu_env(feishu: FakeFeishu) -> dict[str, str]:
+    return {
+        "FEISHU_APP_ID": feishu.app_id, "FEISHU_APP_SECRET": feishu.app_secret,
+        "FEISHU_VERIFICATION_TOKEN": feishu.verification_token, "FEISHU_BASE_URL": feishu.base_url,
+    }  # fmt: skip
 
 
 def post(url: str, body: dict[str, str], timeout: float = 30.0) -> tuple[int, dict]:
@@ -90,3 +107,51 @@ def test_a_webhook_retry_on_the_other_node_gets_the_reply_that_node_stores(
         for server in servers:
             server.stop()
         model.stop()
+
+
+POISON_LEASE = 2.0  # database.lease_seconds: the node is started again well within it
+
+
+def test_a_message_that_kills_its_node_restarted_within_the_lease_crashes_it_at_most_twice(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The poison case of tests/test_poison.py on PostgreSQL, with the node started again as soon as
+    it dies (as systemd does, well within the lease): the crashed process's claim still looks live
+    at each start, so start-up leaves the message to its lane, which runs it once the claim has
+    expired. Before: it ran (and killed the node) at every start. Now the node dies twice, the
+    third start sets the message aside with its polite reply, once, and the conversation's next
+    message is answered."""
+    model = FakeOpenAIServer(handler=follow_the_words).start_in_thread()
+    feishu = FakeFeishu(time_scale=0.001).start_in_thread()
+    config = f"database: {{lease_seconds: {POISON_LEASE}}}\n"
+    folder = node_folder(tmp_path, KILLING_TOOLS, config, model, pg_url, **feishu_env(feishu))
+    envelope = feishu.user_message("call explode now", chat_id="oc_poison")
+    message_id = envelope["event"]["message"]["message_id"]
+    answered = lambda: [m.text for m in feishu.sent if m.reply_to == message_id]  # noqa: E731
+    set_aside = [REPLIES["set_aside"]["en"]]  # (written into the card the first run streamed into)
+    server = folder.serve()
+    crashes = 0
+    try:
+        feishu.deliver(envelope, f"{server.url}/feishu/events")
+        deadline = time.monotonic() + 8 * POISON_LEASE + 30
+        while answered() != set_aside:
+            assert time.monotonic() < deadline, f"no set-aside reply after {crashes} crashes"
+            if server.process.poll() is not None:
+                assert server.process.returncode == -9, server.output()
+                crashes += 1
+                assert crashes <= 2, "the poison message took the node down a third time"
+                server = folder.serve()  # at once: the dead process's claim is still live
+            time.sleep(0.05)
+        later = feishu.user_message("hello again", chat_id="oc_poison")
+        feishu.deliver(later, f"{server.url}/feishu/events")
+        later_id = later["event"]["message"]["message_id"]
+        wait(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
+        time.sleep(0.5)  # a second set-aside reply would be sent now
+        counts = server.get("/healthz")[1]
+    finally:
+        server.stop()
+        feishu.stop()
+        model.stop()
+    assert crashes == 2 and counts["set_aside"] == 1
+    assert answered() == set_aside
+    assert [m.text for m in feishu.sent if m.reply_to == later_id] == ["ok: hello again"]
