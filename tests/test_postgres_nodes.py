@@ -3,7 +3,9 @@
 The cases come from the report of issue 33 ("Scale-out that holds"), tried with two real nodes:
 a synchronous webhook retry that reaches the node that did not run the turn must get the reply the
 other node stores (it waited 120 s and answered 202); a message that kills its node, restarted
-within the lease, must take it down at most twice (it crashed 8–12 times). Every test starts real
+within the lease, must take it down at most twice (it crashed 8–12 times); a reply a node queued
+and could not send before it died must be sent by the other node, without a restart (it waited
+for the dead node's restart). Every test starts real
 `serve` processes on a private PostgreSQL server (tests/pg_server.py) with the fake model over
 HTTP (tests/serve_process.py).
 """
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -155,3 +159,70 @@ def test_a_message_that_kills_its_node_restarted_within_the_lease_crashes_it_at_
     assert crashes == 2 and counts["set_aside"] == 1
     assert answered() == set_aside
     assert [m.text for m in feishu.sent if m.reply_to == later_id] == ["ok: hello again"]
+
+
+TAKEOVER_LEASE = 2.0  # database.lease_seconds of the two nodes: a sweep every third of it
+
+
+class Callbacks(ThreadingHTTPServer):
+    """A webhook client's callback endpoint that answers 503 until `accept` is set, then 200;
+    it keeps (Idempotency-Key, body, status) of every POST."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict, int]] = []
+        self.accept = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = 200 if outer.accept.is_set() else 503
+                outer.received.append((self.headers.get("Idempotency-Key", ""), body, status))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_a_reply_a_killed_node_could_not_send_is_sent_by_the_other_node(pg_url: str, tmp_path: Path) -> None:
+    """Node A answers a webhook message whose reply goes to a callback that refuses it for now
+    (503: A keeps trying); A is SIGKILLed with the reply queued. Before: the reply stayed bound to
+    A until A was started again. Now node B, never restarted, takes it over once A's hold has
+    expired and sends it — once, under the idempotency key A was sending it with."""
+    model = FakeOpenAIServer(handler=follow_the_words).start_in_thread()
+    callbacks = Callbacks()
+    port = callbacks.server_address[1]
+    config = (f"database: {{lease_seconds: {TAKEOVER_LEASE}}}\n"
+              f"webhook: {{callback_hosts: ['127.0.0.1:{port}']}}\n")  # fmt: skip
+    servers: list[Server] = []
+    try:
+        servers = nodes(tmp_path, model, pg_url, config)
+        first, second = servers
+        body = {"message": "hello", "user_id": "u1", "message_id": "m-1",
+                "callback_url": f"http://127.0.0.1:{port}/hook"}  # fmt: skip
+        assert post(f"{first.url}/webhook", body)[0] == 202
+        wait(lambda: callbacks.received, what="node A's first try")  # refused: A tries again later
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.wait(timeout=10)
+        killed = time.monotonic()
+        callbacks.accept.set()
+        delivered = lambda: [r for r in callbacks.received if r[2] == 200]  # noqa: E731
+        wait(delivered, timeout=TAKEOVER_LEASE + TAKEOVER_LEASE / 3 * 1.25 + 5.0, what="node B's send")
+        took = time.monotonic() - killed
+        print(f"\nsent by the other node {took:.2f} s after the kill (lease {TAKEOVER_LEASE} s)")
+        time.sleep(1.0)  # a second send would arrive now
+        assert second.process.poll() is None
+        assert "sending 1 reply(ies) a stopped node left unsent" in second.output()
+    finally:
+        for server in servers:
+            server.stop()
+        callbacks.shutdown()
+        model.stop()
+    [(key, reply, _)] = delivered()
+    assert reply["reply"] == "ok: hello" and reply["message_id"] == "m-1"
+    assert {r[0] for r in callbacks.received} == {key}  # A's tries and B's send: one idempotency key

@@ -23,6 +23,12 @@ sweep at once, or a new message races the sweep — with the attempt counted, th
 what the dead turn had done (a tool call cut off at level ≥ 1 is not run again: its outcome is
 unknown), and a message already run `poison_attempts` times set aside instead, under the claim.
 
+The same goes for replies: each is held by the process that queued it while that process lives
+(renewed at every sweep); the replies a dead node queued and did not send are taken by the next
+sweep after their hold expired (`store.orphaned_outbound`) and sent in queue order, under the
+idempotency key they were queued with. At its start a process on a shared store loads only the
+replies no live process holds.
+
 A message its sender took back before its turn started (a Feishu recall: `store.withdraw`) is
 not run: `begin_attempt` answers 0 for it, in this process and after a restart.
 
@@ -356,9 +362,12 @@ class Gateway:
         """Resume what a previous process left: unfinished turns first, then unsent replies."""
         for channel in self.channels.values():
             await channel.start()
-        await self._set_aside_poison()  # before the outbox is loaded: its replies go out with the rest
-        await self._claim_resends(push=False)  # back in the outbox: loaded with the rest just below
-        for reply in await self.store.pending_outbound():
+        shared = bool(getattr(self.store, "sweep_seconds", None))  # other processes share the store
+        await self._set_aside_poison(push=shared)  # alone: before the outbox is loaded, sent with it
+        await self._claim_resends(push=shared)  # alone: back in the outbox, loaded just below
+        # shared: the replies no live process holds (another one's are sent by it, ours are pushed)
+        unsent = self.store.orphaned_outbound(time.time()) if shared else self.store.pending_outbound()
+        for reply in await unsent:
             self._outbound.push(reply.conversation, reply)
         pending = await self.store.pending_inbound()
         for message in pending:
@@ -520,10 +529,13 @@ class Gateway:
             except Exception:
                 log.exception("expiring approvals failed")
 
-    async def _set_aside_poison(self) -> None:
-        """Set aside the messages whose runs took the process down `poison_attempts` times."""
+    async def _set_aside_poison(self, *, push: bool) -> None:
+        """Set aside the messages whose runs took the process down `poison_attempts` times; their
+        replies are sent at once with `push`, else with the outbox loaded next."""
         for message, attempts in await self.store.crashed_inbound(self.poison_attempts):
-            await self._set_aside(message, attempts)
+            for reply in await self._set_aside(message, attempts):
+                if push:
+                    self._outbound.push(reply.conversation, reply)
 
     async def _set_aside(self, message: InboundMessage, attempts: int) -> list[OutboundMessage]:
         assert message.id is not None
@@ -539,7 +551,8 @@ class Gateway:
     async def sweep(self) -> list[InboundMessage]:
         """Take up the messages other processes left unfinished (module docstring): those pending
         for a sweep period whose conversation no process runs and that are not in this one's
-        lanes. Returns the messages queued."""
+        lanes; and the replies a stopped process left unsent (`orphaned_outbound`, which keeps
+        this process's own held too). Returns the messages queued."""
         interval = getattr(self.store, "sweep_seconds", None) or 0.0
         found = await self.store.orphaned_inbound(time.time() - interval)
         here = {message.conversation for message, _ in found if message.conversation in self._inbound}
@@ -553,6 +566,12 @@ class Gateway:
             self.swept += len(taken)
             log.warning("taking up %d message(s) no node is running (a node stopped mid-turn?): inbox %s",
                         len(taken), ", ".join(str(m.id) for m in taken))  # fmt: skip
+        unsent = await self.store.orphaned_outbound(time.time() - interval)  # and renews ours
+        for reply in unsent:
+            self._outbound.push(reply.conversation, reply)
+        if unsent:
+            log.warning("sending %d reply(ies) a stopped node left unsent: outbox %s",
+                        len(unsent), ", ".join(str(r.id) for r in unsent))  # fmt: skip
         return taken
 
     async def _sweep_periodically(self) -> None:
