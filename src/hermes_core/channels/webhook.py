@@ -455,10 +455,13 @@ class WebhookChannel(Channel):
     async def _reply_of(
         self, inbound_id: int, fields: dict[str, JSON], message_id: str | None = None
     ) -> web.Response:
-        """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
+        """Wait for the first reply to inbox row `inbound_id`, just accepted here, and answer with
+        it (202 if too slow). Its turn runs in this node's lane, unless it waits there for longer
+        than a sweep period and another node's sweep takes it: the stored reply is read from then."""
         waiter = self._wait(inbound_id)
         try:
-            return await self._answer(inbound_id, waiter, fields, message_id)
+            sweep = getattr(self.gateway.store, "sweep_seconds", None) or 0.0
+            return await self._answer(inbound_id, waiter, fields, message_id, read_after=sweep)
         finally:
             self._unwait(inbound_id, waiter)
 
@@ -468,12 +471,15 @@ class WebhookChannel(Channel):
         waiter: asyncio.Future[OutboundMessage],
         fields: dict[str, JSON],
         message_id: str | None = None,
+        read_after: float = 0.05,
     ) -> web.Response:
         """The first reply to `inbound_id` as this node sends it (`waiter`), or — on a store that
         several nodes share, where another node may run the turn and send its reply — as stored
-        once its turn is done (`message_id`'s row, read again and again); 202 after `reply_timeout`."""
+        once its turn is done (`message_id`'s row, read from `read_after` seconds on, again and
+        again); 202 after `reply_timeout`."""
         shared = getattr(self.gateway.store, "sweep_seconds", None)  # other nodes share the store
-        stored = asyncio.ensure_future(self._stored_reply(message_id)) if shared and message_id else None
+        reading = self._stored_reply(message_id, read_after) if shared and message_id else None
+        stored = asyncio.ensure_future(reading) if reading is not None else None
         either: set[asyncio.Future[Any]] = {waiter} if stored is None else {waiter, stored}
         try:
             await asyncio.wait(either, timeout=self.reply_timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -487,20 +493,22 @@ class WebhookChannel(Channel):
             return _json({**fields, **_reply_fields(reply)}) if reply is not None else _json(fields)
         return _json({**fields, "accepted": True, "pending": True}, 202)
 
-    async def _stored_reply(self, message_id: str) -> OutboundMessage | None:
-        """The first reply to `message_id` once its turn is done, read from the store every
-        `STORED_REPLY_POLL` seconds at most (sooner at first); None when it was done without one."""
+    async def _stored_reply(self, message_id: str, first: float) -> OutboundMessage | None:
+        """The first reply to `message_id` once its turn is done, read from the store after `first`
+        seconds, then again and again, every `STORED_REPLY_POLL` seconds at most (sooner at first);
+        None when it was done without one."""
+        await asyncio.sleep(first)
         delay = 0.05
         while True:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, STORED_REPLY_POLL)
             try:
                 earlier = await self.gateway.store.replies_of(self.name, message_id)
             except Exception as exc:  # the database away for a moment: read again at the next poll
                 log.debug("webhook: reading the reply of %s failed: %s", message_id, exc)
-                continue
+                earlier = None
             if earlier is not None and earlier.done:
                 return next((reply for reply in earlier.replies if reply.index == 0), None)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, STORED_REPLY_POLL)
 
     def _wait(self, inbound_id: int) -> asyncio.Future[OutboundMessage]:
         """A future the first reply to `inbound_id` is set on; one per waiting request."""
