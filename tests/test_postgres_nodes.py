@@ -113,7 +113,7 @@ def test_a_webhook_retry_on_the_other_node_gets_the_reply_that_node_stores(
         model.stop()
 
 
-POISON_LEASE = 2.0  # database.lease_seconds: the node is started again well within it
+POISON_LEASE = 4.0  # database.lease_seconds: the node is started again well within it (~1 s)
 
 
 def test_a_message_that_kills_its_node_restarted_within_the_lease_crashes_it_at_most_twice(
