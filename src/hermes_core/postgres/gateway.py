@@ -69,6 +69,7 @@ class PostgresGatewayStore(GatewayStore):
         self.db = database or PostgresDatabase.shared(url)
         self.db.migrate("gateway", GATEWAY)
         self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._holding = False  # whether this node may hold replies (it queued or took some)
 
     async def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         async def run(db: AsyncConnection) -> Any:
@@ -265,6 +266,7 @@ class PostgresGatewayStore(GatewayStore):
     @property
     def _hold(self) -> tuple[str, float]:
         """This node's hold on a reply it queues or takes: its id, and the seconds it lasts."""
+        self._holding = True
         return self.node, self.lease_seconds
 
     async def orphaned_outbound(self, older_than: float) -> list[OutboundMessage]:
@@ -284,6 +286,7 @@ class PostgresGatewayStore(GatewayStore):
             return sorted(rows)  # queue order: each conversation's replies in theirs
 
         rows = await self.db.transaction(take)
+        self._holding = self._holding or bool(rows)
         return [_load(OutboundMessage, p, id=row_id, attempts=a) for row_id, p, a in rows]
 
     async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None:
@@ -470,12 +473,19 @@ class PostgresGatewayStore(GatewayStore):
         )
 
     async def close(self) -> None:
-        try:  # stopping: the replies this node did not send are the other nodes' at their next sweep
-            await self._count("UPDATE outbox SET held_until = 0 WHERE node = %s AND status = 'pending'",
-                              (self.node,))  # fmt: skip
+        if self._holding:  # stopping: the replies it did not send are the others' at their next sweep
+            await self._let_go()
+        await self.db.close()
+
+    async def _let_go(self) -> None:
+        async def let_go(db: AsyncConnection) -> None:
+            await db.execute("UPDATE outbox SET held_until = 0 WHERE node = %s AND status = 'pending'",
+                             (self.node,))  # fmt: skip
+
+        try:
+            await self.db.transaction(let_go, wait=ACCEPT_WAIT)
         except Exception as exc:  # the database away: they are taken once the hold expires
             log.warning("letting go of this node's unsent replies failed: %s", redact_text(str(exc)))
-        await self.db.close()
 
 
 async def _queue(
