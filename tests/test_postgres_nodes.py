@@ -5,9 +5,8 @@ a synchronous webhook retry that reaches the node that did not run the turn must
 other node stores (it waited 120 s and answered 202); a message that kills its node, restarted
 within the lease, must take it down at most twice (it crashed 8–12 times); a reply a node queued
 and could not send before it died must be sent by the other node, without a restart (it waited
-for the dead node's restart). Every test starts real
-`serve` processes on a private PostgreSQL server (tests/pg_server.py) with the fake model over
-HTTP (tests/serve_process.py).
+for the dead node's restart). Every test starts real `serve` processes on a private PostgreSQL
+server (tests/pg_server.py) with the fake model over HTTP (tests/serve_process.py).
 """
 
 from __future__ import annotations
