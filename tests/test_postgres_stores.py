@@ -501,3 +501,36 @@ def test_the_cli_lists_and_resends_dead_letters_and_lists_traces_from_postgres(
     assert main(["traces", "--json"]) == 0
     assert [row["task_id"] for row in json.loads(capsys.readouterr().out)] == ["webhook:m1~abc"]
     assert not (tmp_path / ".hermes" / "gateway.db").exists()
+
+
+async def test_a_nodes_unsent_replies_are_its_own_while_it_lives_and_one_other_nodes_after(  # type: ignore[no-untyped-def]
+    pg_url: str,
+) -> None:
+    """The outbox hold (postgres/gateway.py `orphaned_outbound`), from issue 33's "a reply queued on
+    a node when it dies is not sent by another node": a node's replies are not taken while it
+    renews its hold (its sweeps), are taken once it stops renewing and the hold expires — in queue
+    order, by one of two nodes sweeping at once — and at once when it stops gracefully."""
+    stores = [PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url)) for _ in range(3)]
+    first, second, third = stores
+    for store in stores:
+        store.lease_seconds = 0.6
+    inbound_id = await first.accept(message(1))
+    replies = [OutboundMessage(channel="webhook", conversation="webhook:u1", text=f"r{i}", uuid=f"u{i}")
+               for i in range(3)]  # fmt: skip
+    queued = await first.complete(inbound_id, replies)  # type: ignore[arg-type]
+    for _ in range(3):  # 0.9 s, past the lease: the first node lives and renews
+        await asyncio.sleep(0.3)
+        assert await first.orphaned_outbound(time.time()) == []
+        assert await second.orphaned_outbound(time.time()) == []
+    await asyncio.sleep(0.8)  # the first node stops renewing: its hold expires
+    taken = await asyncio.gather(second.orphaned_outbound(time.time()), third.orphaned_outbound(time.time()))
+    [batch] = [batch for batch in taken if batch]
+    assert [(r.id, r.text, r.uuid) for r in batch] == [(r.id, r.text, r.uuid) for r in queued]
+    holder = second if taken[0] else third
+    await asyncio.sleep(0.8)
+    assert await holder.orphaned_outbound(time.time()) == []  # renewed just now: still its own…
+    await holder.close()  # …until it stops: then the other one takes them at its next sweep
+    other = third if holder is second else second
+    assert [r.id for r in await other.orphaned_outbound(time.time())] == [r.id for r in queued]
+    for store in (first, other):
+        await store.close()

@@ -43,6 +43,9 @@ Retries: a request cut short (a timeout, a dropped connection, a crash of the ga
 again with the same `message_id`, and the same user and conversation. It is not run again: while
 the message still runs — after a crash it is run again from the inbox — the retry waits for its
 reply, up to `reply_timeout`; once it has finished, the retry gets the stored reply (kept for 48 h).
+On nodes that share one database (PostgreSQL) the turn may run on another node than the one a
+request or its retry reached: the waiting node also reads the stored reply (every 0.5 s at most)
+and answers with it as soon as the other node has stored it.
 A retry of a callback request answers 202 (`duplicate`, `accepted`): the reply goes to the
 callback. The same `message_id` from another user or conversation is answered `{"duplicate": true}`
 with nothing of the other message.
@@ -121,6 +124,7 @@ log = logging.getLogger("hermes_core.webhook")
 
 MAX_BODY = 1024 * 1024
 SIGNATURE_WINDOW = 300.0
+STORED_REPLY_POLL = 0.5  # seconds at most between reads of a reply another node may store
 NONCE_MEMORY = 2 * SIGNATURE_WINDOW + 60  # a timestamp is fresh from -window to +window (clock skew)
 SECRET_ENV = "HERMES_WEBHOOK_SECRET"
 _dumps = functools.partial(json.dumps, ensure_ascii=False)  # UTF-8 replies, not \u escapes
@@ -238,7 +242,7 @@ class WebhookChannel(Channel):
             return await self._retried(message)
         if message.callback_url:
             return _json({"accepted": True, "message_id": message.message_id}, 202)
-        return await self._reply_of(inbound_id, {"message_id": message.message_id})
+        return await self._reply_of(inbound_id, {"message_id": message.message_id}, message.message_id)
 
     async def handle_decision(self, request: web.Request) -> web.Response:
         """POST /webhook/approvals/{id}: approve or reject a pending call; answers with the reply of
@@ -414,7 +418,7 @@ class WebhookChannel(Channel):
                     if queue is not None:
                         assert request is not None
                         return await self._send_events(request, queue, waiter, {**fields, "task_id": task_id})
-                    return await self._answer(inbound_id, waiter, fields)
+                    return await self._answer(inbound_id, waiter, fields, earlier.message.message_id)
                 finally:
                     self._unwait(inbound_id, waiter)
         finally:
@@ -448,22 +452,63 @@ class WebhookChannel(Channel):
             pass
         return response
 
-    async def _reply_of(self, inbound_id: int, fields: dict[str, JSON]) -> web.Response:
-        """Wait for the first reply to inbox row `inbound_id` and answer with it (202 if too slow)."""
+    async def _reply_of(
+        self, inbound_id: int, fields: dict[str, JSON], message_id: str | None = None
+    ) -> web.Response:
+        """Wait for the first reply to inbox row `inbound_id`, just accepted here, and answer with
+        it (202 if too slow). Its turn runs in this node's lane, unless it waits there for longer
+        than a sweep period and another node's sweep takes it: the stored reply is read from then."""
         waiter = self._wait(inbound_id)
         try:
-            return await self._answer(inbound_id, waiter, fields)
+            sweep = getattr(self.gateway.store, "sweep_seconds", None) or 0.0
+            return await self._answer(inbound_id, waiter, fields, message_id, read_after=sweep)
         finally:
             self._unwait(inbound_id, waiter)
 
     async def _answer(
-        self, inbound_id: int, waiter: asyncio.Future[OutboundMessage], fields: dict[str, JSON]
+        self,
+        inbound_id: int,
+        waiter: asyncio.Future[OutboundMessage],
+        fields: dict[str, JSON],
+        message_id: str | None = None,
+        read_after: float = 0.05,
     ) -> web.Response:
+        """The first reply to `inbound_id` as this node sends it (`waiter`), or — on a store that
+        several nodes share, where another node may run the turn and send its reply — as stored
+        once its turn is done (`message_id`'s row, read from `read_after` seconds on, again and
+        again); 202 after `reply_timeout`."""
+        shared = getattr(self.gateway.store, "sweep_seconds", None)  # other nodes share the store
+        reading = self._stored_reply(message_id, read_after) if shared and message_id else None
+        stored = asyncio.ensure_future(reading) if reading is not None else None
+        either: set[asyncio.Future[Any]] = {waiter} if stored is None else {waiter, stored}
         try:
-            reply = await asyncio.wait_for(asyncio.shield(waiter), self.reply_timeout)
-        except asyncio.TimeoutError:
-            return _json({**fields, "accepted": True, "pending": True}, 202)
-        return _json({**fields, **_reply_fields(reply)})
+            await asyncio.wait(either, timeout=self.reply_timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stored is not None:
+                stored.cancel()
+        if waiter.done() and not waiter.cancelled():
+            return _json({**fields, **_reply_fields(waiter.result())})
+        if stored is not None and stored.done() and not stored.cancelled():
+            reply = stored.result()
+            return _json({**fields, **_reply_fields(reply)}) if reply is not None else _json(fields)
+        return _json({**fields, "accepted": True, "pending": True}, 202)
+
+    async def _stored_reply(self, message_id: str, first: float) -> OutboundMessage | None:
+        """The first reply to `message_id` once its turn is done, read from the store after `first`
+        seconds, then again and again, every `STORED_REPLY_POLL` seconds at most (sooner at first);
+        None when it was done without one."""
+        await asyncio.sleep(first)
+        delay = 0.05
+        while True:
+            try:
+                earlier = await self.gateway.store.replies_of(self.name, message_id)
+            except Exception as exc:  # the database away for a moment: read again at the next poll
+                log.debug("webhook: reading the reply of %s failed: %s", message_id, exc)
+                earlier = None
+            if earlier is not None and earlier.done:
+                return next((reply for reply in earlier.replies if reply.index == 0), None)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, STORED_REPLY_POLL)
 
     def _wait(self, inbound_id: int) -> asyncio.Future[OutboundMessage]:
         """A future the first reply to `inbound_id` is set on; one per waiting request."""

@@ -26,6 +26,12 @@ A node that was only paused (not dead) past its lease wakes up to a claim anothe
 turn's next durable write — the journal's, `complete` — is refused (`ClaimLost`, tasks/fence.py)
 and the turn ends here quietly, no tool run and no reply: the claim's holder answers.
 
+The same goes for replies: each is held by the process that queued it while that process lives
+(renewed at every sweep); the replies a dead node queued and did not send are taken by the next
+sweep after their hold expired (`store.orphaned_outbound`) and sent in queue order, under the
+idempotency key they were queued with. At its start a process on a shared store loads only the
+replies no live process holds.
+
 A message its sender took back before its turn started (a Feishu recall: `store.withdraw`) is
 not run: `begin_attempt` answers 0 for it, in this process and after a restart.
 
@@ -35,6 +41,11 @@ a message that was run `poison_attempts` times (2) and never finished is set asi
 line, a record the operator can list (store `set_aside_messages`, the `set_aside` count on
 /healthz and the console), and a polite reply to its sender — and its conversation goes on with
 the next message. A graceful stop that interrupts a turn takes its count back: it was no crash.
+The same rule holds under the claim, whichever way a message reaches a lane (`_begin`): a message
+whose count, taken as its run begins, shows `poison_attempts` earlier runs that never finished is
+set aside then. That is what stops a node restarted within the lease (systemd's 5 s, a 30 s
+lease): at its start the crashed process's claim still looks live, so start-up leaves the message
+to its lane, which runs it once the claim expires — and a second crash there is the last one.
 
 Acknowledgements come first. Turns share the event loop with the HTTP handlers that acknowledge
 platform events, and a loop busy with hundreds of turns' JSON, redaction and bookkeeping makes
@@ -342,7 +353,7 @@ class Gateway:
         self._running: dict[str, tuple[InboundMessage, asyncio.Task[list[str | Reply] | Turn]]] = {}
         self._stopped: set[int] = set()  # inbox ids of turns a /stop cancelled
         self._sweeper: asyncio.Task[None] | None = None
-        self._suspects: dict[int, int] = {}  # inbox id → runs counted, of messages a sweep took up
+        self._begun: set[int] = set()  # inbox ids whose run this process counted and has not finished
         self.swept = 0  # messages other processes left unfinished that this one took up
         self.scheduler: Background | None = None  # fires scheduled jobs (gateway/schedules.py)
         # parts besides the channels that report trouble: the model (gateway/model_health.py)
@@ -355,9 +366,12 @@ class Gateway:
         """Resume what a previous process left: unfinished turns first, then unsent replies."""
         for channel in self.channels.values():
             await channel.start()
-        await self._set_aside_poison()  # before the outbox is loaded: its replies go out with the rest
-        await self._claim_resends(push=False)  # back in the outbox: loaded with the rest just below
-        for reply in await self.store.pending_outbound():
+        shared = bool(getattr(self.store, "sweep_seconds", None))  # other processes share the store
+        await self._set_aside_poison(push=shared)  # alone: before the outbox is loaded, sent with it
+        await self._claim_resends(push=shared)  # alone: back in the outbox, loaded just below
+        # shared: the replies no live process holds (another one's are sent by it, ours are pushed)
+        unsent = self.store.orphaned_outbound(time.time()) if shared else self.store.pending_outbound()
+        for reply in await unsent:
             self._outbound.push(reply.conversation, reply)
         pending = await self.store.pending_inbound()
         for message in pending:
@@ -519,10 +533,13 @@ class Gateway:
             except Exception:
                 log.exception("expiring approvals failed")
 
-    async def _set_aside_poison(self) -> None:
-        """Set aside the messages whose runs took the process down `poison_attempts` times."""
+    async def _set_aside_poison(self, *, push: bool) -> None:
+        """Set aside the messages whose runs took the process down `poison_attempts` times; their
+        replies are sent at once with `push`, else with the outbox loaded next."""
         for message, attempts in await self.store.crashed_inbound(self.poison_attempts):
-            await self._set_aside(message, attempts)
+            for reply in await self._set_aside(message, attempts):
+                if push:
+                    self._outbound.push(reply.conversation, reply)
 
     async def _set_aside(self, message: InboundMessage, attempts: int) -> list[OutboundMessage]:
         assert message.id is not None
@@ -538,23 +555,27 @@ class Gateway:
     async def sweep(self) -> list[InboundMessage]:
         """Take up the messages other processes left unfinished (module docstring): those pending
         for a sweep period whose conversation no process runs and that are not in this one's
-        lanes. Returns the messages queued."""
+        lanes; and the replies a stopped process left unsent (`orphaned_outbound`, which keeps
+        this process's own held too). Returns the messages queued."""
         interval = getattr(self.store, "sweep_seconds", None) or 0.0
         found = await self.store.orphaned_inbound(time.time() - interval)
         here = {message.conversation for message, _ in found if message.conversation in self._inbound}
         taken: list[InboundMessage] = []
-        for message, attempts in found:
+        for message, _ in found:
             if message.conversation in here:  # this process has it in hand already
                 continue
-            assert message.id is not None
-            if attempts >= self.poison_attempts:  # decided under the claim, in the lane (_process)
-                self._suspects[message.id] = attempts
-            self._inbound.push(message.conversation, message)
+            self._inbound.push(message.conversation, message)  # crashed before? decided under the claim
             taken.append(message)
         if taken:
             self.swept += len(taken)
             log.warning("taking up %d message(s) no node is running (a node stopped mid-turn?): inbox %s",
                         len(taken), ", ".join(str(m.id) for m in taken))  # fmt: skip
+        unsent = await self.store.orphaned_outbound(time.time() - interval)  # and renews ours
+        for reply in unsent:
+            self._outbound.push(reply.conversation, reply)
+        if unsent:
+            log.warning("sending %d reply(ies) a stopped node left unsent: outbox %s",
+                        len(unsent), ", ".join(str(r.id) for r in unsent))  # fmt: skip
         return taken
 
     async def _sweep_periodically(self) -> None:
@@ -571,25 +592,21 @@ class Gateway:
     async def _process(self, message: InboundMessage) -> None:
         """Run `message`'s turn under the store's claim on its conversation (`turn_claim`: one turn
         in flight across every process sharing the store); an earlier message of the conversation
-        that another process left pending runs first. A message a sweep found already run
-        `poison_attempts` times is set aside instead, under the claim: no other process runs it
-        meanwhile. A turn whose claim another process took over (`ClaimLost`) is that process's
-        to answer; `message`, if it was not that turn, waits for the claim again."""
+        that another process left pending runs first. Whether it took processes down before is
+        decided under the claim too (`_begin`): no other process runs it meanwhile. A turn whose
+        claim another process took over (`ClaimLost`) is that process's to answer; `message`, if it
+        was not that turn, waits for the claim again."""
         while True:
             async with self.store.turn_claim(message) as turn:
                 if turn is None:  # done already, by another process
-                    self._suspects.pop(message.id or 0, None)
+                    self._begun.discard(message.id or 0)
                     return
                 assert turn.id is not None
-                runs = self._suspects.pop(turn.id, None)
-                if runs is not None and runs >= self.poison_attempts:
-                    for reply in await self._set_aside(turn, runs):
-                        self._outbound.push(reply.conversation, reply)
-                else:
-                    try:
-                        await self._run_turn(turn)
-                    except ClaimLost as lost:  # paused past the lease: the claim's new holder answers
-                        log.warning("inbox %s not answered here: %s", turn.id, lost)
+                try:
+                    await self._run_turn(turn)
+                except ClaimLost as lost:  # paused past the lease: the claim's new holder answers
+                    self._begun.discard(turn.id)
+                    log.warning("inbox %s not answered here: %s", turn.id, lost)
             if turn.id == message.id:
                 return
 
@@ -605,9 +622,7 @@ class Gateway:
                 await self._finish(message, [polite], "throttled", started)
                 return
             try:
-                if not await self.store.begin_attempt(message.id):  # durable: a crash now counts against it
-                    log.info("%s message %s was withdrawn by its sender before its turn: not answered",
-                             message.channel, message.message_id)  # fmt: skip
+                if not await self._begin(message):
                     return
                 run = asyncio.ensure_future(self.runner(message))
                 self._running[message.conversation] = (message, run)
@@ -616,6 +631,7 @@ class Gateway:
                 finally:
                     self._running.pop(message.conversation, None)
             except asyncio.CancelledError:
+                self._begun.discard(message.id)
                 if message.id not in self._stopped:  # a graceful stop, not a crash: the run does not count
                     await asyncio.shield(self.store.release_attempt(message.id))
                     raise
@@ -629,7 +645,30 @@ class Gateway:
                 apology = fixed_reply("internal_error", detect_language(message.text))
                 texts = [Reply(apology, error="internal_error")]
                 outcome = "failed"
+        self._begun.discard(message.id)
         await self._finish(message, texts, outcome, started)
+
+    async def _begin(self, message: InboundMessage) -> bool:
+        """Count this run of `message` durably before it starts (a crash from now on counts against
+        it); False when it must not run: withdrawn by its sender, or set aside because it was run
+        `poison_attempts` times already and never finished — each of those runs took its process
+        down, here or on another node, whatever start-up or sweep found it (a run this process
+        began and is still alive for, tried again after the database was away, is counted once)."""
+        assert message.id is not None
+        if message.id in self._begun:
+            return True
+        runs = await self.store.begin_attempt(message.id)
+        if not runs:
+            log.info("%s message %s was withdrawn by its sender before its turn: not answered",
+                     message.channel, message.message_id)  # fmt: skip
+            return False
+        if runs > self.poison_attempts:
+            await self.store.release_attempt(message.id)  # not run: its count stays the runs it had
+            for reply in await self._set_aside(message, runs - 1):
+                self._outbound.push(reply.conversation, reply)
+            return False
+        self._begun.add(message.id)
+        return True
 
     async def _finish(
         self, message: InboundMessage, texts: list[str | Reply] | Turn, outcome: str, started: float

@@ -36,7 +36,8 @@ with why, and a polite reply queued in the same transaction — instead of runni
 `set_aside_messages` lists them for the operator; `counts` has their number. A store that several
 processes share (PostgreSQL) also names the messages no process is running (`orphaned_inbound`,
 every `sweep_seconds`): a process that died mid-turn leaves them to another one, which takes them up
-with the same counting and setting aside (gateway/dispatcher.py `sweep`).
+with the same counting and setting aside (gateway/dispatcher.py `sweep`); and likewise the replies
+a process queued and did not send before it died (`orphaned_outbound`), sent by another one.
 
 Nothing is stored unredacted (kernel/redaction.py): `accept` redacts the message's text and details in
 place — a key a user pasted is hidden from the inbox and from everything downstream (the agent, the
@@ -287,6 +288,14 @@ class GatewayStore(Records, Protocol):
         """Pending messages received before `older_than` (a time.time() value) whose conversation
         no process is running (no live claim: its node died mid-turn, or never took it up), with
         their counted runs, oldest first. None where one process serves the store."""
+        return []
+
+    async def orphaned_outbound(self, older_than: float) -> list[OutboundMessage]:
+        """Replies this process is now to send because the process that queued them stopped:
+        pending, queued before `older_than`, held by no live process — taken (held by this one
+        from now on, in queue order). Each call also renews this process's hold on the replies
+        it queued or took, so a process keeps its own while it lives (call it every
+        `sweep_seconds`). None where one process serves the store (it loads them at its start)."""
         return []
 
     def turn_claim(self, message: InboundMessage) -> AbstractAsyncContextManager[InboundMessage | None]:

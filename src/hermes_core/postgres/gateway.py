@@ -21,7 +21,12 @@ that other processes run the same statements at the same moment:
   between accepting a message and taking it up. The sweeping node runs them through the same
   `turn_claim` as any turn, so two nodes sweeping at once, or a sweep racing a new message of the
   conversation, still run each turn once (gateway/dispatcher.py);
-- claim_resends: `FOR UPDATE SKIP LOCKED`, so a requested resend is taken up by one node.
+- claim_resends: `FOR UPDATE SKIP LOCKED`, so a requested resend is taken up by one node;
+- orphaned_outbound: every reply is held by the node that queued it (`outbox.node`, until
+  `held_until` on the database's clock), the hold renewed at each sweep while that node lives and
+  let go when it stops. A node killed with replies still to send stops renewing: once the hold
+  has expired, the next sweep of any node takes them (`FOR UPDATE SKIP LOCKED`: one node each)
+  and sends them in queue order, each under its own idempotency key, as the dead node would have.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class PostgresGatewayStore(GatewayStore):
         self.db = database or PostgresDatabase.shared(url)
         self.db.migrate("gateway", GATEWAY)
         self.node = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._holding = False  # whether this node may hold replies (it queued or took some)
 
     async def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         async def run(db: AsyncConnection) -> Any:
@@ -139,7 +145,7 @@ class PostgresGatewayStore(GatewayStore):
                 return []
             if together and history is not None:
                 await append_turn(db, history.conversation, history.messages, history.turn_id)
-            return await _queue(db, inbound_id, replies)
+            return await _queue(db, inbound_id, replies, self._hold)
 
         return await self.db.transaction(complete)
 
@@ -218,7 +224,7 @@ class PostgresGatewayStore(GatewayStore):
                 "WHERE id = %s AND status = 'pending'",
                 (time.time(), _error(reason), inbound_id),
             )
-            return await _queue(db, inbound_id, replies) if marked.rowcount else []
+            return await _queue(db, inbound_id, replies, self._hold) if marked.rowcount else []
 
         return await self.db.transaction(set_aside)
 
@@ -261,6 +267,32 @@ class PostgresGatewayStore(GatewayStore):
         rows = await self._all(
             "SELECT id, payload, attempts FROM outbox WHERE status = 'pending' ORDER BY id"
         )
+        return [_load(OutboundMessage, p, id=row_id, attempts=a) for row_id, p, a in rows]
+
+    @property
+    def _hold(self) -> tuple[str, float]:
+        """This node's hold on a reply it queues or takes: its id, and the seconds it lasts."""
+        self._holding = True
+        return self.node, self.lease_seconds
+
+    async def orphaned_outbound(self, older_than: float) -> list[OutboundMessage]:
+        async def take(db: AsyncConnection) -> list[Any]:
+            await db.execute(  # this node lives: its own replies stay its own
+                f"UPDATE outbox SET held_until = {NOW} + %s WHERE node = %s AND status = 'pending'",
+                (self.lease_seconds, self.node),
+            )
+            rows = await (
+                await db.execute(
+                    f"UPDATE outbox SET node = %s, held_until = {NOW} + %s WHERE id IN (SELECT id "
+                    f"FROM outbox WHERE status = 'pending' AND held_until < {NOW} AND created_at < %s "
+                    "ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING id, payload, attempts",
+                    (self.node, self.lease_seconds, older_than),
+                )
+            ).fetchall()
+            return sorted(rows)  # queue order: each conversation's replies in theirs
+
+        rows = await self.db.transaction(take)
+        self._holding = self._holding or bool(rows)
         return [_load(OutboundMessage, p, id=row_id, attempts=a) for row_id, p, a in rows]
 
     async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None:
@@ -333,7 +365,7 @@ class PostgresGatewayStore(GatewayStore):
 
     async def resend(self, outbox_id: int) -> OutboundMessage | None:
         async def revive(db: AsyncConnection) -> list[OutboundMessage]:
-            return await _revive(db, [outbox_id])
+            return await _revive(db, [outbox_id], self._hold)
 
         replies = await self.db.transaction(revive)
         return replies[0] if replies else None
@@ -351,7 +383,7 @@ class PostgresGatewayStore(GatewayStore):
                     "ORDER BY outbox_id FOR UPDATE SKIP LOCKED"  # another node's are its own
                 )
             ).fetchall()
-            return await _revive(db, [row[0] for row in rows]) if rows else []
+            return await _revive(db, [row[0] for row in rows], self._hold) if rows else []
 
         return await self.db.transaction(claim)
 
@@ -452,21 +484,34 @@ class PostgresGatewayStore(GatewayStore):
         )
 
     async def close(self) -> None:
+        if self._holding:  # stopping: the replies it did not send are the others' at their next sweep
+            await self._let_go()
         await self.db.close()
+
+    async def _let_go(self) -> None:
+        async def let_go(db: AsyncConnection) -> None:
+            await db.execute("UPDATE outbox SET held_until = 0 WHERE node = %s AND status = 'pending'",
+                             (self.node,))  # fmt: skip
+
+        try:
+            await self.db.transaction(let_go, wait=ACCEPT_WAIT)
+        except Exception as exc:  # the database away: they are taken once the hold expires
+            log.warning("letting go of this node's unsent replies failed: %s", redact_text(str(exc)))
 
 
 async def _queue(
-    db: AsyncConnection, inbound_id: int, replies: list[OutboundMessage]
+    db: AsyncConnection, inbound_id: int, replies: list[OutboundMessage], hold: tuple[str, float]
 ) -> list[OutboundMessage]:
-    """Insert `inbound_id`'s replies into the outbox (inside the caller's transaction)."""
+    """Insert `inbound_id`'s replies into the outbox, held by the node and for the seconds of
+    `hold` (inside the caller's transaction)."""
     now = time.time()
     for reply in replies:
         reply.inbound_id = inbound_id
         row = await (
             await db.execute(
-                "INSERT INTO outbox (inbound_id, channel, conversation, payload, created_at) "
-                "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                (inbound_id, reply.channel, reply.conversation, _dump(reply), now),
+                "INSERT INTO outbox (inbound_id, channel, conversation, payload, created_at, node, "
+                f"held_until) VALUES (%s, %s, %s, %s, %s, %s, {NOW} + %s) RETURNING id",
+                (inbound_id, reply.channel, reply.conversation, _dump(reply), now, *hold),
             )
         ).fetchone()
         assert row is not None  # RETURNING
@@ -474,15 +519,19 @@ async def _queue(
     return replies
 
 
-async def _revive(db: AsyncConnection, outbox_ids: list[int]) -> list[OutboundMessage]:
-    """Dead letters back to pending outbox rows, attempts reset (in the caller's transaction)."""
+async def _revive(
+    db: AsyncConnection, outbox_ids: list[int], hold: tuple[str, float]
+) -> list[OutboundMessage]:
+    """Dead letters back to pending outbox rows, attempts reset, held as `hold` says (in the
+    caller's transaction)."""
     revived: list[OutboundMessage] = []
     for outbox_id in outbox_ids:
         row = await (
             await db.execute(
-                "UPDATE outbox SET status = 'pending', attempts = 0 WHERE id = %s AND status = 'dead' "
-                "AND EXISTS (SELECT 1 FROM dead_letters WHERE outbox_id = %s) RETURNING payload",
-                (outbox_id, outbox_id),
+                f"UPDATE outbox SET status = 'pending', attempts = 0, node = %s, held_until = {NOW} + %s "
+                "WHERE id = %s AND status = 'dead' AND EXISTS (SELECT 1 FROM dead_letters WHERE "
+                "outbox_id = %s) RETURNING payload",
+                (*hold, outbox_id, outbox_id),
             )
         ).fetchone()
         if row is not None:

@@ -117,6 +117,14 @@ GATEWAY: dict[int, str] = {
     CREATE SEQUENCE turn_claim_epochs;
     ALTER TABLE turn_claims ADD COLUMN epoch BIGINT NOT NULL DEFAULT nextval('turn_claim_epochs')
     """,
+    # 6: which node sends a pending reply, until when (database clock; renewed while the node
+    # lives): another node takes over a dead node's unsent replies once the hold has expired
+    6: """
+    ALTER TABLE outbox ADD COLUMN node TEXT;
+    ALTER TABLE outbox ADD COLUMN held_until DOUBLE PRECISION NOT NULL DEFAULT 0;
+    CREATE INDEX outbox_pending_by_node ON outbox (node) WHERE status = 'pending';
+    CREATE INDEX outbox_pending_by_hold ON outbox (held_until, id) WHERE status = 'pending'
+    """,
 }
 
 SESSIONS: dict[int, str] = {
