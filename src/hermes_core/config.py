@@ -189,6 +189,9 @@ class TemporalConfig(_Section):
     model_timeout: float = Field(300.0, gt=0)  # seconds one model step may take, retries included
     send_attempts: int = Field(8, ge=1, le=100)  # tries of one reply before it is kept as a dead letter
     turns_per_run: int = Field(100, ge=1, le=10_000)  # turns before the workflow continues as new
+    # bytes at most carried across continue-as-new (older reply texts are read back from PostgreSQL);
+    # Temporal refuses a payload over 2 MB
+    carry_bytes: int = Field(512 * 1024, ge=16 * 1024, le=1536 * 1024)
     dedup_ids: int = Field(2000, ge=10, le=100_000)  # message and event ids remembered per conversation
     # not read any more: the window is `memory.window_turns` of the stored conversation (kept so
     # that configurations setting it still load)

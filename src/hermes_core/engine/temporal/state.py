@@ -7,6 +7,8 @@ show the Temporal engine's conversations as they show the embedded one's.
   fits), a finished turn is appended once under its task id, the `remember` tool and `/memory`,
   `/forget`, `/new` change the conversation's state, long-term outcomes are recorded and offered
   as examples (`memory.long_term`);
+- a turn's reply, read back from its stored messages (`stored_reply`) by the node that answers a
+  webhook retry once the workflow no longer carries the text (workflow.py `carried`);
 - traces: the record of each finished turn (observe/traces.py's format) in `PostgresTraceStore`;
   a failed one also as an X-ray file on the worker (`observe.xray_dir`, as `serve` writes them);
 - approvals and questions: one `pending` row per request (tasks/pending.py's record), its status
@@ -128,6 +130,30 @@ class SharedState:
             return row is not None
 
         found: bool = await database.transaction(find)
+        return found
+
+    async def stored_reply(self, conversation: str, task_id: str) -> str | None:
+        """The reply of the turn stored under `task_id`: its last message, which the workflow
+        checked is the reply (workflow.py `stored`); None when the turn is not (or no longer) there.
+        Read for a webhook retry whose reply text the workflow no longer carries."""
+        database = getattr(self.memory.store, "db", None)
+        if database is None:
+            return None
+
+        async def read(db: AsyncConnection) -> str | None:
+            row = await (
+                await db.execute(
+                    "SELECT m.message FROM session_turns t JOIN session_messages m "
+                    "ON m.conversation = t.conversation AND m.seq = t.first_seq + t.messages - 1 "
+                    "WHERE t.conversation = %s AND t.turn_id = %s",
+                    (conversation, task_id),
+                )
+            ).fetchone()
+            message = json.loads(row[0]) if row is not None else {}
+            content = message.get("content")
+            return content if message.get("role") == "assistant" and isinstance(content, str) else None
+
+        found: str | None = await database.transaction(read)
         return found
 
     # -- approvals and questions ----------------------------------------------------------------
