@@ -23,6 +23,10 @@
   question as asked and decided, a reply given up on. A dead letter sent again is marked sent by
   `send_reply`.
 
+A database outage is waited out, never turned into an apology: `prepare_task` and `command` raise a
+retryable `StoreUnavailable` while PostgreSQL cannot be reached, which the workflow retries for as
+long as it lasts; any other failure of theirs is theirs after `STEP_ATTEMPTS` tries (`waited_out`).
+
 The model, tool and send steps heartbeat while it runs, so a worker killed mid-step is noticed within the
 `heartbeat_timeout` and the step moves to another worker.
 """
@@ -66,6 +70,7 @@ log = logging.getLogger("hermes_core.engine.temporal")
 T = TypeVar("T")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*")
 HEARTBEAT_EVERY = 1.0  # seconds; the SDK sends at most one per 0.8 × heartbeat_timeout
+STEP_ATTEMPTS = 5  # tries of a step that fails otherwise than by a database outage (then: the apology)
 
 
 async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
@@ -80,6 +85,35 @@ async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
     finally:
         if not task.done():
             task.cancel()
+
+
+def store_outage(exc: BaseException) -> bool:
+    """Whether `exc` says PostgreSQL cannot be reached just now (down, restarting, connections cut)."""
+    from ...storage import StoreUnavailable
+
+    if isinstance(exc, StoreUnavailable):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.OperationalError)
+
+
+async def waited_out(step: Awaitable[T]) -> T:
+    """`await step`: a database outage is a retryable `StoreUnavailable` (retried without a cap by
+    the workflow), any other failure is tried `STEP_ATTEMPTS` times, then non-retryable `StepFailed`."""
+    try:
+        return await step
+    except ApplicationError:
+        raise
+    except Exception as exc:
+        if store_outage(exc):
+            raise ApplicationError(f"the database is unavailable: {exc}", type="StoreUnavailable") from None
+        if activity.info().attempt >= STEP_ATTEMPTS:
+            failure = f"{type(exc).__name__}: {exc}"
+            raise ApplicationError(failure, type="StepFailed", non_retryable=True) from exc
+        raise
 
 
 def approval_id(conversation: str, task_id: str, call_id: str) -> str:
@@ -209,6 +243,9 @@ class TurnActivities:
 
     @activity.defn(name=PREPARE)
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
+        return await waited_out(self._prepare(data))
+
+    async def _prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         agent, text = self.agent, data["text"]
         if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
             await agent.mcp.attach(agent.registry)
@@ -311,11 +348,11 @@ class TurnActivities:
         message = inbound_of(data["message"])
         agent = self.agent
         caller = self._caller({"sender": message.sender, "channel": message.channel})
-        answer = await heartbeating(commands.answer(
+        answer = await waited_out(heartbeating(commands.answer(
             message.text, conversation=message.conversation, memory=self.state.memory,
             registry=agent.registry, caller=caller,
             models=agent.client.models, language=agent.language, schedules=self.schedules, message=message,
-        ))  # fmt: skip
+        )))  # fmt: skip
         return answer or ""
 
     @activity.defn(name=RECORD)
@@ -363,4 +400,6 @@ class TurnActivities:
                 raise ApplicationError(str(exc), type="DeliveryError", next_retry_delay=delay) from None
 
 
-__all__ = ["StepInteractions", "TurnActivities", "approval_id", "conversation_of", "heartbeating"]
+__all__ = [
+    "StepInteractions", "TurnActivities", "approval_id", "conversation_of", "heartbeating", "waited_out",
+]  # fmt: skip

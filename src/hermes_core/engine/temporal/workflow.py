@@ -105,6 +105,13 @@ DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries 
 ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
 
 
+# the steps that read the stored conversation: a database outage is retried as long as it lasts, any
+# other failure gives up after activities.py's STEP_ATTEMPTS (`StepFailed`, non-retryable)
+UNTIL_THE_DATABASE_ANSWERS = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5), maximum_attempts=0
+)
+
+
 def sends_queue(task_queue: str) -> str:
     """The task queue of the send step: its workers are limited app-wide (worker.py)."""
     return f"{task_queue}-sends"
@@ -432,7 +439,7 @@ class ConversationWorkflow:
                 {"message": dataclasses.asdict(message)},
                 start_to_close_timeout=timedelta(seconds=60),
                 heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
-                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+                retry_policy=UNTIL_THE_DATABASE_ANSWERS,
             )
             await self._send(Reply(str(answer)))
             return
@@ -454,7 +461,7 @@ class ConversationWorkflow:
             PREPARE,
             asked,
             start_to_close_timeout=timedelta(seconds=self.options.model_timeout + 30),
-            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+            retry_policy=UNTIL_THE_DATABASE_ANSWERS,
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
         self.language = prepared.get("language") or self.language
