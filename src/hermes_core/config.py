@@ -184,6 +184,8 @@ class TemporalConfig(_Section):
     address: str = "127.0.0.1:7233"  # host:port of the Temporal frontend
     namespace: str = "default"
     task_queue: str = "hermes-turns"  # workflows, model and tool steps; sends use `<task_queue>-sends`
+    # queues workers also poll after `task_queue` changed: their conversations move to `task_queue`
+    previous_task_queues: list[str] = Field(default_factory=list)
     heartbeat_timeout: float = Field(5.0, gt=0, le=60)  # seconds without a heartbeat: the step moves on
     sticky_timeout: float = Field(2.0, gt=0, le=60)  # seconds a workflow waits for its cached worker
     model_timeout: float = Field(300.0, gt=0)  # seconds one model step may take, retries included

@@ -3,7 +3,8 @@
 - `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
   system prompt, the window and notes of the conversation stored in PostgreSQL (`ConversationMemory.
   prepare`: folded when it no longer fits, long-term examples), the tools this sender may be
-  offered (with their levels), the limits, greeting and language.
+  offered (with their levels), the limits, greeting and language, and the worker's configured
+  task queue (a run started on an older one moves there: `configured_queue` says it too).
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
   the client's own retries), one response in kernel/records.py's format; the message whose turn
   it is is `CURRENT_MESSAGE` meanwhile, as in the embedded runner's turn.
@@ -61,7 +62,7 @@ from ...schedule.jobs import ScheduleStore
 from ...schedule.tools import CURRENT_MESSAGE, JOB_WITHHELD
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
-from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, ROLE, SEND, TOOL
+from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, QUEUE, RECORD, ROLE, SEND, TOOL
 
 if TYPE_CHECKING:
     from .state import SharedState
@@ -205,8 +206,10 @@ class TurnActivities:
         approval_ttl: float = APPROVAL_TTL,
         state: SharedState | None = None,
         schedules: ScheduleStore | None = None,
+        task_queue: str | None = None,
     ) -> None:
         self.agent, self.senders = agent, senders
+        self.task_queue = task_queue  # `temporal.task_queue`: where runs on an older queue move
         self.chat_rate, self.approval_ttl = chat_rate, approval_ttl
         self.state = state
         self.schedules = schedules  # the jobs in PostgreSQL (`/jobs`), when scheduling is on
@@ -218,7 +221,7 @@ class TurnActivities:
     def turn_steps(self) -> list[Any]:
         return [
             self.prepare_task, self.model_call, self.tool_call, self.command,
-            self.record_turn, self.record_pending, self.dead_letter, self.decider_role,
+            self.record_turn, self.record_pending, self.dead_letter, self.decider_role, self.configured_queue,
         ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:
@@ -240,6 +243,11 @@ class TurnActivities:
         if (user, channel) == CONSOLE:
             return ADMIN
         return self._caller({"sender": user, "channel": channel}).role
+
+    @activity.defn(name=QUEUE)
+    async def configured_queue(self) -> str | None:
+        """This worker's `temporal.task_queue`: a run on another one moves there (workflow.py)."""
+        return self.task_queue
 
     @activity.defn(name=PREPARE)
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -286,6 +294,7 @@ class TurnActivities:
             "model": client.name,
             "models": list(client.models),
             "chat_rate": self.chat_rate,
+            "task_queue": self.task_queue,
         }
 
     @activity.defn(name=MODEL)

@@ -27,6 +27,10 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
   reply goes out. Approvals and questions are `pending` rows (`record_pending`) as they are asked
   and decided; a reply given up on is a dead letter there (`dead_letter`), which the console's
   Resend hands back (`resend` signal).
+- A changed `task_queue`: a run started on another queue than the one its worker is configured
+  with (`prepare_task` says which, and so does `configured_queue` when an idle run continues)
+  continues as new onto the configured one after its turn, while the workers also poll the old
+  queue (`temporal.previous_task_queues`, worker.py), so no conversation is left unanswered.
 - Commands (gateway/commands.py) are answered by the `command` activity, with no model call; a
   `/stop` from the asker cancels the turn in flight (`message`: the turn's task is cancelled, so
   are its steps) and is answered as the embedded gateway answers it.
@@ -93,6 +97,7 @@ COMMAND, RECORD, PENDING, DEAD = (
     "hermes.dead_letter",
 )
 ROLE = "hermes.decider_role"  # the decider's role, by the worker's permissions (activities.py)
+QUEUE = "hermes.configured_queue"  # the worker's `temporal.task_queue`, where a run moves (activities.py)
 DECIDER_ROLE = "decider-role"  # the patch after which a decision's role is never the request's
 SHARED_STATE = "shared-state"  # the patch that added the command and record steps (`_shared`)
 SYNCHRONOUS = ("webhook", "web")  # channels whose reply the node holding the request reads (client.py)
@@ -100,6 +105,7 @@ KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
 HISTORY_EVENTS = 10_000  # a run continues as new past this many events or bytes of history, whether
 HISTORY_BYTES = 8 * 1024 * 1024  # or not the server suggests it (Temporal refuses at 50 MB / 50K)
 BOUNDED = "bounded-history"  # the patch after which a run also continues by its history's size
+MOVES = "moves-queue"  # the patch after which an idle run asks for the configured queue before continuing
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
 ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
@@ -220,6 +226,7 @@ class ConversationWorkflow:
         self.resends: list[dict[str, Any]] = list(state.get("resends", []))  # dead letters sent again
         self.recorded: int = int(state.get("recorded", 0))  # turns recorded in the shared store
         self.carried_bytes = payload_size(start)  # what this run was started with
+        self.configured_queue: str | None = None  # the workers' `task_queue`, once a step has said it
 
     # --- what the nodes send ------------------------------------------------------------------
 
@@ -341,6 +348,10 @@ class ConversationWorkflow:
             except asyncio.TimeoutError:  # idle: forget old ids, start a fresh history
                 cutoff = self._now() - max(DEDUP_AGE, self.options.idle_days * 86400)
                 self.seen = {key: at for key, at in self.seen.items() if at >= cutoff}
+                if workflow.patched(MOVES):
+                    self.configured_queue = await workflow.execute_local_activity(
+                        QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy()
+                    )
                 await self._continue_as_new()
                 continue
             if self.resends:
@@ -361,8 +372,12 @@ class ConversationWorkflow:
                 self.stop_requested, self.stoppable, self.turn_task, self.target = False, False, None, None
             self.turns += 1
             self.turns_this_run += 1
-            if self._history_full():
+            if self._history_full() or self._moving():
                 await self._continue_as_new()
+
+    def _moving(self) -> bool:
+        """Whether the workers are configured with another task queue than this run's."""
+        return self.configured_queue not in (None, workflow.info().task_queue)
 
     def _history_full(self) -> bool:
         """Whether this run has answered enough: `turns_per_run` turns, the server's suggestion,
@@ -387,7 +402,8 @@ class ConversationWorkflow:
         """Continue as new with the state, bounded by `carry_bytes` (`carried`); when the messages
         waiting to be answered do not fit by themselves, go on answering them in this run."""
         await workflow.wait_condition(workflow.all_handlers_finished)
-        options = dataclasses.asdict(self.options)
+        queue = self.configured_queue or workflow.info().task_queue
+        options = {**dataclasses.asdict(self.options), "task_queue": queue}
         state = carried(self._state(), self.options.carry_bytes - payload_size(options))
         if state is None:
             workflow.logger.warning(
@@ -395,7 +411,7 @@ class ConversationWorkflow:
                 len(self.queue),
             )
             return
-        workflow.continue_as_new({"options": options, "state": state})
+        workflow.continue_as_new({"options": options, "state": state}, task_queue=queue)
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -464,6 +480,7 @@ class ConversationWorkflow:
             retry_policy=UNTIL_THE_DATABASE_ANSWERS,
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
+        self.configured_queue = prepared.get("task_queue") or self.configured_queue
         self.language = prepared.get("language") or self.language
         limits = Limits(**prepared["limits"]) if not prepared["greeting"] else Limits(max_turns=1)
         earlier: list[Message] = list(prepared.get("window") or [])
