@@ -231,8 +231,26 @@ class SharedState:
                 await store.close()
 
 
+async def schema_components(settings: Settings) -> frozenset[str]:
+    """The schema components (postgres/migrations.py) the nodes and workers of this engine apply:
+    those of the stores they build — `SharedState.of`, and the jobs' store when scheduling is on.
+    `doctor` expects these, not the embedded engine's (which keeps a journal too)."""
+    from ... import stores
+
+    state = SharedState.of(settings)
+    built: list[Any] = [state.memory.store, state.traces, state.pending, state.gateway]
+    if settings.schedule.enabled:
+        built.append(stores.schedule_store(settings, inbox=False))
+    try:
+        return frozenset().union(*(store.db.components for store in built if store is not None))
+    finally:
+        await state.close()
+        if settings.schedule.enabled:
+            await built[-1].close()
+
+
 def reply_data(reply: OutboundMessage) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(reply), ensure_ascii=False))
 
 
-__all__ = ["SharedState", "reply_data"]
+__all__ = ["SharedState", "reply_data", "schema_components"]
