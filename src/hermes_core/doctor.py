@@ -28,7 +28,8 @@ The checks, in order (each returns a `Check`, none raises):
   release (older: the migrations run at the next start, said so; with `engine: temporal`, of the
   components its nodes apply: no journal); `engine: temporal` without
   `database.url` is a FAIL (the engine keeps its state in PostgreSQL: serve and worker refuse);
-- temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s,
+- temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s
+  (with the nodes' `temporal.tls` and API key),
   `temporal.namespace` exists there, and the server's version (GetSystemInfo); without the
   `temporal` extra a FAIL naming it;
 - shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
@@ -446,11 +447,31 @@ async def _temporal_check(settings: Settings, runtime: Any) -> Check:
     from temporalio.client import Client
     from temporalio.service import RPCError, RPCStatusCode
 
+    from .engine.temporal.client import Unreachable, credentials
+
+    try:  # the nodes' own TLS, client certificate and API key (temporal.tls, temporal.api_key_env)
+        tls, api_key = credentials(settings.temporal)
+    except (OSError, Unreachable) as exc:
+        said = (
+            f"cannot read temporal.tls's {exc.filename}: {exc.strerror}"
+            if isinstance(exc, OSError)
+            else str(exc)
+        )
+        return Check(
+            "FAIL", name, said, "correct temporal.tls, or set the variable temporal.api_key_env names"
+        )
     timeout = timedelta(seconds=TEMPORAL_TIMEOUT)
     fix = "start the Temporal server, or correct temporal.address (HERMES_TEMPORAL_ADDRESS)"
     try:
         client = await asyncio.wait_for(
-            Client.connect(address, namespace=namespace, connect_timeout=timeout, runtime=runtime),
+            Client.connect(
+                address,
+                namespace=namespace,
+                connect_timeout=timeout,
+                runtime=runtime,
+                tls=tls,
+                api_key=api_key,
+            ),
             TEMPORAL_TIMEOUT,
         )
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=timeout)

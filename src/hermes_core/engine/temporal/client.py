@@ -75,7 +75,7 @@ async def connect(config: TemporalConfig) -> Client:
     from temporalio.client import Client
 
     try:
-        tls, api_key = _credentials(config)
+        tls, api_key = credentials(config)
         return await Client.connect(config.address, namespace=config.namespace, tls=tls, api_key=api_key)
     except OSError as exc:  # a certificate or key file that cannot be read
         raise Unreachable(f"cannot read temporal.tls's {exc.filename}: {exc.strerror}") from None
@@ -308,7 +308,7 @@ class TemporalInbox:
             return None
 
 
-def _credentials(config: TemporalConfig) -> tuple[bool | TLSConfig, str | None]:
+def credentials(config: TemporalConfig) -> tuple[bool | TLSConfig, str | None]:
     """TLS (and the client's certificate) from `temporal.tls`'s files; the API key from the
     variable `temporal.api_key_env` names. An API key goes only over TLS."""
     from temporalio.service import TLSConfig
@@ -336,4 +336,4 @@ def workflow_id(conversation: str) -> str:
     return conversation
 
 
-__all__ = ["TemporalInbox", "connect", "workflow_id", "workflow_options"]
+__all__ = ["TemporalInbox", "connect", "credentials", "workflow_id", "workflow_options"]
