@@ -82,10 +82,14 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
     await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))
     assert not any(m.reply_to in sent for m in feishu.sent), "answered while the database was down"
     server.start_again()
-
-    await asyncio.to_thread(
-        wait_until, lambda: set(replies_by_message(feishu)) >= set(sent), 60, "every message answered"
-    )
+    back_at = time.monotonic()
+    try:
+        await asyncio.to_thread(
+            wait_until, lambda: set(replies_by_message(feishu)) >= set(sent), 60, "every message answered"
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the worker's log: {nodes.output('worker-0')[-3000:]}") from None
+    print(f"answered {time.monotonic() - back_at:.1f} s after the database was back")
     apologies = {REPLIES["internal_error"]["en"], REPLIES["internal_error"]["zh"]}
     answers = {m.reply_to: m.text for m in feishu.sent if m.reply_to in sent}
     assert answers == {mid: f"done: recorded outage{n}" for n, mid in enumerate(sent)}, answers
