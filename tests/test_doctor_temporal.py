@@ -1,11 +1,19 @@
 """`hermes-kernel doctor` with `engine: temporal`: the frontend at `temporal.address` answers, the
 namespace exists, the server's version is named — against a Temporal dev server (tests/temporal_dev.py),
-a closed port, an unknown namespace, and an environment without the SDK."""
+a closed port, an unknown namespace, and an environment without the SDK.
+
+Two faults of issue 33 ("the runbook"), run as an operator runs them: the command against an
+unknown namespace printed its FAIL and then died with signal 6 now and then (the SDK's native
+threads during the interpreter's exit, temporalio/sdk-python issue 300): run 20 times, it must end
+with exit code 1 every time; and after the engine's `serve` and `worker` nodes have started on a
+database, the `database` line must not ask for a migration no node of this engine applies (the
+embedded engine's journal)."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -96,3 +104,54 @@ def test_engine_temporal_without_a_database_url_is_a_fail(
         line
     )
     assert "set database.url (HERMES_DATABASE_URL" in line
+
+
+@pytest.mark.slow
+def test_an_unknown_namespace_ends_the_command_with_its_fail_never_a_signal(
+    temporal_dev: str, tmp_path: Path
+) -> None:
+    from serve_process import clean_environ
+
+    (tmp_path / "hermes.yaml").write_text(
+        f"engine: temporal\ntemporal:\n  address: '{temporal_dev}'\n  namespace: no-such-ns\n",
+        encoding="utf-8",
+    )
+    command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "doctor"]
+    for run in range(20):  # the abort came in about one run in six
+        done = subprocess.run(
+            command, cwd=tmp_path, env=clean_environ(), capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1, (run, done.returncode, done.stderr[-2000:])
+        assert "FAIL  temporal: " in done.stdout and "has no namespace 'no-such-ns'" in done.stdout, (
+            done.stdout
+        )
+
+
+@pytest.mark.slow
+def test_after_the_nodes_start_no_migration_is_left_that_they_never_apply(
+    temporal_dev: str, tmp_path: Path, pg_url: str
+) -> None:
+    import asyncio
+
+    from hermes_core.testing.fake_feishu import FakeFeishu
+    from hermes_core.testing.fake_openai import FakeOpenAIServer
+    from test_temporal_engine import Cluster, steps, wait_until
+
+    model = FakeOpenAIServer(handler=steps, latency=0.01).start_in_thread()
+    feishu = FakeFeishu(time_scale=0.01, seed=17).start_in_thread()
+    cluster = Cluster(tmp_path, temporal_dev, model, feishu, database=pg_url, workers=1)
+    try:
+        asyncio.run(
+            feishu.push(feishu.user_message("hello", chat_id="oc_m", sender="ou_m"), cluster.events(0))
+        )
+        wait_until(lambda: len(feishu.messages_in("oc_m")) >= 1, 60, "the reply")  # every store is in use
+        command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "doctor"]
+        done = subprocess.run(
+            command, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        cluster.stop()
+        feishu.stop()
+        model.stop()
+    [line] = [line for line in done.stdout.splitlines() if line[6:].startswith("database:")]
+    assert line.startswith("OK    database: PostgreSQL") and "schema at the latest migration" in line, line

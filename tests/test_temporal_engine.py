@@ -143,7 +143,8 @@ class Cluster:
         }  # fmt: skip
         (folder / "hermes.yaml").write_text(json.dumps(config), encoding="utf-8")
         self.env = clean_environ(
-            PYTHONPATH=str(folder), HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", STEP_LOG=str(self.log),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])),
+            HERMES_BASE_URL=model.base_url, HERMES_MODEL="m", STEP_LOG=str(self.log),
             FEISHU_APP_ID=feishu.app_id, FEISHU_APP_SECRET=feishu.app_secret,
             FEISHU_VERIFICATION_TOKEN=feishu.verification_token, FEISHU_BASE_URL=feishu.base_url,
             SLOW_SECONDS="4", HERMES_DATABASE_URL=database, **(env or {}),

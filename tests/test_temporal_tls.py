@@ -143,6 +143,16 @@ async def test_mutual_tls_reaches_the_frontend_and_nothing_less_does(
     server_only = TemporalTLSConfig(server_ca=str(files["ca"]), server_name="localhost")
     assert await reachable(TemporalConfig(address=address, tls=server_only)) != "ok"  # no client certificate
     assert await reachable(TemporalConfig(address=address)) != "ok"  # no TLS at all
+    # doctor connects as the nodes do: with their TLS settings it gets through, without them not
+    from hermes_core.config import Settings
+    from hermes_core.doctor import check_temporal
+
+    for tls, status in ((mutual, "OK"), (server_only, "FAIL")):
+        settings = Settings.model_validate(
+            {"engine": "temporal", "temporal": {"address": address, "tls": tls}}
+        )
+        check = await check_temporal(settings)
+        assert check.status == status, check
 
 
 async def test_unreadable_files_and_a_missing_api_key_say_which(

@@ -184,11 +184,16 @@ class TemporalConfig(_Section):
     address: str = "127.0.0.1:7233"  # host:port of the Temporal frontend
     namespace: str = "default"
     task_queue: str = "hermes-turns"  # workflows, model and tool steps; sends use `<task_queue>-sends`
+    # queues workers also poll after `task_queue` changed: their conversations move to `task_queue`
+    previous_task_queues: list[str] = Field(default_factory=list)
     heartbeat_timeout: float = Field(5.0, gt=0, le=60)  # seconds without a heartbeat: the step moves on
     sticky_timeout: float = Field(2.0, gt=0, le=60)  # seconds a workflow waits for its cached worker
     model_timeout: float = Field(300.0, gt=0)  # seconds one model step may take, retries included
     send_attempts: int = Field(8, ge=1, le=100)  # tries of one reply before it is kept as a dead letter
     turns_per_run: int = Field(100, ge=1, le=10_000)  # turns before the workflow continues as new
+    # bytes at most carried across continue-as-new (older reply texts are read back from PostgreSQL);
+    # Temporal refuses a payload over 2 MB
+    carry_bytes: int = Field(512 * 1024, ge=16 * 1024, le=1536 * 1024)
     dedup_ids: int = Field(2000, ge=10, le=100_000)  # message and event ids remembered per conversation
     # not read any more: the window is `memory.window_turns` of the stored conversation (kept so
     # that configurations setting it still load)

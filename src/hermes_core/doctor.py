@@ -25,9 +25,11 @@ The checks, in order (each returns a `Check`, none raises):
 - database: the data folder can be created and written, and SQLite can start a write transaction;
   with `database.url` set, PostgreSQL instead: reachable (the password from the URL or PGPASSWORD,
   never shown), version 14 or later, not a read-only standby, and its schema no newer than this
-  release (older: the migrations run at the next start, said so); `engine: temporal` without
+  release (older: the migrations run at the next start, said so; with `engine: temporal`, of the
+  components its nodes apply: no journal); `engine: temporal` without
   `database.url` is a FAIL (the engine keeps its state in PostgreSQL: serve and worker refuse);
-- temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s,
+- temporal (only with `engine: temporal`): the frontend at `temporal.address` answers within 5 s
+  (with the nodes' `temporal.tls` and API key),
   `temporal.namespace` exists there, and the server's version (GetSystemInfo); without the
   `temporal` extra a FAIL naming it;
 - shell sandbox (only when `agent.shell_allow` names programs): run_command's programs run inside
@@ -390,6 +392,11 @@ async def check_postgres(settings: Settings) -> Check:
         return Check("FAIL", "database", f"PostgreSQL at {shown_url} is a read-only standby",
                      "point database.url at the primary")  # fmt: skip
     expected = expected_versions()
+    if settings.engine == "temporal":  # its nodes apply only the components of their stores
+        from .engine.temporal.state import schema_components
+
+        applied = await schema_components(settings)
+        expected = {name: level for name, level in expected.items() if name in applied}
     newer = {name: level for name, level in found.items() if level > expected.get(name, level)}
     if newer:
         levels = ", ".join(f"{name} {level} > {expected[name]}" for name, level in sorted(newer.items()))
@@ -410,23 +417,62 @@ def _temporal_without_database() -> Check:
 
 
 async def check_temporal(settings: Settings) -> Check:
-    """`engine: temporal`: the frontend answers, the namespace exists, and which server it is."""
-    name, address, namespace = "temporal", settings.temporal.address, settings.temporal.namespace
+    """`engine: temporal`: the frontend answers, the namespace exists, and which server it is.
+
+    The client runs on a runtime of its own, dropped before this returns: the SDK's default
+    runtime keeps native threads that may still call into Python while the interpreter exits,
+    which aborts it (SIGABRT, or SIGSEGV) after the lines are printed (temporalio/sdk-python
+    issue 300); `serve` and `worker` skip the teardown instead (engine/temporal/client.py `leave`)."""
     try:
-        from temporalio.api.enums.v1 import NamespaceState
-        from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
-        from temporalio.client import Client
-        from temporalio.service import RPCError, RPCStatusCode
+        from temporalio.runtime import Runtime, TelemetryConfig
     except ImportError as exc:
         detail = f"engine: temporal, but the Temporal SDK is not installed ({exc})"
-        return Check("FAIL", name, detail, 'pip install "hermes-kernel[temporal]"')
+        return Check("FAIL", "temporal", detail, 'pip install "hermes-kernel[temporal]"')
+    import gc
+
+    runtime = Runtime(telemetry=TelemetryConfig())
+    try:
+        return await _temporal_check(settings, runtime)
+    finally:
+        del runtime
+        gc.collect()  # the client's cycles: the runtime is dropped here, its threads stopped
+
+
+async def _temporal_check(settings: Settings, runtime: Any) -> Check:
+    name, address, namespace = "temporal", settings.temporal.address, settings.temporal.namespace
     from datetime import timedelta
 
+    from temporalio.api.enums.v1 import NamespaceState
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
+    from temporalio.client import Client
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from .engine.temporal.client import Unreachable, credentials
+
+    try:  # the nodes' own TLS, client certificate and API key (temporal.tls, temporal.api_key_env)
+        tls, api_key = credentials(settings.temporal)
+    except (OSError, Unreachable) as exc:
+        said = (
+            f"cannot read temporal.tls's {exc.filename}: {exc.strerror}"
+            if isinstance(exc, OSError)
+            else str(exc)
+        )
+        return Check(
+            "FAIL", name, said, "correct temporal.tls, or set the variable temporal.api_key_env names"
+        )
     timeout = timedelta(seconds=TEMPORAL_TIMEOUT)
     fix = "start the Temporal server, or correct temporal.address (HERMES_TEMPORAL_ADDRESS)"
     try:
         client = await asyncio.wait_for(
-            Client.connect(address, namespace=namespace, connect_timeout=timeout), TEMPORAL_TIMEOUT
+            Client.connect(
+                address,
+                namespace=namespace,
+                connect_timeout=timeout,
+                runtime=runtime,
+                tls=tls,
+                api_key=api_key,
+            ),
+            TEMPORAL_TIMEOUT,
         )
         info = await client.workflow_service.get_system_info(GetSystemInfoRequest(), timeout=timeout)
         asked = DescribeNamespaceRequest(namespace=namespace)

@@ -116,6 +116,11 @@ class PostgresDatabase:
         self._migrations[component] = migrations
         self._applied.discard(component)
 
+    @property
+    def components(self) -> frozenset[str]:
+        """The components whose migrations are registered: what the first transaction applies."""
+        return frozenset(self._migrations)
+
     async def _ready(self) -> AsyncConnectionPool:
         if self._pool is not None and self._applied >= self._migrations.keys():
             return self._pool

@@ -3,7 +3,8 @@
 - `prepare_task` (a local activity): what the workflow needs to run the loop for one message: the
   system prompt, the window and notes of the conversation stored in PostgreSQL (`ConversationMemory.
   prepare`: folded when it no longer fits, long-term examples), the tools this sender may be
-  offered (with their levels), the limits, greeting and language.
+  offered (with their levels), the limits, greeting and language, and the worker's configured
+  task queue (a run started on an older one moves there: `configured_queue` says it too).
 - `model_call`: the agent's model stack (`Agent.client`: text tool calls, redaction, fallbacks,
   the client's own retries), one response in kernel/records.py's format; the message whose turn
   it is is `CURRENT_MESSAGE` meanwhile, as in the embedded runner's turn.
@@ -22,6 +23,10 @@
   PostgreSQL (state.py): a finished turn (messages, long-term outcome, trace), an approval or
   question as asked and decided, a reply given up on. A dead letter sent again is marked sent by
   `send_reply`.
+
+A database outage is waited out, never turned into an apology: `prepare_task` and `command` raise a
+retryable `StoreUnavailable` while PostgreSQL cannot be reached, which the workflow retries for as
+long as it lasts; any other failure of theirs is theirs after `STEP_ATTEMPTS` tries (`waited_out`).
 
 The model, tool and send steps heartbeat while it runs, so a worker killed mid-step is noticed within the
 `heartbeat_timeout` and the step moves to another worker.
@@ -57,7 +62,7 @@ from ...schedule.jobs import ScheduleStore
 from ...schedule.tools import CURRENT_MESSAGE, JOB_WITHHELD
 from ...tasks.journal import UNKNOWN_OUTCOME
 from ...tools import ToolContext
-from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, RECORD, ROLE, SEND, TOOL
+from .workflow import COMMAND, DEAD, MODEL, PENDING, PREPARE, QUEUE, RECORD, ROLE, SEND, TOOL
 
 if TYPE_CHECKING:
     from .state import SharedState
@@ -66,6 +71,7 @@ log = logging.getLogger("hermes_core.engine.temporal")
 T = TypeVar("T")
 _URLSAFE = re.compile(r"[A-Za-z0-9_-]*")
 HEARTBEAT_EVERY = 1.0  # seconds; the SDK sends at most one per 0.8 × heartbeat_timeout
+STEP_ATTEMPTS = 5  # tries of a step that fails otherwise than by a database outage (then: the apology)
 
 
 async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
@@ -80,6 +86,35 @@ async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
     finally:
         if not task.done():
             task.cancel()
+
+
+def store_outage(exc: BaseException) -> bool:
+    """Whether `exc` says PostgreSQL cannot be reached just now (down, restarting, connections cut)."""
+    from ...storage import StoreUnavailable
+
+    if isinstance(exc, StoreUnavailable):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.OperationalError)
+
+
+async def waited_out(step: Awaitable[T]) -> T:
+    """`await step`: a database outage is a retryable `StoreUnavailable` (retried without a cap by
+    the workflow), any other failure is tried `STEP_ATTEMPTS` times, then non-retryable `StepFailed`."""
+    try:
+        return await step
+    except ApplicationError:
+        raise
+    except Exception as exc:
+        if store_outage(exc):
+            raise ApplicationError(f"the database is unavailable: {exc}", type="StoreUnavailable") from None
+        if activity.info().attempt >= STEP_ATTEMPTS:
+            failure = f"{type(exc).__name__}: {exc}"
+            raise ApplicationError(failure, type="StepFailed", non_retryable=True) from exc
+        raise
 
 
 def approval_id(conversation: str, task_id: str, call_id: str) -> str:
@@ -171,8 +206,10 @@ class TurnActivities:
         approval_ttl: float = APPROVAL_TTL,
         state: SharedState | None = None,
         schedules: ScheduleStore | None = None,
+        task_queue: str | None = None,
     ) -> None:
         self.agent, self.senders = agent, senders
+        self.task_queue = task_queue  # `temporal.task_queue`: where runs on an older queue move
         self.chat_rate, self.approval_ttl = chat_rate, approval_ttl
         self.state = state
         self.schedules = schedules  # the jobs in PostgreSQL (`/jobs`), when scheduling is on
@@ -184,7 +221,7 @@ class TurnActivities:
     def turn_steps(self) -> list[Any]:
         return [
             self.prepare_task, self.model_call, self.tool_call, self.command,
-            self.record_turn, self.record_pending, self.dead_letter, self.decider_role,
+            self.record_turn, self.record_pending, self.dead_letter, self.decider_role, self.configured_queue,
         ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:
@@ -207,8 +244,16 @@ class TurnActivities:
             return ADMIN
         return self._caller({"sender": user, "channel": channel}).role
 
+    @activity.defn(name=QUEUE)
+    async def configured_queue(self) -> str | None:
+        """This worker's `temporal.task_queue`: a run on another one moves there (workflow.py)."""
+        return self.task_queue
+
     @activity.defn(name=PREPARE)
     async def prepare_task(self, data: dict[str, Any]) -> dict[str, Any]:
+        return await waited_out(self._prepare(data))
+
+    async def _prepare(self, data: dict[str, Any]) -> dict[str, Any]:
         agent, text = self.agent, data["text"]
         if agent.mcp is not None:  # cheap once connected; a server that is down is retried later
             await agent.mcp.attach(agent.registry)
@@ -249,6 +294,7 @@ class TurnActivities:
             "model": client.name,
             "models": list(client.models),
             "chat_rate": self.chat_rate,
+            "task_queue": self.task_queue,
         }
 
     @activity.defn(name=MODEL)
@@ -311,11 +357,11 @@ class TurnActivities:
         message = inbound_of(data["message"])
         agent = self.agent
         caller = self._caller({"sender": message.sender, "channel": message.channel})
-        answer = await heartbeating(commands.answer(
+        answer = await waited_out(heartbeating(commands.answer(
             message.text, conversation=message.conversation, memory=self.state.memory,
             registry=agent.registry, caller=caller,
             models=agent.client.models, language=agent.language, schedules=self.schedules, message=message,
-        ))  # fmt: skip
+        )))  # fmt: skip
         return answer or ""
 
     @activity.defn(name=RECORD)
@@ -363,4 +409,6 @@ class TurnActivities:
                 raise ApplicationError(str(exc), type="DeliveryError", next_retry_delay=delay) from None
 
 
-__all__ = ["StepInteractions", "TurnActivities", "approval_id", "conversation_of", "heartbeating"]
+__all__ = [
+    "StepInteractions", "TurnActivities", "approval_id", "conversation_of", "heartbeating", "waited_out",
+]  # fmt: skip

@@ -9,7 +9,9 @@ work unchanged on any number of nodes.
   With the cluster down or restarting, `accept` gives up after `ACCEPT_TIMEOUT` (`NotAccepted`):
   the channel answers 503 within the platform's deadline and the platform delivers it again.
 - The webhook's synchronous answer: the reply is recorded in the workflow, and the node that holds
-  the request reads it with the `replies` query and hands it to its channel's waiter.
+  the request reads it with the `replies` query and hands it to its channel's waiter; a reply
+  whose text the workflow no longer carries (an older one, workflow.py `carried`) is read from
+  the stored turn (`stored_reply`, state.py).
 - `decide`: the `decide` update of the workflow the approval id names; its validator refuses what
   `DecisionRefused` refuses (who may decide, expiry, decided already), from any node.
 - Signed webhook requests taken once (`claim_nonce`): remembered by this node only; a replay sent
@@ -25,6 +27,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -72,7 +75,7 @@ async def connect(config: TemporalConfig) -> Client:
     from temporalio.client import Client
 
     try:
-        tls, api_key = _credentials(config)
+        tls, api_key = credentials(config)
         return await Client.connect(config.address, namespace=config.namespace, tls=tls, api_key=api_key)
     except OSError as exc:  # a certificate or key file that cannot be read
         raise Unreachable(f"cannot read temporal.tls's {exc.filename}: {exc.strerror}") from None
@@ -93,10 +96,17 @@ class TemporalInbox:
     """The channels' `Inbox` on a gateway node of `engine: temporal`."""
 
     def __init__(
-        self, client: Client, config: TemporalConfig, policy: Policy, *, reply_timeout: float = 120.0
+        self,
+        client: Client,
+        config: TemporalConfig,
+        policy: Policy,
+        *,
+        reply_timeout: float = 120.0,
+        stored_reply: Callable[[str, str], Awaitable[str | None]] | None = None,
     ):
         self.client, self.config, self.policy = client, config, policy
         self.reply_timeout = reply_timeout
+        self.stored_reply = stored_reply  # (conversation, task id) → the stored turn's reply
         self.accepting = False
         self.channels: dict[str, Channel] = {}
         self.accepted = 0
@@ -266,12 +276,13 @@ class TemporalInbox:
                 log.debug("replies of %s not readable yet: %s", message_id, exc)
                 replies = []
             fresh = [reply for reply in replies if reply["index"] >= first]
-            if fresh:
+            text = await self._text_of(conversation, fresh[0]) if fresh else None
+            if fresh and text is not None:
                 reply = fresh[0]
                 outbound = OutboundMessage(
                     channel=channel.name,
                     conversation=conversation,
-                    text=reply["text"],
+                    text=text,
                     uuid=reply["uuid"],
                     inbound_id=local,
                     index=reply["index"],
@@ -284,8 +295,20 @@ class TemporalInbox:
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.5)
 
+    async def _text_of(self, conversation: str, reply: dict[str, Any]) -> str | None:
+        """A reply's text: as the workflow has it, else read from its stored turn (None: not yet)."""
+        if reply.get("text") is not None:
+            return str(reply["text"])
+        if self.stored_reply is None or not reply.get("stored"):
+            return None
+        try:
+            return await self.stored_reply(conversation, str(reply["stored"]))
+        except Exception as exc:  # PostgreSQL unavailable just now: asked again
+            log.debug("the stored reply of %s not readable yet: %s", reply["stored"], exc)
+            return None
 
-def _credentials(config: TemporalConfig) -> tuple[bool | TLSConfig, str | None]:
+
+def credentials(config: TemporalConfig) -> tuple[bool | TLSConfig, str | None]:
     """TLS (and the client's certificate) from `temporal.tls`'s files; the API key from the
     variable `temporal.api_key_env` names. An API key goes only over TLS."""
     from temporalio.service import TLSConfig
@@ -313,4 +336,4 @@ def workflow_id(conversation: str) -> str:
     return conversation
 
 
-__all__ = ["TemporalInbox", "connect", "workflow_id", "workflow_options"]
+__all__ = ["TemporalInbox", "connect", "credentials", "workflow_id", "workflow_options"]

@@ -78,12 +78,12 @@ async def serve(
     require_database(settings)
     client = await connect(settings.temporal)
     permissions = policy(settings.permissions)
-    inbox = TemporalInbox(client, settings.temporal, permissions)
+    state = SharedState.of(settings)
+    inbox = TemporalInbox(client, settings.temporal, permissions, stored_reply=state.stored_reply)
     channels, routes = channels_for(settings, inbox)
     for channel in channels:
         inbox.add_channel(channel)
     scheduler = scheduler_for(settings, inbox, permissions)
-    state = SharedState.of(settings)
     gateway = ConsoleGateway(inbox, state)
     gateway.scheduler = scheduler  # the console's schedule page reads its store
 

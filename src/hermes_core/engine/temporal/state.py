@@ -7,6 +7,8 @@ show the Temporal engine's conversations as they show the embedded one's.
   fits), a finished turn is appended once under its task id, the `remember` tool and `/memory`,
   `/forget`, `/new` change the conversation's state, long-term outcomes are recorded and offered
   as examples (`memory.long_term`);
+- a turn's reply, read back from its stored messages (`stored_reply`) by the node that answers a
+  webhook retry once the workflow no longer carries the text (workflow.py `carried`);
 - traces: the record of each finished turn (observe/traces.py's format) in `PostgresTraceStore`;
   a failed one also as an X-ray file on the worker (`observe.xray_dir`, as `serve` writes them);
 - approvals and questions: one `pending` row per request (tasks/pending.py's record), its status
@@ -130,6 +132,30 @@ class SharedState:
         found: bool = await database.transaction(find)
         return found
 
+    async def stored_reply(self, conversation: str, task_id: str) -> str | None:
+        """The reply of the turn stored under `task_id`: its last message, which the workflow
+        checked is the reply (workflow.py `stored`); None when the turn is not (or no longer) there.
+        Read for a webhook retry whose reply text the workflow no longer carries."""
+        database = getattr(self.memory.store, "db", None)
+        if database is None:
+            return None
+
+        async def read(db: AsyncConnection) -> str | None:
+            row = await (
+                await db.execute(
+                    "SELECT m.message FROM session_turns t JOIN session_messages m "
+                    "ON m.conversation = t.conversation AND m.seq = t.first_seq + t.messages - 1 "
+                    "WHERE t.conversation = %s AND t.turn_id = %s",
+                    (conversation, task_id),
+                )
+            ).fetchone()
+            message = json.loads(row[0]) if row is not None else {}
+            content = message.get("content")
+            return content if message.get("role") == "assistant" and isinstance(content, str) else None
+
+        found: str | None = await database.transaction(read)
+        return found
+
     # -- approvals and questions ----------------------------------------------------------------
 
     async def record_pending(self, pending: dict[str, Any]) -> None:
@@ -205,8 +231,26 @@ class SharedState:
                 await store.close()
 
 
+async def schema_components(settings: Settings) -> frozenset[str]:
+    """The schema components (postgres/migrations.py) the nodes and workers of this engine apply:
+    those of the stores they build — `SharedState.of`, and the jobs' store when scheduling is on.
+    `doctor` expects these, not the embedded engine's (which keeps a journal too)."""
+    from ... import stores
+
+    state = SharedState.of(settings)
+    built: list[Any] = [state.memory.store, state.traces, state.pending, state.gateway]
+    if settings.schedule.enabled:
+        built.append(stores.schedule_store(settings, inbox=False))
+    try:
+        return frozenset().union(*(store.db.components for store in built if store is not None))
+    finally:
+        await state.close()
+        if settings.schedule.enabled:
+            await built[-1].close()
+
+
 def reply_data(reply: OutboundMessage) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(reply), ensure_ascii=False))
 
 
-__all__ = ["SharedState", "reply_data"]
+__all__ = ["SharedState", "reply_data", "schema_components"]

@@ -16,6 +16,11 @@ Two Temporal workers in one process, on the configured cluster:
   counted by each worker's limiter and, with `database.url` set, in PostgreSQL for every worker
   together (postgres/quota.py).
 
+After `temporal.task_queue` changed, the queues of `temporal.previous_task_queues` are polled
+too, each with its sends' queue: a conversation whose run was started on one is answered there and
+then continues as new onto `task_queue` (workflow.py), so none is left unanswered; an idle one
+moves at its next message or when its idle period ends (`idle_days`).
+
 A workflow's cached state waits `temporal.sticky_timeout` seconds for its worker before another
 worker takes it (the SDK's default is 10 s), and every step heartbeats: a worker killed mid-turn
 is replaced well within 15 s (docs/scale-out.md).
@@ -24,6 +29,7 @@ is replaced well within 15 s (docs/scale-out.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -98,8 +104,6 @@ async def run_worker(
     ready: Callable[[], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    from temporalio.worker import Worker
-
     from .state import SharedState
 
     require_database(settings)  # before anything connects: the refusal is one line
@@ -117,24 +121,10 @@ async def run_worker(
         approval_ttl=settings.permissions.approval_ttl,
         state=state,
         schedules=schedules,
+        task_queue=settings.temporal.task_queue,
     )
-    queue = settings.temporal.task_queue
-    turns = Worker(
-        client,
-        task_queue=queue,
-        workflows=[ConversationWorkflow],
-        activities=steps.turn_steps(),
-        workflow_runner=sandbox_runner(),
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.temporal.sticky_timeout),
-        graceful_shutdown_timeout=timedelta(seconds=settings.gateway.shutdown_grace),
-    )
-    sends = Worker(
-        client,
-        task_queue=sends_queue(queue),
-        activities=steps.send_steps(),
-        max_task_queue_activities_per_second=settings.feishu.app_send_rate,
-        graceful_shutdown_timeout=timedelta(seconds=settings.gateway.shutdown_grace),
-    )
+    queues = list(dict.fromkeys([settings.temporal.task_queue, *settings.temporal.previous_task_queues]))
+    workers = [worker for queue in queues for worker in queue_workers(client, queue, steps, settings)]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -143,13 +133,14 @@ async def run_worker(
         except (NotImplementedError, RuntimeError):
             pass
     try:
-        async with turns, sends:
+        async with contextlib.AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
             log.info(
-                "hermes-kernel worker on %s (%s), task queues %s and %s",
+                "hermes-kernel worker on %s (%s), task queues %s",
                 settings.temporal.address,
                 settings.temporal.namespace,
-                queue,
-                sends_queue(queue),
+                ", ".join(f"{queue} and {sends_queue(queue)}" for queue in queues),
             )
             if ready is not None:
                 ready()
@@ -163,6 +154,30 @@ async def run_worker(
             await schedules.close()
         await state.close()
         await agent.aclose()
+
+
+def queue_workers(client: Any, queue: str, steps: TurnActivities, settings: Settings) -> list[Any]:
+    """The two Temporal workers of one task queue: its workflows and turn steps, and its sends."""
+    from temporalio.worker import Worker
+
+    grace = timedelta(seconds=settings.gateway.shutdown_grace)
+    turns = Worker(
+        client,
+        task_queue=queue,
+        workflows=[ConversationWorkflow],
+        activities=steps.turn_steps(),
+        workflow_runner=sandbox_runner(),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.temporal.sticky_timeout),
+        graceful_shutdown_timeout=grace,
+    )
+    sends = Worker(
+        client,
+        task_queue=sends_queue(queue),
+        activities=steps.send_steps(),
+        max_task_queue_activities_per_second=settings.feishu.app_send_rate,
+        graceful_shutdown_timeout=grace,
+    )
+    return [turns, sends]
 
 
 def schedule_tools_for(agent: Any, settings: Settings) -> Any:

@@ -27,12 +27,21 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
   reply goes out. Approvals and questions are `pending` rows (`record_pending`) as they are asked
   and decided; a reply given up on is a dead letter there (`dead_letter`), which the console's
   Resend hands back (`resend` signal).
+- A changed `task_queue`: a run started on another queue than the one its worker is configured
+  with (`prepare_task` says which, and so does `configured_queue` when an idle run continues)
+  continues as new onto the configured one after its turn, while the workers also poll the old
+  queue (`temporal.previous_task_queues`, worker.py), so no conversation is left unanswered.
 - Commands (gateway/commands.py) are answered by the `command` activity, with no model call; a
   `/stop` from the asker cancels the turn in flight (`message`: the turn's task is cancelled, so
   are its steps) and is answered as the embedded gateway answers it.
-- History: after `turns_per_run` turns (or when the server suggests it) the workflow continues as
-  new with its state — queue, remembered ids, recent replies — so its history stays bounded
-  however long the conversation lasts.
+- History: after `turns_per_run` turns, when the server suggests it, or when this run's history
+  passes `HISTORY_EVENTS` events or `HISTORY_BYTES`, the workflow continues as new with its state
+  — queue, remembered ids, recent replies — so its history stays bounded however long the
+  conversation lasts. What is carried is bounded by bytes too (`carry_bytes`, `carried`): a
+  Temporal payload over 2 MB fails the workflow task on every retry, and a conversation with long
+  replies reached that with the texts of its last 500 replies. A turn's reply is carried as its
+  ids; its text only while it fits (the node that answers a webhook retry reads it back from the
+  stored turn, state.py `stored_reply`).
 
 Workflow code must be deterministic: the kernel's modules are passed through the sandbox (they
 are replayed as they ran: no clock, randomness or I/O is consulted in the loop's decisions), and
@@ -43,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -87,13 +97,25 @@ COMMAND, RECORD, PENDING, DEAD = (
     "hermes.dead_letter",
 )
 ROLE = "hermes.decider_role"  # the decider's role, by the worker's permissions (activities.py)
+QUEUE = "hermes.configured_queue"  # the worker's `temporal.task_queue`, where a run moves (activities.py)
 DECIDER_ROLE = "decider-role"  # the patch after which a decision's role is never the request's
 SHARED_STATE = "shared-state"  # the patch that added the command and record steps (`_shared`)
 SYNCHRONOUS = ("webhook", "web")  # channels whose reply the node holding the request reads (client.py)
 KEPT_REPLIES = 500  # messages whose replies are kept for the webhook's retries
+HISTORY_EVENTS = 10_000  # a run continues as new past this many events or bytes of history, whether
+HISTORY_BYTES = 8 * 1024 * 1024  # or not the server suggests it (Temporal refuses at 50 MB / 50K)
+BOUNDED = "bounded-history"  # the patch after which a run also continues by its history's size
+MOVES = "moves-queue"  # the patch after which an idle run asks for the configured queue before continuing
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
 ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
+
+
+# the steps that read the stored conversation: a database outage is retried as long as it lasts, any
+# other failure gives up after activities.py's STEP_ATTEMPTS (`StepFailed`, non-retryable)
+UNTIL_THE_DATABASE_ANSWERS = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5), maximum_attempts=0
+)
 
 
 def sends_queue(task_queue: str) -> str:
@@ -110,6 +132,7 @@ class Options:
     model_timeout: float = 300.0
     send_attempts: int = 8
     turns_per_run: int = 100
+    carry_bytes: int = 512 * 1024
     dedup_ids: int = 2000
     window_turns: int = 20
     idle_days: float = 2.0
@@ -131,6 +154,42 @@ class ToolFacts:
     idempotent: bool = False
     read_only_hint: bool | None = None
     timeout: float | None = None
+
+
+def payload_size(value: Any) -> int:
+    """Bytes of `value` as Temporal's JSON converter writes it (compact, ASCII)."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def carried(state: dict[str, Any], budget: int) -> dict[str, Any] | None:
+    """`state` trimmed to at most `budget` bytes, or None when the work alone (the queue, the
+    resends) does not fit: then the run answers more of it before it continues. Trimmed in
+    order, oldest first: the texts of replies stored with their turn (`stored`: read back from
+    PostgreSQL), whole reply entries (a retry of their message id then waits as for one never
+    seen), dead letters (PostgreSQL keeps them; only their count is shown here), remembered ids."""
+    state = {**state, "replies": {key: [dict(r) for r in kept] for key, kept in state["replies"].items()}}
+    state["seen"], state["dead_letters"] = dict(state["seen"]), list(state["dead_letters"])
+    over = payload_size(state) - budget
+    for kept in state["replies"].values():
+        for reply in kept:
+            if over > 0 and reply.get("stored") and reply.get("text") is not None:
+                over -= payload_size(reply["text"]) - payload_size(None)
+                reply["text"] = None
+    over = _drop_oldest(state["replies"], over)
+    while over > 0 and state["dead_letters"]:
+        over -= payload_size(state["dead_letters"].pop(0)) + 1
+    over = _drop_oldest(state["seen"], over)
+    if over > 0 or payload_size(state) > budget:
+        return None
+    return state
+
+
+def _drop_oldest(entries: dict[str, Any], over: int) -> int:
+    """Delete the oldest of `entries` while `over` > 0; what is still over."""
+    while over > 0 and entries:
+        key = next(iter(entries))
+        over -= payload_size(key) + payload_size(entries.pop(key)) + 2  # `"key":value,`
+    return over
 
 
 def message_keys(data: dict[str, Any]) -> list[str]:
@@ -166,6 +225,8 @@ class ConversationWorkflow:
         self.stoppable = False
         self.resends: list[dict[str, Any]] = list(state.get("resends", []))  # dead letters sent again
         self.recorded: int = int(state.get("recorded", 0))  # turns recorded in the shared store
+        self.carried_bytes = payload_size(start)  # what this run was started with
+        self.configured_queue: str | None = None  # the workers' `task_queue`, once a step has said it
 
     # --- what the nodes send ------------------------------------------------------------------
 
@@ -272,6 +333,7 @@ class ConversationWorkflow:
             "recorded_turns": self.recorded,
             "runs": self.runs,
             "history_length": workflow.info().get_current_history_length(),
+            "carried_bytes": self.carried_bytes,
         }
 
     # --- the conversation ---------------------------------------------------------------------
@@ -286,7 +348,12 @@ class ConversationWorkflow:
             except asyncio.TimeoutError:  # idle: forget old ids, start a fresh history
                 cutoff = self._now() - max(DEDUP_AGE, self.options.idle_days * 86400)
                 self.seen = {key: at for key, at in self.seen.items() if at >= cutoff}
+                if workflow.patched(MOVES):
+                    self.configured_queue = await workflow.execute_local_activity(
+                        QUEUE, start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy()
+                    )
                 await self._continue_as_new()
+                continue
             if self.resends:
                 await self._send_again(self.resends.pop(0))
                 continue
@@ -305,11 +372,24 @@ class ConversationWorkflow:
                 self.stop_requested, self.stoppable, self.turn_task, self.target = False, False, None, None
             self.turns += 1
             self.turns_this_run += 1
-            if (
-                self.turns_this_run >= self.options.turns_per_run
-                or workflow.info().is_continue_as_new_suggested()
-            ):
+            if self._history_full() or self._moving():
                 await self._continue_as_new()
+
+    def _moving(self) -> bool:
+        """Whether the workers are configured with another task queue than this run's."""
+        return self.configured_queue not in (None, workflow.info().task_queue)
+
+    def _history_full(self) -> bool:
+        """Whether this run has answered enough: `turns_per_run` turns, the server's suggestion,
+        or (runs since `BOUNDED`) a history past `HISTORY_EVENTS` events or `HISTORY_BYTES`."""
+        info = workflow.info()
+        if self.turns_this_run >= self.options.turns_per_run or info.is_continue_as_new_suggested():
+            return True
+        large = (
+            info.get_current_history_length() >= HISTORY_EVENTS
+            or info.get_current_history_size() >= HISTORY_BYTES
+        )
+        return large and workflow.patched(BOUNDED)
 
     async def _withdraw(self, task_id: str) -> None:
         """The approvals and questions a stopped turn waited for: expired, in the list too."""
@@ -319,8 +399,19 @@ class ConversationWorkflow:
                 await self._step(PENDING, {key: value for key, value in pending.items() if key != "resume"})
 
     async def _continue_as_new(self) -> None:
+        """Continue as new with the state, bounded by `carry_bytes` (`carried`); when the messages
+        waiting to be answered do not fit by themselves, go on answering them in this run."""
         await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new({"options": dataclasses.asdict(self.options), "state": self._state()})
+        queue = self.configured_queue or workflow.info().task_queue
+        options = {**dataclasses.asdict(self.options), "task_queue": queue}
+        state = carried(self._state(), self.options.carry_bytes - payload_size(options))
+        if state is None:
+            workflow.logger.warning(
+                "%d queued messages are more than temporal.carry_bytes: continued once fewer wait",
+                len(self.queue),
+            )
+            return
+        workflow.continue_as_new({"options": options, "state": state}, task_queue=queue)
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -364,7 +455,7 @@ class ConversationWorkflow:
                 {"message": dataclasses.asdict(message)},
                 start_to_close_timeout=timedelta(seconds=60),
                 heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
-                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+                retry_policy=UNTIL_THE_DATABASE_ANSWERS,
             )
             await self._send(Reply(str(answer)))
             return
@@ -386,9 +477,10 @@ class ConversationWorkflow:
             PREPARE,
             asked,
             start_to_close_timeout=timedelta(seconds=self.options.model_timeout + 30),
-            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5),
+            retry_policy=UNTIL_THE_DATABASE_ANSWERS,
         )
         self.chat_rate = float(prepared.get("chat_rate") or self.chat_rate)
+        self.configured_queue = prepared.get("task_queue") or self.configured_queue
         self.language = prepared.get("language") or self.language
         limits = Limits(**prepared["limits"]) if not prepared["greeting"] else Limits(max_turns=1)
         earlier: list[Message] = list(prepared.get("window") or [])
@@ -429,7 +521,11 @@ class ConversationWorkflow:
         # stored before the reply goes out, as the embedded gateway stores the turn with its done mark
         await self._step(RECORD, record)
         self.recorded += 1
-        await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason))
+        # the text can be read back from the stored turn when it is its last message (state.py)
+        last = turn[-1] if turn else {}
+        readable = self._shared() and (last.get("role"), last.get("content")) == ("assistant", result.reply)
+        stored = task_id if readable else None
+        await self._send(Reply(result.reply, error=None if result.ok else result.stop_reason), stored=stored)
 
     def stop_point(self) -> None:
         """Where a turn /stop asked to cancel ends, after each step it awaited: the cancellation
@@ -552,8 +648,10 @@ class ConversationWorkflow:
         await self._step(PENDING, pending)
         return answer.text
 
-    async def _send(self, reply: Reply) -> None:
-        """Record reply (its index the next of the message it answers) and send it, paced per chat."""
+    async def _send(self, reply: Reply, *, stored: str | None = None) -> None:
+        """Record reply (its index the next of the message it answers) and send it, paced per chat.
+        `stored`: the task id of the turn stored with this reply as its last message, from which a
+        node reads the text when it is not carried across continue-as-new (`carried`)."""
         message = self.target
         assert message is not None
         kept = self.replies.setdefault(message.message_id, [])
@@ -565,6 +663,7 @@ class ConversationWorkflow:
                 "approval": outbound.approval,
                 "error": outbound.error,
                 "uuid": outbound.uuid,
+                "stored": stored,
             }
         )
         while len(self.replies) > KEPT_REPLIES:
