@@ -17,6 +17,7 @@ it is in docs/text-tool-calls.md.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import math
 import re
@@ -1292,11 +1293,10 @@ def _reject(constant: str) -> None:
     raise ValueError(f"{constant} is not a JSON number")
 
 
-# ── The XML-style families (xmlcalls.py): they build on the classes above, so they load last ─────
+# ── The XML-style families (xmlcalls.py) and the special-token formats of newer small models
+# (tokens.py) build on the classes above, so they load last and register themselves (either module
+# may also be imported first: it then imports this one, and registers once it is complete, after
+# the other; their tags are distinct, so what any reply parses into does not depend on that order).
 
-from .xmlcalls import XML_PARSERS  # noqa: E402
-
-PARSERS.update((parser.name, parser) for parser in XML_PARSERS)
-
-# The special-token formats of newer small models register themselves; they build on the above.
-from . import tokens  # noqa: E402, F401
+for _late in ("xmlcalls", "tokens"):  # in this order: it is the registry's parse order
+    importlib.import_module(f".{_late}", __package__)

@@ -40,6 +40,7 @@ from .parsers import (
     _parameter_text,
     _parameter_value,
     literal_tag,
+    register_parser,
 )
 from .schema import Parameters
 
@@ -357,3 +358,6 @@ XML_PARSERS: tuple[TextCallParser, ...] = (
     LongCatParser(),
     Olmo3Parser(),
 )
+
+for _parser in XML_PARSERS:
+    register_parser(_parser.name, _parser)
