@@ -117,6 +117,19 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
+def private_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of one test alone, which it may stop and start in the middle."""
+    reason = postgres_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def pg_url(postgres: PostgresServer) -> str:
     """The URL (password included) of a new empty database, for this test alone."""
     return postgres.fresh_database()

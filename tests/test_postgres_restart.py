@@ -20,7 +20,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +28,9 @@ import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from pg_server import PostgresServer
-from pg_server import missing as postgres_missing
 from serve_process import SERVING, clean_environ, free_port
 
 pytestmark = pytest.mark.slow  # real processes, a server stopped and started
-
-
-@pytest.fixture
-def server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server of this test alone: it is stopped and started in the middle."""
-    reason = postgres_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    started = PostgresServer().start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 def echo(request: RecordedRequest) -> FakeReply:
@@ -88,11 +73,13 @@ def turns(model: FakeOpenAIServer) -> list[RecordedRequest]:
 
 
 def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
-    server: PostgresServer, tmp_path: Path
+    private_postgres: PostgresServer, tmp_path: Path
 ) -> None:
     model = FakeOpenAIServer(handler=echo, latency=0.05).start_in_thread()
     env = clean_environ(
-        HERMES_DATABASE_URL=server.fresh_database(), HERMES_BASE_URL=model.base_url, HERMES_MODEL="m"
+        HERMES_DATABASE_URL=private_postgres.fresh_database(),
+        HERMES_BASE_URL=model.base_url,
+        HERMES_MODEL="m",
     )
     nodes = [start_node(tmp_path / name, env) for name in ("a", "b")]
     users, per_user = [f"u{n}" for n in range(4)], 6
@@ -137,14 +124,14 @@ def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
         wait_until(lambda: sum(map(len, answers.values())) >= 5, 60, "the first answers")
         stopped_at[0] = time.monotonic()
         answered_before = {a.removeprefix("ok: ") for done in answers.values() for a in done}
-        server.shut_down("fast")
+        private_postgres.shut_down("fast")
         down.set()
         wait_until(lambda: refused_meanwhile() >= 3 or errors, 60, "requests refused while it is down")
         asked_meanwhile = {
             str([m for m in r.messages if m["role"] == "user"][-1]["content"]) for r in turns(model)
         }
         in_flight.update(asked_meanwhile - answered_before)  # turns the stop may have cut short
-        server.start_again()
+        private_postgres.start_again()
         for client in clients:
             client.join(timeout=120)
         assert not errors, errors

@@ -26,7 +26,6 @@ from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PostgresServer
-from pg_server import missing as postgres_missing
 from test_temporal_engine import Cluster, replies_by_message, steps, wait_until
 
 pytestmark = pytest.mark.slow  # real processes, PostgreSQL stopped for a minute
@@ -35,25 +34,13 @@ DOWN_SECONDS = 60.0  # today's cap was 5 tries of up to ~10 s each
 
 
 @pytest.fixture
-def server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server of this test alone: it is stopped and started in the middle."""
-    reason = postgres_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    started = PostgresServer().start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
-@pytest.fixture
 def cluster(
-    tmp_path: Path, temporal_dev: str, server: PostgresServer
+    tmp_path: Path, temporal_dev: str, private_postgres: PostgresServer
 ) -> Iterator[tuple[Cluster, FakeFeishu]]:
     model = FakeOpenAIServer(handler=steps, latency=0.02).start_in_thread()
     feishu = FakeFeishu(time_scale=0.01, seed=9).start_in_thread()
-    nodes = Cluster(tmp_path, temporal_dev, model, feishu, database=server.fresh_database(), workers=1)
+    database = private_postgres.fresh_database()
+    nodes = Cluster(tmp_path, temporal_dev, model, feishu, database=database, workers=1)
     try:
         yield nodes, feishu
     finally:
@@ -63,7 +50,7 @@ def cluster(
 
 
 async def test_a_database_outage_is_waited_out_not_apologised_for(
-    cluster: tuple[Cluster, FakeFeishu], server: PostgresServer
+    cluster: tuple[Cluster, FakeFeishu], private_postgres: PostgresServer
 ) -> None:
     nodes, feishu = cluster
     chats = [f"oc_{uuid.uuid4().hex[:6]}_{n}" for n in range(3)]
@@ -71,7 +58,7 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
     await feishu.push(first, nodes.events(0))
     await asyncio.to_thread(wait_until, lambda: len(feishu.sent) >= 1, 60, "the first reply")
 
-    server.shut_down("fast")
+    private_postgres.shut_down("fast")
     down_at = time.monotonic()
     sent = []
     for n, chat in enumerate(chats):
@@ -81,7 +68,7 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
         sent.append(envelope["event"]["message"]["message_id"])
     await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))
     assert not any(m.reply_to in sent for m in feishu.sent), "answered while the database was down"
-    server.start_again()
+    private_postgres.start_again()
     back_at = time.monotonic()
     try:
         await asyncio.to_thread(

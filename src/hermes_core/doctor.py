@@ -222,9 +222,10 @@ async def check_model_tools(settings: Settings) -> Check:
         await client.aclose()
     if mode == "text":
         family = client.families.get(inner.name) if isinstance(client, TextToolCalls) else None
-        if response.tool_calls and family:
-            return Check("OK", name, f"text mode: the call came back as text, {family_title(family)}, and "
-                         "was read; model.tool_mode: text is right")  # fmt: skip
+        if response.tool_calls:
+            written = f"as text, {family_title(family)}," if family else "natively"
+            return Check("OK", name, f"text mode: the call came back {written} and was read; "
+                         "model.tool_mode: text is right")  # fmt: skip
         return Check("FAIL", name, "text mode: the model answered without calling the tool",
                      "try model.tool_mode: native, or a model that follows tool instructions")  # fmt: skip
     if response.tool_calls:

@@ -1003,9 +1003,22 @@ def word_starts(tags: tuple[Tag, ...]) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=32)
-def word_tail(tags: tuple[Tag, ...]) -> re.Pattern[str] | None:
-    """A text that ends in a partial letter-led opening (`funct`, `to=functions.f`) matches this
-    from `len(text) - 400` on (a filter: `partial_opening` says where); None: no such tag."""
+def word_pattern(tags: tuple[Tag, ...]) -> re.Pattern[str] | None:
+    """Any letter-led tag start (`functools`, `to=functions.`); None: no such tag. A text without
+    one, and without `<` or `[`, can open a tag only at its very end (`may_end_in_word`)."""
+    words = word_starts(tags)
+    return re.compile("|".join(map(re.escape, words))) if words else None
+
+
+def may_end_in_word(text: str, tags: tuple[Tag, ...]) -> bool:
+    """Whether `text` may end in a partial letter-led opening (`funct`, `to=functions.f`): a filter
+    before `partial_opening`, which says where."""
+    tail = _word_tail(tags)
+    return tail is not None and tail.search(text, max(0, len(text) - _LONGEST_PARTIAL)) is not None
+
+
+@lru_cache(maxsize=32)
+def _word_tail(tags: tuple[Tag, ...]) -> re.Pattern[str] | None:
     partials = [tag.partial.pattern for tag in tags if tag.start[0].isalpha()]
     return re.compile("|".join(f"(?:{partial})\\Z" for partial in partials)) if partials else None
 

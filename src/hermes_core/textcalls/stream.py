@@ -15,7 +15,6 @@ back: everything shown, plus `flush().text`, is `finish().content`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from .parsers import (
     ThinkSplitter,
     holds_whole_message,
     may_be_whole_message,
+    may_end_in_word,
     open_block_closers,
     parse_selected,
     partial_opening,
@@ -39,13 +39,11 @@ from .parsers import (
     tags_of,
     typed_by_schema,
     typed_call,
-    word_starts,
-    word_tail,
+    word_pattern,
 )
 from .schema import tool_properties
 
 _LONGEST_CLOSER = 64  # characters: every format's closing tags are shorter
-_LONGEST_PARTIAL = 400  # characters: no opening tag is longer (parsers.py)
 
 
 @dataclass
@@ -73,9 +71,7 @@ class StreamingTextCallParser:
         """`tools` (the request's) type the values a format writes as text, as in `parse_text_calls`."""
         self._parsers = select_parsers(formats)
         self._tags = tags_of(self._parsers)
-        words = word_starts(self._tags)  # tag starts that hold no `<` or `[`
-        self._words = re.compile("|".join(map(re.escape, words))) if words else None
-        self._word_tail = word_tail(self._tags)
+        self._words = word_pattern(self._tags)  # tag starts that hold no `<` or `[`
         self._tools = tools
         self._schemas = tool_properties(tools)
         self._think_open = think_open
@@ -139,10 +135,7 @@ class StreamingTextCallParser:
         which is most of a long reply's cost): only a tail that may start a letter-led tag is held."""
         self._pieces.append(piece)
         self._tail = (self._tail + piece)[-_LONGEST_CLOSER:]
-        tail = self._word_tail
-        held = len(piece)
-        if tail is not None and tail.search(piece, max(0, len(piece) - _LONGEST_PARTIAL)):
-            held = partial_opening(piece, 0, self._tags)
+        held = partial_opening(piece, 0, self._tags) if may_end_in_word(piece, self._tags) else len(piece)
         self._pending, self._offset = piece[held:], self._offset + held
         return self._sent(self._content.add(piece[:held]), [])
 
