@@ -35,6 +35,7 @@ from test_gateway import FlakyChannel, inbound
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, real processes
 
+EXPIRY = 3.0  # s after the dead node is written until its claims run out (test below)
 LEASE = 2.0  # database.lease_seconds of the two serve nodes: each sweeps every LEASE / 3
 
 TOOLS = '''
@@ -133,7 +134,9 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     just been given a new message of one of those conversations, all but that conversation's —
     then the claims are let go at once: each turn runs once, a conversation's in order (the new
     message after the dead node's), and the message that had already run twice is set aside once
-    (with its one polite reply), never run a third time."""
+    (with its one polite reply), never run a third time. The claims stay locked for seconds, past
+    the lease: a claim taken after that wait starts its lease when it is taken (one taken with the
+    time read before the wait was born expired, and the other node took it mid-turn)."""
     dead = PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url))
     stores = [PostgresGatewayStore(pg_url, database=PostgresDatabase(pg_url)) for _ in range(2)]
     for store in stores:
@@ -164,27 +167,32 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     assert poison is not None
     for _ in range(2):
         await dead.begin_attempt(poison)
+    # the dead node's claims run out a little later (EXPIRY s); its messages are backdated, so the
+    # sweep period they wait is over: every sweep after the expiry sees all of them at once
     await dead._count(
-        f"UPDATE turn_claims SET inbound_id = first.id, expires_at = {NOW} - 1 FROM (SELECT "
+        f"UPDATE turn_claims SET inbound_id = first.id, expires_at = {NOW} + {EXPIRY} FROM (SELECT "
         "conversation, MIN(id) AS id FROM inbox GROUP BY conversation) AS first "
         "WHERE turn_claims.conversation = first.conversation"
     )
+    await dead._count("UPDATE inbox SET received_at = received_at - 60")
     release = asyncio.Event()
     locked = asyncio.Event()
 
-    async def hold(db: Any) -> None:  # the expired claims locked: no node can take one meanwhile
-        await db.execute("SELECT * FROM turn_claims FOR UPDATE")
+    async def hold(db: Any) -> None:  # the claims locked while live: no node can take one once expired
+        rows = await (await db.execute(f"SELECT expires_at > {NOW} FROM turn_claims FOR UPDATE")).fetchall()
+        assert all(live for (live,) in rows), "the claims ran out before the test locked them"
         locked.set()
         await release.wait()
 
     holder = asyncio.create_task(dead.db.transaction(hold))
     await locked.wait()
-    # a new message of c0 reaches the first node (before a sweep may take the dead node's, which
-    # are younger than a sweep period): its lane waits for c0's claim, its sweeps leave c0 alone
+    # a new message of c0 reaches the first node while the dead node's claims still live: its lane
+    # waits for c0's claim, its sweeps leave c0 alone
     assert await gateways[0].accept(inbound("flaky:c0", "c0 m2", "c0 m2")) is not None
     texts["flaky:c0"].append("c0 m2")
+    assert gateways[0].swept == gateways[1].swept == 0
     # (the second node may take the new message too, once it is a sweep period old: no claim)
-    await wait_for(lambda: gateways[0].swept == 5 and gateways[1].swept >= 7, timeout=10)
+    await wait_for(lambda: gateways[0].swept == 5 and gateways[1].swept >= 7, timeout=EXPIRY + 10)
     release.set()
     await holder
     replies = 8

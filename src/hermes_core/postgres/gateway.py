@@ -432,10 +432,10 @@ class PostgresGatewayStore(GatewayStore):
                 "INSERT INTO turn_claims (conversation, node, inbound_id, expires_at, epoch) "
                 f"VALUES (%s, %s, %s, {NOW} + %s, nextval('turn_claim_epochs')) ON CONFLICT (conversation) "
                 "DO UPDATE SET node = excluded.node, inbound_id = excluded.inbound_id, "
-                "expires_at = excluded.expires_at, epoch = excluded.epoch "
+                f"expires_at = {NOW} + %s, epoch = excluded.epoch "  # the clock once the row is ours
                 f"WHERE turn_claims.expires_at < {NOW} OR turn_claims.node = excluded.node "
                 "RETURNING epoch",
-                (message.conversation, self.node, message.id, self.lease_seconds),
+                (message.conversation, self.node, message.id, self.lease_seconds, self.lease_seconds),
             )
         ).fetchone()
         if taken is None:
