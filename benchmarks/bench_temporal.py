@@ -1,6 +1,7 @@
 """engine: temporal under load, against a local Temporal dev server (docs/scale-out.md).
 
     python benchmarks/bench_temporal.py [--quick] [--messages 300] [--chats 30] [--kills 10]
+    python benchmarks/bench_temporal.py --only throughput --turns 300 --workers 1,2
 
 Three measurements, each with real processes (`hermes-kernel serve` / `worker`), the fake Feishu
 platform and the fake model (200 ms a call):
@@ -12,9 +13,13 @@ platform and the fake model (200 ms a call):
    ran again on another (a model or tool call, read from the workflows' histories: an activity's
    started event with attempt > 1), the time from the SIGKILL to that step's new start — what the
    heartbeat timeout bounds;
-2. throughput: turns/s with 1, 2 and 4 workers (one gateway node), and CPU seconds per turn of
-   the workers (and of the Temporal server) vs the embedded gateway (`serve` alone) on the same
-   turns;
+2. throughput: `--turns` one-message chats pushed at once, on the embedded gateway (one `serve`,
+   its default SQLite file), on two PostgreSQL nodes (two `serve`, `database.url`; the pushes
+   alternate between them) and on Temporal with 1, 2 and 4 workers (one `serve` node): turns/s,
+   and CPU ms per turn of the serve nodes, the workers, the Temporal server and PostgreSQL, each
+   apart, with the ratio of each engine's to the embedded gateway's (`cpu_ms_per_turn`: the
+   nodes', serve + workers; `all_cpu_ms_per_turn`: everything) — `--engines` picks which run
+   besides the embedded one;
 3. acks: events pushed at `--ack-rate` a second for `--ack-seconds` to two gateway nodes: the
    platform's wait for each HTTP 200 (p50, p99, max), with no worker running (the accept path
    alone: the turns wait in the cluster) and with two workers running the turns meanwhile.
@@ -38,6 +43,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,7 +121,7 @@ def wait_until(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
+            raise RuntimeError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.05)
 
 
@@ -123,7 +129,13 @@ class Nodes:
     """`serve` and `worker` processes in one folder on one task queue (or `serve` embedded)."""
 
     def __init__(
-        self, folder: Path, model: FakeOpenAIServer, feishu: FakeFeishu, temporal: str | None
+        self,
+        folder: Path,
+        model: FakeOpenAIServer,
+        feishu: FakeFeishu,
+        temporal: str | None,
+        *,
+        postgres: bool = False,
     ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
@@ -148,7 +160,7 @@ class Nodes:
             FEISHU_BASE_URL=feishu.base_url,
             HERMES_LOG_LEVEL="WARNING",
         )
-        if temporal is not None:  # the engine keeps its state in PostgreSQL (database.url)
+        if temporal is not None or postgres:  # the engine keeps its state in PostgreSQL (database.url)
             self.env["HERMES_DATABASE_URL"] = DATABASES.fresh_database()
         self.nodes: list[tuple[subprocess.Popen[bytes], str]] = []
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -304,46 +316,64 @@ async def soak(
 
 async def throughput(
     folder: Path,
-    temporal: str | None,
+    kind: str,
     model: FakeOpenAIServer,
     feishu: FakeFeishu,
-    workers: int,
     turns: int,
-    temporal_pid: int | None,
+    *,
+    temporal: str | None = None,
+    temporal_pid: int | None = None,
+    workers: int = 0,
+    embedded: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    nodes = Nodes(folder, model, feishu, temporal)
+    """`turns` messages, one per chat (the turns run concurrently), pushed at once; CPU per turn
+    of the serve nodes, the workers, the Temporal server and PostgreSQL, each apart; the ratio of
+    the nodes' (serve + workers) to `embedded`'s."""
+    postgres = kind != "embedded"
+    nodes = Nodes(folder, model, feishu, temporal if kind == "temporal" else None, postgres=postgres)
     try:
-        nodes.serve()
+        for _ in range(2 if kind == "postgres" else 1):
+            nodes.serve()
         for _ in range(workers):
             nodes.worker()
         run = uuid.uuid4().hex[:6]
         names = [f"oc_{run}_{n}" for n in range(turns)]  # one message per chat: turns run concurrently
-        cpu_before = nodes.cpu("serve") + nodes.cpu("workers")
+        serve_before, workers_before = nodes.cpu("serve"), nodes.cpu("workers")
         server_before = cpu_seconds(temporal_pid) if temporal_pid else 0.0
-        postgres_before = postgres_cpu_seconds(DATABASES.data) if temporal else 0.0
+        postgres_before = postgres_cpu_seconds(DATABASES.data) if postgres else 0.0
         started = time.monotonic()
         envelopes = [
             feishu.user_message(f"hello {n}", chat_id=chat, sender=f"ou_{chat}")
             for n, chat in enumerate(names)
         ]
-        await asyncio.gather(*(feishu.push(envelope, nodes.events(0)) for envelope in envelopes))
+        await asyncio.gather(*(feishu.push(e, nodes.events(n)) for n, e in enumerate(envelopes)))
         ids = {e["event"]["message"]["message_id"] for e in envelopes}
+        answered = lambda: len(ids & {m.reply_to for m in feishu.sent})  # noqa: E731
         await asyncio.to_thread(
-            wait_until, lambda: {m.reply_to for m in feishu.sent} >= ids, 300, "the turns"
+            wait_until, lambda: answered() == turns, 300, lambda: f"{answered()} of the turns"
         )
         took = time.monotonic() - started
-        cpu = nodes.cpu("serve") + nodes.cpu("workers") - cpu_before
+        serve = nodes.cpu("serve") - serve_before
+        worker = nodes.cpu("workers") - workers_before
         server = (cpu_seconds(temporal_pid) - server_before) if temporal_pid else 0.0
-        postgres = (postgres_cpu_seconds(DATABASES.data) - postgres_before) if temporal else 0.0
-        return {
-            "engine": "temporal" if temporal else "embedded",
-            "workers": workers if temporal else 0,
+        database = (postgres_cpu_seconds(DATABASES.data) - postgres_before) if postgres else 0.0
+        per_turn = lambda seconds: round(1000 * seconds / turns, 1)  # noqa: E731
+        result = {
+            "engine": kind,
+            "serve_nodes": len(nodes.nodes),
+            "workers": workers,
             "turns": turns,
             "turns_per_s": round(turns / took, 1),
-            "cpu_ms_per_turn": round(1000 * cpu / turns, 1),
-            "temporal_server_cpu_ms_per_turn": round(1000 * server / turns, 1) if temporal else None,
-            "postgres_cpu_ms_per_turn": round(1000 * postgres / turns, 1) if temporal else None,
+            "cpu_ms_per_turn": per_turn(serve + worker),
+            "serve_cpu_ms_per_turn": per_turn(serve),
+            "worker_cpu_ms_per_turn": per_turn(worker) if kind == "temporal" else None,
+            "temporal_server_cpu_ms_per_turn": per_turn(server) if kind == "temporal" else None,
+            "postgres_cpu_ms_per_turn": per_turn(database) if postgres else None,
+            "all_cpu_ms_per_turn": per_turn(serve + worker + server + database),
         }
+        for name in ("cpu_ms_per_turn", "all_cpu_ms_per_turn", "turns_per_s") if embedded else ():
+            result[f"{name}_ratio_to_embedded"] = round(result[name] / embedded[name], 2)
+        return result
     finally:
         nodes.stop()
 
@@ -409,17 +439,24 @@ async def main(args: argparse.Namespace) -> None:
             )
             print("soak", json.dumps(result), flush=True)
         if "throughput" in parts:
-            embedded = await throughput(folder / "embedded", None, model, feishu, 0, args.turns, None)
+            embedded = await throughput(folder / "embedded", "embedded", model, feishu, args.turns)
             print("throughput", json.dumps(embedded), flush=True)
-            for workers in [int(w) for w in args.workers.split(",")]:
+            if "postgres" in args.engines:
+                result = await throughput(
+                    folder / "postgres", "postgres", model, feishu, args.turns, embedded=embedded
+                )
+                print("throughput", json.dumps(result), flush=True)
+            for workers in [int(w) for w in args.workers.split(",")] if "temporal" in args.engines else []:
                 result = await throughput(
                     folder / f"w{workers}",
-                    server.address,
+                    "temporal",
                     model,
                     feishu,
-                    workers,
                     args.turns,
-                    server.process.pid,
+                    temporal=server.address,
+                    temporal_pid=server.process.pid,
+                    workers=workers,
+                    embedded=embedded,
                 )
                 print("throughput", json.dumps(result), flush=True)
         if "acks" in parts:
@@ -439,6 +476,7 @@ async def main(args: argparse.Namespace) -> None:
         model.stop()
         server.stop()
         DATABASES.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -449,6 +487,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--turns", type=int, default=200, help="turns of the throughput runs")
     parser.add_argument("--workers", default="1,2,4", help="worker counts of the throughput runs")
+    parser.add_argument(
+        "--engines", default="postgres,temporal", help="throughput: besides embedded (postgres, temporal)"
+    )
     parser.add_argument("--latency", type=float, default=0.2, help="seconds per model call")
     parser.add_argument("--ack-rate", type=float, default=200.0)
     parser.add_argument("--ack-seconds", type=float, default=5.0)

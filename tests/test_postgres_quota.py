@@ -15,6 +15,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,6 +127,43 @@ def test_each_process_alone_would_send_twice_the_quota(feishu: FakeFeishu) -> No
     send_from_two_processes("-", feishu, count=3 * K // 2, chats="oc_alone:30", chat_rate=1000)
     assert len(feishu.sent) == 3 * K
     assert 99991400 in refusals(feishu)
+
+
+async def test_a_turn_moves_each_bucket_once_when_another_is_new_and_a_pruned_one_starts_full(
+    pg_url: str,
+) -> None:
+    """The one statement that takes a turn (postgres/quota.py `_TAKE`) moves nothing unless every
+    bucket's row is there: a request whose chat bucket is new moves the app's bucket once (not
+    once for the try that found the chat's row missing and once more after it was created), from
+    the moment the app's bucket allows; a pruned bucket starts full again."""
+    from hermes_core.postgres.quota import _reserve
+
+    database = PostgresDatabase(pg_url)
+    quota = SharedSendQuota(database, "cli_q", chat_per_s=1.0, app_per_s=1.0, app_per_min=None)
+    step = 1.1  # one request per second + the 0.1 s margin, no burst (ratelimit.py platform_limit)
+
+    async def due(scope: str) -> float:
+        async def read(db: Any) -> float:
+            row = await (await db.execute("SELECT due FROM send_quota WHERE scope = %s", (scope,))).fetchone()
+            return float(row[0])
+
+        return await database.statement(read)
+
+    try:
+        app = quota.buckets(None)
+        [scope] = app
+        assert await _reserve(database, app) == 0.0  # a new bucket is full: at once
+        first = await due(scope)
+        both = quota.buckets("oc_new")
+        wait = await _reserve(database, both)  # the chat's bucket is new
+        assert await due(scope) == pytest.approx(first + step)  # its turn at `first`, moved once
+        [chat] = set(both) - {scope}
+        assert await due(chat) == pytest.approx(first + step)  # counted too, from the same moment
+        assert step - 0.5 < wait <= step
+        assert await quota.prune(idle=-3600) == 2  # both rows: "full again" an hour from now
+        assert await _reserve(database, app) == 0.0
+    finally:
+        await quota.close()
 
 
 async def test_sends_wait_while_the_database_is_down_and_go_out_once_it_is_back(

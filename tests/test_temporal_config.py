@@ -102,21 +102,34 @@ def test_engine_temporal_without_database_url_is_refused_in_one_line(
     assert "set database.url (HERMES_DATABASE_URL" in last and "Traceback" not in result.stderr
 
 
-def test_a_run_recorded_by_the_release_before_the_shared_state_replays_on_this_code() -> None:
-    """A conversation's run started by the release without the command and record steps (three
-    webhook turns: a tool call, `/new` answered by the model, a text) replays on this workflow
-    code without a nondeterminism error: it finishes as it began (`workflow.patched`)."""
+@pytest.mark.parametrize(
+    ("recorded_file", "runner"),
+    [
+        ("three_turns_before_shared_state.json", "sandbox_runner"),
+        ("three_turns_before_shared_state.json", "workflow_runner"),
+        ("three_turns_record_activity.json", "sandbox_runner"),
+        ("three_turns_record_activity.json", "workflow_runner"),
+    ],
+)
+def test_a_run_recorded_by_an_earlier_release_replays_on_this_code(recorded_file: str, runner: str) -> None:
+    """Conversations' runs recorded by earlier releases (three webhook turns: a tool call, `/new`, a
+    text) replay on this workflow code without a nondeterminism error, in Temporal's sandbox and
+    with the worker's own runner: the release without the command and record steps (`/new`
+    answered by the model), and the one that recorded a turn with an activity task rather than a
+    local step (`LOCAL_RECORD`) — each finishes as it began (`workflow.patched`)."""
     pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
     import asyncio
 
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
-    from hermes_core.engine.temporal.worker import sandbox_runner
+    from hermes_core.engine.temporal import worker
     from hermes_core.engine.temporal.workflow import ConversationWorkflow
 
-    recorded = Path(__file__).parent / "data" / "temporal_history" / "three_turns_before_shared_state.json"
+    recorded = Path(__file__).parent / "data" / "temporal_history" / recorded_file
     history = WorkflowHistory.from_json("webhook:u1", recorded.read_text(encoding="utf-8"))
-    replayer = Replayer(workflows=[ConversationWorkflow], workflow_runner=sandbox_runner())
+    replayer = Replayer(  # on the queue "replay-recorded", as recorded (make_history.py)
+        workflows=[ConversationWorkflow], workflow_runner=getattr(worker, runner)(), build_id="recorded"
+    )
     result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
     assert result.replay_failure is None, result.replay_failure

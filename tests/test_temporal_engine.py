@@ -281,6 +281,41 @@ async def test_duplicated_pushes_on_two_nodes_answered_once_in_order(
     assert executed == Counter({f"{chat}-{i}": 1 for chat in chats for i in range(5)})
 
 
+async def test_a_plain_turn_is_two_activity_tasks_its_short_steps_run_locally(
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu], temporal_dev: str
+) -> None:
+    """A turn without tools: its model call and its send are activity tasks (a worker must be
+    able to take them over mid-way), preparing and recording the turn are local steps (markers in
+    the history, no task queue round trip): three workflow tasks per turn, not four — what CPU
+    per turn comes down to on a worker and on the Temporal server (benchmarks/bench_temporal.py)."""
+    from temporalio.client import Client
+
+    _, feishu = platform
+    chat = f"oc_{uuid.uuid4().hex[:6]}"
+    for i in range(2):
+        envelope = feishu.user_message(f"hello {i}", chat_id=chat, sender=f"ou_{chat}")
+        assert (await feishu.push(envelope, cluster.events(i))).ok
+        await asyncio.to_thread(wait_until, lambda n=i: len(feishu.messages_in(chat)) > n, 30, "the reply")
+    client = await Client.connect(temporal_dev)
+    history = await client.get_workflow_handle(f"feishu:ou_{chat}").fetch_history()  # p2p: by sender
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["hermes.model_call", "hermes.send_reply"] * 2
+    local = [
+        e
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert len(local) == 2 * 2  # prepare_task and record_turn, per turn
+    tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
+    assert len(tasks) <= 3 * 2 + 1, len(tasks)  # three a turn (one more when a signal comes mid-task)
+    assert [m.text for m in feishu.messages_in(chat)] == ["ok: hello 0", "ok: hello 1"]
+
+
 async def test_worker_killed_mid_turn_the_turn_finishes_on_the_other(
     cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
 ) -> None:

@@ -131,7 +131,7 @@ class TemporalEngine:
         from hermes_core.engine.temporal.activities import TurnActivities
         from hermes_core.engine.temporal.client import TemporalInbox
         from hermes_core.engine.temporal.state import SharedState
-        from hermes_core.engine.temporal.worker import sandbox_runner
+        from hermes_core.engine.temporal.worker import workflow_runner
         from hermes_core.engine.temporal.workflow import ConversationWorkflow, sends_queue
         from hermes_core.testing import ScriptedModel
 
@@ -150,7 +150,7 @@ class TemporalEngine:
                 task_queue=self.queue,
                 workflows=[ConversationWorkflow],
                 activities=steps.turn_steps(),
-                workflow_runner=sandbox_runner(),
+                workflow_runner=workflow_runner(),
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
                 graceful_shutdown_timeout=timedelta(seconds=0.2),
             ),

@@ -6,7 +6,11 @@ register their migrations when they are built (`migrate`, synchronous, like SQLi
 opens and the migrations run on the first `transaction`, inside the running event loop.
 
 `transaction(fn)` runs `await fn(connection)` in one transaction (READ COMMITTED): committed when
-it returns, rolled back if it raises — a process killed in the middle leaves nothing of it. While
+it returns, rolled back if it raises — a process killed in the middle leaves nothing of it.
+`statement(fn)` runs one statement on its own (the pool's connections are in autocommit mode): a
+single statement is atomic by itself, and it takes one round trip to the server where a
+transaction around it takes three (BEGIN, the statement, COMMIT) — most of a node's CPU per turn
+on PostgreSQL is these round trips (benchmarks/bench_temporal.py). While
 the server is down or restarting it raises `StoreUnavailable` (storage/): the pool reconnects by
 itself, and the gateway tries the step again. Where
 two nodes may touch the same rows at once the stores say how they are kept apart (unique
@@ -141,7 +145,8 @@ class PostgresDatabase:
 
         pool = AsyncConnectionPool(
             self.url, min_size=self.min_size, max_size=self.max_size, timeout=self.timeout, open=False,
-            name="hermes", kwargs={"connect_timeout": max(1, int(self.timeout))}, configure=_configure,
+            name="hermes", kwargs={"connect_timeout": max(1, int(self.timeout)), "autocommit": True},
+            configure=_configure,
         )  # fmt: skip
         try:
             await pool.open(wait=True, timeout=self.timeout)
@@ -162,9 +167,25 @@ class PostgresDatabase:
             async with pool.connection(timeout=wait) as connection, connection.transaction():
                 return await fn(connection)
         except psycopg.OperationalError as exc:  # the server is down or restarting, connections cut
-            reason = redact_text(" ".join(str(exc).split()))
-            shown = redacted_url(self.url)
-            raise StoreUnavailable(f"PostgreSQL at {shown} is unavailable: {reason}") from exc
+            raise self._unavailable(exc) from exc
+
+    async def statement(
+        self, fn: Callable[[AsyncConnection], Awaitable[T]], *, wait: float | None = None
+    ) -> T:
+        """Run `await fn(connection)`, which executes one statement (or reads that need no
+        snapshot in common: READ COMMITTED gives each statement its own in a transaction too),
+        outside a transaction (module docstring); errors as `transaction`'s."""
+        psycopg = driver()
+        try:
+            pool = await self._ready()
+            async with pool.connection(timeout=wait) as connection:
+                return await fn(connection)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+        reason = redact_text(" ".join(str(exc).split()))
+        return StoreUnavailable(f"PostgreSQL at {redacted_url(self.url)} is unavailable: {reason}")
 
     async def close(self) -> None:
         """Release one user; the pool closes when the last user of the shared database leaves."""

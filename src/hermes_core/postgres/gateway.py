@@ -80,19 +80,19 @@ class PostgresGatewayStore(GatewayStore):
         async def run(db: AsyncConnection) -> Any:
             return await (await db.execute(sql, args)).fetchone()
 
-        return await self.db.transaction(run)
+        return await self.db.statement(run)
 
     async def _all(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         async def run(db: AsyncConnection) -> list[Any]:
             return await (await db.execute(sql, args)).fetchall()
 
-        return await self.db.transaction(run)
+        return await self.db.statement(run)
 
     async def _count(self, sql: str, args: tuple[Any, ...] = ()) -> int:
         async def run(db: AsyncConnection) -> int:
             return (await db.execute(sql, args)).rowcount
 
-        return await self.db.transaction(run)
+        return await self.db.statement(run)
 
     # -- GatewayStore -------------------------------------------------------------------------
     async def accept(self, message: InboundMessage) -> int | None:

@@ -1,10 +1,13 @@
 """Task journals in PostgreSQL (tasks/journal.py's seam): a turn resumed on any node replays them.
 
-Entries are numbered per task under a transaction-scoped advisory lock on the task id, so two
-writers of one task (a turn taken up by another node after a lease expired) never collide on a
-number; `prune` deletes whole tasks, never a part. A write of a turn running under a claim is
-fenced (tasks/fence.py): checked, in its transaction, against the claim's epoch, and refused
-(`ClaimLost`) once another node has taken the conversation.
+An entry is written by one statement (`_APPEND`, one round trip: the journal is written several
+times a turn, and a transaction around it took five): numbered after the task's last entry, and
+when two writers of one task (parallel tool calls; a turn taken up by another node after a lease
+expired) take the same number, the one that comes second inserts nothing and tries again with the
+next. `prune` deletes whole tasks, never a part. A write of a turn running under a claim is fenced
+(tasks/fence.py): the same statement reads the claim row `FOR SHARE` — it must still carry this
+node and epoch, or nothing is written and `ClaimLost` is raised — and holds it until the entry
+is committed, so a node taking the conversation over waits for the write and then reads it.
 """
 
 from __future__ import annotations
@@ -13,13 +16,30 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..tasks.fence import CURRENT_FENCE, ClaimLost
 from ..tasks.journal import JournalEntry, TaskJournal
 from .database import PostgresDatabase
-from .fence import hold_claim
 from .migrations import JOURNAL
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
+
+_INSERT = """
+INSERT INTO task_journal (task_id, seq, kind, data, at)
+SELECT %(task)s, next.seq, %(kind)s, %(data)s, %(at)s FROM (
+    SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM task_journal WHERE task_id = %(task)s
+) AS next WHERE EXISTS (SELECT 1 FROM held)
+ON CONFLICT (task_id, seq) DO NOTHING RETURNING seq
+"""
+# a turn under a claim: the claim row still this node's and epoch's, held until the entry commits
+_FENCED = f"""
+WITH held AS (
+    SELECT 1 FROM turn_claims WHERE conversation = %(conversation)s AND node = %(node)s
+        AND epoch = %(epoch)s FOR SHARE
+), written AS ({_INSERT})
+SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM written)
+"""
+_UNFENCED = f"WITH held AS (SELECT 1), written AS ({_INSERT}) SELECT 1, (SELECT count(*) FROM written)"
 
 
 class PostgresTaskJournal(TaskJournal):
@@ -34,22 +54,29 @@ class PostgresTaskJournal(TaskJournal):
             )
             return await cursor.fetchall()
 
-        return [JournalEntry(kind, json.loads(data)) for kind, data in await self.db.transaction(read)]
+        return [JournalEntry(kind, json.loads(data)) for kind, data in await self.db.statement(read)]
 
     async def append(self, task_id: str, kind: str, data: dict[str, Any]) -> None:
-        payload = json.dumps(data, ensure_ascii=False)
+        fence = CURRENT_FENCE.get()
+        values = {
+            "task": task_id, "kind": kind, "data": json.dumps(data, ensure_ascii=False), "at": time.time(),
+            "conversation": fence.conversation if fence else "",
+            "node": fence.node if fence else "", "epoch": fence.epoch if fence else 0,
+        }  # fmt: skip
+        statement = _FENCED if fence is not None else _UNFENCED  # no claims table without a gateway
 
-        async def insert(db: AsyncConnection) -> None:
-            await hold_claim(db)  # a turn whose claim another node took writes nothing (ClaimLost)
-            await db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("journal:" + task_id,))
-            await db.execute(
-                "INSERT INTO task_journal (task_id, seq, kind, data, at) "
-                "SELECT %s, COALESCE(MAX(seq), 0) + 1, "
-                "%s, %s, %s FROM task_journal WHERE task_id = %s",
-                (task_id, kind, payload, time.time(), task_id),
-            )
+        async def insert(db: AsyncConnection) -> tuple[int, int]:
+            row = await (await db.execute(statement, values)).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
 
-        await self.db.transaction(insert)
+        while True:
+            held, written = await self.db.statement(insert)
+            if not held:  # a turn whose claim another node took writes nothing
+                assert fence is not None
+                raise ClaimLost(fence)
+            if written:
+                return
 
     async def prune(self, older_than: float) -> None:
         """Forget the tasks whose last entry is older than `older_than`: whole tasks, never a part."""

@@ -93,7 +93,7 @@ class PostgresLongTermMemory(LongTermMemory):
         async def run(db: AsyncConnection) -> list[Any]:
             return await (await db.execute(sql, args)).fetchall()
 
-        return [_outcome(*row) for row in await self.pg.transaction(run)]
+        return [_outcome(*row) for row in await self.pg.statement(run)]
 
     async def forget(self, owner: str) -> int:
         """Delete everything remembered for `owner`; returns how many outcomes went."""

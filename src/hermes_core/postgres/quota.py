@@ -10,10 +10,10 @@ buckets:
   any `window + margin` seconds — a sliding window, as the platform counts), kept as the moment
   it is full again (`due`, GCRA, on the database's clock, so the nodes' clocks do not matter);
 - a request takes its turn from all its scopes at once — the app's per-second and per-minute
-  limits and its chat's — in one transaction: the rows are locked in one order (no deadlock), the
-  turn is the first moment every bucket allows, each bucket moves on from it; then the process
-  sleeps until that moment. A process killed while it waits has spent a turn nobody uses: the
-  limits can only be kept more strictly than asked, never less;
+  limits and its chat's — in one statement (`_TAKE`, one round trip): the rows are locked in one
+  order (no deadlock), the turn is the first moment every bucket allows, each bucket moves on
+  from it; then the process sleeps until that moment. A process killed while it waits has spent
+  a turn nobody uses: the limits can only be kept more strictly than asked, never less;
 - a row whose bucket is full again means nothing (a new one starts full): rows idle for
   `PRUNE_AFTER` seconds are deleted now and then, skipping rows a sender holds;
 - while the database cannot be reached (`StoreUnavailable`, PostgreSQL restarting) a request waits
@@ -103,7 +103,7 @@ class SharedSendQuota:
         delay = BACKOFF[0]
         while True:
             try:
-                wait = await self.db.transaction(lambda db: _reserve(db, buckets))
+                wait = await _reserve(self.db, buckets)
                 break
             except StoreUnavailable as exc:  # back soon: the send waits, it is not lost
                 log.warning("the shared send quota waits %.1fs for the database: %s", delay,
@@ -139,25 +139,50 @@ class SharedSendQuota:
             await self.db.close()
 
 
-async def _reserve(db: AsyncConnection, buckets: dict[str, tuple[float, float]]) -> float:
+# One statement takes a turn from every bucket (one round trip, in autocommit): it locks the rows
+# in one order, reads the first moment every bucket allows after the locks (`clock_timestamp`),
+# and moves each bucket on from it — only when every bucket's row is there; otherwise nothing
+# moves, the missing rows are inserted (full) and the statement runs again.
+_TAKE = f"""
+WITH locked AS (
+    SELECT scope, due FROM send_quota WHERE scope = ANY(%(scopes)s) ORDER BY scope FOR UPDATE
+), spec AS (
+    SELECT * FROM unnest(%(scopes)s::text[], %(steps)s::float8[], %(tolerances)s::float8[])
+        AS v (scope, step, tolerance)
+), turn AS (
+    SELECT found, now, GREATEST(now, latest) AS at FROM (
+        SELECT count(*) AS found, MAX(l.due - v.tolerance) AS latest, {NOW} AS now
+        FROM locked l JOIN spec v USING (scope)
+    ) AS seen
+)
+UPDATE send_quota q SET due = GREATEST(l.due, turn.at) + v.step
+FROM locked l JOIN spec v USING (scope), turn
+WHERE q.scope = l.scope AND turn.found = %(count)s
+RETURNING turn.at - turn.now
+"""
+
+
+async def _reserve(database: PostgresDatabase, buckets: dict[str, tuple[float, float]]) -> float:
     """Take one turn from every bucket at the same moment; seconds until that moment."""
     scopes = sorted(buckets)
-    rows = await (
-        await db.execute(  # locks each row (a new one inserted full), in one order for everyone
-            "INSERT INTO send_quota (scope, due) SELECT s, 0 FROM unnest(%s::text[]) AS s ORDER BY s "
-            "ON CONFLICT (scope) DO UPDATE SET due = send_quota.due RETURNING scope, due",
+    values = {
+        "scopes": scopes,
+        "steps": [buckets[scope][0] for scope in scopes],
+        "tolerances": [buckets[scope][1] for scope in scopes],
+        "count": len(scopes),
+    }
+
+    async def take(db: AsyncConnection) -> float | None:
+        row = await (await db.execute(_TAKE, values)).fetchone()
+        return None if row is None else float(row[0])
+
+    async def create(db: AsyncConnection) -> None:
+        await db.execute(
+            "INSERT INTO send_quota (scope, due) SELECT s, 0 FROM unnest(%s::text[]) AS s "
+            "ON CONFLICT (scope) DO NOTHING",
             (scopes,),
         )
-    ).fetchall()
-    due = {scope: float(value) for scope, value in rows}
-    now_row = await (await db.execute(f"SELECT {NOW}")).fetchone()  # after the locks: no stale now
-    assert now_row is not None
-    now = float(now_row[0])
-    at = max(now, *(due[scope] - tolerance for scope, (_, tolerance) in buckets.items()))
-    moved = [max(due[scope], at) + buckets[scope][0] for scope in scopes]
-    await db.execute(
-        "UPDATE send_quota SET due = v.due FROM unnest(%s::text[], %s::float8[]) AS v (scope, due) "
-        "WHERE send_quota.scope = v.scope",
-        (scopes, moved),
-    )
-    return at - now
+
+    while (wait := await database.statement(take)) is None:  # a bucket new, or pruned: full
+        await database.statement(create)
+    return max(0.0, wait)

@@ -42,7 +42,9 @@ class PostgresSessionStore(SessionStore):
             ).fetchall()
             return Conversation(conversation, [json.loads(row[0]) for row in rows], state)
 
-        return await self.db.transaction(load)
+        # two reads, each on its own: in a transaction (READ COMMITTED) each statement would see
+        # its own snapshot all the same, and BEGIN and COMMIT are two round trips more per turn
+        return await self.db.statement(load)
 
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
         if messages:
@@ -130,11 +132,15 @@ async def append_turn(
     await _lock(db, conversation)
     row = await (
         await db.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = %s", (conversation,)
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = %s), "
+            "(SELECT state FROM session_state WHERE conversation = %s)",
+            (conversation, conversation),
         )
     ).fetchone()
+    assert row is not None
+    state = ConversationState.from_json(row[1]) if row[1] else ConversationState()
     # never at or below the fold: the folded messages may have been pruned
-    last, now = max(int(row[0]) if row else 0, (await _read_state(db, conversation)).folded), time.time()
+    last, now = max(int(row[0]), state.folded), time.time()
     if turn_id is not None:
         first = await db.execute(
             "INSERT INTO session_turns (conversation, turn_id, first_seq, messages, created_at) "

@@ -82,7 +82,8 @@ async def heartbeating(step: Awaitable[T], every: float = HEARTBEAT_EVERY) -> T:
             done, _ = await asyncio.wait({task}, timeout=every)
             if done:
                 return task.result()
-            activity.heartbeat()
+            if not activity.info().is_local:  # a local step has no heartbeat: its workflow task's
+                activity.heartbeat()
     finally:
         if not task.done():
             task.cancel()

@@ -117,7 +117,7 @@ class SharedState:
         """Whether the turn of `task_id` is in the conversation's log already."""
         store = self.memory.store
         database = getattr(store, "db", None)
-        if database is None or not hasattr(database, "transaction"):
+        if database is None or not hasattr(database, "statement"):
             return False
 
         async def find(db: AsyncConnection) -> bool:
@@ -129,7 +129,7 @@ class SharedState:
             ).fetchone()
             return row is not None
 
-        found: bool = await database.transaction(find)
+        found: bool = await database.statement(find)
         return found
 
     async def stored_reply(self, conversation: str, task_id: str) -> str | None:

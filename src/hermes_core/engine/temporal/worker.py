@@ -80,9 +80,21 @@ def senders(settings: Settings) -> dict[str, Any]:
     return found
 
 
+def workflow_runner() -> Any:
+    """How the worker runs workflow code: outside Temporal's sandbox. The sandbox re-imports a
+    workflow's file for every run and executes each activation, and every payload conversion, in
+    its own namespace; its restrictions do not reach modules passed through, and the kernel's
+    modules must be (they are imported once, not per run) — so it checked little here and cost a
+    third of the worker's CPU per turn (benchmarks/bench_temporal.py). Determinism is what the
+    replay test checks instead: recorded histories replayed through `sandbox_runner`."""
+    from temporalio.worker import UnsandboxedWorkflowRunner
+
+    return UnsandboxedWorkflowRunner()
+
+
 def sandbox_runner() -> Any:
     """The workflow sandbox, with the kernel's modules passed through (they are deterministic
-    code, imported once rather than again for every workflow run)."""
+    code, imported once rather than again for every workflow run): the replay test's runner."""
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     passed = (
@@ -166,7 +178,7 @@ def queue_workers(client: Any, queue: str, steps: TurnActivities, settings: Sett
         task_queue=queue,
         workflows=[ConversationWorkflow],
         activities=steps.turn_steps(),
-        workflow_runner=sandbox_runner(),
+        workflow_runner=workflow_runner(),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.temporal.sticky_timeout),
         graceful_shutdown_timeout=grace,
     )

@@ -22,7 +22,8 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
   workers are rate-limited app-wide by the server), each with its idempotency key, spaced per chat
   here; the webhook's synchronous replies are read by the node that holds the request (`replies`).
 - The conversation lives in PostgreSQL (state.py), not here: `prepare_task` builds each turn's
-  window and notes from it, and `record_turn` stores the finished turn — its messages once per
+  window and notes from it, and `record_turn` stores the finished turn (both local steps: run by
+  the worker that runs the workflow task, no task queue round trip) — its messages once per
   task id, its long-term outcome, its trace (`TurnTrace`, observe/traces.py's record) — before the
   reply goes out. Approvals and questions are `pending` rows (`record_pending`) as they are asked
   and decided; a reply given up on is a dead letter there (`dead_letter`), which the console's
@@ -106,6 +107,7 @@ HISTORY_EVENTS = 10_000  # a run continues as new past this many events or bytes
 HISTORY_BYTES = 8 * 1024 * 1024  # or not the server suggests it (Temporal refuses at 50 MB / 50K)
 BOUNDED = "bounded-history"  # the patch after which a run also continues by its history's size
 MOVES = "moves-queue"  # the patch after which an idle run asks for the configured queue before continuing
+LOCAL_RECORD = "local-record"  # the patch after which a turn is recorded by a local step (`_record`)
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
 ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
@@ -519,7 +521,7 @@ class ConversationWorkflow:
             "trace": trace.record(result),
         }
         # stored before the reply goes out, as the embedded gateway stores the turn with its done mark
-        await self._step(RECORD, record)
+        await self._record(record)
         self.recorded += 1
         # the text can be read back from the stored turn when it is its last message (state.py)
         last = turn[-1] if turn else {}
@@ -539,6 +541,27 @@ class ConversationWorkflow:
         a release without these steps is replayed (`workflow.patched`), which then finishes as it
         began; its next run (continue-as-new) has them."""
         return workflow.patched(SHARED_STATE)
+
+    async def _record(self, record: dict[str, Any]) -> None:
+        """Store the finished turn: a local step (since `LOCAL_RECORD`), run by the worker that runs
+        this workflow task and recorded as a marker, as `prepare_task` is — no activity task and
+        no workflow task of its own, a third fewer of each per turn. A worker that dies in it
+        loses the workflow task; the worker that takes it over records again (the record is
+        written once per task id, state.py)."""
+        if not self._shared():
+            return
+        if not workflow.patched(LOCAL_RECORD):  # a run that recorded with an activity goes on so
+            await self._step(RECORD, record)
+            return
+        await workflow.execute_local_activity(
+            RECORD,
+            record,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)
+            ),
+        )
+        self.stop_point()
 
     async def _step(self, name: str, data: Any) -> Any:
         """A step that writes the shared store: retried until PostgreSQL takes it (a database down
