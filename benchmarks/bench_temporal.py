@@ -115,6 +115,28 @@ def postgres_cpu_seconds(data_dir: Path) -> float:
 
 
 DATABASES: Any = None  # main: the PostgreSQL server whose fresh databases the Temporal nodes use
+KEEP: set[Path] = set()  # folders kept at the end: a run that timed out, with its nodes' logs
+
+
+def left_in(url: str) -> dict[str, Any]:
+    """What a run that timed out left in its database: messages by status, live and expired turn
+    claims by node, replies by status and node (engine: temporal keeps no inbox: empty)."""
+    import psycopg
+
+    found: dict[str, Any] = {}
+    queries = {
+        "inbox": "SELECT status, count(*) FROM inbox GROUP BY 1",
+        "claims": "SELECT node, count(*), count(*) FILTER (WHERE expires_at > "
+        "EXTRACT(EPOCH FROM clock_timestamp())) FROM turn_claims GROUP BY 1",
+        "outbox": "SELECT status, node, count(*) FROM outbox GROUP BY 1, 2",
+    }
+    with psycopg.connect(url, autocommit=True) as connection:
+        for name, query in queries.items():
+            try:
+                found[name] = [list(row) for row in connection.execute(query).fetchall()]
+            except psycopg.Error:
+                found[name] = []
+    return found
 
 
 def wait_until(condition: Any, timeout: float, what: str) -> None:
@@ -349,9 +371,16 @@ async def throughput(
         await asyncio.gather(*(feishu.push(e, nodes.events(n)) for n, e in enumerate(envelopes)))
         ids = {e["event"]["message"]["message_id"] for e in envelopes}
         answered = lambda: len(ids & {m.reply_to for m in feishu.sent})  # noqa: E731
-        await asyncio.to_thread(
-            wait_until, lambda: answered() == turns, 300, lambda: f"{answered()} of the turns"
-        )
+        try:
+            await asyncio.to_thread(
+                wait_until, lambda: answered() == turns, 300, lambda: f"{answered()} of the turns"
+            )
+        except RuntimeError:
+            KEEP.add(folder)
+            print("unanswered", kind, sorted(ids - {m.reply_to for m in feishu.sent})[:10], flush=True)
+            if "HERMES_DATABASE_URL" in nodes.env:
+                print("left in PostgreSQL", json.dumps(left_in(nodes.env["HERMES_DATABASE_URL"])), flush=True)
+            raise
         took = time.monotonic() - started
         serve = nodes.cpu("serve") - serve_before
         worker = nodes.cpu("workers") - workers_before
@@ -476,7 +505,10 @@ async def main(args: argparse.Namespace) -> None:
         model.stop()
         server.stop()
         DATABASES.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder in KEEP or any(kept.is_relative_to(folder) for kept in KEEP):
+            print("kept for reading:", folder, flush=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
