@@ -1,13 +1,14 @@
 """Task journals in PostgreSQL (tasks/journal.py's seam): a turn resumed on any node replays them.
 
-An entry is written by one statement (`_APPEND`, one round trip: the journal is written several
-times a turn, and a transaction around it took five): numbered after the task's last entry, and
-when two writers of one task (parallel tool calls; a turn taken up by another node after a lease
-expired) take the same number, the one that comes second inserts nothing and tries again with the
-next. `prune` deletes whole tasks, never a part. A write of a turn running under a claim is fenced
-(tasks/fence.py): the same statement reads the claim row `FOR SHARE` — it must still carry this
-node and epoch, or nothing is written and `ClaimLost` is raised — and holds it until the entry
-is committed, so a node taking the conversation over waits for the write and then reads it.
+An entry is written by one statement (`_FENCED`, or `_UNFENCED` outside a claim; one round trip:
+the journal is written several times a turn, and a transaction around it took five): numbered
+after the task's last entry, and when two writers of one task (parallel tool calls; a turn taken
+up by another node after a lease expired) take the same number, the one that comes second
+inserts nothing and tries again with the next. `prune` deletes whole tasks, never a part. A write
+of a turn running under a claim is fenced (tasks/fence.py): the same statement reads the claim
+row `FOR SHARE` — it must still carry this node and epoch, or nothing is written and `ClaimLost`
+is raised — and holds it until the entry is committed, so a node taking the conversation over
+waits for the write and then reads it.
 """
 
 from __future__ import annotations
