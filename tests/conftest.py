@@ -104,8 +104,8 @@ def serve() -> Iterator[Serve]:
         stop_serve(process)
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
+def _postgres_server() -> Iterator[PostgresServer]:
+    """A started PostgreSQL server, stopped afterwards; the test skipped, saying why, without one."""
     reason = postgres_missing()
     if reason is not None:
         pytest.skip(reason)
@@ -114,19 +114,17 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    yield from _postgres_server()
 
 
 @pytest.fixture
 def private_postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of one test alone, which it may stop and start in the middle."""
-    reason = postgres_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _postgres_server()
 
 
 @pytest.fixture
