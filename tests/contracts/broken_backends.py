@@ -356,8 +356,8 @@ class OneLogForAll(InMemorySessionStore):
     async def load(self, conversation: str) -> Conversation:
         return await super().load("")
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        await super().append("", messages, turn_id=turn_id)
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
+        return await super().append("", messages, turn_id=turn_id)
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         return await super().update_state("", change)
@@ -370,17 +370,18 @@ class LogNewestFirst(InMemorySessionStore):
 
 
 class TurnIdIgnored(InMemorySessionStore):
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        await super().append(conversation, messages)
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
+        return await super().append(conversation, messages)
 
 
 class TurnCheckedThenAppended(InMemorySessionStore):
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
         seen = turn_id is not None and turn_id in self._entry(conversation).turns
         await asyncio.sleep(0)
         if not seen:
             await super().append(conversation, messages)
             self._entry(conversation).turns.add(turn_id or "")
+        return not seen
 
 
 class WindowIgnored(InMemorySessionStore):
@@ -440,12 +441,14 @@ class UpdateOnlyAdds(InMemorySessionStore):
 class KeepsSecrets(InMemorySessionStore):
     """Appends the messages as they came, secrets and all."""
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
         entry = self._entry(conversation)
-        if turn_id is None or turn_id not in entry.turns:
-            entry.turns.add(turn_id or "")
-            entry.messages.extend(json.loads(json.dumps(messages)))
-            entry.stamps.extend([time.time()] * len(messages))
+        if turn_id is not None and turn_id in entry.turns:
+            return False
+        entry.turns.add(turn_id or "")
+        entry.messages.extend(json.loads(json.dumps(messages)))
+        entry.stamps.extend([time.time()] * len(messages))
+        return True
 
 
 class ForgetsOnClose(InMemorySessionStore):

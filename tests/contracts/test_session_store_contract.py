@@ -51,19 +51,23 @@ async def test_appends_are_kept_in_order_and_per_conversation(session_stores: St
 
 async def test_a_turn_is_appended_once_by_its_id(session_stores: Stores) -> None:
     store = session_stores()
-    await store.append("a", turn("one"), turn_id="t-1")
-    await store.append("a", turn("one"), turn_id="t-1")  # the same turn, stored again after a crash
-    await store.append("a", turn("two"), turn_id="t-2")
-    await store.append("b", turn("one"), turn_id="t-1")  # another conversation's turn ids are its own
-    await store.append("a", turn("untracked"))
-    await store.append("a", turn("untracked"))  # no id: appended every time
+    assert await store.append("a", turn("one"), turn_id="t-1") is True
+    # the same turn, stored again after a crash: nothing added, and the caller is told
+    assert await store.append("a", turn("one"), turn_id="t-1") is False
+    assert await store.append("a", turn("two"), turn_id="t-2") is True
+    # another conversation's turn ids are its own
+    assert await store.append("b", turn("one"), turn_id="t-1") is True
+    assert await store.append("a", turn("untracked")) is True
+    assert await store.append("a", turn("untracked")) is True  # no id: appended every time
     assert (await store.load("a")).messages == turn("one") + turn("two") + turn("untracked") * 2
     assert (await store.load("b")).messages == turn("one")
 
 
 async def test_concurrent_appends_of_one_turn_store_it_once(session_stores: Stores) -> None:
     store = session_stores()
-    await asyncio.gather(*(store.append("a", turn("one"), turn_id="t-1") for _ in range(10)))
+    stored = await asyncio.gather(*(store.append("a", turn("one"), turn_id="t-1") for _ in range(10)))
+    assert sorted(stored) == [False] * 9 + [True]  # exactly one of them added it
+    # ten turns of one conversation at once (in PostgreSQL they race for the same numbers)
     await asyncio.gather(*(store.append("a", turn(f"n{i}"), turn_id=f"u-{i}") for i in range(10)))
     messages = (await store.load("a")).messages
     assert messages[:2] == turn("one") and len(messages) == 2 + 20

@@ -62,6 +62,21 @@ NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: nodes' cl
 _WAIT = object()
 
 
+# A message is taken once (one statement, one round trip): its event id is remembered first, and
+# the message goes into the inbox only if that id is new (or it has none) and its message id too.
+_ACCEPT = """
+WITH seen AS (
+    INSERT INTO seen_events (channel, event_id, seen_at)
+    SELECT %(channel)s, %(event_id)s::text, %(now)s WHERE %(event_id)s::text IS NOT NULL
+    ON CONFLICT DO NOTHING RETURNING 1
+)
+INSERT INTO inbox (channel, conversation, message_id, payload, received_at)
+SELECT %(channel)s, %(conversation)s, %(message_id)s, %(payload)s, %(now)s
+WHERE %(event_id)s::text IS NULL OR EXISTS (SELECT 1 FROM seen)
+ON CONFLICT DO NOTHING RETURNING id
+"""
+
+
 class PostgresGatewayStore(GatewayStore):
     lease_seconds = 30.0  # a turn's claim on its conversation, renewed every third of it
     poll_seconds = 0.5  # at most this long between tries for a conversation another node runs
@@ -99,25 +114,15 @@ class PostgresGatewayStore(GatewayStore):
         message.text, message.extra = redact_text(message.text), redact_data(message.extra)
 
         async def accept(db: AsyncConnection) -> int | None:
-            now = time.time()
-            if message.event_id:
-                seen = await db.execute(
-                    "INSERT INTO seen_events (channel, event_id, seen_at) VALUES (%s, %s, %s) "
-                    "ON CONFLICT DO NOTHING",
-                    (message.channel, message.event_id, now),
-                )
-                if seen.rowcount == 0:
-                    return None
-            row = await (
-                await db.execute(
-                    "INSERT INTO inbox (channel, conversation, message_id, payload, received_at) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
-                    (message.channel, message.conversation, message.message_id, _dump(message), now),
-                )
-            ).fetchone()
+            values = {
+                "channel": message.channel, "event_id": message.event_id, "now": time.time(),
+                "conversation": message.conversation, "message_id": message.message_id,
+                "payload": _dump(message),
+            }  # fmt: skip
+            row = await (await db.execute(_ACCEPT, values)).fetchone()
             return int(row[0]) if row else None
 
-        inbound_id = await self.db.transaction(accept, wait=ACCEPT_WAIT)
+        inbound_id = await self.db.statement(accept, wait=ACCEPT_WAIT)
         if inbound_id is not None:
             message.id = inbound_id
         return inbound_id
@@ -346,15 +351,12 @@ class PostgresGatewayStore(GatewayStore):
         return None if row is None else str(row[0])
 
     async def keep_stream(self, inbound_id: int, channel: str, platform_id: str) -> None:
-        async def keep(db: AsyncConnection) -> None:
-            await db.execute(
-                "INSERT INTO streams (inbound_id, channel, platform_id, created_at) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (inbound_id) DO UPDATE SET channel = EXCLUDED.channel, "
-                "platform_id = EXCLUDED.platform_id",
-                (inbound_id, channel, platform_id, time.time()),
-            )
-
-        await self.db.transaction(keep)
+        await self._count(
+            "INSERT INTO streams (inbound_id, channel, platform_id, created_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (inbound_id) DO UPDATE SET channel = EXCLUDED.channel, "
+            "platform_id = EXCLUDED.platform_id",
+            (inbound_id, channel, platform_id, time.time()),
+        )
 
     async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         columns = ", ".join(DEAD_LETTER_KEYS)

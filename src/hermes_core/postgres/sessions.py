@@ -2,11 +2,14 @@
 
 The same log of wire-format messages and one `ConversationState` per conversation as
 `SQLiteSessionStore`. Two nodes may write one conversation at once (the gateway claims it per turn,
-but a tool recording a fact and a console reading it need not): each write takes a
-transaction-scoped advisory lock on the conversation, so an append numbers its messages after the
-last one and a state change reads, changes and writes without another node's change in between.
-A turn is appended once (`session_turns`, keyed by its task id); with the gateway store in the same
-database, `PostgresGatewayStore.complete` appends it in the transaction of the done mark.
+but a tool recording a fact and a console reading it need not): a state change takes a
+transaction-scoped advisory lock on the conversation, so it reads, changes and writes without
+another node's change in between. A turn is appended once (`session_turns`, keyed by its
+task id) by one statement (`_APPEND`: one round trip, where a transaction of lock, read and two
+inserts took six): its messages are numbered after the conversation's last one, and when two
+appends of one conversation take the same numbers the second fails as a whole on the messages'
+key and is run again under the lock. With the gateway store in the same database,
+`PostgresGatewayStore.complete` appends it in the transaction of the done mark, under the lock.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from typing import TYPE_CHECKING
 from ..kernel.messages import Message
 from ..kernel.redaction import redact_data
 from ..sessions.store import PRUNE_BATCH, Conversation, ConversationState, SessionStore, StateChange
-from .database import PostgresDatabase
+from .database import PostgresDatabase, driver
 from .migrations import SESSIONS
+
+APPEND_ATTEMPTS = 8  # an append whose numbers another took first is run again, locked
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -33,22 +38,27 @@ class PostgresSessionStore(SessionStore):
 
     async def load(self, conversation: str) -> Conversation:
         async def load(db: AsyncConnection) -> Conversation:
-            state = await _read_state(db, conversation)
-            rows = await (
-                await db.execute(
-                    "SELECT message FROM session_messages WHERE conversation = %s AND seq > %s ORDER BY seq",
-                    (conversation, state.folded),
-                )
-            ).fetchall()
-            return Conversation(conversation, [json.loads(row[0]) for row in rows], state)
+            rows = await (await db.execute(_LOAD, {"conversation": conversation})).fetchall()
+            stored = rows[0][1] if rows and rows[0][0] is None else None
+            state = ConversationState.from_json(stored) if stored else ConversationState()
+            messages = [json.loads(message) for seq, message in rows if seq is not None]
+            return Conversation(conversation, messages, state)
 
-        # two reads, each on its own: in a transaction (READ COMMITTED) each statement would see
-        # its own snapshot all the same, and BEGIN and COMMIT are two round trips more per turn
         return await self.db.statement(load)
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        if messages:
-            await self.db.transaction(lambda db: append_turn(db, conversation, messages, turn_id))
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
+        if not messages:
+            return True
+        unique_violation = driver().errors.UniqueViolation
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                if attempt == 0:  # one statement, no lock: appends of one conversation seldom meet
+                    return await self.db.statement(partial(_append, conversation, messages, turn_id))
+                return await self.db.transaction(lambda db: append_turn(db, conversation, messages, turn_id))
+            except unique_violation:  # another append of this conversation took these numbers first:
+                if attempt == APPEND_ATTEMPTS - 1:  # again, under the conversation's lock
+                    raise
+        raise AssertionError("unreachable")
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         async def update(db: AsyncConnection) -> ConversationState:
@@ -124,39 +134,58 @@ async def _lock(db: AsyncConnection, conversation: str) -> None:
 
 async def append_turn(
     db: AsyncConnection, conversation: str, messages: list[Message], turn_id: str | None
-) -> None:
-    """Append `messages` after the conversation's last one (in the caller's transaction); nothing if
-    `turn_id` was stored before."""
+) -> bool:
+    """Append `messages` after the conversation's last one in the caller's transaction, under the
+    conversation's lock; nothing (False) if `turn_id` was stored before."""
     if not messages:
-        return
+        return True
     await _lock(db, conversation)
-    row = await (
-        await db.execute(
-            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = %s), "
-            "(SELECT state FROM session_state WHERE conversation = %s)",
-            (conversation, conversation),
-        )
-    ).fetchone()
-    assert row is not None
-    state = ConversationState.from_json(row[1]) if row[1] else ConversationState()
-    # never at or below the fold: the folded messages may have been pruned
-    last, now = max(int(row[0]), state.folded), time.time()
-    if turn_id is not None:
-        first = await db.execute(
-            "INSERT INTO session_turns (conversation, turn_id, first_seq, messages, created_at) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (conversation, turn_id, last + 1, len(messages), now),
-        )
-        if first.rowcount == 0:
-            return
-    async with db.cursor() as cursor:
-        await cursor.executemany(
-            "INSERT INTO session_messages (conversation, seq, message, created_at) VALUES (%s, %s, %s, %s)",
-            [
-                (conversation, last + i, json.dumps(redact_data(message), ensure_ascii=False), now)
-                for i, message in enumerate(messages, start=1)
-            ],
-        )
+    return await _append(conversation, messages, turn_id, db)
+
+
+# the state (its row first, with no number), then the messages after the fold: one round trip
+_LOAD = """
+SELECT NULL::integer AS seq, state FROM session_state WHERE conversation = %(conversation)s
+UNION ALL
+SELECT seq, message FROM session_messages WHERE conversation = %(conversation)s AND seq > COALESCE(
+    (SELECT (state::jsonb ->> 'folded')::integer FROM session_state WHERE conversation = %(conversation)s), 0)
+ORDER BY seq NULLS FIRST
+"""
+
+# the last number: the conversation's last message's, never below the fold (the folded messages
+# may have been pruned); the turn's key first, then its messages only if the key was new
+_APPEND = """
+WITH last AS (
+    SELECT GREATEST(
+        (SELECT COALESCE(MAX(seq), 0) FROM session_messages WHERE conversation = %(conversation)s),
+        COALESCE((SELECT (state::jsonb ->> 'folded')::integer FROM session_state
+                  WHERE conversation = %(conversation)s), 0)
+    ) AS seq
+), turn AS (
+    INSERT INTO session_turns (conversation, turn_id, first_seq, messages, created_at)
+    SELECT %(conversation)s, %(turn_id)s::text, seq + 1, %(count)s, %(now)s FROM last
+    WHERE %(turn_id)s::text IS NOT NULL
+    ON CONFLICT DO NOTHING RETURNING 1
+)
+INSERT INTO session_messages (conversation, seq, message, created_at)
+SELECT %(conversation)s, last.seq + m.n, m.message, %(now)s
+FROM last, unnest(%(messages)s::text[]) WITH ORDINALITY AS m(message, n)
+WHERE %(turn_id)s::text IS NULL OR EXISTS (SELECT 1 FROM turn)
+"""
+
+
+async def _append(
+    conversation: str, messages: list[Message], turn_id: str | None, db: AsyncConnection
+) -> bool:
+    values = {
+        "conversation": conversation,
+        "turn_id": turn_id,
+        "count": len(messages),
+        "now": time.time(),
+        "messages": [json.dumps(redact_data(message), ensure_ascii=False) for message in messages],
+    }
+    cursor = await db.execute(_APPEND, values)
+    return cursor.rowcount > 0
 
 
 async def _read_state(db: AsyncConnection, conversation: str) -> ConversationState:

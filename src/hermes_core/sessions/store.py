@@ -118,7 +118,7 @@ class Conversation:
 
 
 StateChange = Callable[[ConversationState], object]
-Write = Callable[[sqlite3.Connection], None]
+Write = Callable[[sqlite3.Connection], object]
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,9 @@ class SessionStore(Protocol):
         """The conversation's state and its messages after `state.folded` (empty if it is new)."""
         ...
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
         """Add one finished turn's messages to the log, all or none; with a `turn_id`, only the first
-        time that turn is appended."""
+        time that turn is appended. False when that turn was stored before (nothing is added)."""
         ...
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
@@ -193,9 +193,8 @@ class SQLiteSessionStore(SessionStore):
 
         return await self.db.transaction(load)
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
-        if messages:
-            await self.db.transaction(partial(_append, conversation, messages, turn_id))
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
+        return not messages or await self.db.transaction(partial(_append, conversation, messages, turn_id))
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         def update(db: sqlite3.Connection) -> ConversationState:
@@ -257,10 +256,8 @@ def _prune_rest(older_than: float, conversations: list[str], db: sqlite3.Connect
     )
 
 
-def _append(conversation: str, messages: list[Message], turn_id: str | None, db: sqlite3.Connection) -> None:
-    """Append `messages` after the conversation's last one; nothing if `turn_id` was stored before."""
-    if not messages:
-        return
+def _append(conversation: str, messages: list[Message], turn_id: str | None, db: sqlite3.Connection) -> bool:
+    """Append `messages` after the conversation's last one; nothing (False) if `turn_id` was stored before."""
     last = db.execute(  # never at or below the fold: the folded messages may have been pruned
         "SELECT MAX(COALESCE((SELECT MAX(seq) FROM session_messages WHERE conversation = ?), 0), "
         "COALESCE((SELECT json_extract(state, '$.folded') FROM session_state WHERE conversation = ?), 0))",
@@ -274,7 +271,7 @@ def _append(conversation: str, messages: list[Message], turn_id: str | None, db:
             (conversation, turn_id, last + 1, len(messages), now),
         )
         if first.rowcount == 0:
-            return
+            return False
     db.executemany(
         "INSERT INTO session_messages (conversation, seq, message, created_at) VALUES (?, ?, ?, ?)",
         [
@@ -282,6 +279,7 @@ def _append(conversation: str, messages: list[Message], turn_id: str | None, db:
             for i, message in enumerate(messages, start=1)
         ],
     )
+    return True
 
 
 def _read_state(db: sqlite3.Connection, conversation: str) -> ConversationState:
@@ -312,14 +310,15 @@ class InMemorySessionStore(SessionStore):
         shown = entry.messages[max(0, entry.state.folded - entry.pruned) :]
         return Conversation(conversation, json.loads(json.dumps(shown)), copy)
 
-    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> None:
+    async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
         entry = self._entry(conversation)
         if turn_id is not None:
             if turn_id in entry.turns:
-                return
+                return False
             entry.turns.add(turn_id)
         entry.messages.extend(json.loads(json.dumps(redact_data(messages))))
         entry.stamps.extend([time.time()] * len(messages))
+        return True
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         entry = self._entry(conversation)

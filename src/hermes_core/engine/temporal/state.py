@@ -102,9 +102,8 @@ class SharedState:
         if self.xray_dir is not None and trace and is_failure(trace):
             path = await asyncio.to_thread(write_xray, self.xray_dir, trace)
             log.info("failed task %s: X-ray written to %s", task_id, path)
-        if await self._stored(conversation, task_id):  # this step run again: learned already
-            return
-        await self.memory.store.append(conversation, messages, turn_id=task_id)
+        if not await self.memory.store.append(conversation, messages, turn_id=task_id):
+            return  # this step run again: stored and learned already
         result = RunResult(
             str(data["reply"]),
             messages,
@@ -112,25 +111,6 @@ class SharedState:
             stop_reason=str(data["stop_reason"]),
         )
         await self.memory.learn(conversation, result)
-
-    async def _stored(self, conversation: str, task_id: str) -> bool:
-        """Whether the turn of `task_id` is in the conversation's log already."""
-        store = self.memory.store
-        database = getattr(store, "db", None)
-        if database is None or not hasattr(database, "statement"):
-            return False
-
-        async def find(db: AsyncConnection) -> bool:
-            row = await (
-                await db.execute(
-                    "SELECT 1 FROM session_turns WHERE conversation = %s AND turn_id = %s",
-                    (conversation, task_id),
-                )
-            ).fetchone()
-            return row is not None
-
-        found: bool = await database.statement(find)
-        return found
 
     async def stored_reply(self, conversation: str, task_id: str) -> str | None:
         """The reply of the turn stored under `task_id`: its last message, which the workflow
