@@ -223,6 +223,7 @@ class TurnActivities:
         return [
             self.prepare_task, self.model_call, self.tool_call, self.command,
             self.record_turn, self.record_pending, self.dead_letter, self.decider_role, self.configured_queue,
+            self.send_reply,  # a local step of the workflow's (workflow.py `_deliver`, LOCAL_SEND)
         ]  # fmt: skip
 
     def send_steps(self) -> list[Any]:

@@ -8,13 +8,14 @@ Two Temporal workers in one process, on the configured cluster:
   tools, skills, MCP servers, permissions, the `remember` tool) and the PostgreSQL stores of
   `database.url` (state.py; required: without it the worker refuses to start), and the scheduling tools
   over the jobs in PostgreSQL that the serve nodes fire;
-- on `<task_queue>-sends`: `send_reply`, with `max_task_queue_activities_per_second` set to
-  `feishu.app_send_rate`: the server hands out at most that many sends per second to all the
-  workers of the queue together, so the app-wide limit holds however many nodes send; the
-  per-chat limit (`feishu.chat_send_rate`) is kept by each conversation's workflow, which spaces
-  its replies (workflow.py `_send`). The per-minute quota (`feishu.app_send_per_minute`) is
-  counted by each worker's limiter and, with `database.url` set, in PostgreSQL for every worker
-  together (postgres/quota.py).
+- `send_reply` runs as a local step of the workflow (workflow.py `_deliver`): the app-wide limits,
+  per second (`feishu.app_send_rate`) and per minute (`feishu.app_send_per_minute`), are counted
+  in PostgreSQL for every worker together (postgres/quota.py), so they hold however many workers
+  send; the per-chat limit (`feishu.chat_send_rate`) is kept by each conversation's workflow,
+  which spaces its replies (workflow.py `_send`);
+- on `<task_queue>-sends`: `send_reply` for the runs that began before sends were local, with
+  `max_task_queue_activities_per_second` set to `feishu.app_send_rate`: the server hands out at
+  most that many sends per second to all the workers of the queue together.
 
 After `temporal.task_queue` changed, the queues of `temporal.previous_task_queues` are polled
 too, each with its sends' queue: a conversation whose run was started on one is answered there and
@@ -63,18 +64,17 @@ def senders(settings: Settings) -> dict[str, Any]:
         from ...channels.feishu.api import FeishuAPI
         from ...channels.feishu.ratelimit import SendLimiter
 
-        # Per chat the workflow spaces its own replies and app-wide the sends' task queue is limited
-        # by the server, for every worker together (module docstring): this worker's own limiter
-        # keeps only the per-minute quota and the optional extra cap (`send_rate`), as the
-        # embedded gateway's does; a platform "wait" is waited for in send_reply. With database.url
-        # the per-minute quota is counted for every worker together too.
+        # Per chat the workflow spaces its own replies; app-wide, the per-second and per-minute
+        # limits are counted in PostgreSQL for every worker together (module docstring): this
+        # worker's own limiter keeps the per-minute quota and the optional extra cap (`send_rate`),
+        # as the embedded gateway's does; a platform "wait" is waited for in send_reply.
         pace = settings.feishu
         limiter = SendLimiter(
             rate_per_s=pace.send_rate,
             chat_per_s=UNPACED,
             app_per_s=UNPACED,
             app_per_min=pace.app_send_per_minute,
-            shared=stores.send_quota(settings, app_id, per_chat=False, per_second=False),
+            shared=stores.send_quota(settings, app_id, per_chat=False),
         )
         found["feishu"] = FeishuAPI(app_id, app_secret, base_url=pace.base_url, limiter=limiter)
     return found

@@ -18,9 +18,13 @@ signal-with-start (client.py), which needs no worker and is durable once it retu
   workflow waits for the `decide` update (any node, checked by its validator: who may decide,
   expiry) or for the asker's next message, and the same call runs on with the decision. Meanwhile
   the conversation's other messages wait: one turn in flight.
-- Replies go out through the `send_reply` activity on the `<task_queue>-sends` queue (whose
-  workers are rate-limited app-wide by the server), each with its idempotency key, spaced per chat
-  here; the webhook's synchronous replies are read by the node that holds the request (`replies`).
+- Replies go out through the `send_reply` step, each with its idempotency key, spaced per chat
+  here: a local step (since `LOCAL_SEND`) run by the worker that runs the workflow task, the
+  app-wide limits counted in PostgreSQL for every worker together (worker.py); a worker that dies
+  mid-send loses the workflow task, and the one that takes it over sends again under the same
+  key, which the platform answers once. Runs that began before it send through the
+  `<task_queue>-sends` queue, rate-limited app-wide by the server. The webhook's synchronous
+  replies are read by the node that holds the request (`replies`).
 - The conversation lives in PostgreSQL (state.py), not here: `prepare_task` builds each turn's
   window and notes from it, and `record_turn` stores the finished turn (both local steps: run by
   the worker that runs the workflow task, no task queue round trip) — its messages once per
@@ -108,6 +112,7 @@ HISTORY_BYTES = 8 * 1024 * 1024  # or not the server suggests it (Temporal refus
 BOUNDED = "bounded-history"  # the patch after which a run also continues by its history's size
 MOVES = "moves-queue"  # the patch after which an idle run asks for the configured queue before continuing
 LOCAL_RECORD = "local-record"  # the patch after which a turn is recorded by a local step (`_record`)
+LOCAL_SEND = "local-send"  # the patch after which a reply is sent by a local step (`_deliver`)
 KEPT_DECISIONS = 100
 DEDUP_AGE = 48 * 3600.0  # seconds an id is remembered at least (Feishu retries for about 7 h)
 ORIGIN = ("channel", "conversation", "sender", "message_id", "kind", "chat_id", "chat_type", "callback_url")
@@ -700,25 +705,31 @@ class ConversationWorkflow:
         await self._deliver(reply, str(reply.get("message_id") or ""))
 
     async def _deliver(self, data: dict[str, Any], message_id: str) -> None:
-        """One reply through the sends' queue, paced per chat; given up on: a dead letter."""
+        """One reply by the send step, paced per chat; given up on: a dead letter."""
         outbound = OutboundMessage(**data)
         wait = self.last_sent + 1.0 / self.chat_rate - self._now()
         if wait > 0:
             await workflow.sleep(wait)
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=300),
+            maximum_attempts=self.options.send_attempts,
+            non_retryable_error_types=["PermanentDelivery"],
+        )
         try:
-            await workflow.execute_activity(
-                SEND,
-                data,
-                task_queue=sends_queue(self.options.task_queue),
-                start_to_close_timeout=timedelta(seconds=120),
-                heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1),
-                    maximum_interval=timedelta(seconds=300),
-                    maximum_attempts=self.options.send_attempts,
-                    non_retryable_error_types=["PermanentDelivery"],
-                ),
-            )
+            if workflow.patched(LOCAL_SEND):  # a local step: no task queue round trip (docstring)
+                await workflow.execute_local_activity(
+                    SEND, data, start_to_close_timeout=timedelta(seconds=120), retry_policy=retry
+                )
+            else:  # a run that sent through the sends' queue goes on so
+                await workflow.execute_activity(
+                    SEND,
+                    data,
+                    task_queue=sends_queue(self.options.task_queue),
+                    start_to_close_timeout=timedelta(seconds=120),
+                    heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout),
+                    retry_policy=retry,
+                )
             self.stop_point()
         except ActivityError as exc:  # kept, never dropped silently
             if self.stop_requested:  # the send was cancelled with its turn (/stop): no dead letter
