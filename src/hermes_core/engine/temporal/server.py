@@ -27,11 +27,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ...channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ...config import Settings, policy, require_database
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
 from ...gateway.server import (
     KEEPALIVE_TIMEOUT,
-    WEBHOOK_MAX_BODY,
     _address,
     channels_for,
     error_middleware,
