@@ -47,13 +47,14 @@ from aiohttp import web
 from ..channels.media import MediaLimits, inline_image, megabytes
 from ..channels.seam import resume_message, task_id_of
 from ..config import Settings
+from ..gateway.store import dead_letter_summary
 from ..kernel.approvals import DecisionRefused, PendingStore
 from ..kernel.redaction import Redactor, default_redactor
 from ..kernel.tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import ConversationFeeds, WebChannel
 from .history import chat_items
-from .pages import Pages, dead_letter_summary, trace_url
+from .pages import Pages, trace_url
 from .words import language, remember_language
 
 if TYPE_CHECKING:
