@@ -74,7 +74,7 @@ async def serve(
     middlewares = [error_middleware, deadlines.middleware]  # the safety net outermost
     app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=middlewares)
     app.add_routes(routes)
-    console = mount_console(app, gateway, agent, settings, host=bind, degraded=gateway.degraded)
+    console = mount_console(app, gateway, settings, host=bind, model=agent.model)  # the web console, if on
     app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()

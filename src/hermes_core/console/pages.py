@@ -330,11 +330,9 @@ class Pages:
 
     # -- dead letters ----------------------------------------------------------------------------
 
-    def dead_letters(self, rows: list[dict[str, JSON]] | None) -> str:
+    def dead_letters(self, rows: list[dict[str, JSON]]) -> str:
         """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
         title = self.w("deadletters")
-        if rows is None:
-            return self.layout("deadletters", title, f"<p>{self.w('keeps_no_dead_letters')}</p>")
         head = self._head(DEAD_LETTER_COLUMNS)
         body_rows = "".join(self._dead_letter_row(row) for row in rows)
         body_rows = body_rows or f'<tr><td colspan="7">{self.w("no_dead_letters")}</td></tr>'

@@ -51,7 +51,7 @@ from ..channels.media import AttachmentSource
 from ..channels.seam import SpeakerNames, TurnWatcher
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
-from ..kernel.approvals import Pending
+from ..kernel.approvals import Pending, PendingStore
 from ..kernel.redaction import Redactor, default_redactor
 from ..retention import pruners, uploads_pruner
 from ..sessions import ConversationMemory
@@ -163,6 +163,9 @@ def build_gateway(
         flood=FloodGate(options.user_messages_per_minute, options.conversation_queue),
     )  # fmt: skip
     tracer = agent.tracer.store if agent.tracer is not None else None
+    # the stores the console reads through the gateway (gateway/view.py)
+    gateway.traces, gateway.sessions = tracer, memory.store
+    gateway.approvals = agent.interactions if isinstance(agent.interactions, PendingStore) else None
     gateway.pruners += pruners(settings, {  # hourly: what is older than its retention (retention.py)
         "journal": agent.journal.prune, "traces": tracer.prune if tracer else None, "history": memory.prune,
         "uploads": uploads_pruner(settings),
@@ -178,6 +181,7 @@ def build_gateway(
     }
     runner.inner.media = media_desk(settings, agent, sources)
     runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
+    runner.inner.on_text_for = gateway.text_for  # and the console's chat (gateway/view.py `stream_text`)
     # who speaks in a group, named through the channel it came in on (Feishu's contact API)
     runner.inner.speakers = {name: cast(SpeakerNames, channel) for name, channel in sources.items()}
     return gateway, routes
@@ -264,7 +268,7 @@ def add_scheduler(
     register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake,
                             limits=JobLimits(options.max_jobs_per_user, options.max_jobs_per_chat),
                             min_delay=options.min_delay_minutes * 60)  # fmt: skip
-    runner.schedules = store
+    runner.schedules = gateway.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     scheduler.owns_store = True  # closed when the gateway stops
     gateway.scheduler = scheduler
