@@ -21,8 +21,9 @@ from hermes_core.config import Settings, build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.gateway.runner import AgentRunner
-from hermes_core.gateway.server import build_gateway, serve, watcher_of
+from hermes_core.gateway.server import build_gateway, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
+from hermes_core.server import serve
 from hermes_core.testing.fake_feishu import FakeFeishu
 
 

@@ -20,10 +20,10 @@ from hermes_core import Agent
 from hermes_core.config import ConfigError, ConsoleConfig, GatewayConfig, Settings, WebhookConfig
 from hermes_core.console.access import is_loopback
 from hermes_core.console.channel import TextStreams
-from hermes_core.gateway.server import serve
 from hermes_core.kernel.redaction import Redactor, default_redactor
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.observe.traces import SQLiteTraceStore, Tracer
+from hermes_core.server import serve
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from invoicing import RAN, send_invoice

@@ -223,7 +223,7 @@ async def test_terminal_chat_gives_the_same_replies_without_a_model_call(
 async def test_console_chat_answers_help_without_the_model(
     tmp_path: Path, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hermes_core.gateway.server import serve
+    from hermes_core.server import serve
 
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = load_settings(config_file(tmp_path, fake), env={}, dotenv=None)

@@ -52,7 +52,7 @@ async def served(
     gateway.resend_interval = 0.2
     app = web.Application()
     app.add_routes(routes)
-    assert mount_console(app, gateway, agent, settings, host="127.0.0.1") is not None
+    assert mount_console(app, gateway, settings, host="127.0.0.1", model=agent.model) is not None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

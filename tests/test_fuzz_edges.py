@@ -636,7 +636,7 @@ async def test_serve_answers_503_when_the_database_fails_and_the_platform_retry_
     platform's own retry of the same push is accepted, and the message is answered exactly once."""
     from hermes_core import Agent
     from hermes_core.config import FeishuConfig, GatewayConfig, Settings
-    from hermes_core.gateway.server import serve
+    from hermes_core.server import serve
     from hermes_core.testing import ScriptedModel, reply
 
     for name in list(os.environ):

@@ -114,7 +114,28 @@ def test_channels_import_no_gateway() -> None:
     (messages, `Inbox`) and channels/base.py; the `Gateway` implements `Inbox`."""
     edges = package_edges()
     assert "gateway" not in edges.get("channels", {}), edges["channels"]["gateway"]
-    assert "gateway" not in edges.get("console", {}), edges["console"]["gateway"]
+
+
+# what the console may import of the gateway: the seams it reads, never the dispatcher, runner or server
+CONSOLE_SEES = {"hermes_core.gateway.view", "hermes_core.gateway.store"}
+
+
+def test_the_console_sees_the_gateway_only_through_its_view() -> None:
+    """Attack: the console reaching into the dispatcher, or the gateway importing the console (the
+    gateway store's own types once lived in console/pages.py, and serve mounted the console from
+    gateway/). The console reads a gateway through gateway/view.py (`GatewayView`, which the
+    `Gateway` and engine/temporal's node implement) and the store's types in gateway/store.py; the
+    gateway imports nothing of the console, lazily or not. The process that serves both is above
+    them (server.py)."""
+    edges = package_edges()
+    assert "console" not in edges.get("gateway", {}), edges["gateway"]["console"]
+    reached = [
+        f"{path.relative_to(ROOT)}:{line} imports {'.'.join(target)}"
+        for path in sorted((ROOT / "console").rglob("*.py"))
+        for target, line in imported(path)
+        if target[:2] == ["hermes_core", "gateway"] and ".".join(target) not in CONSOLE_SEES
+    ]
+    assert not reached, "\n".join(reached)
 
 
 def test_the_scan_sees_lazy_and_relative_imports(tmp_path: Path) -> None:

@@ -506,7 +506,7 @@ async def test_the_console_lists_jobs_and_cancels_one(
 ) -> None:
     import aiohttp
 
-    from hermes_core.gateway.server import serve
+    from hermes_core.server import serve
 
     await seed(tmp_path, Job(id="weekly", prompt="send the <b>weekly</b> summary", channel="web",
                              conversation="web:console", sender="console", timezone="Asia/Shanghai",

@@ -153,7 +153,7 @@ async def test_every_listing_shows_a_job_it_cannot_show_by_its_id(
     `list_scheduled`, the console's schedule page and `hermes-kernel schedule list` fail, so the
     flood's ids could not be found. Each lists it by id, and the console cancels it."""
     from hermes_core.cli import main
-    from hermes_core.gateway.server import serve
+    from hermes_core.server import serve
 
     data = tmp_path / "data"
     await seed(tmp_path, far_job("jfar"))

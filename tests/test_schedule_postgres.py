@@ -133,7 +133,7 @@ def cli(path: Path, url: str, capsys: pytest.CaptureFixture[str], *args: str) ->
 async def test_remind_me_in_30_seconds_on_postgresql_fires_and_the_cli_and_console_see_it(
     pg_url: str, tmp_path: Path, fake: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hermes_core.gateway.server import serve
+    from hermes_core.server import serve
 
     model = fake.handler = Model()
     model.calls["remind me in 30 seconds"] = ("schedule_task", {"prompt": "stretch", "delay_minutes": 0.5})

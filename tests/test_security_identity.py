@@ -32,8 +32,9 @@ from hermes_core.config import (
     WebhookConfig,
     build_agent,
 )
-from hermes_core.gateway.server import build_gateway, serve
+from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.tools.permissions import Policy
+from hermes_core.server import serve
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.cards import buttons as card_buttons

@@ -443,7 +443,7 @@ def test_streamed_console_text_never_shows_the_start_of_a_long_secret() -> None:
     from hermes_core.console.channel import WebChannel
 
     token = LONG_TOKEN
-    streams = WebChannel(None, Redactor([token])).streams  # type: ignore[arg-type]  # no gateway needed
+    streams = WebChannel(Redactor([token])).streams
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     streams.open("web:1", queue)
     on_text = streams.on_text("web:1")

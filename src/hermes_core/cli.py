@@ -510,8 +510,8 @@ def run_worker(settings: Settings, agent: Agent) -> int:
 
 
 def run_server(settings: Settings, agent: Agent, args: argparse.Namespace) -> int:
-    from .gateway.server import serve
     from .postgres.database import then_close_pools
+    from .server import serve
 
     if settings.engine == "temporal":
         try:

@@ -85,6 +85,9 @@ async def read_body(request: Any, limit: int) -> bytes | None:
     return bytes(body)
 
 
+FAILED_LOGIN_DELAY = 0.2  # seconds a refused token waits (the console's, /metrics'): guessing stays slow
+
+
 def is_loopback(host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and `localhost`; False for 0.0.0.0, ::, names and other addresses."""
     host = host.strip("[]")

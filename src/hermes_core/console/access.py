@@ -34,7 +34,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from ..channels.base import is_local, is_loopback  # declared with the channels: the webhook asks too
+# declared with the channels: the webhook asks too, and /metrics waits as long after a refused token
+from ..channels.base import FAILED_LOGIN_DELAY, is_local, is_loopback
 from ..config import ConfigError, ConsoleConfig
 
 log = logging.getLogger("hermes_core.console")
@@ -50,7 +51,6 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-FAILED_LOGIN_DELAY = 0.2  # seconds: guessing tokens over HTTP stays slow
 
 
 def console_token(config: ConsoleConfig, host: str, environ: Mapping[str, str]) -> tuple[bool, str | None]:

@@ -37,7 +37,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -47,19 +47,21 @@ from aiohttp import web
 from ..channels.media import MediaLimits, inline_image, megabytes
 from ..channels.seam import resume_message, task_id_of
 from ..config import Settings
-from ..kernel.approvals import DecisionRefused, PendingStore
+from ..gateway.store import dead_letter_summary
+from ..kernel.approvals import DecisionRefused
 from ..kernel.redaction import Redactor, default_redactor
 from ..kernel.tools.permissions import ADMIN, Caller
 from .access import Access, add_headers, console_token
 from .channel import ConversationFeeds, WebChannel
 from .history import chat_items
-from .pages import Pages, dead_letter_summary, trace_url
+from .pages import Pages, trace_url
 from .words import language, remember_language
 
 if TYPE_CHECKING:
-    from ..agent import Agent
-    from ..observe.traces import Tracer, TraceStore
-    from ..sessions.store import SessionStore
+    from ..gateway.view import GatewayView
+    from ..kernel.model import ModelClient
+    from ..observe.traces import TraceStore
+    from ..schedule.jobs import ScheduleStore
 
 log = logging.getLogger("hermes_core.console")
 
@@ -74,32 +76,25 @@ KEEPALIVE = 15.0  # seconds between the comments that keep an idle event stream 
 
 
 class Console:
-    """The handlers; they read the gateway, the approvals store and the trace store, never write
-    them except through the gateway's own paths (accept, and a decision's resume message)."""
+    """The handlers; they read the gateway and the stores it keeps (gateway/view.py `GatewayView`),
+    never write them except through the gateway's own paths (accept, a decision, a resend)."""
 
     def __init__(
         self,
-        gateway: Any,
-        agent: Agent,
+        gateway: GatewayView,
         channel: WebChannel,
         access: Access,
         redactor: Redactor,
         *,
-        sessions: SessionStore | None = None,
         configured: dict[str, str] | None = None,
-        degraded: Callable[[], list[Any]] = list,
         media: MediaLimits | None = None,
     ) -> None:
-        """`sessions`: where conversations are kept (the chat's history); `configured`: the model
-        (provider, model, host; None: the offline demo); `degraded`: what /healthz reports degraded."""
+        """`configured`: the model (provider, model, host; None: the offline demo)."""
         self.gateway = gateway
-        self.agent = agent
         self.channel = channel
         self.access = access
         self.redactor = redactor
-        self.sessions = sessions
         self.configured = configured
-        self.degraded = degraded
         self.media = media or MediaLimits()
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=int(RATE_WINDOW / SAMPLE_EVERY) + 1)
 
@@ -109,9 +104,8 @@ class Console:
 
     @property
     def traces(self) -> TraceStore | None:
-        """The trace store (observe/traces.py), or None when the agent records no traces."""
-        tracer: Tracer | None = self.agent.tracer
-        return tracer.store if tracer is not None else None
+        """The trace store (observe/traces.py), or None when the gateway keeps no traces."""
+        return self.gateway.traces
 
     def routes(self) -> list[web.AbstractRouteDef]:
         return [
@@ -169,8 +163,8 @@ class Console:
         return _json(self.redactor.redact_data(record))
 
     async def approvals(self, request: web.Request) -> web.Response:
-        interactions = self.agent.interactions
-        if not isinstance(interactions, PendingStore):
+        interactions = self.gateway.approvals
+        if interactions is None:
             return _html(self.pages(request).approvals([], [], has_store=False))
         waiting = [p.summary() for p in await interactions.list("pending") if p.kind == "approval"]
         recent = [
@@ -188,22 +182,15 @@ class Console:
 
     async def dead_letters_json(self, request: web.Request) -> web.Response:
         rows = await self._dead_letter_rows()
-        if rows is None:
-            return _json({"error": "this gateway keeps no dead letters"}, 404)
         return _json(self.redactor.redact_data({"dead_letters": rows}))
 
-    async def _dead_letter_rows(self) -> list[dict[str, Any]] | None:
-        try:
-            rows = await self.gateway.store.dead_letters(limit=200)
-        except (NotImplementedError, AttributeError):
-            return None
-        return [dead_letter_summary(row) for row in rows]
+    async def _dead_letter_rows(self) -> list[dict[str, Any]]:
+        return [dead_letter_summary(row) for row in await self.gateway.store.dead_letters(limit=200)]
 
     @property
-    def schedules(self) -> Any:
-        """The scheduled jobs' store (gateway/schedules.py), or None when scheduling is off."""
-        scheduler = getattr(self.gateway, "scheduler", None)
-        return getattr(scheduler, "store", None)
+    def schedules(self) -> ScheduleStore | None:
+        """The scheduled jobs' store (schedule/jobs.py), or None when scheduling is off."""
+        return self.gateway.schedules
 
     async def _jobs(self) -> list[dict[str, Any]] | None:
         store = self.schedules
@@ -292,9 +279,10 @@ class Console:
         conversation = request.query.get("conversation", "")
         if not CONVERSATION.match(conversation):
             return _json({"error": BAD_CONVERSATION}, 400)
-        if self.sessions is None:
+        sessions = self.gateway.sessions
+        if sessions is None:
             return _json({"messages": []})
-        stored = await self.sessions.load(f"web:{conversation}")
+        stored = await sessions.load(f"web:{conversation}")
         return _json(self.redactor.redact_data({"messages": chat_items(stored.messages)}))
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
@@ -302,10 +290,10 @@ class Console:
         data = await _json_body(request) or {}
         if data.get("decision") not in ("approve", "reject"):
             return _json({"error": "'decision' must be 'approve' or 'reject'"}, 400)
-        interactions = self.agent.interactions
-        if interactions is None or not self.gateway.accepting:
+        interactions = self.gateway.approvals
+        if not self.gateway.accepting:
             return _json({"error": "approvals are not available"}, 503)
-        if not isinstance(interactions, PendingStore):  # asked in place (a terminal): nothing waits
+        if interactions is None:  # asked in place (a terminal): nothing waits
             return _json({"error": "approval_unknown"}, 404)
         admin = Caller("console", ADMIN, self.channel.name)
         try:
@@ -338,10 +326,7 @@ class Console:
             return _json({"error": "a dead letter id is a number"}, 400)
         if not self.gateway.accepting:
             return _json({"error": "shutting down, try again"}, 503)
-        try:
-            reply = await self.gateway.resend(int(raw))
-        except NotImplementedError:
-            return _json({"error": "this gateway keeps no dead letters"}, 404)
+        reply = await self.gateway.resend(int(raw))
         if reply is None:
             return _json({"error": "no such dead letter"}, 404)
         log.info("dead letter %s resent from the console", reply.id)
@@ -377,18 +362,17 @@ class Console:
     async def numbers(self) -> dict[str, Any]:
         """Queues, lanes, rates, approvals and model errors: the status page, as data."""
         gateway = self.gateway
-        store = gateway.store
-        counts = await store.counts() if hasattr(store, "counts") else {}
-        interactions = self.agent.interactions
-        waiting = await interactions.list("pending") if isinstance(interactions, PendingStore) else []
+        counts = await gateway.store.counts()
+        interactions = gateway.approvals
+        waiting = await interactions.list("pending") if interactions is not None else []
         return {
             "gateway": {"ok": gateway.accepting, **gateway.status(), **counts},
-            "lanes": gateway.lanes() if hasattr(gateway, "lanes") else {"turns": {}, "replies": {}},
+            "lanes": gateway.lanes(),
             "rates": self.rates(),
             "approvals_waiting": sum(1 for p in waiting if p.kind == "approval"),
             "model": await self.model_errors(),
             "configured": self.configured,
-            "degraded": self.degraded(),
+            "degraded": gateway.degraded(),
         }
 
     def sample(self) -> None:
@@ -442,33 +426,28 @@ class Console:
 
 def mount_console(
     app: web.Application,
-    gateway: Any,
-    agent: Agent,
+    gateway: GatewayView,
     settings: Settings,
     *,
     host: str,
+    model: str | ModelClient | None = None,
     environ: Mapping[str, str] | None = None,
-    degraded: Callable[[], list[Any]] = list,
 ) -> Console | None:
     """Add the web channel to `gateway` and the console to `app` under /console/, if the console is
-    on for `host` (access.py); None when it is off. Call before the app and the gateway start."""
+    on for `host` (access.py); None when it is off. Call before the app and the gateway start.
+    `model`: the agent's, when it is not the one the settings name (the status page says which)."""
     enabled, token = console_token(settings.console, host, os.environ if environ is None else environ)
     if not enabled:
         return None
     redactor = default_redactor()
     if token is not None:
         redactor.add(token)
-    channel = WebChannel(gateway, redactor)
+    channel = WebChannel(redactor)
     gateway.add_channel(channel)
-    runner = getattr(gateway.runner, "inner", gateway.runner)  # RedactingRunner wraps the AgentRunner
-    if hasattr(runner, "on_text_for"):
-        runner.on_text_for = channel.streams.on_text
+    gateway.stream_text(channel.streams.on_text)
     access = Access(token, host)  # local-only by the address served on, never by a request's address
-    memory = getattr(runner, "memory", None)
-    console = Console(
-        gateway, agent, channel, access, redactor, sessions=getattr(memory, "store", None),
-        configured=configured_model(settings, agent), degraded=degraded, media=settings.media,
-    )  # fmt: skip
+    configured = configured_model(settings, model)
+    console = Console(gateway, channel, access, redactor, configured=configured, media=settings.media)
     sub = web.Application(middlewares=[access.middleware(console.denied), remember_language])
     sub.add_routes(console.routes())
     sub.on_response_prepare.append(add_headers)
@@ -480,14 +459,14 @@ def mount_console(
     return console
 
 
-def configured_model(settings: Settings, agent: Agent) -> dict[str, str] | None:
+def configured_model(settings: Settings, model: str | ModelClient | None = None) -> dict[str, str] | None:
     """The model the settings name: provider, model name, the base URL's host (never the key);
-    None for the offline demo model. A client handed to serve (embedding code, tests) by its name."""
+    None for the offline demo model. A client handed to serve (`model`: embedding code, tests) by its name."""
     from ..config import ConfigError, model_endpoint
     from ..kernel.model import ModelClient
 
-    if isinstance(agent.model, ModelClient):  # as gateway/server.py `log_model` tells them apart
-        return {"provider": "", "model": agent.model.name, "host": ""}
+    if isinstance(model, ModelClient):  # as gateway/server.py `log_model` tells them apart
+        return {"provider": "", "model": model.name, "host": ""}
     try:
         endpoint = model_endpoint(settings)
     except ConfigError:  # serve has refused to start already

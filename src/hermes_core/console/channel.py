@@ -36,7 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from ..channels.base import Channel
-from ..channels.seam import InboundMessage, Inbox, OutboundMessage
+from ..channels.seam import InboundMessage, OutboundMessage
 from ..channels.streaming import streamable
 from ..kernel.redaction import Redactor
 
@@ -113,8 +113,7 @@ class ConversationFeeds:
 class WebChannel(Channel):
     name = "web"
 
-    def __init__(self, gateway: Inbox, redactor: Redactor, *, reply_timeout: float = 300.0) -> None:
-        self.gateway = gateway
+    def __init__(self, redactor: Redactor, *, reply_timeout: float = 300.0) -> None:
         self.redactor = redactor
         self.reply_timeout = reply_timeout
         self.streams = TextStreams(redactor)

@@ -13,7 +13,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from ..channels.inert import visible
@@ -330,11 +330,9 @@ class Pages:
 
     # -- dead letters ----------------------------------------------------------------------------
 
-    def dead_letters(self, rows: list[dict[str, JSON]] | None) -> str:
+    def dead_letters(self, rows: list[dict[str, JSON]]) -> str:
         """Replies given up on, each with why, and a Resend button (console.js posts the JSON)."""
         title = self.w("deadletters")
-        if rows is None:
-            return self.layout("deadletters", title, f"<p>{self.w('keeps_no_dead_letters')}</p>")
         head = self._head(DEAD_LETTER_COLUMNS)
         body_rows = "".join(self._dead_letter_row(row) for row in rows)
         body_rows = body_rows or f'<tr><td colspan="7">{self.w("no_dead_letters")}</td></tr>'
@@ -587,35 +585,3 @@ def _message_text(message: JSON) -> str:
 def _scrollable(body: str) -> str:
     """Every table in its own horizontal scroll container, so no table widens the page."""
     return re.sub(r"(<table\b.*?</table>)", r'<div class="scroll">\1</div>', body, flags=re.DOTALL)
-
-
-class DeadLetter(TypedDict):
-    """A reply given up on, as the gateway's store keeps it (gateway/store.py `dead_letters`)."""
-
-    outbox_id: int
-    channel: str
-    conversation: str
-    payload: str  # the reply, JSON (an OutboundMessage's fields)
-    error: str  # why its last send failed
-    attempts: int
-    dead_at: float
-    resend_requested_at: float | None  # a resend asked for from another process, not yet taken up
-
-
-def dead_letter_summary(row: DeadLetter) -> dict[str, Any]:
-    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
-    try:
-        payload = json.loads(row["payload"])
-        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
-    except ValueError:
-        text = ""
-    return {
-        "id": row["outbox_id"],
-        "channel": row["channel"],
-        "conversation": row["conversation"],
-        "attempts": row["attempts"],
-        "error": row["error"],
-        "dead_at": row["dead_at"],
-        "resend_requested_at": row["resend_requested_at"],
-        "text": " ".join(text.split())[:200],
-    }

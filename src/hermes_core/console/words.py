@@ -124,7 +124,6 @@ WORDS: dict[str, tuple[str, str]] = {  # key: (English, 中文)
     "nothing_waits": ("Nothing waits for a decision.", "没有等待审批的调用。"),
     "no_approvals": ("Approvals are not configured.", "未配置审批。"),
     "no_dead_letters": ("No reply was given up on.", "没有投递失败的回复。"),
-    "keeps_no_dead_letters": ("This gateway keeps no dead letters.", "此网关不保存投递失败的回复。"),
     "no_jobs": ("No job is scheduled.", "没有定时任务。"),
     "scheduling_off": ("Scheduling is off in this gateway.", "此网关未开启定时任务。"),
     "no_busy_conversation": ("No conversation is busy.", "没有正在处理的会话。"),

@@ -55,6 +55,10 @@ the limit shrinks when the loop's lag exceeds `loop_lag_target` and grows back w
 again. A message waiting for a slot stays persisted and in its lane, so order and exactly-once
 are as before; the accept path (verify, dedup, durable insert) takes no slot, and its inbox write
 overtakes turn writes in the database writer's queue (storage/sqlite.py).
+
+The console reads a gateway through gateway/view.py (`GatewayView`), which `Gateway` implements:
+besides its own store and numbers, the stores its turns write (`traces`, `approvals`, `sessions`,
+`schedules`), handed to it where it is built, and whoever wants a turn's text as it is written.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..channels.base import Channel, DeliveryError
 from ..channels.seam import InboundMessage, OutboundMessage, Reply, resume_message, task_id_of
@@ -83,6 +87,14 @@ from .commands import is_stop
 from .flood import FloodGate
 from .messages import Turn
 from .store import GatewayStore
+
+if TYPE_CHECKING:
+    from ..kernel.approvals import PendingStore
+    from ..kernel.model import TextCallback
+    from ..observe.traces import TraceStore
+    from ..schedule.jobs import ScheduleStore
+    from ..sessions.store import SessionStore
+    from .view import TextFor
 
 log = logging.getLogger("hermes_core.gateway")
 
@@ -358,9 +370,24 @@ class Gateway:
         self.scheduler: Background | None = None  # fires scheduled jobs (gateway/schedules.py)
         # parts besides the channels that report trouble: the model (gateway/model_health.py)
         self.health_reports: list[Callable[[], list[dict[str, JSON]]]] = []
+        # what the console reads besides (gateway/view.py): the stores the turns write, set where the
+        # gateway is built (server.py `build_gateway`), and who wants a turn's text as it is written
+        self.traces: TraceStore | None = None
+        self.approvals: PendingStore | None = None
+        self.sessions: SessionStore | None = None
+        self.schedules: ScheduleStore | None = None
+        self._text_for: TextFor | None = None
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
+
+    def stream_text(self, text_for: TextFor) -> None:
+        """Give each turn's text as it is written to `text_for(task id)` (the runner asks `text_for`)."""
+        self._text_for = text_for
+
+    def text_for(self, task_id: str) -> TextCallback | None:
+        """Where `task_id`'s text goes as the model writes it: None when nobody is watching it."""
+        return self._text_for(task_id) if self._text_for is not None else None
 
     async def start(self) -> None:
         """Resume what a previous process left: unfinished turns first, then unsent replies."""

@@ -1,4 +1,5 @@
-"""`hermes-kernel serve`: the gateway, its channels and /healthz on one port.
+"""The embedded gateway as `hermes-kernel serve` builds it (`build_gateway`), and the pieces of its
+HTTP server; server.py runs them as one process, with the web console, on one port.
 
 With no configuration it starts on embedded defaults: SQLite under ./.hermes/, the webhook
 channel, and the offline demo model. The Feishu channel joins when FEISHU_APP_ID and
@@ -34,11 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import hmac
 import logging
 import os
-import signal
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -50,14 +49,12 @@ from ..agent import Agent
 from ..channels.inert import visible
 from ..channels.media import AttachmentSource
 from ..channels.seam import SpeakerNames, TurnWatcher
-from ..channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ..channels.webhook import SECRET_ENV, WebhookChannel, exposure_problem
 from ..config import ConfigError, Settings, build_agent, workspace_of
-from ..kernel.approvals import Pending
+from ..kernel.approvals import Pending, PendingStore
 from ..kernel.redaction import Redactor, default_redactor
 from ..retention import pruners, uploads_pruner
 from ..sessions import ConversationMemory
-from .deadlines import DeadlineSite, ReadDeadlines
 from .dispatcher import Gateway
 from .flood import FloodGate
 from .media import MediaDesk
@@ -166,6 +163,9 @@ def build_gateway(
         flood=FloodGate(options.user_messages_per_minute, options.conversation_queue),
     )  # fmt: skip
     tracer = agent.tracer.store if agent.tracer is not None else None
+    # the stores the console reads through the gateway (gateway/view.py)
+    gateway.traces, gateway.sessions = tracer, memory.store
+    gateway.approvals = agent.interactions if isinstance(agent.interactions, PendingStore) else None
     gateway.pruners += pruners(settings, {  # hourly: what is older than its retention (retention.py)
         "journal": agent.journal.prune, "traces": tracer.prune if tracer else None, "history": memory.prune,
         "uploads": uploads_pruner(settings),
@@ -181,6 +181,7 @@ def build_gateway(
     }
     runner.inner.media = media_desk(settings, agent, sources)
     runner.inner.watch_for = lambda message: watcher_of(gateway, message)  # streamed replies
+    runner.inner.on_text_for = gateway.text_for  # and the console's chat (gateway/view.py `stream_text`)
     # who speaks in a group, named through the channel it came in on (Feishu's contact API)
     runner.inner.speakers = {name: cast(SpeakerNames, channel) for name, channel in sources.items()}
     return gateway, routes
@@ -267,7 +268,7 @@ def add_scheduler(
     register_schedule_tools(agent, store, timezone=options.timezone, clock=now, on_change=scheduler.wake,
                             limits=JobLimits(options.max_jobs_per_user, options.max_jobs_per_chat),
                             min_delay=options.min_delay_minutes * 60)  # fmt: skip
-    runner.schedules = store
+    runner.schedules = gateway.schedules = store
     scheduler.declared = lambda: declare_jobs(store, options, agent.permissions, now())
     scheduler.owns_store = True  # closed when the gateway stops
     gateway.scheduler = scheduler
@@ -305,88 +306,6 @@ def build_memory(settings: Settings) -> ConversationMemory:
         store, window_turns=options.window_turns, budget_tokens=options.budget_tokens, fold=options.fold,
         long_term=long_term, examples=options.examples,
     )  # fmt: skip
-
-
-async def serve(
-    settings: Settings,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    ready: Callable[[str], None] | None = None,
-    stop: asyncio.Event | None = None,
-    agent: Agent | None = None,
-    banner: Callable[[str, str], None] | None = None,
-) -> None:
-    """Run until SIGTERM/SIGINT (or until `stop` is set). Once listening, `ready(address)` and
-    `banner(address, routes)` are called; `routes` names only what this process serves."""
-    bind = host or settings.gateway.host
-    refuse_open_webhook(settings, bind)  # before anything is built or logged: the refusal is one line
-    agent = agent or build_agent(settings)
-    gateway, routes = build_gateway(settings, agent)
-    model_health = watch_model(gateway, settings, agent)
-
-    async def healthz(request: web.Request) -> web.Response:
-        counts = await gateway.store.counts()
-        # `degraded` (in the status) keeps it 200: a healthcheck must not kill a process that retries
-        body = {"ok": gateway.accepting, **gateway.status(), **counts}
-        return web.json_response(body, status=200 if gateway.accepting else 503)
-
-    routes = [*routes, web.get("/healthz", healthz)]
-    if settings.gateway.metrics:
-        routes.append(metrics_route(gateway, settings, bind, os.environ))
-    deadlines = ReadDeadlines(settings.gateway.header_timeout, settings.gateway.body_timeout)
-    # 1 MiB, the channels' limit and nginx's client_max_body_size (docs/webhook.md)
-    middlewares = [error_middleware, deadlines.middleware]  # the safety net outermost
-    app = web.Application(client_max_size=WEBHOOK_MAX_BODY, middlewares=middlewares)
-    app.add_routes(routes)
-    from ..console.app import mount_console  # the web console and its `web` channel, if on for this host
-
-    console = mount_console(app, gateway, agent, settings, host=bind, degraded=gateway.degraded)
-    app.router.add_get("/", to_console if console is not None else what_is_served)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
-    await runner.setup()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(signum, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
-            pass
-    try:
-        if agent.mcp is not None:  # connected now: a misnamed `confirm` or `levels` entry stops the start
-            await agent.mcp.start(agent.registry)
-        await gateway.start()
-        # Everything loaded so far lives for the whole process: keep it out of the collector's
-        # generations, and collect young objects less often, so that full collections (which stop
-        # the event loop for tens of ms under load) are rare and short. Measured with bench_gateway.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 20)
-        site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
-        await site.start()
-        address = _address(site)
-        log.info("hermes-kernel serving on %s", address)
-        log_model(settings, agent)
-        if model_health is not None:  # in the background: start-up does not wait for the endpoint
-            model_health.start()
-        from ..stores import describe
-
-        log.info("state: %s", describe(settings))
-        if ready is not None:
-            ready(address)
-        if banner is not None:
-            banner(address, route_summary(app))
-        await stop.wait()
-        log.info("stopping: finishing in-flight turns (up to %.0fs)", settings.gateway.shutdown_grace)
-    finally:
-        gateway.accepting = False
-        if model_health is not None:
-            await model_health.stop()
-        await gateway.stop(settings.gateway.shutdown_grace)
-        if isinstance(gateway.runner, RedactingRunner):
-            await gateway.runner.aclose()
-        await runner.cleanup()
-        await agent.aclose()
 
 
 def log_model(settings: Settings, agent: Agent) -> None:
@@ -460,8 +379,7 @@ def metrics_route(
 ) -> web.RouteDef:
     """GET /metrics, guarded as the module docstring says; `samples`: the gauges read at scrape
     time (default: the embedded gateway's, `gateway_samples`)."""
-    from ..channels.base import is_local, is_loopback
-    from ..console.access import FAILED_LOGIN_DELAY
+    from ..channels.base import FAILED_LOGIN_DELAY, is_local, is_loopback
     from ..observe.metrics import CONTENT_TYPE, REGISTRY
 
     tokens = [t for t in (environ.get(METRICS_TOKEN_ENV), environ.get(settings.console.token_env)) if t]

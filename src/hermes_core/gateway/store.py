@@ -53,11 +53,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
 
 from ..channels.seam import Earlier, InboundMessage, OutboundMessage, Records
-from ..console.pages import DeadLetter
-from ..console.pages import dead_letter_summary as dead_letter_summary  # re-exported: the CLI lists them
 from ..kernel.redaction import cut_text, redact_data, redact_text
 from ..storage import SQLiteDatabase
 
@@ -180,6 +178,40 @@ MIGRATIONS: dict[int, str] = {
     );
     """,
 }
+
+
+class DeadLetter(TypedDict):
+    """A reply given up on, as the store keeps it (`GatewayStore.dead_letters`)."""
+
+    outbox_id: int
+    channel: str
+    conversation: str
+    payload: str  # the reply, JSON (an OutboundMessage's fields)
+    error: str  # why its last send failed
+    attempts: int
+    dead_at: float
+    resend_requested_at: float | None  # a resend asked for from another process, not yet taken up
+
+
+def dead_letter_summary(row: DeadLetter) -> dict[str, Any]:
+    """A dead letter as listed (CLI, console): its id, where it was going, why it died, its text cut."""
+    try:
+        payload = json.loads(row["payload"])
+        text = str(payload.get("text", "")) if isinstance(payload, dict) else ""
+    except ValueError:
+        text = ""
+    return {
+        "id": row["outbox_id"],
+        "channel": row["channel"],
+        "conversation": row["conversation"],
+        "attempts": row["attempts"],
+        "error": row["error"],
+        "dead_at": row["dead_at"],
+        "resend_requested_at": row["resend_requested_at"],
+        "text": " ".join(text.split())[:200],
+    }
+
+
 # DeadLetter's keys, in the table's column order
 DEAD_LETTER_KEYS = ("outbox_id", "channel", "conversation", "payload", "error", "attempts", "dead_at",
                     "resend_requested_at")  # fmt: skip

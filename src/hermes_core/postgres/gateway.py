@@ -42,8 +42,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from ..channels.seam import Earlier, InboundMessage, OutboundMessage
-from ..console.pages import DeadLetter
-from ..gateway.store import DEAD_LETTER_KEYS, GatewayStore, _dump, _error, _load, _withdrawn
+from ..gateway.store import DEAD_LETTER_KEYS, DeadLetter, GatewayStore, _dump, _error, _load, _withdrawn
 from ..kernel.redaction import redact_data, redact_text
 from ..tasks.fence import Fence, fenced
 from .database import PostgresDatabase

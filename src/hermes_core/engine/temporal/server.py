@@ -27,11 +27,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ...channels.webhook import MAX_BODY as WEBHOOK_MAX_BODY
 from ...config import Settings, policy, require_database
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
 from ...gateway.server import (
     KEEPALIVE_TIMEOUT,
-    WEBHOOK_MAX_BODY,
     _address,
     channels_for,
     error_middleware,
@@ -47,9 +47,12 @@ from .client import TemporalInbox, connect
 
 if TYPE_CHECKING:
     from ...channels.seam import InboundMessage, OutboundMessage
+    from ...gateway.view import TextFor
     from ...kernel.tools.permissions import Policy
     from ...observe.metrics import Sample
     from ...postgres.gateway import PostgresGatewayStore
+    from ...schedule.jobs import ScheduleStore
+    from ...sessions.store import SessionStore
     from .schedules import TemporalScheduler
     from .state import SharedState
 
@@ -84,8 +87,7 @@ async def serve(
     for channel in channels:
         inbox.add_channel(channel)
     scheduler = scheduler_for(settings, inbox, permissions)
-    gateway = ConsoleGateway(inbox, state)
-    gateway.scheduler = scheduler  # the console's schedule page reads its store
+    gateway = ConsoleGateway(inbox, state, scheduler.store if scheduler is not None else None)
 
     async def healthz(request: web.Request) -> web.Response:
         body: dict[str, Any] = {
@@ -105,7 +107,7 @@ async def serve(
     app.add_routes([*routes, web.get("/healthz", healthz)])
     if settings.gateway.metrics:
         app.add_routes([metrics_route(gateway, settings, bind, os.environ, samples=gateway.samples)])
-    console = mount_console(app, gateway, ConsoleView(state, inbox), settings, host=bind)  # type: ignore[arg-type]
+    console = mount_console(app, gateway, settings, host=bind)
     app.router.add_get("/", to_console if console is not None else what_is_served)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT)
     await runner.setup()
@@ -143,16 +145,23 @@ async def serve(
 
 
 class ConsoleGateway:
-    """What the console reads of a gateway (console/app.py `Console.gateway`), on this engine: the
-    channels are the inbox's, the dead letters and queue depths the shared store's."""
+    """What the console reads of a gateway (gateway/view.py `GatewayView`), on this engine: the
+    channels are the inbox's; the dead letters, queue depths, traces and approvals the shared
+    stores' (state.py), decisions going to the workflows. No turns run here: no text to stream, no
+    lanes, no turns done or replies sent; the Status page names the model the settings configure."""
 
-    runner = None  # no turns run here: nothing to stream from
-    scheduler: TemporalScheduler | None = None  # serve sets it: the console's schedule page
     turns_done = 0  # this node runs no turns; the workers do
     replies_sent = 0
+    sessions: SessionStore | None = None  # the chat's earlier messages are not read on this engine
 
-    def __init__(self, inbox: TemporalInbox, state: SharedState) -> None:
+    def __init__(
+        self, inbox: TemporalInbox, state: SharedState, schedules: ScheduleStore | None = None
+    ) -> None:
+        """`schedules`: the jobs this node fires (serve's scheduler), for the console's schedule page."""
         self.inbox, self.state = inbox, state
+        self.traces = state.traces
+        self.approvals = WorkflowApprovals(state, inbox)
+        self.schedules = schedules
 
     @property
     def accepting(self) -> bool:
@@ -164,6 +173,15 @@ class ConsoleGateway:
 
     def status(self) -> dict[str, JSON]:
         return {"engine": "temporal", "accepted": self.inbox.accepted}
+
+    def lanes(self) -> dict[str, dict[str, int]]:
+        return {"turns": {}, "replies": {}}
+
+    def degraded(self) -> list[dict[str, JSON]]:
+        return []
+
+    def stream_text(self, text_for: TextFor) -> None:
+        return None  # the workers run the turns: the chat gets each reply when it is sent
 
     def add_channel(self, channel: Any) -> None:
         self.inbox.add_channel(channel)
@@ -205,20 +223,6 @@ class ConsoleGateway:
         counts = await self.state.gateway.counts()
         text = "Replies given up on (the dead-letter table)."
         return [Sample("hermes_dead_letters", text, counts.get("dead_letters"))]
-
-
-class ConsoleView:
-    """The console's `agent` (console/app.py reads its `tracer`, `interactions` and `model`): the
-    shared store's traces, and the approvals list whose decisions go to the workflows. `model` is
-    None: the Status page names the model the settings configure (the workers call it)."""
-
-    model = None
-
-    def __init__(self, state: SharedState, inbox: TemporalInbox) -> None:
-        from ...observe.traces import Tracer
-
-        self.tracer = Tracer(state.traces) if state.traces is not None else None
-        self.interactions = WorkflowApprovals(state, inbox)
 
 
 class WorkflowApprovals(PendingStore):
