@@ -158,3 +158,23 @@ def test_the_model_section_survives_a_round_trip(tmp_path: Path) -> None:
     settings = load_settings(path, env={}, dotenv=None)
     again = Settings.model_validate(settings.model_dump())
     assert again.model == settings.model and again.model.name == "big" and again.model.fallback == ["small"]
+
+
+def test_the_approval_ttl_is_declared_once() -> None:
+    """Attack: the time an approval waits written again beside its one declaration (`APPROVAL_TTL`):
+    the YAML default must be that constant itself, the stores (which a library may build without a
+    configuration) default to it, and a Temporal worker's steps, only ever built from a
+    configuration, have no default of their own: they receive the configured value."""
+    pytest.importorskip("temporalio")
+    from hermes_core.config import PermissionsConfig
+    from hermes_core.engine.temporal.activities import StepInteractions, TurnActivities
+    from hermes_core.kernel.approvals import APPROVAL_TTL
+    from hermes_core.postgres.pending import PostgresInteractions
+    from hermes_core.tasks.pending import InlineInteractions, SQLiteInteractions
+
+    assert PermissionsConfig.model_fields["approval_ttl"].default is APPROVAL_TTL
+    for store in (SQLiteInteractions, PostgresInteractions):
+        assert inspect.signature(store).parameters["approval_ttl"].default is APPROVAL_TTL, store
+    assert inspect.signature(InlineInteractions).parameters["timeout"].default is APPROVAL_TTL
+    for step, name in ((StepInteractions, "ttl"), (TurnActivities, "approval_ttl")):
+        assert inspect.signature(step).parameters[name].default is inspect.Parameter.empty, step

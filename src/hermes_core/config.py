@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 from pydantic.dataclasses import dataclass
 
 from .channels.media import MediaLimits
+from .kernel.approvals import APPROVAL_TTL
 from .kernel.loop import Limits
 from .kernel.messages import JSON
 from .models.settings import ModelRoute, ModelSettings
@@ -305,7 +306,7 @@ class PermissionsConfig(_Section):
     allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
     batch_max_level: int = Field(1, ge=0, le=2)
     confirm: list[str] = Field(default_factory=list)  # tools whose every call a person approves first
-    approval_ttl: float = Field(600.0, gt=0)  # seconds an approval waits before it expires
+    approval_ttl: float = Field(APPROVAL_TTL, gt=0)  # seconds an approval waits before it expires
 
 
 class MCPServerConfig(_Section):
