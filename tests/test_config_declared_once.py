@@ -1,5 +1,6 @@
-"""Each option is declared once: `ModelSettings` (the model) and `Limits` (a task), both the YAML
-section and what the client and the loop read, with the agent's keywords a thin layer over them.
+"""Each option is declared once: `ModelSettings` (the model), `Limits` (a task), `TeamLimits` and
+`MemberLimits` (a team), each both the YAML section and what the client, the loop and the team read,
+with the agent's and the supervisor's keywords a thin layer over them; the approval TTL is one constant.
 
 These tests check the seam against the real parts: a YAML file read by `load_settings`, an agent
 built by `build_agent`, requests arriving at the fake OpenAI-compatible server on 127.0.0.1.
@@ -22,6 +23,7 @@ from hermes_core.kernel.loop import Limits
 from hermes_core.kernel.tools.registry import ToolRegistry
 from hermes_core.kernel.tools.results import DEFAULT_MAX_CHARS
 from hermes_core.models.settings import ModelSettings
+from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 
 ENDPOINT_OWN = {"model", "base_url", "api_key"}  # where the model is: the agent, a preset or the environment
@@ -178,3 +180,35 @@ def test_the_approval_ttl_is_declared_once() -> None:
     assert inspect.signature(InlineInteractions).parameters["timeout"].default is APPROVAL_TTL
     for step, name in ((StepInteractions, "ttl"), (TurnActivities, "approval_ttl")):
         assert inspect.signature(step).parameters[name].default is inspect.Parameter.empty, step
+
+
+def test_every_team_option_is_declared_once_and_reaches_the_supervisor(tmp_path: Path) -> None:
+    """Attack: a team option written again (in the task mode, the supervisor's keywords, the expert)
+    whose default drifts from the YAML's: the `team:` section extends the `TeamLimits` the supervisor
+    reads, each `team.experts` entry the `MemberLimits` an `Expert` holds, no other code declares
+    them, and a value set in the file reaches the running team unchanged."""
+    from hermes_core.modes import TaskMode
+    from hermes_core.team import Expert, Supervisor
+    from hermes_core.team.settings import ExpertSettings, TeamSettings
+    from hermes_core.team.supervisor import MemberLimits, TeamLimits
+
+    assert issubclass(TeamSettings, TeamLimits) and issubclass(ExpertSettings, MemberLimits)
+    assert issubclass(Expert, MemberLimits) and Settings().team == TeamSettings()
+    team = {"max_depth": 2, "concurrency": 3, "requests_per_second": 7.0, "delegate_timeout": 9.0}
+    member = {"concurrency": 2, "requests_per_second": 5.0, "can_delegate": True}
+    assert set(team) == {f.name for f in dataclasses.fields(TeamLimits)}
+    assert set(member) == {f.name for f in dataclasses.fields(MemberLimits)}
+    for code in (Supervisor, TaskMode):  # they take the section whole: no option of their own
+        assert not (set(team) | set(member)) & set(inspect.signature(code).parameters), code
+    expert = {"name": "research", "system_prompt": "You find facts.", **member}
+    data = {"agent": {"mode": "team"}, "team": {**team, "experts": [expert]}, "tools": []}
+    settings = load_settings(write(tmp_path, yaml.safe_dump(data)), env={}, dotenv=None)
+    agent = build_agent(settings, model=ScriptedModel([]))
+    assert agent.mode is not None
+    supervisor = agent.mode.team(agent)
+    assert {name: getattr(supervisor.limits, name) for name in team} == team
+    [built] = agent.mode.experts
+    assert {name: getattr(built, name) for name in member} == member
+    assert Supervisor(agent, [], max_depth=4).limits == TeamLimits(max_depth=4)  # a keyword: a copy
+    with pytest.raises(TypeError, match="max_depht"):
+        Supervisor(agent, [], max_depht=4)

@@ -9,8 +9,9 @@
       mode: loop            # loop | plan | team: how serve, run and chat run a task (docs/modes.md)
     tools: [mypkg.tools]
 
-The `model:` section is `ModelSettings` (models/settings.py) and the limits of `agent:` are `Limits`
-(kernel/loop.py): each option is declared once, there, with its default and its bounds.
+The `model:` section is `ModelSettings` (models/settings.py), the limits of `agent:` are `Limits`
+(kernel/loop.py) and the `team:` section is `TeamSettings` (team/settings.py): each option is
+declared once, there, with its default and its bounds.
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
 A model is a provider preset, or a name and a base URL; a half-configured one is a ConfigError
 (nothing configured at all: the offline demo model).
@@ -35,6 +36,7 @@ from .kernel.approvals import APPROVAL_TTL
 from .kernel.loop import Limits
 from .kernel.messages import JSON
 from .models.settings import ModelRoute, ModelSettings
+from .team.settings import TeamSettings
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -96,44 +98,6 @@ class AgentConfig(Limits):
     @property
     def limits(self) -> Limits:
         return Limits(**{declared.name: getattr(self, declared.name) for declared in fields(Limits)})
-
-
-class ExpertConfig(_Section):
-    """One expert of `team.experts`: the fields of `team.Expert` (name, description, concurrency,
-    requests_per_second, can_delegate) and of its agent: its own `system_prompt`, the `tools` it may
-    use (names of the main agent's tools; none listed: no tools) and its `model` (a model of the same
-    endpoint; none: the main model)."""
-
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
-    description: str = ""
-    system_prompt: str = Field(min_length=1)
-    tools: list[str] = Field(default_factory=list)
-    model: str | None = Field(None, min_length=1)
-    concurrency: int = Field(1, ge=1, le=1000)
-    requests_per_second: float | None = Field(None, gt=0)
-    can_delegate: bool = False
-
-
-class TeamConfig(_Section):
-    """`agent.mode: team` (team/supervisor.py): the main agent is the supervisor and hands work to
-    these experts with its `delegate` tool. `max_depth`: hops a piece of work may take;
-    `concurrency`/`requests_per_second`: the supervisor's own limits; `delegate_timeout`: seconds one
-    delegation may take. Experts cannot pause for a person: their tools that need an approval, and
-    `clarify`, are refused (give such tools to the supervisor)."""
-
-    experts: list[ExpertConfig] = Field(default_factory=list)
-    max_depth: int = Field(3, ge=1, le=10)
-    concurrency: int = Field(4, ge=1, le=10_000)
-    requests_per_second: float | None = Field(None, gt=0)
-    delegate_timeout: float = Field(300.0, gt=0)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> TeamConfig:
-        names = [expert.name for expert in self.experts]
-        taken = sorted({name for name in names if names.count(name) > 1} | ({"supervisor"} & set(names)))
-        if taken:
-            raise ValueError(f"experts: the name(s) {', '.join(taken)} are used twice (or by the supervisor)")
-        return self
 
 
 class GatewayConfig(_Section):
@@ -561,7 +525,7 @@ class Settings(_Section):
     # embedded: one process, SQLite (gateway/); temporal: durable workflows on a Temporal cluster
     engine: Literal["embedded", "temporal"] = "embedded"
     temporal: TemporalConfig = TemporalConfig()
-    team: TeamConfig = TeamConfig()
+    team: TeamSettings = Field(default_factory=TeamSettings)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)  # its zone: the machine's when loaded
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
@@ -671,7 +635,6 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
     """The `TaskMode` of `agent.mode` (modes.py); for a team, its experts as agents of their own."""
     from .agent import Agent
     from .modes import TaskMode
-    from .team import Expert
 
     a, team = settings.agent, settings.team
     if a.mode != "team":
@@ -690,12 +653,8 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
         own["model"] = declared.model or options.get("model")
         if not isinstance(own["model"], str) and own["model"] is not None:  # a client object: shared
             own["model"] = options["model"]
-        expert_agent = Agent(**own)
-        experts.append(Expert(declared.name, expert_agent, declared.description, declared.concurrency,
-                              declared.requests_per_second, declared.can_delegate))  # fmt: skip
-    return TaskMode("team", experts=experts, max_depth=team.max_depth, concurrency=team.concurrency,
-                    requests_per_second=team.requests_per_second,
-                    delegate_timeout=team.delegate_timeout)  # fmt: skip
+        experts.append(declared.expert(Agent(**own)))
+    return TaskMode("team", max_replans=a.max_replans, experts=experts, team_limits=team)
 
 
 def require_database(settings: Settings) -> str:
