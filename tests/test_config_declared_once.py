@@ -212,3 +212,37 @@ def test_every_team_option_is_declared_once_and_reaches_the_supervisor(tmp_path:
     assert Supervisor(agent, [], max_depth=4).limits == TeamLimits(max_depth=4)  # a keyword: a copy
     with pytest.raises(TypeError, match="max_depht"):
         Supervisor(agent, [], max_depht=4)
+
+
+def test_every_agent_option_the_code_also_defaults_has_one_default() -> None:
+    """Attack: an `agent:` option whose default is written again where the code uses it (the plan
+    runner's replans, the shell's sandbox, the workspace's quotas, the modes `--mode` offers, the
+    agent's prompt and greetings restated by `build_agent`) drifting from the YAML's: the section's
+    default must be the code's own, and the mode that runs a task declares no default at all."""
+    from hermes_core.cli import build_parser
+    from hermes_core.config import AgentConfig
+    from hermes_core.modes import MODES, ModeName, TaskMode
+    from hermes_core.plans import run_plan
+    from hermes_core.plans.executor import DEFAULT_MAX_REPLANS
+    from hermes_core.tools.builtin import builtin_tools
+    from hermes_core.tools.files import MIB, Workspace
+    from hermes_core.tools.sandbox import DEFAULT_SANDBOX, SandboxMode
+    from hermes_core.tools.shell import run_command_tool
+
+    def default(code: Any, name: str) -> Any:
+        return inspect.signature(code).parameters[name].default
+
+    section = AgentConfig()
+    assert section.max_replans is DEFAULT_MAX_REPLANS is default(run_plan, "max_replans")
+    assert section.shell_sandbox is DEFAULT_SANDBOX is default(builtin_tools, "shell_sandbox")
+    assert default(run_command_tool, "sandbox") is DEFAULT_SANDBOX
+    assert section.workspace_quota_mb == default(Workspace, "quota_bytes") / MIB
+    assert section.workspace_conversation_quota_mb == default(Workspace, "conversation_quota_bytes") / MIB
+    fields = AgentConfig.__pydantic_fields__
+    assert fields["mode"].annotation == ModeName and fields["shell_sandbox"].annotation == SandboxMode
+    mode_flag = next(action for action in build_parser()._actions if action.dest == "mode")
+    assert tuple(mode_flag.choices or ()) == MODES
+    parameters = inspect.signature(TaskMode).parameters
+    assert all(parameters[name].default is inspect.Parameter.empty for name in ("name", "max_replans"))
+    built, plain = build_agent(Settings(), model_required=False), Agent()  # nothing set: the agent's own
+    assert (built.system_prompt, built.greeting_patterns) == (plain.system_prompt, plain.greeting_patterns)

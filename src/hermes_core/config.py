@@ -35,8 +35,13 @@ from .channels.media import MediaLimits
 from .kernel.approvals import APPROVAL_TTL
 from .kernel.loop import Limits
 from .kernel.messages import JSON
+from .kernel.replies import Language
 from .models.settings import ModelRoute, ModelSettings
+from .modes import ModeName
+from .plans.executor import DEFAULT_MAX_REPLANS
 from .team.settings import TeamSettings
+from .tools.files import DEFAULT_CONVERSATION_QUOTA_BYTES, DEFAULT_QUOTA_BYTES, MIB
+from .tools.sandbox import DEFAULT_SANDBOX, SandboxMode
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -81,19 +86,24 @@ class _Section(BaseModel):
 class AgentConfig(Limits):
     """The `agent:` section: its `Limits` (kernel/loop.py) and how the agent is built."""
 
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # null: kernel/prompts.py's DEFAULT_SYSTEM_PROMPT
+    # messages answered in one model call, without tools; null: agent.py's DEFAULT_GREETINGS
     greeting_patterns: list[str] | None = None
-    language: Literal["zh", "en"] | None = None
+    language: Language | None = None  # of the fixed replies; null: the language of each message
     workspace: str | None = None  # mounts read_file / write_file / list_directory confined to this folder
     shell_allow: list[str] = field(default_factory=list)  # programs run_command may run (level 2: allow it)
-    shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
-    workspace_quota_mb: Annotated[float | None, Field(gt=0)] = 100.0  # write_file refused past it; null: none
+    shell_sandbox: SandboxMode = DEFAULT_SANDBOX  # auto: bubblewrap if it works here
+    # write_file refused past it; null: none
+    workspace_quota_mb: Annotated[float | None, Field(gt=0)] = DEFAULT_QUOTA_BYTES / MIB
     # one conversation's files (media.folder/<conversation>): uploads and writes there; null: none
-    workspace_conversation_quota_mb: Annotated[float | None, Field(gt=0)] = 40.0
+    workspace_conversation_quota_mb: Annotated[float | None, Field(gt=0)] = (
+        DEFAULT_CONVERSATION_QUOTA_BYTES / MIB
+    )
     # more tools: the conversation's groups only (T8; why 16: docs/skills.md)
     route_tools_above: Annotated[int | None, Field(ge=0)] = 16
-    mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
-    max_replans: Annotated[int, Field(ge=0, le=10)] = 2  # plan mode: revised plans after a failed/invalid one
+    mode: ModeName = "loop"  # how serve, run and chat run a task (modes.py)
+    # plan mode: revised plans after a failed/invalid one
+    max_replans: Annotated[int, Field(ge=0, le=10)] = DEFAULT_MAX_REPLANS
 
     @property
     def limits(self) -> Limits:
@@ -573,8 +583,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     `model=` passes a client."""
     import dataclasses
 
-    from .agent import DEFAULT_GREETINGS, Agent
-    from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
+    from .agent import Agent
     from .tools.clarify import clarify
 
     m, a = settings.model, settings.agent
@@ -589,9 +598,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     # where the model is, from the endpoint (the preset, the environment); all None without one
     found: dict[str, Any] = {key: getattr(endpoint, key, None) for key in ENDPOINT_KEYS}
     options: dict[str, Any] = dict(
-        model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits,
-        system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,
-        greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
+        model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits, language=a.language,
         tools=with_confirmation(
             with_api_tools(
                 [*load_tools(settings.tools), *workspace_tools(settings), *web_tools(settings), clarify],
@@ -602,6 +609,9 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         permissions=policy(settings.permissions),
     )  # fmt: skip
     options["route_tools_above"] = a.route_tools_above
+    # the prompt and the greetings the file sets; unset (or an empty prompt): the agent's own (agent.py)
+    own = {"system_prompt": a.system_prompt or None, "greeting_patterns": a.greeting_patterns}
+    options.update({key: value for key, value in own.items() if value is not None})
     options["mcp"] = mcp_toolset(settings.mcp)  # connected on the agent's first run
     options.update({key: value for key, value in overrides.items() if value is not None})
     if "skills" not in options:
@@ -830,7 +840,7 @@ def workspace_of(settings: Settings) -> Any:
     if not root.is_dir():
         raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
     quota, per_conversation = (
-        None if mb is None else int(mb * 1024 * 1024)
+        None if mb is None else int(mb * MIB)
         for mb in (a.workspace_quota_mb, a.workspace_conversation_quota_mb)
     )
     return Workspace(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
@@ -32,16 +32,17 @@ if TYPE_CHECKING:
     from .team import Expert, Supervisor
     from .team.supervisor import TeamLimits
 
-ModeName = Literal["loop", "plan", "team"]
-MODES: tuple[str, ...] = ("loop", "plan", "team")
+ModeName = Literal["loop", "plan", "team"]  # the one list of modes: agent.mode, --mode, TaskMode
+MODES: tuple[str, ...] = get_args(ModeName)
 
 
 @dataclass
 class TaskMode:
-    """The mode of `agent.mode` and what it needs: the replan budget, or the team."""
+    """The mode of `agent.mode` and what it needs: the replan budget, or the team. Built from the
+    configuration (config.py `task_mode`), which holds the defaults: it declares none of its own."""
 
-    name: ModeName = "loop"
-    max_replans: int = 2
+    name: ModeName
+    max_replans: int
     experts: Sequence[Expert] = ()
     team_limits: TeamLimits | None = None  # the `team:` section (team/settings.py); None: the defaults
     _team: Supervisor | None = field(default=None, repr=False)
