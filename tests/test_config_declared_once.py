@@ -1,6 +1,7 @@
 """Each option is declared once: `ModelSettings` (the model), `Limits` (a task), `TeamLimits` and
 `MemberLimits` (a team), each both the YAML section and what the client, the loop and the team read,
-with the agent's and the supervisor's keywords a thin layer over them; the approval TTL is one constant.
+with the agent's and the supervisor's keywords a thin layer over them; the other `agent:` options and
+the permission lists default as the code that reads them does; the approval TTL is one constant.
 
 These tests check the seam against the real parts: a YAML file read by `load_settings`, an agent
 built by `build_agent`, requests arriving at the fake OpenAI-compatible server on 127.0.0.1.
@@ -246,3 +247,24 @@ def test_every_agent_option_the_code_also_defaults_has_one_default() -> None:
     assert all(parameters[name].default is inspect.Parameter.empty for name in ("name", "max_replans"))
     built, plain = build_agent(Settings(), model_required=False), Agent()  # nothing set: the agent's own
     assert (built.system_prompt, built.greeting_patterns) == (plain.system_prompt, plain.greeting_patterns)
+
+
+def test_the_permission_lists_are_the_policys_and_reach_it(tmp_path: Path) -> None:
+    """Attack: a `permissions:` option the kernel's `Policy` lacks, or holds with another default (the
+    file's `batch_max_level` was a second 1): every key but the two the composition reads itself
+    (`confirm`, `approval_ttl`) is a field of `Policy`, defaulting as it does, and a value set in the
+    file reaches the built agent's policy unchanged."""
+    from hermes_core.config import PermissionsConfig
+    from hermes_core.kernel.tools.permissions import Policy
+
+    lists = set(PermissionsConfig.model_fields) - {"confirm", "approval_ttl"}
+    assert lists <= {declared.name for declared in dataclasses.fields(Policy)}
+    plain, section = Policy(), PermissionsConfig()
+    for name in lists:  # the same default, in the policy's own container (a frozenset of a list)
+        assert type(getattr(plain, name))(getattr(section, name)) == getattr(plain, name), name
+    written = {"admins": ["feishu:ou_a"], "roles": {"webhook:u1": "hr"}, "allow_irreversible": ["wipe"],
+               "batch_max_level": 0}  # fmt: skip
+    assert set(written) == lists
+    path = write(tmp_path, yaml.safe_dump({"permissions": written, "tools": []}))
+    agent = build_agent(load_settings(path, env={}, dotenv=None), model_required=False)
+    assert agent.permissions == Policy.from_lists(**written)

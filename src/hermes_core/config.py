@@ -36,6 +36,7 @@ from .kernel.approvals import APPROVAL_TTL
 from .kernel.loop import Limits
 from .kernel.messages import JSON
 from .kernel.replies import Language
+from .kernel.tools.permissions import Policy, unqualified
 from .models.settings import ModelRoute, ModelSettings
 from .modes import ModeName
 from .plans.executor import DEFAULT_MAX_REPLANS
@@ -46,7 +47,6 @@ from .tools.sandbox import DEFAULT_SANDBOX, SandboxMode
 if TYPE_CHECKING:
     from .agent import Agent
     from .kernel.model import ModelClient
-    from .kernel.tools.permissions import Policy
     from .models.providers import Endpoint
     from .modes import TaskMode
     from .skills import SkillSet
@@ -278,7 +278,8 @@ class PermissionsConfig(_Section):
     admins: list[str] = Field(default_factory=list)  # e.g. ["feishu:ou_abc"]
     roles: dict[str, str] = Field(default_factory=dict)  # e.g. {"feishu:ou_hr": "hr"}
     allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
-    batch_max_level: int = Field(1, ge=0, le=2)
+    # the highest tool level a non-interactive run (a scheduled job) may call
+    batch_max_level: int = Field(Policy.batch_max_level, ge=0, le=2)
     confirm: list[str] = Field(default_factory=list)  # tools whose every call a person approves first
     approval_ttl: float = Field(APPROVAL_TTL, gt=0)  # seconds an approval waits before it expires
 
@@ -698,8 +699,6 @@ IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels who
 
 def policy(config: PermissionsConfig) -> Policy:
     """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
-    from .kernel.tools.permissions import Policy, unqualified
-
     for key, entries in (("admins", config.admins), ("roles", list(config.roles))):
         known = ", ".join(IDENTITY_CHANNELS)
         for entry in entries:
