@@ -33,6 +33,7 @@ TRACE_HELP = "a task id as `traces` prints it (or a beginning only it has), or a
 
 def build_parser() -> argparse.ArgumentParser:
     from .models.providers import names  # the one table of presets (standard library only)
+    from .modes import MODES  # the one list of modes (standard library only)
 
     parser = argparse.ArgumentParser(
         prog="hermes-kernel",
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="model name (overrides configuration)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(
-        "--mode", choices=("loop", "plan", "team"),
+        "--mode", choices=MODES,
         help="how run, chat and serve run a task (overrides agent.mode; team needs team.experts)",
     )  # fmt: skip
     parser.add_argument(

@@ -9,8 +9,9 @@
       mode: loop            # loop | plan | team: how serve, run and chat run a task (docs/modes.md)
     tools: [mypkg.tools]
 
-The `model:` section is `ModelSettings` (models/settings.py) and the limits of `agent:` are `Limits`
-(kernel/loop.py): each option is declared once, there, with its default and its bounds.
+The `model:` section is `ModelSettings` (models/settings.py), the limits of `agent:` are `Limits`
+(kernel/loop.py) and the `team:` section is `TeamSettings` (team/settings.py): each option is
+declared once, there, with its default and its bounds.
 Secrets (the API key) come only from the environment: a YAML file that holds one is refused.
 A model is a provider preset, or a name and a base URL; a half-configured one is a ConfigError
 (nothing configured at all: the offline demo model).
@@ -31,14 +32,21 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, Va
 from pydantic.dataclasses import dataclass
 
 from .channels.media import MediaLimits
+from .kernel.approvals import APPROVAL_TTL
 from .kernel.loop import Limits
 from .kernel.messages import JSON
+from .kernel.replies import Language
+from .kernel.tools.permissions import Policy, unqualified
 from .models.settings import ModelRoute, ModelSettings
+from .modes import ModeName
+from .plans.executor import DEFAULT_MAX_REPLANS
+from .team.settings import TeamSettings
+from .tools.files import DEFAULT_CONVERSATION_QUOTA_BYTES, DEFAULT_QUOTA_BYTES, MIB
+from .tools.sandbox import DEFAULT_SANDBOX, SandboxMode
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .kernel.model import ModelClient
-    from .kernel.tools.permissions import Policy
     from .models.providers import Endpoint
     from .modes import TaskMode
     from .skills import SkillSet
@@ -78,61 +86,28 @@ class _Section(BaseModel):
 class AgentConfig(Limits):
     """The `agent:` section: its `Limits` (kernel/loop.py) and how the agent is built."""
 
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # null: kernel/prompts.py's DEFAULT_SYSTEM_PROMPT
+    # messages answered in one model call, without tools; null: agent.py's DEFAULT_GREETINGS
     greeting_patterns: list[str] | None = None
-    language: Literal["zh", "en"] | None = None
+    language: Language | None = None  # of the fixed replies; null: the language of each message
     workspace: str | None = None  # mounts read_file / write_file / list_directory confined to this folder
     shell_allow: list[str] = field(default_factory=list)  # programs run_command may run (level 2: allow it)
-    shell_sandbox: Literal["auto", "bwrap", "none"] = "auto"  # auto: bubblewrap if it works here
-    workspace_quota_mb: Annotated[float | None, Field(gt=0)] = 100.0  # write_file refused past it; null: none
+    shell_sandbox: SandboxMode = DEFAULT_SANDBOX  # auto: bubblewrap if it works here
+    # write_file refused past it; null: none
+    workspace_quota_mb: Annotated[float | None, Field(gt=0)] = DEFAULT_QUOTA_BYTES / MIB
     # one conversation's files (media.folder/<conversation>): uploads and writes there; null: none
-    workspace_conversation_quota_mb: Annotated[float | None, Field(gt=0)] = 40.0
+    workspace_conversation_quota_mb: Annotated[float | None, Field(gt=0)] = (
+        DEFAULT_CONVERSATION_QUOTA_BYTES / MIB
+    )
     # more tools: the conversation's groups only (T8; why 16: docs/skills.md)
     route_tools_above: Annotated[int | None, Field(ge=0)] = 16
-    mode: Literal["loop", "plan", "team"] = "loop"  # how serve, run and chat run a task (modes.py)
-    max_replans: Annotated[int, Field(ge=0, le=10)] = 2  # plan mode: revised plans after a failed/invalid one
+    mode: ModeName = "loop"  # how serve, run and chat run a task (modes.py)
+    # plan mode: revised plans after a failed/invalid one
+    max_replans: Annotated[int, Field(ge=0, le=10)] = DEFAULT_MAX_REPLANS
 
     @property
     def limits(self) -> Limits:
         return Limits(**{declared.name: getattr(self, declared.name) for declared in fields(Limits)})
-
-
-class ExpertConfig(_Section):
-    """One expert of `team.experts`: the fields of `team.Expert` (name, description, concurrency,
-    requests_per_second, can_delegate) and of its agent: its own `system_prompt`, the `tools` it may
-    use (names of the main agent's tools; none listed: no tools) and its `model` (a model of the same
-    endpoint; none: the main model)."""
-
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
-    description: str = ""
-    system_prompt: str = Field(min_length=1)
-    tools: list[str] = Field(default_factory=list)
-    model: str | None = Field(None, min_length=1)
-    concurrency: int = Field(1, ge=1, le=1000)
-    requests_per_second: float | None = Field(None, gt=0)
-    can_delegate: bool = False
-
-
-class TeamConfig(_Section):
-    """`agent.mode: team` (team/supervisor.py): the main agent is the supervisor and hands work to
-    these experts with its `delegate` tool. `max_depth`: hops a piece of work may take;
-    `concurrency`/`requests_per_second`: the supervisor's own limits; `delegate_timeout`: seconds one
-    delegation may take. Experts cannot pause for a person: their tools that need an approval, and
-    `clarify`, are refused (give such tools to the supervisor)."""
-
-    experts: list[ExpertConfig] = Field(default_factory=list)
-    max_depth: int = Field(3, ge=1, le=10)
-    concurrency: int = Field(4, ge=1, le=10_000)
-    requests_per_second: float | None = Field(None, gt=0)
-    delegate_timeout: float = Field(300.0, gt=0)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> TeamConfig:
-        names = [expert.name for expert in self.experts]
-        taken = sorted({name for name in names if names.count(name) > 1} | ({"supervisor"} & set(names)))
-        if taken:
-            raise ValueError(f"experts: the name(s) {', '.join(taken)} are used twice (or by the supervisor)")
-        return self
 
 
 class GatewayConfig(_Section):
@@ -303,9 +278,10 @@ class PermissionsConfig(_Section):
     admins: list[str] = Field(default_factory=list)  # e.g. ["feishu:ou_abc"]
     roles: dict[str, str] = Field(default_factory=dict)  # e.g. {"feishu:ou_hr": "hr"}
     allow_irreversible: list[str] = Field(default_factory=list)  # level-2 tools the operator allows
-    batch_max_level: int = Field(1, ge=0, le=2)
+    # the highest tool level a non-interactive run (a scheduled job) may call
+    batch_max_level: int = Field(Policy.batch_max_level, ge=0, le=2)
     confirm: list[str] = Field(default_factory=list)  # tools whose every call a person approves first
-    approval_ttl: float = Field(600.0, gt=0)  # seconds an approval waits before it expires
+    approval_ttl: float = Field(APPROVAL_TTL, gt=0)  # seconds an approval waits before it expires
 
 
 class MCPServerConfig(_Section):
@@ -560,7 +536,7 @@ class Settings(_Section):
     # embedded: one process, SQLite (gateway/); temporal: durable workflows on a Temporal cluster
     engine: Literal["embedded", "temporal"] = "embedded"
     temporal: TemporalConfig = TemporalConfig()
-    team: TeamConfig = TeamConfig()
+    team: TeamSettings = Field(default_factory=TeamSettings)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)  # its zone: the machine's when loaded
     tools: list[str] = Field(default_factory=lambda: [EXAMPLE_TOOLS])
     mcp: list[MCPServerConfig] = Field(default_factory=list)
@@ -608,8 +584,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     `model=` passes a client."""
     import dataclasses
 
-    from .agent import DEFAULT_GREETINGS, Agent
-    from .kernel.prompts import DEFAULT_SYSTEM_PROMPT
+    from .agent import Agent
     from .tools.clarify import clarify
 
     m, a = settings.model, settings.agent
@@ -624,9 +599,7 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
     # where the model is, from the endpoint (the preset, the environment); all None without one
     found: dict[str, Any] = {key: getattr(endpoint, key, None) for key in ENDPOINT_KEYS}
     options: dict[str, Any] = dict(
-        model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits,
-        system_prompt=a.system_prompt or DEFAULT_SYSTEM_PROMPT, language=a.language,
-        greeting_patterns=DEFAULT_GREETINGS if a.greeting_patterns is None else a.greeting_patterns,
+        model=found["model"], settings=dataclasses.replace(m, **found), limits=a.limits, language=a.language,
         tools=with_confirmation(
             with_api_tools(
                 [*load_tools(settings.tools), *workspace_tools(settings), *web_tools(settings), clarify],
@@ -637,6 +610,9 @@ def build_agent(settings: Settings, *, model_required: bool = True, **overrides:
         permissions=policy(settings.permissions),
     )  # fmt: skip
     options["route_tools_above"] = a.route_tools_above
+    # the prompt and the greetings the file sets; unset (or an empty prompt): the agent's own (agent.py)
+    own = {"system_prompt": a.system_prompt or None, "greeting_patterns": a.greeting_patterns}
+    options.update({key: value for key, value in own.items() if value is not None})
     options["mcp"] = mcp_toolset(settings.mcp)  # connected on the agent's first run
     options.update({key: value for key, value in overrides.items() if value is not None})
     if "skills" not in options:
@@ -670,7 +646,6 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
     """The `TaskMode` of `agent.mode` (modes.py); for a team, its experts as agents of their own."""
     from .agent import Agent
     from .modes import TaskMode
-    from .team import Expert
 
     a, team = settings.agent, settings.team
     if a.mode != "team":
@@ -689,12 +664,8 @@ def task_mode(settings: Settings, agent: Agent, options: dict[str, Any]) -> Task
         own["model"] = declared.model or options.get("model")
         if not isinstance(own["model"], str) and own["model"] is not None:  # a client object: shared
             own["model"] = options["model"]
-        expert_agent = Agent(**own)
-        experts.append(Expert(declared.name, expert_agent, declared.description, declared.concurrency,
-                              declared.requests_per_second, declared.can_delegate))  # fmt: skip
-    return TaskMode("team", experts=experts, max_depth=team.max_depth, concurrency=team.concurrency,
-                    requests_per_second=team.requests_per_second,
-                    delegate_timeout=team.delegate_timeout)  # fmt: skip
+        experts.append(declared.expert(Agent(**own)))
+    return TaskMode("team", max_replans=a.max_replans, experts=experts, team_limits=team)
 
 
 def require_database(settings: Settings) -> str:
@@ -728,8 +699,6 @@ IDENTITY_CHANNELS = ("feishu", "webhook", "web", "terminal")  # the channels who
 
 def policy(config: PermissionsConfig) -> Policy:
     """The `Policy` of `permissions:`; an identity without a known channel is a ConfigError naming it."""
-    from .kernel.tools.permissions import Policy, unqualified
-
     for key, entries in (("admins", config.admins), ("roles", list(config.roles))):
         known = ", ".join(IDENTITY_CHANNELS)
         for entry in entries:
@@ -870,7 +839,7 @@ def workspace_of(settings: Settings) -> Any:
     if not root.is_dir():
         raise ConfigError(f"agent.workspace: {a.workspace!r} is not an existing folder")
     quota, per_conversation = (
-        None if mb is None else int(mb * 1024 * 1024)
+        None if mb is None else int(mb * MIB)
         for mb in (a.workspace_quota_mb, a.workspace_conversation_quota_mb)
     )
     return Workspace(

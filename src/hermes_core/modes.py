@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from .agent import Agent, Session
@@ -30,22 +30,21 @@ if TYPE_CHECKING:
     from .kernel.model import TextCallback
     from .kernel.tools.permissions import Caller
     from .team import Expert, Supervisor
+    from .team.supervisor import TeamLimits
 
-ModeName = Literal["loop", "plan", "team"]
-MODES: tuple[str, ...] = ("loop", "plan", "team")
+ModeName = Literal["loop", "plan", "team"]  # the one list of modes: agent.mode, --mode, TaskMode
+MODES: tuple[str, ...] = get_args(ModeName)
 
 
 @dataclass
 class TaskMode:
-    """The mode of `agent.mode` and what it needs: the replan budget, or the team."""
+    """The mode of `agent.mode` and what it needs: the replan budget, or the team. Built from the
+    configuration (config.py `task_mode`), which holds the defaults: it declares none of its own."""
 
-    name: ModeName = "loop"
-    max_replans: int = 2
+    name: ModeName
+    max_replans: int
     experts: Sequence[Expert] = ()
-    max_depth: int = 3
-    concurrency: int = 4
-    requests_per_second: float | None = None
-    delegate_timeout: float = 300.0
+    team_limits: TeamLimits | None = None  # the `team:` section (team/settings.py); None: the defaults
     _team: Supervisor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -62,10 +61,7 @@ class TaskMode:
             for expert in self.experts:  # their runs resume and are recorded like the supervisor's
                 expert.agent.journal = expert.agent.journal or agent.journal
                 expert.agent.tracer = expert.agent.tracer or agent.tracer
-            self._team = Supervisor(
-                agent, self.experts, max_depth=self.max_depth, concurrency=self.concurrency,
-                requests_per_second=self.requests_per_second, delegate_timeout=self.delegate_timeout,
-            )  # fmt: skip
+            self._team = Supervisor(agent, self.experts, limits=self.team_limits)
         return self._team
 
     async def aclose(self) -> None:

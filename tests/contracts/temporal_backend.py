@@ -142,7 +142,8 @@ class TemporalEngine:
         client = await Client.connect(self.address)
         agent = Agent(model=ScriptedModel(self._turn))
         state = SharedState.of(settings)
-        steps = TurnActivities(agent, dict(self.channels), chat_rate=1000.0, state=state)
+        ttl = settings.permissions.approval_ttl
+        steps = TurnActivities(agent, dict(self.channels), chat_rate=1000.0, approval_ttl=ttl, state=state)
         self._closers = [state.close, agent.aclose]
         self._workers = [
             Worker(

@@ -46,6 +46,8 @@ from .plan import Plan, ReferenceProblem, output_value, parse_plan, resolve, val
 if TYPE_CHECKING:
     from ..agent import Agent, Session
 
+DEFAULT_MAX_REPLANS = 2  # revised plans after a failed step or an invalid plan (agent.max_replans)
+
 PLAN_INSTRUCTIONS = """\
 Plan mode: do not call tools yourself. Reply with one JSON object, the plan, and nothing else:
 {{"steps": [{{"id": "find", "tool": "<tool name>", "params": {{...}}, "requires": []}}]}}
@@ -80,7 +82,7 @@ async def run_plan(
     session: Session | None = None,
     task_id: str | None = None,
     caller: Caller | None = None,
-    max_replans: int = 2,
+    max_replans: int = DEFAULT_MAX_REPLANS,
 ) -> RunResult:
     """Run one task in plan-and-execute mode; the result has the same shape as `Agent.run`'s.
 
@@ -312,4 +314,7 @@ def _bullets(problems: list[str]) -> str:
     return "\n".join(f"- {problem}" for problem in problems)
 
 
-__all__ = ["PLAN_INSTRUCTIONS", "PlanRunner", "run_in_dependency_order", "run_plan", "tool_catalogue"]
+__all__ = [
+    "DEFAULT_MAX_REPLANS", "PLAN_INSTRUCTIONS", "PlanRunner", "run_in_dependency_order", "run_plan",
+    "tool_catalogue",
+]  # fmt: skip

@@ -4,6 +4,8 @@
   context; only its final reply and usage come back. Depth limit and per-task budget.
 - `Supervisor`, `Expert` (`supervisor.py`): a supervisor agent delegating to named experts over
   priority queues, with `max_depth` on every message and per-agent concurrency and rate limits.
+- `TeamSettings`, `ExpertSettings` (`settings.py`): the YAML `team:` section and its experts, which
+  extend the supervisor's `TeamLimits` and an expert's `MemberLimits`.
 """
 
 from .subagents import agent_launch, run_summary

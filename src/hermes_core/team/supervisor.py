@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Awaitable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from pydantic import Field
 
@@ -65,16 +65,36 @@ DELEGATE_DESCRIPTION = (
 )
 
 
+@dataclass(kw_only=True)
+class MemberLimits:
+    """What one member of a team may do, declared once: an `Expert`'s keywords, and each entry of the
+    YAML `team.experts` (team/settings.py `ExpertSettings` extends it, so a file is held to the bounds)."""
+
+    concurrency: Annotated[int, Field(ge=1, le=1000)] = 1  # runs working at once
+    # model calls started per second; None: no limit
+    requests_per_second: Annotated[float | None, Field(gt=0)] = None
+    can_delegate: bool = False  # give it the `delegate` tool too
+
+
 @dataclass
-class Expert:
-    """A named agent of the team, what it is good at, and its limits."""
+class Expert(MemberLimits):
+    """A named agent of the team, what it is good at, and its limits (`MemberLimits`, by keyword)."""
 
     name: str
     agent: Agent
     description: str = ""
-    concurrency: int = 1  # runs working at once
-    requests_per_second: float | None = None  # model calls started per second; None: no limit
-    can_delegate: bool = False  # give it the `delegate` tool too
+
+
+@dataclass
+class TeamLimits:
+    """How a team works, declared once: `Supervisor(limits=…)` and its keywords, and the YAML `team:`
+    section (team/settings.py `TeamSettings` extends it, so a file is held to the bounds)."""
+
+    max_depth: Annotated[int, Field(ge=1, le=10)] = 3  # hops one piece of work may take between members
+    concurrency: Annotated[int, Field(ge=1, le=10_000)] = 4  # the supervisor's runs at once
+    # the supervisor's model calls started per second; None: no limit
+    requests_per_second: Annotated[float | None, Field(gt=0)] = None
+    delegate_timeout: Annotated[float, Field(gt=0)] = 300.0  # seconds one delegation may take
 
 
 @dataclass
@@ -128,28 +148,29 @@ class Supervisor:
         experts: Sequence[Expert],
         *,
         name: str = "supervisor",
-        max_depth: int = 3,
-        concurrency: int = 4,
-        requests_per_second: float | None = None,
-        delegate_timeout: float = 300.0,
+        limits: TeamLimits | None = None,
+        **options: Any,
     ) -> None:
+        """`limits` (`TeamLimits`, or the YAML `team:` section itself); each of its options is also a
+        keyword, set in a copy: `Supervisor(agent, experts, max_depth=2)`."""
+        limits = replace(limits or TeamLimits(), **options)
         names = [name, *(expert.name for expert in experts)]
         if len(set(names)) != len(names):
             raise ValueError(f"team member names must be unique, got {names}")
-        if max_depth < 1:
+        if limits.max_depth < 1:
             raise ValueError("max_depth must be at least 1")
         self.name = name
-        self.max_depth = max_depth
+        self.limits = limits
         self.usage: dict[str, Usage] = {}  # token usage per member, over every run so far
         lead = Expert(
             name,
             agent,
             "coordinates the team",
-            concurrency=concurrency,
-            requests_per_second=requests_per_second,
+            concurrency=limits.concurrency,
+            requests_per_second=limits.requests_per_second,
             can_delegate=True,
         )
-        self.delegate_tool = self._build_delegate_tool([lead, *experts], delegate_timeout)
+        self.delegate_tool = self._build_delegate_tool([lead, *experts], limits.delegate_timeout)
         self._members = {member.name: _Member(member, self.delegate_tool) for member in (lead, *experts)}
         self._order = itertools.count()  # FIFO within a priority
         self._running: set[asyncio.Task[None]] = set()
@@ -167,7 +188,7 @@ class Supervisor:
         work = Delegation(
             self.name,
             message,
-            self.max_depth,
+            self.limits.max_depth,
             priority_of(caller) if priority is None else priority,
             caller,
             task_id or uuid.uuid4().hex,
@@ -273,7 +294,7 @@ class Supervisor:
         serving = _serving.get()
         path: tuple[str, ...] = ()
         if serving is None:  # called outside a team run: this is new work
-            hops_left, priority = self.max_depth, priority_of(context.caller)
+            hops_left, priority = self.limits.max_depth, priority_of(context.caller)
         else:
             current = serving.work
             path, hops_left, priority = (*current.path, current.to), current.max_depth, current.priority
@@ -387,8 +408,10 @@ __all__ = [
     "INTERACTIVE",
     "Delegation",
     "Expert",
+    "MemberLimits",
     "SpacedModel",
     "Supervisor",
+    "TeamLimits",
     "priority_of",
     "team_copy",
 ]

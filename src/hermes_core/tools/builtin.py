@@ -16,7 +16,7 @@ from ..kernel.tools.declare import Tool
 from .clarify import clarify
 from .examples import calculator_tool, current_time, date_diff
 from .files import Workspace, file_tools
-from .sandbox import SandboxMode
+from .sandbox import DEFAULT_SANDBOX, SandboxMode
 from .shell import run_command_tool
 
 
@@ -24,7 +24,7 @@ def builtin_tools(
     workspace: Path | Workspace | None,
     *,
     shell_allow: list[str] | None = None,
-    shell_sandbox: SandboxMode = "auto",
+    shell_sandbox: SandboxMode = DEFAULT_SANDBOX,
 ) -> list[Tool]:
     """The built-in tools for an agent: see the module docstring for what each argument turns on.
 

@@ -71,8 +71,9 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 # O_NOCTTY: opening a terminal device must never make it the process's controlling terminal.
 _FILE_FLAGS = getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-DEFAULT_QUOTA_BYTES = 100 * 1024 * 1024
-DEFAULT_CONVERSATION_QUOTA_BYTES = 40 * 1024 * 1024
+MIB = 1024 * 1024  # the quotas are configured in MB (agent.workspace_quota_mb)
+DEFAULT_QUOTA_BYTES = 100 * MIB
+DEFAULT_CONVERSATION_QUOTA_BYTES = 40 * MIB
 PRIVATE_FOLDER = "uploads"  # where each conversation's files have a folder of their own
 USAGE_TTL = 1.0  # seconds a measured total is trusted before the tree is walked again
 
@@ -610,7 +611,7 @@ def file_tools(workspace: Workspace) -> list[Tool]:
 
 
 __all__ = [
-    "DEFAULT_CONVERSATION_QUOTA_BYTES", "DEFAULT_QUOTA_BYTES", "PRIVATE_FOLDER", "Workspace",
+    "DEFAULT_CONVERSATION_QUOTA_BYTES", "DEFAULT_QUOTA_BYTES", "MIB", "PRIVATE_FOLDER", "Workspace",
     "WorkspaceError", "conversation_folder", "default_protected", "file_tools",
     "list_directory_tool", "read_file_tool", "write_file_tool",
 ]  # fmt: skip

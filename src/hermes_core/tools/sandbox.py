@@ -38,6 +38,7 @@ from typing import Literal
 log = logging.getLogger("hermes_core.tools.shell")
 
 SandboxMode = Literal["auto", "bwrap", "none"]
+DEFAULT_SANDBOX: SandboxMode = "auto"  # bubblewrap if it works here (agent.shell_sandbox)
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 SANDBOX_HOME = "/tmp"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -148,4 +149,7 @@ def bwrap_status(workdir: str) -> tuple[str | None, str]:
     return found, ""
 
 
-__all__ = ["SANDBOX_PATH", "Sandbox", "SandboxMode", "SandboxUnavailable", "bwrap_options", "choose_sandbox"]
+__all__ = [
+    "DEFAULT_SANDBOX", "SANDBOX_PATH", "Sandbox", "SandboxMode", "SandboxUnavailable", "bwrap_options",
+    "choose_sandbox",
+]  # fmt: skip

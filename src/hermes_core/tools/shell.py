@@ -51,7 +51,7 @@ from .command_rules import (
     repository_refusal,
 )
 from .files import conversation_folder
-from .sandbox import SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
+from .sandbox import DEFAULT_SANDBOX, SANDBOX_HOME, SANDBOX_PATH, Sandbox, SandboxMode, choose_sandbox
 
 DEFAULT_OUTPUT_CHARS = 10_000
 DEFAULT_MAX_TIMEOUT = 60.0
@@ -65,7 +65,7 @@ def run_command_tool(
     max_output_chars: int = DEFAULT_OUTPUT_CHARS,
     max_timeout: float = DEFAULT_MAX_TIMEOUT,
     search_path: str | None = None,
-    sandbox: SandboxMode | Sandbox = "auto",
+    sandbox: SandboxMode | Sandbox = DEFAULT_SANDBOX,
     private: str | None = None,
 ) -> Tool:
     """Build the run_command tool for `root`, limited to the program names in `allowed`.

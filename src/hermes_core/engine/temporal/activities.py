@@ -50,7 +50,7 @@ from temporalio.exceptions import ApplicationError
 
 from ...channels.base import DeliveryError
 from ...channels.seam import OutboundMessage, inbound_of
-from ...kernel.approvals import APPROVAL_TTL, Interactions, Pending
+from ...kernel.approvals import Interactions, Pending
 from ...kernel.messages import ToolCall
 from ...kernel.model import offering
 from ...kernel.records import outcome_record, record_of
@@ -143,9 +143,7 @@ class StepInteractions(Interactions):
     """Approvals and questions of one tool step: the decision or answer the workflow holds (given
     with the step), else a new pending record that the step hands back to the workflow."""
 
-    def __init__(
-        self, ttl: float = APPROVAL_TTL, decision: dict[str, Any] | None = None, answer: str | None = None
-    ) -> None:
+    def __init__(self, ttl: float, decision: dict[str, Any] | None = None, answer: str | None = None) -> None:
         self.ttl, self.decision, self.answer = ttl, decision, answer
         self.asked: dict[str, Any] | None = None
 
@@ -204,7 +202,7 @@ class TurnActivities:
         senders: dict[str, Any],
         *,
         chat_rate: float = 5.0,
-        approval_ttl: float = APPROVAL_TTL,
+        approval_ttl: float,
         state: SharedState | None = None,
         schedules: ScheduleStore | None = None,
         task_queue: str | None = None,

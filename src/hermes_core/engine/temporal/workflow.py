@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from ...channels.seam import InboundMessage, OutboundMessage, Reply, inbound_of
     from ...gateway.commands import is_stop, parse
     from ...gateway.dispatcher import reply_for
-    from ...kernel.approvals import Pending, may_decide
+    from ...kernel.approvals import APPROVAL_TTL, Pending, may_decide
     from ...kernel.hooks import TaskHooks
     from ...kernel.loop import Limits, RunResult, pause_reply, run_loop
     from ...kernel.messages import Message, ModelResponse, ToolCall
@@ -625,7 +625,7 @@ class ConversationWorkflow:
         summary = {key: value for key, value in pending.items() if key != "resume"}
         await self._step(PENDING, summary)  # in the approvals list of every node's console
         await self._send(Reply(pause_reply(outcome, self.language), approval=summary))
-        left = (pending.get("expires_at") or self._now() + 600.0) - self._now()
+        left = (pending.get("expires_at") or self._now() + APPROVAL_TTL) - self._now()
         try:
             await workflow.wait_condition(
                 lambda: pending["status"] != "pending" or self.stop_requested, timeout=max(left, 0.001)
