@@ -13,9 +13,11 @@ platform and the fake model (200 ms a call):
    ran again on another (a model or tool call, read from the workflows' histories: an activity's
    started event with attempt > 1), the time from the SIGKILL to that step's new start — what the
    heartbeat timeout bounds;
-2. throughput: `--turns` one-message chats pushed at once, on the embedded gateway (one `serve`,
-   its default SQLite file), on two PostgreSQL nodes (two `serve`, `database.url`; the pushes
-   alternate between them) and on Temporal with 1, 2 and 4 workers (one `serve` node): turns/s,
+2. throughput: `--turns` one-message chats delivered at once, as the platform delivers (a push
+   refused under the burst — 503 — is sent again on its retry schedule, `pushes_sent_again`), on
+   the embedded gateway (one `serve`, its default SQLite file), on two PostgreSQL nodes (two
+   `serve`, `database.url`; the pushes alternate between them) and on Temporal with 1, 2 and 4
+   workers (one `serve` node): turns/s,
    and CPU ms per turn of the serve nodes, the workers, the Temporal server and PostgreSQL, each
    apart, with the ratio of each engine's to the embedded gateway's (`cpu_ms_per_turn`: the
    nodes', serve + workers; `all_cpu_ms_per_turn`: everything) — `--engines` picks which run
