@@ -258,6 +258,34 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
     assert listed() == []
 
 
+async def test_a_reply_that_fails_every_attempt_is_a_dead_letter_with_the_last_error(
+    cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu], database: str
+) -> None:
+    """A send that fails with a retryable error is tried `send_attempts` times (2 here) by the
+    send step — a local step since patch local-send, whose exhausted retries come back to the
+    workflow otherwise than an activity's — then kept as a dead letter, never dropped."""
+    _, feishu = platform
+    chat = f"oc_{uuid.uuid4().hex[:6]}_r"
+    conversation = f"feishu:ou_{chat}"
+    # a server error: retried, not refused for good — by the API client 3 times within an attempt
+    # (channels/feishu/api.py `max_retries`), so each of the 2 attempts fails 4 times
+    feishu.fail_next(8, code=1, status=500)
+    envelope = feishu.user_message("call record r1", chat_id=chat, sender=f"ou_{chat}")
+    await feishu.push(envelope, cluster.events(0))
+
+    def listed() -> list[dict[str, Any]]:
+        code, body = console(cluster.nodes[1], "/console/api/deadletters")
+        assert code == 200, body
+        return [row for row in body["dead_letters"] if row["conversation"] == conversation]
+
+    await until(lambda: listed(), "the dead letter after both attempts")
+    [letter] = listed()
+    assert "500" in letter["error"] or "code 1" in letter["error"], letter
+    assert feishu.messages_in(chat) == []
+    failed = [call for call in feishu.requests if call.path.endswith("/reply") and call.status == 500]
+    assert len(failed) == 8, failed
+
+
 async def test_conversation_commands_answer_as_embedded_without_a_model_request(
     cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu]
 ) -> None:

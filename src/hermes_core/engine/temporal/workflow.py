@@ -63,7 +63,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from ...agent import turn_messages
@@ -731,7 +731,9 @@ class ConversationWorkflow:
                     retry_policy=retry,
                 )
             self.stop_point()
-        except ActivityError as exc:  # kept, never dropped silently
+        # kept, never dropped silently; a local step's failure comes as the step's own error (an
+        # ApplicationError, or a TimeoutError once its time is up), not wrapped in an ActivityError
+        except FailureError as exc:
             if self.stop_requested:  # the send was cancelled with its turn (/stop): no dead letter
                 raise asyncio.CancelledError() from None
             error = str(exc.cause or exc)[:500]
