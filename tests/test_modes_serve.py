@@ -17,6 +17,7 @@ import yaml
 from gateway_harness import gateway_for, post
 from hermes_core.config import ConfigError, build_agent, load_settings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from prompt_parts import context_of
 from serve_process import clean_environ
 
 
@@ -96,6 +97,33 @@ async def test_plan_mode_step_waits_for_approval_and_resumes_from_its_journal(tm
     assert status == 200 and decided["reply"] == "Written."
     assert (tmp_path / "work" / "r.txt").read_text(encoding="utf-8") == "r=5"
     assert len(requests) == 2  # the plan once (replayed from the journal), then the answer
+
+
+REPORT_STEPS = "STEP-REPORT-3: group the numbers by region."
+
+
+@pytest.mark.parametrize("mode", ["loop", "plan"])
+async def test_a_configured_skill_reaches_the_model_in_every_mode(tmp_path: Path, mode: str) -> None:
+    """Attack: plan mode built its system prompt apart from the loop and left the skills out. With
+    `skills.dirs` configured, the model must read the skill's listing in the system prompt and the
+    steps of the skill the message triggers in the turn's context, in plan mode as in the loop."""
+    skill = tmp_path / "skills" / "weekly-report" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    front = "name: weekly-report\ndescription: Write the weekly sales report.\ntriggers: [report]"
+    skill.write_text(f"---\n{front}\n---\n{REPORT_STEPS}\n", encoding="utf-8")
+    answer = "The report is ready."
+    async with FakeOpenAIServer() as fake:
+        fake.script(FakeReply.text(json.dumps({"steps": [], "answer": answer}) if mode == "plan" else answer))
+        skills = {"dirs": [str(skill.parent.parent)]}
+        config = write_config(tmp_path, fake, agent={"mode": mode}, skills=skills)
+        async with gateway_for(config) as url:
+            status, replied = await post(f"{url}/webhook", {"message": "write the report", "user_id": "u1"})
+        requests = list(fake.requests)
+    assert status == 200 and replied["reply"] == answer
+    messages = requests[0].messages
+    assert "- weekly-report: Write the weekly sales report." in messages[0]["content"]
+    assert REPORT_STEPS not in messages[0]["content"]  # the steps change per message: not in the prefix
+    assert REPORT_STEPS in context_of(messages)
 
 
 async def test_team_mode_from_yaml_delegates_to_the_declared_expert(tmp_path: Path) -> None:

@@ -177,9 +177,7 @@ class Agent:
         conversation = session.id if session is not None else task_id
         message = hide(conversation, message)  # a pasted credential: a handle (tools/secret_handles.py)
         history = session.messages if session is not None else []
-        system, steps = self.system_prompt, ""  # + skill names; the steps of triggered skills (P5)
-        if self.skills is not None:
-            system, steps = self.skills.system_prompt(system), self.skills.steps_for(message)
+        system, steps = self.turn_prompt(message)
         given: Given = []
         update = ("", "")
         if session is not None:  # what earlier turns gave stays where it stands; only what it lacks goes
@@ -217,6 +215,17 @@ class Agent:
             if not result.ok:  # keep the history answerable: close the turn with what the user saw
                 session.messages.append({"role": "assistant", "content": result.reply})
         return result
+
+    def turn_prompt(self, message: str) -> tuple[str, str]:
+        """The system prompt of a turn on `message`, and the steps of the skills the message
+        triggers ("" for none): the system prompt with the skills' names (skills.py), the same on
+        every call so a provider's prompt cache reuses it; the steps change from message to message,
+        so they go into the turn's context message (`turn_messages`). The one place a turn's prompt
+        is assembled: the loop (`run`), plan mode (plans/executor.py) and the Temporal engine's
+        `prepare_task` (engine/temporal/activities.py) all take it from here."""
+        if self.skills is None:
+            return self.system_prompt, ""
+        return self.skills.system_prompt(self.system_prompt), self.skills.steps_for(message)
 
     async def task_tools(
         self,

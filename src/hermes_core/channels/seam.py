@@ -118,8 +118,21 @@ def task_id_of(message: InboundMessage) -> str:
     task_id = message.extra.get("task_id")
     if not task_id:
         unique = f"r{message.id}" if message.id is not None else secrets.token_hex(6)
-        task_id = message.extra["task_id"] = f"{message.channel}:{message.message_id[:64]}~{unique}"
+        task_id = message.extra["task_id"] = new_task_id(message.channel, message.message_id, unique)
     return str(task_id)
+
+
+def new_task_id(channel: str, message_id: str, unique: str) -> str:
+    """The form of the ids `task_id_of` assigns, `<channel>:<message id>~<unique>` (the message id
+    cut at 64 characters), for the Temporal workflow too: it names a message signalled without
+    one from its stored fields, with a random part that replays (engine/temporal/workflow.py)."""
+    return f"{channel}:{message_id[:64]}~{unique}"
+
+
+def unique_of(task_id: str) -> str | None:
+    """The part of a task id of that form that tells apart the tasks of one channel (after the
+    last `~`: a message id may hold one, the random part never does); None for another id."""
+    return task_id.rpartition("~")[2] if "~" in task_id else None
 
 
 APPROVAL_ENDS = ("approved", "rejected", "expired")  # how an approval is settled; each runs its task on

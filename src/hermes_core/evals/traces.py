@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..channels.seam import unique_of
 from ..kernel.messages import JSON, Message
 from ..kernel.records import outcome_from
 from ..kernel.tools.registry import ToolOutcome
@@ -142,7 +143,7 @@ def _shorthand(message: Mapping[str, JSON]) -> dict[str, JSON]:
 
 def _case_name(trace: Mapping[str, JSON], source: Path) -> str:
     task_id = str(trace.get("task_id") or "")
-    # `<channel>:<message id>~<random>`: the random part tells apart the tasks of one channel
-    unique = task_id.rpartition("~")[2] if "~" in task_id else task_id[:12]
+    unique = unique_of(task_id)  # what tells apart the tasks of one channel (channels/seam.py)
+    unique = task_id[:12] if unique is None else unique
     raw = f"trace-{unique}" if unique else source.stem
     return re.sub(r"[^\w.-]+", "-", raw).strip("-") or "trace"

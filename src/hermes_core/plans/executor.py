@@ -92,15 +92,15 @@ async def run_plan(
     from ..agent import turn_messages
 
     task_id = task_id or uuid.uuid4().hex
+    system, steps = agent.turn_prompt(message)  # the loop's prompt, skills too; the answer's (no catalogue)
     told = (session.notes, session.hints) if session is not None else ()
-    notes = "\n\n".join(part for part in told if part)
-    system = agent.system_prompt  # the answer's: the plain prompt (no catalogue)
+    notes = "\n\n".join(part for part in (*told, steps) if part)
     history = session.messages if session is not None else []
     if agent.mcp is not None:  # the catalogue names every tool the plan may use
         await agent.mcp.attach(agent.registry)
     catalogue = tool_catalogue(agent.registry, caller, agent.client.name)
     planning = f"{system}\n\n{PLAN_INSTRUCTIONS.format(tools=catalogue)}"
-    # the notes go after the history, as in the loop (agent.py `turn_messages`)
+    # the notes and the triggered skills' steps go after the history, as in the loop (`turn_messages`)
     messages = turn_messages(planning, history, notes, {"role": "user", "content": message})
     # the same model, tools and hooks as the loop's: journal replayed, every step traced
     stack = await agent.task_tools(task_id, message, messages, session, caller)

@@ -273,9 +273,7 @@ class TurnActivities:
             for t in agent.registry
             if t.name in offered
         ]
-        prompt, steps = agent.system_prompt, ""
-        if agent.skills is not None:
-            prompt, steps = agent.skills.system_prompt(prompt), agent.skills.steps_for(text)
+        prompt, steps = agent.turn_prompt(text)  # as the embedded loop's (agent.py)
         window: list[Any] = []
         notes = ""
         if self.state is not None and data.get("conversation"):  # the stored conversation, folded

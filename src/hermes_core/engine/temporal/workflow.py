@@ -67,7 +67,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from ...agent import turn_messages
-    from ...channels.seam import InboundMessage, OutboundMessage, Reply, inbound_of
+    from ...channels.seam import InboundMessage, OutboundMessage, Reply, inbound_of, new_task_id
     from ...gateway.commands import is_stop, parse
     from ...gateway.dispatcher import reply_for
     from ...kernel.approvals import APPROVAL_TTL, Pending, may_decide
@@ -266,7 +266,8 @@ class ConversationWorkflow:
             self.stop_requested = True
             task.cancel()
         if not extra.get("task_id"):  # the gateway assigns one; a message sent without gets its own
-            extra["task_id"] = f"{data['channel']}:{str(data['message_id'])[:64]}~{workflow.uuid4().hex[:12]}"
+            channel, message_id = str(data["channel"]), str(data["message_id"])
+            extra["task_id"] = new_task_id(channel, message_id, workflow.uuid4().hex[:12])
         self.queue.append(data)
 
     @workflow.signal(name=RESEND)
