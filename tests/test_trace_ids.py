@@ -1,7 +1,7 @@
 """Task ids on the command line: what `traces` prints can be pasted into `trace show`, `replay` and
 `eval add`, and so can any beginning of an id that no other id shares.
 
-Task ids are `<channel>:<message id>~<12 hex>` (gateway/dispatcher.py: `task_id_of`); a Feishu
+Task ids are `<channel>:<message id>~<12 hex>` (channels/seam.py: `task_id_of`); a Feishu
 message id alone is 35 characters, so a listing that cut ids to fit a column printed ids ending in
 "…" that no command accepted. Every test here runs `hermes-kernel` as a subprocess over a real trace
 database written by a real traced agent.

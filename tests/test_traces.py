@@ -373,7 +373,7 @@ def test_serve_records_every_task_logs_json_and_leaks_no_secret(tmp_path: Path) 
         ("webhook:u1", "model_rejected"),
         ("webhook:u1", "completed"),
     ]
-    # a task id names the message and a part of its own (gateway/dispatcher.py: task_id_of)
+    # a task id names the message and a part of its own (channels/seam.py: task_id_of)
     second, first = (s["task_id"] for s in listed)
     assert second.startswith("webhook:m2~") and first.startswith("webhook:m1~")
     assert [s["task_id"] for s in json.loads(cli("traces", "--failed", "--json").stdout)] == [second]
