@@ -47,10 +47,10 @@ from .client import TemporalInbox, connect
 
 if TYPE_CHECKING:
     from ...channels.seam import InboundMessage, OutboundMessage
+    from ...gateway.store import GatewayStore
     from ...gateway.view import TextFor
     from ...kernel.tools.permissions import Policy
     from ...observe.metrics import Sample
-    from ...postgres.gateway import PostgresGatewayStore
     from ...schedule.jobs import ScheduleStore
     from ...sessions.store import SessionStore
     from .schedules import TemporalScheduler
@@ -168,7 +168,7 @@ class ConsoleGateway:
         return self.inbox.accepting
 
     @property
-    def store(self) -> PostgresGatewayStore:
+    def store(self) -> GatewayStore:
         return self.state.gateway
 
     def status(self) -> dict[str, JSON]:
