@@ -27,13 +27,13 @@ from .gateway.deadlines import DeadlineSite, ReadDeadlines
 from .gateway.server import (
     KEEPALIVE_TIMEOUT,
     RedactingRunner,
-    _address,
     build_gateway,
     error_middleware,
     log_model,
     metrics_route,
     refuse_open_webhook,
     route_summary,
+    site_address,
     to_console,
     watch_model,
     what_is_served,
@@ -97,7 +97,7 @@ async def serve(
         gc.set_threshold(20_000, 20, 20)
         site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
-        address = _address(site)
+        address = site_address(site)
         log.info("hermes-kernel serving on %s", address)
         log_model(settings, agent)
         if model_health is not None:  # in the background: start-up does not wait for the endpoint

@@ -43,6 +43,7 @@ from hermes_core.sessions.store import (
     SQLiteSessionStore,
     StateChange,
     TurnAppend,
+    reply_text,
 )
 from hermes_core.tasks.journal import JournalEntry, SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
@@ -222,6 +223,23 @@ class DeadStaysInOutbox(SQLiteGatewayStore):
         )
 
 
+class DeadLetteredAgain(SQLiteGatewayStore):
+    """Queues a reply it has no row of before burying it: given up on twice, it is two dead letters."""
+
+    async def dead_letter_reply(self, reply: OutboundMessage, error: str) -> int:
+        if reply.id is None:
+            reply = dataclasses.replace(
+                reply, id=(await self.complete(await self._row_for(reply), [reply]))[0].id
+            )
+        return await super().dead_letter_reply(reply, error)
+
+    async def _row_for(self, reply: OutboundMessage) -> int:
+        inbound = InboundMessage(reply.channel, reply.conversation, "", "", uuid.uuid4().hex)
+        inbound_id = await self.accept(inbound)
+        assert inbound_id is not None
+        return inbound_id
+
+
 class DeadLettersOldestFirst(SQLiteGatewayStore):
     async def dead_letters(self, limit: int | None = None) -> list[Any]:
         return list(reversed(await super().dead_letters(limit)))
@@ -363,6 +381,15 @@ class OneLogForAll(InMemorySessionStore):
         return await super().update_state("", change)
 
 
+class ReplyOfTheLastTurn(InMemorySessionStore):
+    """Reads the conversation's last message for any turn it has stored."""
+
+    async def turn_reply(self, conversation: str, turn_id: str) -> str | None:
+        messages = (await self.load(conversation)).messages
+        stored = turn_id in self._entry(conversation).turns and messages
+        return reply_text(messages[-1]) if stored else None
+
+
 class LogNewestFirst(InMemorySessionStore):
     async def load(self, conversation: str) -> Conversation:
         found = await super().load(conversation)
@@ -380,7 +407,7 @@ class TurnCheckedThenAppended(InMemorySessionStore):
         await asyncio.sleep(0)
         if not seen:
             await super().append(conversation, messages)
-            self._entry(conversation).turns.add(turn_id or "")
+            self._entry(conversation).turns[turn_id or ""] = 0
         return not seen
 
 
@@ -445,7 +472,7 @@ class KeepsSecrets(InMemorySessionStore):
         entry = self._entry(conversation)
         if turn_id is not None and turn_id in entry.turns:
             return False
-        entry.turns.add(turn_id or "")
+        entry.turns[turn_id or ""] = 0
         entry.messages.extend(json.loads(json.dumps(messages)))
         entry.stamps.extend([time.time()] * len(messages))
         return True
@@ -691,6 +718,14 @@ class ResumeOnEveryRecord(SQLiteInteractions):
         )
 
 
+class RecordedOnce(SQLiteInteractions):
+    """Inserts a record decided elsewhere but never updates it: the list shows it waiting forever."""
+
+    async def record(self, pending: Pending) -> None:
+        if await self.get(pending.id) is None:
+            await super().record(pending)
+
+
 class ApprovalsForgetOnClose(SQLiteInteractions):
     async def close(self) -> None:
         await self.db.transaction(lambda db: db.execute("DELETE FROM pending"))
@@ -921,17 +956,18 @@ def _named(
 
 
 GATEWAY_STORES: list[type[SQLiteGatewayStore]] = [
-    NoIdOnAccept, DedupByEventOnly, DedupByMessageOnly, CheckThenInsert, PendingNewestFirst, NoBacklog,
-    KeepsWhatItWasGiven, DoneApartFromReplies, HistoryDropped, DoneOnceSeen, SentStaysPending,
-    AttemptsNotCounted, DeadStaysInOutbox, DeadLettersOldestFirst, ResendWithNewKey, ResendsNeverClaimed,
-    AttemptsNeverReleased, CrashedIgnoresCount, SetAsideStillPending, CountsForgetSetAside, PruneDeletesWork,
-    NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns, LeftChatsInMemory, RepliesLoseTheirTopic,
-    LastMembershipWins,
+    NoIdOnAccept, DedupByEventOnly, DedupByMessageOnly, CheckThenInsert,
+    PendingNewestFirst, NoBacklog, KeepsWhatItWasGiven, DoneApartFromReplies, HistoryDropped, DoneOnceSeen,
+    SentStaysPending, AttemptsNotCounted, DeadStaysInOutbox, DeadLetteredAgain, DeadLettersOldestFirst,
+    ResendWithNewKey, ResendsNeverClaimed, AttemptsNeverReleased, CrashedIgnoresCount, SetAsideStillPending,
+    CountsForgetSetAside, PruneDeletesWork, NonceAlwaysFresh, NoncesInMemory, WithdrawnStillRuns,
+    LeftChatsInMemory, RepliesLoseTheirTopic, LastMembershipWins,
 ]  # fmt: skip
 SESSION_STORES: list[type[InMemorySessionStore]] = [
-    OneLogForAll, LogNewestFirst, TurnIdIgnored, TurnCheckedThenAppended, WindowIgnored,
-    UpdateReturnsTheOldState, ReadYieldWrite, ChangesTheStoredState, HandsOutTheStoredLog, UpdateOnlyAdds,
-    KeepsSecrets, ForgetsOnClose, PruneLeavesTheFold, PruneForgetsTheState,
+    OneLogForAll, ReplyOfTheLastTurn, LogNewestFirst, TurnIdIgnored,
+    TurnCheckedThenAppended, WindowIgnored, UpdateReturnsTheOldState, ReadYieldWrite, ChangesTheStoredState,
+    HandsOutTheStoredLog, UpdateOnlyAdds, KeepsSecrets, ForgetsOnClose, PruneLeavesTheFold,
+    PruneForgetsTheState,
 ]  # fmt: skip
 JOURNALS: list[type[SQLiteTaskJournal]] = [
     EntriesByPrefix, EntriesNewestFirst, SequenceCountedFirst, TurnDropped, TurnAssumed, PruneNothing,
@@ -943,7 +979,7 @@ TRACE_STORES: list[type[SQLiteTraceStore]] = [
 ]  # fmt: skip
 APPROVALS_STORES: list[type[SQLiteInteractions]] = [
     ApprovalEveryTime, ApproveAlways, DecidesAgain, DecisionReadThenWritten, AnyoneDecides, QuestionsDecided,
-    NeverExpires, ExpiryOnlyBySweep, AnyoneAnswers, ListedOldestFirst, ResumeOnEveryRecord,
+    NeverExpires, ExpiryOnlyBySweep, AnyoneAnswers, ListedOldestFirst, ResumeOnEveryRecord, RecordedOnce,
     ApprovalsForgetOnClose,
 ]  # fmt: skip
 SCHEDULE_STORES: list[type[SQLiteScheduleStore]] = [

@@ -18,11 +18,11 @@ import pytest
 from contract_backends import SLOW, Backend, Clock, Closes, Opener, registered
 
 from hermes_core.gateway.store import GatewayStore
-from hermes_core.kernel.approvals import PendingStore
 from hermes_core.observe.traces import TraceStore
 from hermes_core.schedule.jobs import ScheduleStore
 from hermes_core.sessions.store import SessionStore
 from hermes_core.tasks.journal import TaskJournal
+from hermes_core.tasks.pending import PendingRecords
 
 S = TypeVar("S", bound=Closes)
 
@@ -86,7 +86,7 @@ APPROVAL_TTL = 600.0  # seconds: an approval's time to be decided
 
 
 @pytest.fixture
-async def pending_stores(backend: Backend, clock: Clock) -> AsyncIterator[Opener[PendingStore]]:
+async def pending_stores(backend: Backend, clock: Clock) -> AsyncIterator[Opener[PendingRecords]]:
     make = backend.pending_store
     opened = (lambda: make(APPROVAL_TTL, clock)) if make is not None else None
     async for opener in _opener(opened, "approvals store"):

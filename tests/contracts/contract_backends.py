@@ -41,12 +41,12 @@ from hermes_core.channels.seam import Inbox
 from hermes_core.gateway.dispatcher import Gateway, Runner
 from hermes_core.gateway.schedules import SQLiteScheduleStore
 from hermes_core.gateway.store import GatewayStore, SQLiteGatewayStore
-from hermes_core.kernel.approvals import ApprovalDesk, PendingStore
+from hermes_core.kernel.approvals import ApprovalDesk
 from hermes_core.observe.traces import SQLiteTraceStore, TraceStore
 from hermes_core.schedule.jobs import ScheduleStore
 from hermes_core.sessions.store import InMemorySessionStore, SessionStore, SQLiteSessionStore
 from hermes_core.tasks.journal import SQLiteTaskJournal, TaskJournal
-from hermes_core.tasks.pending import SQLiteInteractions
+from hermes_core.tasks.pending import PendingRecords, SQLiteInteractions
 
 ENV = "HERMES_CONTRACT_BACKENDS"
 
@@ -111,7 +111,7 @@ class Backend:
     session_store: Callable[[], SessionStore] | None = None
     journal: Callable[[], TaskJournal] | None = None
     trace_store: Callable[[], TraceStore] | None = None
-    pending_store: Callable[[float, Callable[[], float]], PendingStore] | None = None  # (ttl, clock)
+    pending_store: Callable[[float, Callable[[], float]], PendingRecords] | None = None  # (ttl, clock)
     schedule_store: Callable[[], ScheduleStore] | None = None  # its fires go into gateway_store's inbox
     dispatcher: Callable[[GatewayStore, Runner, ApprovalDesk | None], Dispatcher] = gateway_dispatcher
     # where this engine differs from the embedded one by design, named in `DIFFERENCES`: the

@@ -6,7 +6,8 @@ decided, and the `ApprovalDesk` the gateway takes decisions through (gateway/run
 An approval is made once per (task, call); only the requester — the same id on the same channel —
 or an admin decides, once, even when decisions race; an undecided one expires, and a late decision
 is refused as expired; a question is answered by its asker only; open records are listed; the
-message that resumes the task is kept with them; a reopen keeps it all.
+message that resumes the task is kept with them; a record decided elsewhere (`PendingRecords`,
+tasks/pending.py: a workflow engine) is kept, and only its outcome set again; a reopen keeps it all.
 
 How each test was seen to fail: tests/contracts/broken_backends.py has stores with one bug each
 (a decision read then written in two steps, expiry never checked, any user on any channel
@@ -16,6 +17,7 @@ allowed…), and test_contracts_fail_when_broken.py checks that each test here f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from contract_backends import Clock, Opener
@@ -24,10 +26,11 @@ from hermes_core import Agent
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.kernel.approvals import DecisionRefused, Pending, PendingStore
 from hermes_core.kernel.tools.permissions import ADMIN, Caller, Policy
+from hermes_core.tasks.pending import PendingRecords
 from hermes_core.testing import ScriptedModel
 
 TTL = 600.0  # tests/contracts/conftest.py's APPROVAL_TTL
-Stores = Opener[PendingStore]
+Stores = Opener[PendingRecords]
 ALICE = Caller("ou_alice", channel="feishu")
 
 
@@ -202,6 +205,32 @@ async def test_the_message_that_resumes_the_task_is_kept_with_its_open_records(
     assert found is not None and found.resume == resume and "resume" not in found.summary()
     assert (await store.get(decided.id) or decided).resume is None  # decided before: not touched
     assert (await store.decide(pending.id, ALICE, True)).resume == resume  # what the gateway runs again
+
+
+async def test_a_record_decided_elsewhere_is_kept_and_only_its_outcome_set(
+    pending_stores: Stores, clock: Clock
+) -> None:
+    """A workflow engine decides in the workflow and keeps the records for the approvals list."""
+    store = pending_stores()
+    asked = Pending("ap_wf1", "approval", "t1", "c1", "send_invoice", '{"to": "boss"}', "ou_alice", "feishu",
+                    "feishu:oc_1", clock.now, clock.now + TTL)  # fmt: skip
+    question = Pending("ap_wf2", "question", "t1", "c2", "clarify", "Which boss?", "ou_alice", "feishu",
+                       "feishu:oc_1", clock.now + 1)  # fmt: skip
+    await store.record(asked)
+    await store.record(question)
+    assert await store.get("ap_wf1") == asked
+    assert [p.id for p in await store.open_for_task("t1")] == ["ap_wf1", "ap_wf2"]
+    outcome = dataclasses.replace(asked, status="approved", decided_by="ou_alice", decided_at=clock.now + 5)
+    decided = dataclasses.replace(outcome, tool="changed", arguments="{}", resume={"text": "again"})
+    await store.record(decided)
+    await store.record(decided)  # recorded again (a step run again): nothing more changes
+    answered = dataclasses.replace(question, status="answered", decided_by="ou_alice", answer="Bob")
+    await store.record(answered)
+    assert await store.get("ap_wf1") == outcome  # the request as first recorded, its outcome set
+    assert await store.get("ap_wf2") == answered
+    assert await store.open_for_task("t1") == []
+    store = await pending_stores.reopen(store)
+    assert [p.id for p in await store.list(None)] == ["ap_wf2", "ap_wf1"]
 
 
 async def test_records_survive_a_reopen(pending_stores: Stores) -> None:

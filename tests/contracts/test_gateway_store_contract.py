@@ -15,6 +15,7 @@ that every test here fails against at least one of them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -267,6 +268,37 @@ async def test_a_dead_letter_leaves_the_outbox_and_is_listed_with_why(gateway_st
     assert json.loads(oldest["payload"])["text"] == "one" and oldest["resend_requested_at"] is None
     assert [d["outbox_id"] for d in await store.dead_letters(limit=1)] == [second.id]
     assert (await store.counts())["dead_letters"] == 2
+
+
+async def test_a_reply_never_queued_here_is_one_dead_letter_per_uuid(gateway_stores: Stores) -> None:
+    """A workflow engine sends its replies itself: the one it gives up on may have no outbox row."""
+    store = gateway_stores()
+    lost = OutboundMessage("webhook", "webhook:alice", f"lost {SECRET}", "m1:0", message_id="m1", attempts=3)
+    first = await store.dead_letter_reply(lost, "HTTP 500")
+    # given up on again (a step run again), and by two workers at once: still one dead letter
+    again = await asyncio.gather(
+        *(store.dead_letter_reply(dataclasses.replace(lost), "HTTP 502") for _ in range(5))
+    )
+    assert again == [first] * 5
+    other = await store.dead_letter_reply(dataclasses.replace(lost, uuid="m1:1", text="two"), "HTTP 500")
+    assert other != first
+    dead = {d["outbox_id"]: d for d in await store.dead_letters()}
+    assert sorted(dead) == sorted([first, other]) and await store.pending_outbound() == []
+    kept = dead[first]
+    assert (kept["channel"], kept["conversation"], kept["attempts"], kept["error"]) == (
+        "webhook", "webhook:alice", 3, "HTTP 502",
+    )  # fmt: skip
+    assert SECRET not in kept["payload"] and json.loads(kept["payload"])["uuid"] == "m1:0"
+    # one that was queued here: its own row, with the attempts the sender counted
+    [queued] = await completed(store, "hi", "m2", ["three"])
+    assert queued.id is not None
+    assert await store.dead_letter_reply(dataclasses.replace(queued, attempts=4), "gone") == queued.id
+    assert {d["outbox_id"]: d["attempts"] for d in await store.dead_letters()}[queued.id] == 4
+    store = await gateway_stores.reopen(store)
+    assert await store.dead_letter_reply(lost, "HTTP 503") == first  # also after a restart
+    assert (await store.counts())["dead_letters"] == 3
+    revived = await store.resend(first)
+    assert revived is not None and (revived.uuid, revived.message_id) == ("m1:0", "m1")
 
 
 async def test_resend_puts_a_dead_letter_back_once_with_its_uuid(gateway_stores: Stores) -> None:

@@ -2,9 +2,10 @@
 registered backend (tests/contracts/conftest.py), the embedded SQLite store and the in-memory one.
 
 A conversation is an append-only log plus its state: appends kept in order and per conversation, a
-turn appended once by its id, the window after `state.folded`, read-modify-write state updates that
-never lose one another and write nothing when they fail, `/forget` clearing the notes, copies
-handed out (never the stored objects), secrets redacted, everything there after a reopen.
+turn appended once by its id and its reply read back by it, the window after `state.folded`,
+read-modify-write state updates that never lose one another and write nothing when they fail,
+`/forget` clearing the notes, copies handed out (never the stored objects), secrets redacted,
+everything there after a reopen.
 
 How each test was seen to fail: tests/contracts/broken_backends.py has session stores with one bug
 each (a turn id ignored, the window ignored, an update that reads, yields and writes…), and
@@ -61,6 +62,26 @@ async def test_a_turn_is_appended_once_by_its_id(session_stores: Stores) -> None
     assert await store.append("a", turn("untracked")) is True  # no id: appended every time
     assert (await store.load("a")).messages == turn("one") + turn("two") + turn("untracked") * 2
     assert (await store.load("b")).messages == turn("one")
+
+
+async def test_a_turns_reply_is_read_back_by_its_id(session_stores: Stores) -> None:
+    store = session_stores()
+    await store.append("a", turn("one"), turn_id="t-1")
+    await store.append("a", turn("two"), turn_id="t-2")
+    await store.append("b", turn("other"), turn_id="t-1")
+    ends_with_a_call: list[Message] = [
+        {"role": "user", "content": "three"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    ]
+    await store.append("a", ends_with_a_call, turn_id="t-3")
+    await store.append("a", turn("untracked"))
+    assert await store.turn_reply("a", "t-1") == "re: one"  # not the conversation's last reply
+    assert await store.turn_reply("a", "t-2") == "re: two"
+    assert await store.turn_reply("b", "t-1") == "re: other"
+    assert await store.turn_reply("a", "t-3") is None  # its last message is not a reply
+    assert await store.turn_reply("a", "t-9") is None and await store.turn_reply("c", "t-1") is None
+    store = await session_stores.reopen(store)
+    assert await store.turn_reply("a", "t-2") == "re: two"
 
 
 async def test_concurrent_appends_of_one_turn_store_it_once(session_stores: Stores) -> None:

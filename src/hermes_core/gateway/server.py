@@ -442,7 +442,8 @@ async def gateway_samples(gateway: Gateway) -> list[Sample]:
     return samples
 
 
-def _address(site: web.BaseSite) -> str:
+def site_address(site: web.BaseSite) -> str:
+    """The URL a started site listens on (its port chosen by the system when 0 was asked for)."""
     server = site._server  # aiohttp exposes the bound port only through the server's sockets
     sockets = getattr(server, "sockets", None) or []
     host, port = sockets[0].getsockname()[:2] if sockets else ("?", "?")

@@ -285,6 +285,14 @@ class GatewayStore(Records, Protocol):
         """Give up on a reply: keep it, with why, in the dead letters."""
         ...
 
+    async def dead_letter_reply(self, reply: OutboundMessage, error: str) -> int:
+        """Give up on a reply that may never have been queued here (a workflow engine sends its
+        replies itself), atomically; returns its outbox id. With an id, its row's attempts are set
+        to `reply.attempts` and it is dead-lettered as by `dead_letter`; without one, the dead
+        outbox row of its conversation and uuid is taken, made the first time (redacted, with
+        `reply.attempts`): one dead letter per uuid, however often it is given up on."""
+        ...
+
     # -- dead letters
     async def dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
         """Replies given up on, newest first."""
@@ -566,18 +574,30 @@ class SQLiteGatewayStore(GatewayStore):
         )
 
     async def dead_letter(self, outbox_id: int, error: str) -> None:
-        def bury(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE outbox SET status = 'dead', last_error = ? WHERE id = ?", (_error(error), outbox_id)
-            )
-            db.execute(
-                "INSERT OR REPLACE INTO dead_letters "
-                "(outbox_id, channel, conversation, payload, error, attempts, dead_at) "
-                "SELECT id, channel, conversation, payload, ?, attempts, ? FROM outbox WHERE id = ?",
-                (_error(error), time.time(), outbox_id),
-            )
+        await self._run(lambda db: _bury(db, outbox_id, error))
 
-        await self._run(bury)
+    async def dead_letter_reply(self, reply: OutboundMessage, error: str) -> int:
+        def bury(db: sqlite3.Connection) -> int:
+            outbox_id = reply.id
+            if outbox_id is None:
+                found = db.execute(
+                    "SELECT id FROM outbox WHERE conversation = ? AND status = 'dead' "
+                    "AND json_extract(payload, '$.uuid') = ?",
+                    (reply.conversation, reply.uuid),
+                ).fetchone()
+                outbox_id = found[0] if found is not None else db.execute(
+                    "INSERT INTO outbox (inbound_id, channel, conversation, payload, status, attempts, "
+                    "last_error, created_at) VALUES (NULL, ?, ?, ?, 'dead', ?, ?, ?)",
+                    (reply.channel, reply.conversation, _dump(reply), reply.attempts, _error(error),
+                     time.time()),
+                ).lastrowid  # fmt: skip
+            else:
+                db.execute("UPDATE outbox SET attempts = ? WHERE id = ?", (reply.attempts, outbox_id))
+            assert outbox_id is not None
+            _bury(db, outbox_id, error)
+            return outbox_id
+
+        return await self._run(bury)
 
     async def prune(self, older_than: float) -> None:
         def prune(db: sqlite3.Connection) -> None:
@@ -666,6 +686,17 @@ def _queue(db: sqlite3.Connection, inbound_id: int, replies: list[OutboundMessag
         )
         reply.id = cursor.lastrowid
     return replies
+
+
+def _bury(db: sqlite3.Connection, outbox_id: int, error: str) -> None:
+    """Mark the reply dead and keep it in the dead letters (in the caller's transaction)."""
+    db.execute("UPDATE outbox SET status = 'dead', last_error = ? WHERE id = ?", (_error(error), outbox_id))
+    db.execute(
+        "INSERT OR REPLACE INTO dead_letters "
+        "(outbox_id, channel, conversation, payload, error, attempts, dead_at) "
+        "SELECT id, channel, conversation, payload, ?, attempts, ? FROM outbox WHERE id = ?",
+        (_error(error), time.time(), outbox_id),
+    )
 
 
 def _revive(db: sqlite3.Connection, outbox_ids: list[int]) -> list[OutboundMessage]:

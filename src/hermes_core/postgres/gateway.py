@@ -308,19 +308,40 @@ class PostgresGatewayStore(GatewayStore):
                           (_error(error), outbox_id))  # fmt: skip
 
     async def dead_letter(self, outbox_id: int, error: str) -> None:
-        async def bury(db: AsyncConnection) -> None:
-            await db.execute("UPDATE outbox SET status = 'dead', last_error = %s WHERE id = %s",
-                             (_error(error), outbox_id))  # fmt: skip
-            await db.execute(
-                "INSERT INTO dead_letters "
-                "(outbox_id, channel, conversation, payload, error, attempts, dead_at) "
-                "SELECT id, channel, conversation, payload, %s, attempts, %s FROM outbox WHERE id = %s "
-                "ON CONFLICT (outbox_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, "
-                "dead_at = excluded.dead_at, resend_requested_at = NULL",
-                (_error(error), time.time(), outbox_id),
-            )
+        await self.db.transaction(lambda db: _bury(db, outbox_id, error))
 
-        await self.db.transaction(bury)
+    async def dead_letter_reply(self, reply: OutboundMessage, error: str) -> int:
+        """Under a lock on the reply's uuid: two nodes giving it up at once make one row."""
+
+        async def bury(db: AsyncConnection) -> int:
+            await db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("dead:" + reply.uuid,))
+            outbox_id = reply.id
+            if outbox_id is None:
+                found = await (
+                    await db.execute(
+                        "SELECT id FROM outbox WHERE conversation = %s AND status = 'dead' "
+                        "AND payload::jsonb ->> 'uuid' = %s",
+                        (reply.conversation, reply.uuid),
+                    )
+                ).fetchone()
+                if found is None:
+                    found = await (
+                        await db.execute(
+                            "INSERT INTO outbox (inbound_id, channel, conversation, payload, status, "
+                            "attempts, last_error, created_at) "
+                            "VALUES (NULL, %s, %s, %s, 'dead', %s, %s, %s) RETURNING id",
+                            (reply.channel, reply.conversation, _dump(reply), reply.attempts, _error(error),
+                             time.time()),
+                        )
+                    ).fetchone()  # fmt: skip
+                assert found is not None
+                outbox_id = int(found[0])
+            else:
+                await db.execute("UPDATE outbox SET attempts = %s WHERE id = %s", (reply.attempts, outbox_id))
+            await _bury(db, outbox_id, error)
+            return outbox_id
+
+        return await self.db.transaction(bury)
 
     async def prune(self, older_than: float) -> None:
         async def prune(db: AsyncConnection) -> None:
@@ -518,6 +539,21 @@ async def _queue(
         assert row is not None  # RETURNING
         reply.id = int(row[0])
     return replies
+
+
+async def _bury(db: AsyncConnection, outbox_id: int, error: str) -> None:
+    """Mark the reply dead and keep it in the dead letters (in the caller's transaction)."""
+    await db.execute(
+        "UPDATE outbox SET status = 'dead', last_error = %s WHERE id = %s", (_error(error), outbox_id)
+    )
+    await db.execute(
+        "INSERT INTO dead_letters "
+        "(outbox_id, channel, conversation, payload, error, attempts, dead_at) "
+        "SELECT id, channel, conversation, payload, %s, attempts, %s FROM outbox WHERE id = %s "
+        "ON CONFLICT (outbox_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, "
+        "dead_at = excluded.dead_at, resend_requested_at = NULL",
+        (_error(error), time.time(), outbox_id),
+    )
 
 
 async def _revive(

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.approvals import APPROVAL_TTL, DecisionRefused, Pending, PendingStore, may_decide
+from ..kernel.approvals import APPROVAL_TTL, DecisionRefused, Pending, may_decide
 from ..kernel.tools.permissions import Caller
-from ..tasks.pending import _COLUMNS, _new_id, _pending, _row
+from ..tasks.pending import _COLUMNS, _RECORDED, PendingRecords, _new_id, _pending, _row
 from .database import PostgresDatabase
 from .migrations import PENDING
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _SELECT = f"SELECT {_COLUMNS} FROM pending"
 
 
-class PostgresInteractions(PendingStore):
+class PostgresInteractions(PendingRecords):
     def __init__(self, url: str, *, approval_ttl: float = APPROVAL_TTL, now: Callable[[], float] = time.time,
                  database: PostgresDatabase | None = None) -> None:  # fmt: skip
         self.db = database or PostgresDatabase.shared(url)
@@ -144,6 +144,15 @@ class PostgresInteractions(PendingStore):
         async def run(db: AsyncConnection) -> None:
             await db.execute("UPDATE pending SET resume = %s WHERE task_id = %s AND status = 'pending'",
                              (payload, task_id))  # fmt: skip
+
+        await self.db.transaction(run)
+
+    async def record(self, pending: Pending) -> None:
+        async def run(db: AsyncConnection) -> None:
+            placeholders = ", ".join(["%s"] * 16)
+            await db.execute(
+                f"INSERT INTO pending ({_COLUMNS}) VALUES ({placeholders}) {_RECORDED}", _row(pending)
+            )
 
         await self.db.transaction(run)
 

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 
 from ..kernel.messages import Message
 from ..kernel.redaction import redact_data
-from ..sessions.store import PRUNE_BATCH, Conversation, ConversationState, SessionStore, StateChange
+from ..sessions.store import (
+    PRUNE_BATCH,
+    Conversation,
+    ConversationState,
+    SessionStore,
+    StateChange,
+    reply_text,
+)
 from .database import PostgresDatabase, driver
 from .migrations import SESSIONS
 
@@ -59,6 +66,20 @@ class PostgresSessionStore(SessionStore):
                 if attempt == APPEND_ATTEMPTS - 1:  # again, under the conversation's lock
                     raise
         raise AssertionError("unreachable")
+
+    async def turn_reply(self, conversation: str, turn_id: str) -> str | None:
+        async def read(db: AsyncConnection) -> str | None:
+            row = await (
+                await db.execute(
+                    "SELECT m.message FROM session_turns t JOIN session_messages m "
+                    "ON m.conversation = t.conversation AND m.seq = t.first_seq + t.messages - 1 "
+                    "WHERE t.conversation = %s AND t.turn_id = %s",
+                    (conversation, turn_id),
+                )
+            ).fetchone()
+            return reply_text(json.loads(row[0]) if row is not None else None)
+
+        return await self.db.statement(read)
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         async def update(db: AsyncConnection) -> ConversationState:

@@ -1,6 +1,6 @@
 """Where conversations live between turns: their messages, and their state beside them.
 
-`SessionStore` is the seam, a protocol of four methods (docs/seams.md; every implementation passes
+`SessionStore` is the seam, a protocol of five methods (docs/seams.md; every implementation passes
 tests/contracts/test_session_store_contract.py); `SQLiteSessionStore` is the embedded default, in
 the gateway's database file (component "sessions"); `InMemorySessionStore` serves tests and the
 terminal REPL.
@@ -156,6 +156,12 @@ class SessionStore(Protocol):
         time that turn is appended. False when that turn was stored before (nothing is added)."""
         ...
 
+    async def turn_reply(self, conversation: str, turn_id: str) -> str | None:
+        """The reply of the turn appended under `turn_id`: the text of its last message when that is
+        the assistant's (a string); None when the turn is not stored (never, or pruned since) or
+        ends otherwise. Read by a workflow engine whose retried message's reply is in the turn."""
+        ...
+
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         """Read the state, apply `change` to it (a quick, synchronous function), write it back,
         atomically; returns the new state. Read-modify-write, so a tool that records a fact during a
@@ -195,6 +201,17 @@ class SQLiteSessionStore(SessionStore):
 
     async def append(self, conversation: str, messages: list[Message], *, turn_id: str | None = None) -> bool:
         return not messages or await self.db.transaction(partial(_append, conversation, messages, turn_id))
+
+    async def turn_reply(self, conversation: str, turn_id: str) -> str | None:
+        row = await self.db.transaction(
+            lambda db: db.execute(
+                "SELECT m.message FROM session_turns t JOIN session_messages m "
+                "ON m.conversation = t.conversation AND m.seq = t.first_seq + t.messages - 1 "
+                "WHERE t.conversation = ? AND t.turn_id = ?",
+                (conversation, turn_id),
+            ).fetchone()
+        )
+        return reply_text(json.loads(row[0]) if row is not None else None)
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         def update(db: sqlite3.Connection) -> ConversationState:
@@ -282,6 +299,12 @@ def _append(conversation: str, messages: list[Message], turn_id: str | None, db:
     return True
 
 
+def reply_text(message: Message | None) -> str | None:
+    """A turn's last message as its reply (`SessionStore.turn_reply`): the assistant's text, or None."""
+    content = (message or {}).get("content")
+    return content if (message or {}).get("role") == "assistant" and isinstance(content, str) else None
+
+
 def _read_state(db: sqlite3.Connection, conversation: str) -> ConversationState:
     row = db.execute("SELECT state FROM session_state WHERE conversation = ?", (conversation,)).fetchone()
     return ConversationState.from_json(row[0]) if row else ConversationState()
@@ -315,10 +338,15 @@ class InMemorySessionStore(SessionStore):
         if turn_id is not None:
             if turn_id in entry.turns:
                 return False
-            entry.turns.add(turn_id)
+            entry.turns[turn_id] = entry.pruned + len(entry.messages) + len(messages) if messages else 0
         entry.messages.extend(json.loads(json.dumps(redact_data(messages))))
         entry.stamps.extend([time.time()] * len(messages))
         return True
+
+    async def turn_reply(self, conversation: str, turn_id: str) -> str | None:
+        entry = self._logs.get(conversation)
+        last = entry.turns.get(turn_id, 0) - entry.pruned - 1 if entry is not None else -1
+        return reply_text(entry.messages[last]) if entry is not None and last >= 0 else None
 
     async def update_state(self, conversation: str, change: StateChange) -> ConversationState:
         entry = self._entry(conversation)
@@ -351,7 +379,7 @@ class _Log:
     state: ConversationState = field(default_factory=ConversationState)
     updated_at: float = 0.0  # the state's last change
     pruned: int = 0  # messages deleted from the front
-    turns: set[str] = field(default_factory=set)  # turn ids stored
+    turns: dict[str, int] = field(default_factory=dict)  # turn id → the number of its last message
 
 
 __all__ = [
@@ -362,4 +390,5 @@ __all__ = [
     "SQLiteSessionStore",
     "SessionStore",
     "TurnAppend",
+    "reply_text",
 ]

@@ -24,7 +24,9 @@ approval left undecided expires (10 minutes by default).
 
 The record and the protocols are declared once in kernel/approvals.py; this module holds the SQLite
 implementation. `SQLiteInteractions` persists all of this (the gateway's database);
-`InlineInteractions` asks at once, in the terminal, and never pauses.
+`InlineInteractions` asks at once, in the terminal, and never pauses. `PendingRecords` is the
+pending store of an engine that takes the decisions itself and keeps the records for the
+approvals list (`engine: temporal`): one operation more, `record`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import json
 import sqlite3
 import time
 import uuid
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -50,8 +53,8 @@ from ..kernel.tools.permissions import Caller
 from ..storage import SQLiteDatabase
 
 __all__ = [
-    "APPROVAL_TTL", "DecisionRefused", "InlineInteractions", "Interactions", "Pending", "PendingStore",
-    "SQLiteInteractions", "may_decide",
+    "APPROVAL_TTL", "DecisionRefused", "InlineInteractions", "Interactions", "Pending", "PendingRecords",
+    "PendingStore", "SQLiteInteractions", "may_decide",
 ]  # fmt: skip
 
 MIGRATIONS = {
@@ -84,9 +87,26 @@ _COLUMNS = (
     "id, kind, task_id, call_id, tool, arguments, requested_by, channel, conversation, created_at, "
     "expires_at, status, decided_by, decided_at, answer, resume"
 )
+# `PendingRecords.record`: what a record kept again changes
+_RECORDED = (
+    "ON CONFLICT (id) DO UPDATE SET status = excluded.status, decided_by = excluded.decided_by, "
+    "decided_at = excluded.decided_at, answer = excluded.answer"
+)
 
 
-class SQLiteInteractions(PendingStore):
+class PendingRecords(PendingStore):
+    """A pending store that also keeps the records of pauses decided elsewhere: a workflow engine
+    waits for the decision in the workflow that asked (engine/temporal/), and keeps its records
+    here so that the approvals list shows them."""
+
+    @abstractmethod
+    async def record(self, pending: Pending) -> None:
+        """Keep `pending` as its engine has it, atomically: inserted whole when its id is new; else
+        only its `status`, `decided_by`, `decided_at` and `answer` are set from it (the request
+        itself, and its `resume`, stay as first recorded). Recording it again changes nothing more."""
+
+
+class SQLiteInteractions(PendingRecords):
     def __init__(self, path: str | Path, *, approval_ttl: float = APPROVAL_TTL,
                  now: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.db = SQLiteDatabase.shared(path)
@@ -214,6 +234,13 @@ class SQLiteInteractions(PendingStore):
         await self.db.transaction(
             lambda db: db.execute(
                 "UPDATE pending SET resume = ? WHERE task_id = ? AND status = 'pending'", (payload, task_id)
+            )
+        )
+
+    async def record(self, pending: Pending) -> None:
+        await self.db.transaction(
+            lambda db: db.execute(
+                f"INSERT INTO pending ({_COLUMNS}) VALUES ({', '.join('?' * 16)}) {_RECORDED}", _row(pending)
             )
         )
 

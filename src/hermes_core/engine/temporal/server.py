@@ -32,12 +32,12 @@ from ...config import Settings, policy, require_database
 from ...gateway.deadlines import DeadlineSite, ReadDeadlines
 from ...gateway.server import (
     KEEPALIVE_TIMEOUT,
-    _address,
     channels_for,
     error_middleware,
     metrics_route,
     refuse_open_webhook,
     route_summary,
+    site_address,
 )
 from ...kernel.approvals import DecisionRefused, Pending, PendingStore
 from ...kernel.messages import JSON
@@ -47,10 +47,10 @@ from .client import TemporalInbox, connect
 
 if TYPE_CHECKING:
     from ...channels.seam import InboundMessage, OutboundMessage
+    from ...gateway.store import GatewayStore
     from ...gateway.view import TextFor
     from ...kernel.tools.permissions import Policy
     from ...observe.metrics import Sample
-    from ...postgres.gateway import PostgresGatewayStore
     from ...schedule.jobs import ScheduleStore
     from ...sessions.store import SessionStore
     from .schedules import TemporalScheduler
@@ -121,7 +121,7 @@ async def serve(
         resender = asyncio.create_task(gateway.resend_requested())
         site = DeadlineSite(runner, bind, settings.gateway.port if port is None else port, deadlines)
         await site.start()
-        address = _address(site)
+        address = site_address(site)
         log.info(
             "hermes-kernel serving on %s (engine: temporal, %s at %s, task queue %s)",
             address,
@@ -168,7 +168,7 @@ class ConsoleGateway:
         return self.inbox.accepting
 
     @property
-    def store(self) -> PostgresGatewayStore:
+    def store(self) -> GatewayStore:
         return self.state.gateway
 
     def status(self) -> dict[str, JSON]:

@@ -7,19 +7,22 @@ show the Temporal engine's conversations as they show the embedded one's.
   fits), a finished turn is appended once under its task id, the `remember` tool and `/memory`,
   `/forget`, `/new` change the conversation's state, long-term outcomes are recorded and offered
   as examples (`memory.long_term`);
-- a turn's reply, read back from its stored messages (`stored_reply`) by the node that answers a
-  webhook retry once the workflow no longer carries the text (workflow.py `carried`);
+- a turn's reply, read back from its stored messages (`stored_reply`, `SessionStore.turn_reply`) by
+  the node that answers a webhook retry once the workflow no longer carries the text (workflow.py
+  `carried`);
 - traces: the record of each finished turn (observe/traces.py's format) in `PostgresTraceStore`;
   a failed one also as an X-ray file on the worker (`observe.xray_dir`, as `serve` writes them);
-- approvals and questions: one `pending` row per request (tasks/pending.py's record), its status
-  set when the workflow gets the decision, the answer or the expiry — the approvals list reads it;
+- approvals and questions: one `pending` row per request (`PendingRecords.record`,
+  tasks/pending.py), its status set when the workflow gets the decision, the answer or the expiry —
+  the approvals list reads it;
   the decision itself is the workflow's (`decide` update, client.py);
 - dead letters: a reply whose every send attempt failed becomes an `outbox` row marked dead and a
-  `dead_letters` row (postgres/gateway.py's tables), listed by the console; its Resend (or
+  `dead_letters` row (`GatewayStore.dead_letter_reply`), listed by the console; its Resend (or
   `hermes-kernel deadletters resend`) hands it back to the conversation's workflow (`resend`
   signal, server.py) under the same uuid, and `send_reply` marks it sent.
 
-Only activities (activities.py) and `serve` (server.py) call this: workflow code does no I/O.
+Only activities (activities.py) and `serve` (server.py) call this: workflow code does no I/O. It
+writes through the stores' protocols only, no SQL of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,13 +42,11 @@ from ...kernel.records import outcome_from
 from ...observe.traces import is_failure, write_xray
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection
-
     from ...config import Settings
+    from ...gateway.store import GatewayStore
     from ...memory.conversation import ConversationMemory
-    from ...postgres.gateway import PostgresGatewayStore
-    from ...postgres.pending import PostgresInteractions
-    from ...postgres.traces import PostgresTraceStore
+    from ...observe.traces import TraceStore
+    from ...tasks.pending import PendingRecords
 
 
 log = logging.getLogger("hermes_core.engine.temporal")
@@ -58,9 +58,9 @@ class SharedState:
     def __init__(
         self,
         memory: ConversationMemory,
-        traces: PostgresTraceStore | None,
-        pending: PostgresInteractions,
-        gateway: PostgresGatewayStore,
+        traces: TraceStore | None,
+        pending: PendingRecords,
+        gateway: GatewayStore,
         *,
         xray_dir: str | None = None,
     ) -> None:
@@ -116,90 +116,23 @@ class SharedState:
         """The reply of the turn stored under `task_id`: its last message, which the workflow
         checked is the reply (workflow.py `stored`); None when the turn is not (or no longer) there.
         Read for a webhook retry whose reply text the workflow no longer carries."""
-        database = getattr(self.memory.store, "db", None)
-        if database is None:
-            return None
-
-        async def read(db: AsyncConnection) -> str | None:
-            row = await (
-                await db.execute(
-                    "SELECT m.message FROM session_turns t JOIN session_messages m "
-                    "ON m.conversation = t.conversation AND m.seq = t.first_seq + t.messages - 1 "
-                    "WHERE t.conversation = %s AND t.turn_id = %s",
-                    (conversation, task_id),
-                )
-            ).fetchone()
-            message = json.loads(row[0]) if row is not None else {}
-            content = message.get("content")
-            return content if message.get("role") == "assistant" and isinstance(content, str) else None
-
-        found: str | None = await database.transaction(read)
-        return found
+        return await self.memory.store.turn_reply(conversation, task_id)
 
     # -- approvals and questions ----------------------------------------------------------------
 
     async def record_pending(self, pending: dict[str, Any]) -> None:
         """Insert the request, or set its status (decided, answered, expired) as the workflow has it."""
-        from ...tasks.pending import _COLUMNS, _row
-
         known = {f.name for f in dataclasses.fields(Pending)}
         record = Pending(**{key: value for key, value in pending.items() if key in known})
         record.resume = None  # the workflow resumes itself: no message is kept to run again
-        row = _row(record)
-        placeholders = ", ".join(["%s"] * len(row))
-
-        async def write(db: AsyncConnection) -> None:
-            await db.execute(
-                f"INSERT INTO pending ({_COLUMNS}) VALUES ({placeholders}) ON CONFLICT (id) DO UPDATE SET "  # noqa: S608
-                "status = excluded.status, decided_by = excluded.decided_by, "
-                "decided_at = excluded.decided_at, answer = excluded.answer",
-                row,
-            )
-
-        await self.pending.db.transaction(write)
+        await self.pending.record(record)
 
     # -- dead letters ---------------------------------------------------------------------------
 
     async def dead_letter(self, reply: dict[str, Any], error: str) -> int:
         """Keep a reply given up on as a dead letter (its outbox row, if it has one, else a new one
         marked dead); its outbox id. A second call for the same uuid keeps one dead letter."""
-        from ...gateway.store import _dump
-
-        outbound = OutboundMessage(**reply)
-
-        async def bury(db: AsyncConnection) -> int:
-            await db.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("dead:" + outbound.uuid,)
-            )
-            if outbound.id is None:
-                found = await (
-                    await db.execute(
-                        "SELECT id FROM outbox WHERE conversation = %s AND status = 'dead' "
-                        "AND payload::jsonb ->> 'uuid' = %s",
-                        (outbound.conversation, outbound.uuid),
-                    )
-                ).fetchone()
-                if found is None:
-                    found = await (
-                        await db.execute(
-                            "INSERT INTO outbox (inbound_id, channel, conversation, payload, status, "
-                            "attempts, last_error, created_at) "
-                            "VALUES (NULL, %s, %s, %s, 'dead', %s, %s, %s) RETURNING id",
-                            (outbound.channel, outbound.conversation, _dump(outbound), outbound.attempts,
-                             error[:500], time.time()),
-                        )
-                    ).fetchone()  # fmt: skip
-                assert found is not None
-                outbound.id = int(found[0])
-            else:
-                await db.execute(
-                    "UPDATE outbox SET attempts = %s WHERE id = %s", (outbound.attempts, outbound.id)
-                )
-            return outbound.id
-
-        outbox_id = await self.gateway.db.transaction(bury)
-        await self.gateway.dead_letter(outbox_id, error)
-        return outbox_id
+        return await self.gateway.dead_letter_reply(OutboundMessage(**reply), error)
 
     async def mark_sent(self, outbox_id: int, platform_id: str | None) -> None:
         await self.gateway.mark_sent(outbox_id, platform_id)
