@@ -1,11 +1,12 @@
-"""Shared by the gateway tests: serve a gateway's routes on a free local port, and wait for a condition."""
+"""Shared by the gateway tests: serve a gateway's routes on a free local port, and tell when a
+gateway has nothing left to do (`idle`) and when its scheduler has looked at the clock the test
+moved (`scheduler_looked`)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway, serve, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 
 @asynccontextmanager
@@ -87,12 +89,42 @@ async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return response.status, await response.json()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
+def idle(gateway: Gateway) -> bool:
+    """Whether `gateway` has nothing left to do: every message it accepted has had its turn and
+    every reply queued is sent or dead-lettered (its lanes are empty). From then on nothing more is
+    sent without a new event, so `await eventually(lambda: idle(gateway))` is the moment a test can
+    check that nothing else arrived (a duplicate, a second card, a reply to an ignored message)."""
+    return gateway.lanes() == {"turns": {}, "replies": {}}
+
+
+class CountedSleep:
+    """A scheduler's sleep that counts its calls: each pass of the scheduler ends in one."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[Any]]) -> None:
+        self.sleep, self.calls = sleep, 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls += 1
+        await self.sleep(seconds)
+
+
+def look_often(gateway: Gateway) -> None:
+    """`gateway`'s scheduler looks at its clock every 20 ms (the test moves the clock) and counts its
+    passes, for `scheduler_looked`."""
+    scheduler = gateway.scheduler
+    assert scheduler is not None
+    scheduler.tick = 0.02
+    scheduler.sleep = CountedSleep(scheduler.sleep)
+
+
+async def scheduler_looked(gateway: Gateway) -> None:
+    """Until `gateway`'s scheduler has made a whole pass since now — it read the clock as the test
+    set it and queued whatever was due — and the gateway is idle: a fire that was due has been run
+    and answered by then, so a check that nothing fired can be made. Needs `look_often` first."""
+    sleep = gateway.scheduler.sleep if gateway.scheduler is not None else None
+    assert isinstance(sleep, CountedSleep), "the scheduler's passes are not counted: look_often(gateway)"
+    seen = sleep.calls  # a pass under way may have read the clock before the test moved it: two more
+    await eventually(lambda: sleep.calls >= seen + 2 and idle(gateway), what="a whole pass of the scheduler")
 
 
 class TurnLog:

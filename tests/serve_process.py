@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
+from waiting import wait_for
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
@@ -118,14 +119,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 class Folder:
     """A working folder: tools module, configuration, environment; starts `hermes-kernel` in it."""
 
@@ -150,7 +143,7 @@ class Folder:
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         server = Server(process, f"http://127.0.0.1:{self.port}", log)
-        wait(lambda: server.healthy() or process.poll() is not None, what="serve to start")
+        wait_for(lambda: server.healthy() or process.poll() is not None, what="serve to start")
         return server
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
 ENCRYPT_KEY = "e2e-encrypt-key"
@@ -35,7 +36,7 @@ async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path
                     assert (await feishu.push(envelope, url)).ok
                 else:
                     await feishu.ws_deliver(envelope)
-            await wait_for(lambda: len(feishu.sent) >= 2)
+            await eventually(lambda: len(feishu.sent) >= 2)
             await asyncio.sleep(0.2)  # nothing else may arrive
     by_chat = {message.chat_id: message for message in feishu.sent}
     assert len(feishu.sent) == 2
@@ -63,7 +64,7 @@ async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_i
                     assert (await feishu.push(feishu.redelivery_of(envelope, new_event_id=True), url)).ok
 
             await asyncio.gather(*(one_chat(chat) for chat in chats))
-            await wait_for(lambda: len(feishu.sent) >= 300, timeout=60)
+            await eventually(lambda: len(feishu.sent) >= 300, timeout=60)
             await asyncio.sleep(0.3)
     assert len(feishu.sent) == 300
     for chat in chats:
@@ -81,7 +82,7 @@ async def test_ack_deadline_holds_while_the_model_takes_10_seconds(tmp_path: Pat
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, slow_model) as (gateway, url):
             results = [await feishu.push(feishu.user_message(f"q{i}", chat_id="oc_1"), url) for i in range(5)]
-            await wait_for(lambda: bool(started_turns))
+            await eventually(lambda: bool(started_turns))
             counts = await gateway.store.counts()  # type: ignore[attr-defined]
             gateway.accepting = False
     assert all(result.ok and result.elapsed < 1.0 for result in results), [r.elapsed for r in results]
@@ -125,7 +126,7 @@ async def test_throttling_storms_deliver_every_reply_in_order(tmp_path: Path) ->
                     feishu.fail_next(4, code=230020)
                 envelope = feishu.user_message(f"m{i}", chat_id=f"oc_{i % 2}", sender=f"ou_{i % 2}")
                 assert (await feishu.push(envelope, url)).ok
-            await wait_for(lambda: len(feishu.sent) >= 20, timeout=60)
+            await eventually(lambda: len(feishu.sent) >= 20, timeout=60)
     for chat in ("oc_0", "oc_1"):
         texts = [m.text for m in feishu.messages_in(chat)]
         assert texts == [f"echo: m{i}" for i in range(20) if f"oc_{i % 2}" == chat]
@@ -144,9 +145,9 @@ async def test_non_text_message_is_answered_politely_without_running_the_agent(t
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(Agent(model=model))) as (_, url):
             assert (await feishu.push(feishu.sticker_message(chat_id="oc_1"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             assert (await feishu.push(feishu.audio_message(b"OggS" + bytes(64), chat_id="oc_1"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 2)
+            await eventually(lambda: len(feishu.sent) == 2)
     assert "读不了这种消息" in feishu.sent[0].text and "cannot read this kind" in feishu.sent[0].text
     assert "转不了文字" in feishu.sent[1].text and "no speech-to-text service" in feishu.sent[1].text
     assert model.calls == []

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import serving, wait_for
+from gateway_harness import serving
 from hermes_core import Agent
 from hermes_core.channels.feishu.channel import GREETING
 from hermes_core.channels.seam import TOO_LONG
@@ -32,6 +32,7 @@ from hermes_core.kernel.replies import REPLIES
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from waiting import eventually
 
 TEAM = "oc_team"
 ALICE, BOB = "ou_alice", "ou_bob"
@@ -77,7 +78,7 @@ def said(open_id: str, text: str, name: str | None = None) -> str:
 
 async def ask(feishu: FakeFeishu, url: str, envelope: dict[str, Any], replies: int) -> None:
     assert (await feishu.push(envelope, url)).ok
-    await wait_for(lambda: len(feishu.sent) >= replies)
+    await eventually(lambda: len(feishu.sent) >= replies)
 
 
 async def test_each_topic_has_its_own_history_and_the_model_knows_who_speaks(
@@ -177,14 +178,14 @@ async def test_a_message_recalled_before_its_turn_is_never_answered_even_after_a
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             slow = feishu.user_message("first", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(slow, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             second = feishu.user_message("second, sent by mistake", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(second, url)).ok
             assert (await feishu.push(feishu.recalled(second["event"]["message"]["message_id"]), url)).ok
             assert [m.text for m in await gateway.store.pending_inbound()] == ["first"]  # second: withdrawn
         # the slow turn was cut by the stop; the next process runs the first message only
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             await asyncio.sleep(0.5)
             assert await gateway.store.pending_inbound() == []
     assert len(fake.requests) == 2 and all("second" not in " ".join(user_texts(r)) for r in fake.requests)
@@ -202,9 +203,9 @@ async def test_a_message_recalled_once_its_turn_started_is_still_answered_and_th
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (_, url):
             running = feishu.user_message("first", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(running, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             assert (await feishu.push(feishu.recalled(running["event"]["message"]["message_id"]), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             answered = feishu.user_message("second", sender=ALICE, chat_id="oc_dm")
             await ask(feishu, url, answered, 2)
             assert (await feishu.push(feishu.recalled(answered["event"]["message"]["message_id"]), url)).ok
@@ -230,10 +231,10 @@ async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_agai
                 "hello", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
             )
             assert (await feishu.push(asked, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             removed = feishu.bot_removed(TEAM)
             assert (await feishu.push(removed, url)).ok
-            await wait_for(lambda: gateway.counters["dead_letters"] == 1)
+            await eventually(lambda: gateway.counters["dead_letters"] == 1)
             [dead] = await gateway.store.dead_letters()
             assert "the bot was removed from chat oc_team" in dead["error"]
             assert not [r for r in feishu.requests if "/messages" in r.path]  # nothing tried

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from hermes_core.channels.feishu.frames import METHOD_CONTROL, METHOD_DATA, Frame
 from hermes_core.channels.feishu.longconn import ClientConfig, FeishuLongConnection, LongConnectionError
+from waiting import eventually
 
 SECRET = "s3cret-never-logged"
 SERVICE_ID = 7
@@ -77,13 +78,6 @@ class MiniFeishu:
                       payload=payload)  # fmt: skip
         await self.sockets[-1].send_bytes(frame.encode())
         return frame
-
-
-async def until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 def envelope(text: str, message_id: str = "om_1") -> dict[str, Any]:
@@ -189,7 +183,7 @@ async def test_endpoint_url_without_service_id_is_refused(feishu: MiniFeishu) ->
 
 async def test_pings_at_once_then_every_ping_interval(feishu: MiniFeishu, connect: Connect) -> None:
     await connect()  # PingInterval 60 s: only the immediate ping can arrive
-    await until(lambda: len(feishu.raw_pings) == 1)
+    await eventually(lambda: len(feishu.raw_pings) == 1)
     expected = Frame(service=SERVICE_ID, method=METHOD_CONTROL, headers=[("type", "ping")]).encode()
     assert expected == bytes.fromhex("08 00 10 00 18 07 20 00 2a 0c 0a 04") + b"type\x12\x04ping"
     assert feishu.raw_pings[0] == expected
@@ -198,7 +192,7 @@ async def test_pings_at_once_then_every_ping_interval(feishu: MiniFeishu, connec
 
     feishu.config["PingInterval"] = 0.05
     await connect()
-    await until(lambda: len(feishu.raw_pings) >= 5)
+    await eventually(lambda: len(feishu.raw_pings) >= 5)
     gaps = [b - a for a, b in zip(feishu.ping_times[2:], feishu.ping_times[3:], strict=False)]
     assert all(0.03 < gap < 0.5 for gap in gaps)
 
@@ -206,14 +200,14 @@ async def test_pings_at_once_then_every_ping_interval(feishu: MiniFeishu, connec
 async def test_pong_client_config_is_applied_at_once(feishu: MiniFeishu, connect: Connect) -> None:
     feishu.pong_payload = json.dumps({"PingInterval": 0.05, "ReconnectCount": 3}).encode()
     client, _ = await connect()  # handshake said 60 s; the first pong says 0.05 s
-    await until(lambda: len(feishu.raw_pings) >= 4)
+    await eventually(lambda: len(feishu.raw_pings) >= 4)
     assert client.config.ping_interval == 0.05 and client.config.reconnect_count == 3
 
 
 async def test_event_is_delivered_once_and_acked_with_biz_rt(feishu: MiniFeishu, connect: Connect) -> None:
     client, received = await connect()
     pushed = await feishu.push(json.dumps(envelope("hi")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("hi")] and client.events_received == 1
     acked(pushed, feishu.acks[0], 200)
 
@@ -225,7 +219,7 @@ async def test_split_event_is_joined_in_seq_order(feishu: MiniFeishu, connect: C
     await asyncio.sleep(0.05)
     assert received == [] and feishu.acks == []  # half an event is neither delivered nor ACKed
     last = await feishu.push(raw[:100], total=2, seq=0)
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("a long message " * 20)]
     acked(last, feishu.acks[0], 200)
 
@@ -246,7 +240,7 @@ async def test_failing_handler_is_acked_500(feishu: MiniFeishu, connect: Connect
 
     await connect(boom)
     pushed = await feishu.push(json.dumps(envelope("x")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     acked(pushed, feishu.acks[0], 500)
 
 
@@ -254,7 +248,7 @@ async def test_card_frames_are_dropped_without_ack(feishu: MiniFeishu, connect: 
     _, received = await connect()
     await feishu.push(b'{"action":{}}', message_id="card-1", kind="card")
     await feishu.push(json.dumps(envelope("after")).encode(), message_id="m2")
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     await asyncio.sleep(0.05)
     assert received == [envelope("after")]
     assert [ack.header("message_id") for ack in feishu.acks] == ["m2"]
@@ -273,12 +267,12 @@ async def test_slow_handler_blocks_neither_pings_nor_other_events(
     _, received = await connect(slow_for_first, ack_timeout=0.05)
     await feishu.push(json.dumps(envelope("slow", "om_slow")).encode(), message_id="slow")
     await feishu.push(json.dumps(envelope("fast", "om_fast")).encode(), message_id="fast")
-    await until(lambda: [ack.header("message_id") for ack in feishu.acks] == ["fast"])
+    await eventually(lambda: [ack.header("message_id") for ack in feishu.acks] == ["fast"])
     pings = len(feishu.raw_pings)
-    await until(lambda: len(feishu.raw_pings) >= pings + 3)
-    await until(lambda: "still running" in caplog.text)
+    await eventually(lambda: len(feishu.raw_pings) >= pings + 3)
+    await eventually(lambda: "still running" in caplog.text)
     release.set()
-    await until(lambda: len(feishu.acks) == 2)
+    await eventually(lambda: len(feishu.acks) == 2)
     assert feishu.acks[1].header("message_id") == "slow" and feishu.acks[1].payload == b'{"code":200}'
     assert len(received) == 2
 
@@ -286,10 +280,10 @@ async def test_slow_handler_blocks_neither_pings_nor_other_events(
 async def test_disconnect_reconnects_with_a_new_handshake(feishu: MiniFeishu, connect: Connect) -> None:
     client, received = await connect()
     await feishu.sockets[0].close()
-    await until(lambda: client.reconnects == 1 and client.connected and len(feishu.sockets) == 2)
+    await eventually(lambda: client.reconnects == 1 and client.connected and len(feishu.sockets) == 2)
     assert len(feishu.endpoint_requests) == 2
     await feishu.push(json.dumps(envelope("again")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("again")]
 
 
@@ -300,7 +294,7 @@ async def test_reconnect_gives_up_after_reconnect_count(
     client, _ = await connect()
     feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 5
     await feishu.sockets[0].close()
-    await until(lambda: "gave up" in caplog.text)
+    await eventually(lambda: "gave up" in caplog.text)
     assert len(feishu.endpoint_requests) == 1 + 2 and not client.connected
 
 
@@ -330,11 +324,11 @@ async def test_stop_is_clean_and_idempotent(feishu: MiniFeishu, connect: Connect
     release = asyncio.Event()
     client, _ = await connect(lambda event: release.wait())
     await feishu.push(json.dumps(envelope("pending")).encode())  # a handler still running at stop()
-    await until(lambda: client.events_received == 1 and len(feishu.raw_pings) >= 2)
+    await eventually(lambda: client.events_received == 1 and len(feishu.raw_pings) >= 2)
     await client.stop()
     assert asyncio.all_tasks() == {asyncio.current_task()} | _server_tasks()
     assert not client.connected
-    await until(lambda: feishu.sockets[0].closed)
+    await eventually(lambda: feishu.sockets[0].closed)
     await client.stop()
 
 
@@ -343,7 +337,7 @@ async def test_stop_during_reconnect_backoff_is_prompt(feishu: MiniFeishu, conne
     client, _ = await connect()
     feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 3
     await feishu.sockets[0].close()
-    await until(lambda: not client.connected and len(feishu.endpoint_requests) == 2)  # now waiting 30 s
+    await eventually(lambda: not client.connected and len(feishu.endpoint_requests) == 2)  # now waiting 30 s
     started = time.monotonic()
     await client.stop()
     assert time.monotonic() - started < 0.5
@@ -387,7 +381,7 @@ async def fake_client(
 async def test_fake_delivers_whole_and_split_events_with_acks(fake: Any) -> None:
     client, received = await fake_client(fake)
     try:
-        await until(lambda: fake.ws_clients == 1 and fake.pings_received == 1)
+        await eventually(lambda: fake.ws_clients == 1 and fake.pings_received == 1)
         whole, split = fake.user_message("hello"), fake.user_message("你好，" * 50)  # cuts inside characters
         await fake.ws_deliver(whole)
         await fake.ws_deliver(split, parts=3)
@@ -397,7 +391,7 @@ async def test_fake_delivers_whole_and_split_events_with_acks(fake: Any) -> None
         assert all(ack["biz_rt"].isdigit() for ack in fake.ws_acks) and not fake.ws_errors
     finally:
         await client.stop()
-    await until(lambda: fake.ws_clients == 0)
+    await eventually(lambda: fake.ws_clients == 0)
 
 
 async def test_fake_rejects_a_wrong_secret_at_start(fake: Any) -> None:
@@ -412,7 +406,7 @@ async def test_fake_pong_config_speeds_up_pings(fake: Any) -> None:
     fake.pong_config = {"PingInterval": 0.02}
     client, _ = await fake_client(fake)
     try:
-        await until(lambda: fake.pings_received >= 5)
+        await eventually(lambda: fake.pings_received >= 5)
         assert client.config.ping_interval == 0.02
     finally:
         await client.stop()
@@ -441,7 +435,7 @@ async def test_fake_disconnect_then_reconnect_and_keep_receiving(fake: Any) -> N
     client, received = await fake_client(fake)
     try:
         await fake.disconnect_all()
-        await until(lambda: client.reconnects == 1 and fake.ws_clients == 1)
+        await eventually(lambda: client.reconnects == 1 and fake.ws_clients == 1)
         assert fake.ws_endpoint_calls == 2
         message = fake.user_message("after the drop")
         await fake.ws_deliver(message)

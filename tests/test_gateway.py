@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import serving, wait_for
+from gateway_harness import serving
 from hermes_core.channels.base import Channel, DeliveryError
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway, reply_for
@@ -26,6 +26,7 @@ from hermes_core.postgres.gateway import PostgresGatewayStore
 from hermes_core.sessions.store import TurnAppend
 from hermes_core.storage import StoreUnavailable
 from virtual_clock import VirtualClock
+from waiting import eventually
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
 
@@ -220,7 +221,7 @@ async def test_async_callback_variant_retries_until_delivered(tmp_path: Path) ->
         url,
     ):
         status, answer = await post(f"{url}/webhook", body, headers)
-        await wait_for(lambda: bool(received))
+        await eventually(lambda: bool(received))
     await callback_runner.cleanup()
     assert status == 202 and answer["accepted"] is True
     assert received and received[0]["body"]["reply"] == "echo: later please"
@@ -258,7 +259,7 @@ async def test_transient_send_failures_are_retried_in_order(new_store: NewStore)
     await gateway.start()
     for i in range(5):
         await gateway.accept(inbound("c1", f"m{i}", f"id{i}"))
-    await wait_for(lambda: len(channel.delivered) == 5)
+    await eventually(lambda: len(channel.delivered) == 5)
     await gateway.stop(grace=1)
     assert channel.delivered == [f"echo: m{i}" for i in range(5)]
 
@@ -292,7 +293,7 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(new_s
     gateway = Gateway(new_store(), echo)
     gateway.add_channel(channel)
     await gateway.start()
-    await wait_for(lambda: len(channel.delivered) == 2)
+    await eventually(lambda: len(channel.delivered) == 2)
     await gateway.stop(grace=1)
     assert channel.delivered == ["reply one", "echo: two"]
 

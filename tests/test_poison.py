@@ -20,7 +20,8 @@ import pytest
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, Server, follow_the_words, quietly, wait
+from serve_process import Folder, Server, follow_the_words, quietly
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -131,7 +132,7 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
         try:
             if run == 0:  # the second start resumes the same message
                 threading.Thread(target=quietly(server.webhook, "call slow hang"), daemon=True).start()
-            wait(functools.partial(busy, server), what="the turn to start")
+            wait_for(functools.partial(busy, server), what="the turn to start")
             time.sleep(0.3)  # inside the tool
         finally:
             assert server.stop() < 0.5 + 2
@@ -144,7 +145,7 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
     )
     server = folder.serve()
     try:
-        wait(lambda: server.get("/healthz")[1].get("turns_done") == 1, what="the resumed turn")
+        wait_for(lambda: server.get("/healthz")[1].get("turns_done") == 1, what="the resumed turn")
         counts = server.get("/healthz")[1]
     finally:
         server.stop()
@@ -197,11 +198,11 @@ def test_a_message_that_kills_the_process_twice_is_set_aside(  # type: ignore[no
         assert first.process.returncode == second.process.returncode == -9
         third = folder.serve()
         try:
-            wait(lambda: any(m.reply_to == message_id for m in feishu.sent), what="the set-aside reply")
+            wait_for(lambda: any(m.reply_to == message_id for m in feishu.sent), what="the set-aside reply")
             later = feishu.user_message("hello again", chat_id="oc_poison")
             feishu.deliver(later, f"{third.url}/feishu/events")
             later_id = later["event"]["message"]["message_id"]
-            wait(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
+            wait_for(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
             counts = third.get("/healthz")[1]
         finally:
             third.stop()

@@ -27,8 +27,9 @@ import hermes_core
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Folder, Server, follow_the_words, wait
+from serve_process import Folder, Server, follow_the_words
 from test_poison import KILLING_TOOLS
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, real processes
 
@@ -148,7 +149,7 @@ def test_a_message_that_kills_its_node_restarted_within_the_lease_crashes_it_at_
         later = feishu.user_message("hello again", chat_id="oc_poison")
         feishu.deliver(later, f"{server.url}/feishu/events")
         later_id = later["event"]["message"]["message_id"]
-        wait(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
+        wait_for(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
         time.sleep(0.5)  # a second set-aside reply would be sent now
         counts = server.get("/healthz")[1]
     finally:
@@ -205,13 +206,13 @@ def test_a_reply_a_killed_node_could_not_send_is_sent_by_the_other_node(pg_url: 
         body = {"message": "hello", "user_id": "u1", "message_id": "m-1",
                 "callback_url": f"http://127.0.0.1:{port}/hook"}  # fmt: skip
         assert post(f"{first.url}/webhook", body)[0] == 202
-        wait(lambda: callbacks.received, what="node A's first try")  # refused: A tries again later
+        wait_for(lambda: callbacks.received, what="node A's first try")  # refused: A tries again later
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
         killed = time.monotonic()
         callbacks.accept.set()
         delivered = lambda: [r for r in callbacks.received if r[2] == 200]  # noqa: E731
-        wait(delivered, timeout=TAKEOVER_LEASE + TAKEOVER_LEASE / 3 * 1.25 + 5.0, what="node B's send")
+        wait_for(delivered, timeout=TAKEOVER_LEASE + TAKEOVER_LEASE / 3 * 1.25 + 5.0, what="node B's send")
         took = time.monotonic() - killed
         print(f"\nsent by the other node {took:.2f} s after the kill (lease {TAKEOVER_LEASE} s)")
         time.sleep(1.0)  # a second send would arrive now

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import TurnLog, wait_for
+from gateway_harness import TurnLog
 from hermes_core.channels.seam import InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.approvals import DecisionRefused
@@ -35,6 +35,7 @@ from hermes_core.postgres.sessions import PostgresSessionStore
 from hermes_core.postgres.traces import PostgresTraceStore
 from hermes_core.sessions.store import TurnAppend
 from test_gateway import FlakyChannel, inbound
+from waiting import eventually
 
 NODE = Path(__file__).with_name("pg_node.py")
 
@@ -124,7 +125,7 @@ async def test_two_gateways_started_on_one_inbox_run_each_turn_once_in_order(nod
     for store in nodes:
         store.poll_seconds = 0.02
     await asyncio.gather(*(gateway.start() for gateway in gateways))
-    await wait_for(lambda: sum(len(channel.delivered) for channel in channels) == 8)
+    await eventually(lambda: sum(len(channel.delivered) for channel in channels) == 8)
     for gateway in gateways:
         await gateway.stop(grace=1)
     assert overlaps == [] and len(ran) == 8

@@ -27,7 +27,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import echo, serve_here, serving, wait_for
+from gateway_harness import echo, serve_here, serving
 from hermes_core import Agent, tool
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.cli import main
@@ -37,6 +37,7 @@ from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
 from serve_process import CLEAN_ENV
+from waiting import eventually
 
 SECRET = "webhook-secret-8c1f2e77a9"
 PAYMENTS: list[int] = []
@@ -335,7 +336,7 @@ async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> Non
             good = f"http://127.0.0.1:{allowed_port}/hook"
             status, _ = await with_callback(url, good)
             assert status == 202
-            await wait_for(lambda: "/hook" in allowed_hits)
+            await eventually(lambda: "/hook" in allowed_hits)
             await asyncio.sleep(0.3)
     assert internal_hits == []
     assert allowed_hits == ["/redirect", "/hook"]  # the redirect was not followed
@@ -409,7 +410,7 @@ async def test_thirty_trickling_connections_are_closed_and_do_not_slow_a_real_re
         baseline = min([await timed_request(url) for _ in range(3)])
         dripping: list[int] = []
         slow = [asyncio.create_task(trickle(port, REQUEST, dripping_ones=dripping)) for _ in range(30)]
-        await wait_for(lambda: len(dripping) == 30)  # every connection is open and dripping
+        await eventually(lambda: len(dripping) == 30)  # every connection is open and dripping
         during = min([await timed_request(url) for _ in range(3)])
         results = await asyncio.gather(*slow)
     assert during < baseline + 0.5, (baseline, during)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import feishu_gateway, serving, wait_for
+from gateway_harness import feishu_gateway, serving
 from hermes_core import Agent, tool
 from hermes_core.channels.feishu.stream import PATCH_INTERVAL, PatchPacer
 from hermes_core.channels.streaming import TurnProgress
@@ -34,6 +34,7 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import Patch, SentMessage
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from virtual_clock import VirtualClock
+from waiting import eventually
 
 ANSWER = (
     "Here is what I found about the weather in Hangzhou this week. Monday and Tuesday stay dry "
@@ -108,9 +109,9 @@ async def test_the_reply_streams_into_one_card_that_ends_as_the_complete_reply(
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             pushed = time.time()
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
-            await wait_for(lambda: card.text == ANSWER)
+            await eventually(lambda: card.text == ANSWER)
             await asyncio.sleep(0.5)  # nothing more may follow
             # the model's last chunk left no sooner than this: one chunk_delay after each before it
             model_done = fake.requests[1].received_at + 0.02 * (content_chunks(ANSWER) - 1)
@@ -147,10 +148,10 @@ async def test_a_model_failing_mid_stream_ends_with_the_fixed_line_not_half_a_se
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, max_retries=0) as url:
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             apology = REPLIES["model_unavailable"]["en"]
-            await wait_for(lambda: apology in card.text)
+            await eventually(lambda: apology in card.text)
             await asyncio.sleep(0.3)
     assert len(feishu.sent) == 1
     assert any(half[:20] in patch.text for patch in patches_of(feishu, card))  # it did stream first
@@ -163,7 +164,7 @@ async def test_stream_off_sends_one_ordinary_message(tmp_path: Path, monkeypatch
         fake.script(FakeReply.text("Sunny all week.", chunk_delay=0.01))
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, stream=False) as url:
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             await asyncio.sleep(0.3)
     assert [(m.msg_type, m.text) for m in feishu.sent] == [("text", "Sunny all week.")]
     assert feishu.patches == []
@@ -177,7 +178,7 @@ async def test_a_refused_card_falls_back_to_one_ordinary_message(
         feishu.fail_next(1, code=230099, paths=("/reply",))  # "Failed to create card content."
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             await asyncio.sleep(0.3)
     assert [(m.msg_type, m.text) for m in feishu.sent] == [("text", "Sunny all week.")]
     assert feishu.patches == []
@@ -248,7 +249,7 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)  # the card, before the model answers
+            await eventually(lambda: len(feishu.sent) == 1)  # the card, before the model answers
             # from now on, for 3 s, every patch of the card is answered 230020: the reply waits
             feishu.throttle_for(3.0, code=230020, paths=(f"messages/{feishu.sent[0].message_id}",))
 
@@ -256,11 +257,11 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
                 return any(r.method == "PATCH" and r.code == 230020 and ANSWER in json.dumps(r.body,
                            ensure_ascii=False) for r in feishu.requests)  # fmt: skip
 
-            await wait_for(final_refused)
+            await eventually(final_refused)
         card = feishu.sent[0]
         assert card.text == REPLIES["stream_thinking"]["en"] and feishu.patches == []
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch"):
-            await wait_for(lambda: card.text == ANSWER)  # once the storm is over
+            await eventually(lambda: card.text == ANSWER)  # once the storm is over
             await asyncio.sleep(0.3)
     assert [m.message_id for m in feishu.sent] == [card.message_id]
     assert len(fake.requests) == 1  # the turn had finished: only its reply was sent again
@@ -276,7 +277,7 @@ async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_
         feishu.lose_answers(4, paths=("/reply",))  # the card's send and its 3 retries: done, unanswered
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (_, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1 and "Sunny" in feishu.sent[0].text)
+            await eventually(lambda: len(feishu.sent) == 1 and "Sunny" in feishu.sent[0].text)
             await asyncio.sleep(0.3)
         await agent.aclose()
     lost = [r for r in feishu.requests if r.path.endswith("/reply") and r.status == 504]
@@ -302,7 +303,7 @@ async def test_a_card_whose_id_never_came_back_is_found_by_its_stored_uuid_on_th
         feishu.lose_answers(8, paths=("/reply",))  # the card (4 tries), then the reply's first send (4)
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: "Sunny" in (feishu.sent[0].text if feishu.sent else ""), timeout=15)
+            await eventually(lambda: "Sunny" in (feishu.sent[0].text if feishu.sent else ""), timeout=15)
             await asyncio.sleep(0.3)
             assert (await gateway.store.counts())["outbox_pending"] == 0
         await agent.aclose()
@@ -323,7 +324,7 @@ async def test_a_reply_longer_than_a_card_fills_the_card_and_goes_on_in_messages
         async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
             ask = feishu.user_message("the long forecast, please", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 2 and "Paragraph 79" in feishu.sent[1].text)
+            await eventually(lambda: len(feishu.sent) == 2 and "Paragraph 79" in feishu.sent[1].text)
             await asyncio.sleep(0.3)
     card, rest = feishu.sent
     assert "Paragraph 0:" in card.text and "Paragraph 79" not in card.text  # the card took the start

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, follow_the_words, quietly, wait
+from serve_process import Folder, follow_the_words, quietly
+from waiting import wait_for
 
 STUCK_TOOLS = '''
 import time
@@ -108,7 +109,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     try:
         sender = threading.Thread(target=quietly(server.webhook, "call stuck_0 x"), daemon=True)
         sender.start()
-        wait(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
+        wait_for(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
         time.sleep(0.3)  # inside the tool
     finally:
         took = server.stop(timeout=60)

@@ -23,7 +23,8 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from test_temporal_engine import Cluster, steps, wait_until
+from test_temporal_engine import Cluster, steps
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
 
@@ -63,7 +64,7 @@ async def say(cluster: Cluster, feishu: FakeFeishu, chat: str, text: str) -> str
     def answered() -> bool:
         return len(feishu.messages_in(chat)) > before
 
-    await asyncio.to_thread(wait_until, answered, 60, f"the reply to {text}")
+    await eventually(answered, 60, f"the reply to {text}")
     return str(feishu.messages_in(chat)[before].text)
 
 

@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import echo, feishu_gateway, serving, wait_for
+from gateway_harness import echo, feishu_gateway, serving
 from hermes_core import Agent
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 APP_RATE_LIMITED = 99991400
 
@@ -158,7 +159,7 @@ async def test_replies_to_20_chats_go_out_faster_than_5_per_second_and_each_chat
     async with FakeFeishu() as feishu:
         async with served_gateway(tmp_path, feishu, monkeypatch, {}) as (_, url):
             await push_all(feishu, url, chats, per_chat)
-            await wait_for(lambda: len(feishu.sent) >= chats * per_chat, timeout=40)
+            await eventually(lambda: len(feishu.sent) >= chats * per_chat, timeout=40)
             await asyncio.sleep(0.2)
     times = sorted(m.created_at for m in feishu.sent)
     assert len(times) == chats * per_chat
@@ -184,7 +185,7 @@ async def test_the_app_wide_limits_hold_when_scaled_down(
         config = {"app_send_rate": 10, "app_send_per_minute": 30}
         async with served_gateway(tmp_path, feishu, monkeypatch, config) as (_, url):
             await push_all(feishu, url, 40, 1)
-            await wait_for(lambda: len(feishu.sent) >= 10, timeout=20)
+            await eventually(lambda: len(feishu.sent) >= 10, timeout=20)
             await asyncio.sleep(5.0)
             in_five_seconds = len(feishu.sent)
     times = sorted(m.created_at for m in feishu.sent)
