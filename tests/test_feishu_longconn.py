@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from hermes_core.channels.feishu.frames import METHOD_CONTROL, METHOD_DATA, Frame
 from hermes_core.channels.feishu.longconn import ClientConfig, FeishuLongConnection, LongConnectionError
+from virtual_clock import VirtualClock
 from waiting import eventually
 
 SECRET = "s3cret-never-logged"
@@ -34,6 +36,7 @@ class MiniFeishu:
         self.sockets: list[web.WebSocketResponse] = []
         self.raw_pings: list[bytes] = []
         self.ping_times: list[float] = []
+        self.clock: Callable[[], float] = time.monotonic  # what `ping_times` are read from
         self.acks: list[Frame] = []
         app = web.Application()
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
@@ -63,7 +66,7 @@ class MiniFeishu:
             frame = Frame.decode(message.data)
             if frame.method == METHOD_CONTROL and frame.header("type") == "ping":
                 self.raw_pings.append(message.data)
-                self.ping_times.append(time.monotonic())
+                self.ping_times.append(self.clock())
                 pong = Frame(service=frame.service, method=METHOD_CONTROL, headers=[("type", "pong")])
                 await ws.send_bytes(dataclasses.replace(pong, payload=self.pong_payload).encode())
             else:
@@ -181,20 +184,43 @@ async def test_endpoint_url_without_service_id_is_refused(feishu: MiniFeishu) ->
         await FeishuLongConnection("cli_test", SECRET, on_event, domain=feishu.domain).start()
 
 
+async def read_so_far(feishu: MiniFeishu, received: Received) -> None:
+    """Until the client has read every frame the server sent before now: a whole event pushed after
+    them is ACKed (frames arrive in order on the socket). That marker event and its ACK are then
+    taken out of `received` and `feishu.acks` again."""
+    marker_id = f"om_marker_{uuid.uuid4().hex[:8]}"
+    marker = envelope("marker", marker_id)
+    await feishu.push(json.dumps(marker).encode(), message_id=marker_id)
+    acked = lambda: any(ack.header("message_id") == marker_id for ack in feishu.acks)  # noqa: E731
+    await eventually(acked, what=f"the ACK of {marker_id}")
+    feishu.acks[:] = [ack for ack in feishu.acks if ack.header("message_id") != marker_id]
+    received.remove(marker)
+
+
 async def test_pings_at_once_then_every_ping_interval(feishu: MiniFeishu, connect: Connect) -> None:
-    await connect()  # PingInterval 60 s: only the immediate ping can arrive
-    await eventually(lambda: len(feishu.raw_pings) == 1)
+    """A ping at once on connecting, then one every PingInterval of the handshake's ClientConfig (60 s),
+    on the connection's clock: the test moves it from one wake-up of the ping loop to the next, so
+    the pings' times are exact and no wall-clock window is measured."""
+    clock = VirtualClock()
+    feishu.clock = clock
+
+    async def settled() -> None:
+        """The ping loop asleep again, its ping (if any) at the server and the pong read by the client
+        (the first marker's ACK follows the ping on the socket, the second marker the pong)."""
+        await eventually(lambda: clock.sleeping == 1, what="the ping loop asleep")
+        await read_so_far(feishu, received)
+        await read_so_far(feishu, received)
+
+    _, received = await connect(clock=clock, sleep=clock.sleep)
+    await settled()
     expected = Frame(service=SERVICE_ID, method=METHOD_CONTROL, headers=[("type", "ping")]).encode()
     assert expected == bytes.fromhex("08 00 10 00 18 07 20 00 2a 0c 0a 04") + b"type\x12\x04ping"
-    assert feishu.raw_pings[0] == expected
-    await asyncio.sleep(0.1)
-    assert len(feishu.raw_pings) == 1
-
-    feishu.config["PingInterval"] = 0.05
-    await connect()
-    await eventually(lambda: len(feishu.raw_pings) >= 5)
-    gaps = [b - a for a, b in zip(feishu.ping_times[2:], feishu.ping_times[3:], strict=False)]
-    assert all(0.03 < gap < 0.5 for gap in gaps)
+    assert feishu.raw_pings == [expected] and feishu.ping_times == [0]
+    while len(feishu.raw_pings) < 5:
+        clock.wake_next()
+        await settled()
+    assert feishu.ping_times == [0, 60, 120, 180, 240]  # none between: each ping is at a wake-up
+    assert feishu.raw_pings == [expected] * 5
 
 
 async def test_pong_client_config_is_applied_at_once(feishu: MiniFeishu, connect: Connect) -> None:
@@ -216,7 +242,7 @@ async def test_split_event_is_joined_in_seq_order(feishu: MiniFeishu, connect: C
     _, received = await connect()
     raw = json.dumps(envelope("a long message " * 20)).encode()
     await feishu.push(raw[100:], total=2, seq=1)  # out of order on purpose
-    await asyncio.sleep(0.05)
+    await read_so_far(feishu, received)
     assert received == [] and feishu.acks == []  # half an event is neither delivered nor ACKed
     last = await feishu.push(raw[:100], total=2, seq=0)
     await eventually(lambda: len(feishu.acks) == 1)
@@ -225,12 +251,14 @@ async def test_split_event_is_joined_in_seq_order(feishu: MiniFeishu, connect: C
 
 
 async def test_incomplete_parts_expire(feishu: MiniFeishu, connect: Connect) -> None:
-    _, received = await connect(part_timeout=0.05)
+    clock = VirtualClock()  # the connection's: the half event grows old without waiting
+    _, received = await connect(part_timeout=0.05, clock=clock, sleep=clock.sleep)
     raw = json.dumps(envelope("late")).encode()
     await feishu.push(raw[:10], total=2, seq=0)
-    await asyncio.sleep(0.1)
+    await read_so_far(feishu, received)
+    clock.now += 0.1
     await feishu.push(raw[10:], total=2, seq=1)  # its first half is gone: nothing to join
-    await asyncio.sleep(0.1)
+    await read_so_far(feishu, received)
     assert received == [] and feishu.acks == []
 
 
@@ -248,8 +276,7 @@ async def test_card_frames_are_dropped_without_ack(feishu: MiniFeishu, connect: 
     _, received = await connect()
     await feishu.push(b'{"action":{}}', message_id="card-1", kind="card")
     await feishu.push(json.dumps(envelope("after")).encode(), message_id="m2")
-    await eventually(lambda: len(feishu.acks) == 1)
-    await asyncio.sleep(0.05)
+    await eventually(lambda: len(feishu.acks) == 1)  # m2's ACK: the card frame before it was read too
     assert received == [envelope("after")]
     assert [ack.header("message_id") for ack in feishu.acks] == ["m2"]
 
