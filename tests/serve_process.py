@@ -147,15 +147,36 @@ class Folder:
         return server
 
 
+IDLE = ("conversations_busy", "messages_waiting", "replies_waiting", "inbox_pending", "outbox_pending")
+
+
+def health_at(url: str) -> dict | None:
+    """The /healthz answer of the `serve` at `url` (its base URL) while it answers 200; else None."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=2) as response:
+            return json.loads(response.read()) if response.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def idle_at(url: str) -> bool:
+    """Whether the `serve` at `url` has nothing left to do, by its /healthz: no turn running or
+    waiting, no reply queued, nothing pending in its store (with a shared database: in any node's).
+    From then on nothing more is sent without a new event: the moment a test can check that nothing
+    was answered twice."""
+    health = health_at(url)
+    return health is not None and all(health.get(key) == 0 for key in IDLE)
+
+
 class Server:
     def __init__(self, process: subprocess.Popen, url: str, log: Path) -> None:
         self.process, self.url, self.log = process, url, log
 
     def healthy(self) -> bool:
-        try:
-            return self.get("/healthz")[0] == 200
-        except OSError:
-            return False
+        return health_at(self.url) is not None
+
+    def idle(self) -> bool:
+        return idle_at(self.url)
 
     def get(self, path: str) -> tuple[int, dict]:
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway
+from gateway_harness import feishu_gateway, idle
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
 from waiting import eventually
@@ -25,7 +25,7 @@ async def echo(message: InboundMessage) -> list[str]:
 @pytest.mark.parametrize("mode", ["webhook", "longconn"])
 async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path: Path, mode: str) -> None:
     async with FakeFeishu(encrypt_key=ENCRYPT_KEY, time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu, mode=mode) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, mode=mode) as (gateway, url):
             group = feishu.user_message(
                 "今天天气如何", chat_id="oc_group", chat_type="group", mention_bot=True
             )
@@ -37,7 +37,8 @@ async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path
                 else:
                     await feishu.ws_deliver(envelope)
             await eventually(lambda: len(feishu.sent) >= 2)
-            await asyncio.sleep(0.2)  # nothing else may arrive
+            await feishu.drain()  # every event delivered and acknowledged
+            await eventually(lambda: idle(gateway))  # and handled: nothing else may arrive
     by_chat = {message.chat_id: message for message in feishu.sent}
     assert len(feishu.sent) == 2
     assert by_chat["oc_group"].text == "echo: 今天天气如何"
@@ -51,7 +52,7 @@ async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_i
     tmp_path: Path,
 ) -> None:
     async with FakeFeishu(time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu) as (_, url):
+        async with feishu_gateway(tmp_path, feishu) as (gateway, url):
             chats = [f"oc_{n}" for n in range(30)]
 
             async def one_chat(chat: str) -> None:
@@ -65,7 +66,7 @@ async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_i
 
             await asyncio.gather(*(one_chat(chat) for chat in chats))
             await eventually(lambda: len(feishu.sent) >= 300, timeout=60)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: idle(gateway))
     assert len(feishu.sent) == 300
     for chat in chats:
         assert [m.text for m in feishu.messages_in(chat)] == [f"echo: {chat} #{i}" for i in range(10)]
@@ -76,7 +77,7 @@ async def test_ack_deadline_holds_while_the_model_takes_10_seconds(tmp_path: Pat
 
     async def slow_model(message: InboundMessage) -> list[str]:
         started_turns.append(message.text)
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # a model that takes 10 s: the behaviour under test
         return ["late answer"]
 
     async with FakeFeishu() as feishu:
