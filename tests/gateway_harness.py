@@ -25,6 +25,7 @@ from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway, serve, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
+from serve_process import IDLE
 from waiting import eventually
 
 
@@ -81,6 +82,14 @@ async def serve_here(settings: Settings, agent: Agent | None = None) -> AsyncIte
         await asyncio.wait({server}, timeout=20)
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+async def serve_idle(url: str) -> bool:
+    """Whether the `serve` at `url` (say, `serve_here`'s) has nothing left to do, by its /healthz:
+    `idle`, and nothing pending in its store; asked without blocking the event loop it may run on."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/healthz") as response:
+        health = await response.json() if response.status == 200 else {}
+    return bool(health) and all(health.get(key) == 0 for key in IDLE)
 
 
 async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

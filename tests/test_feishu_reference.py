@@ -9,7 +9,6 @@ reproduces comes from reading the SDK's source (lark_oapi/ws/client.py, lark_oap
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import feishu_gateway
+from gateway_harness import feishu_gateway, idle
 from hermes_core import Agent
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.longconn import FeishuLongConnection
@@ -88,7 +87,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
     loses the error toast, so the clicker gets no feedback. The ACK is parsed with the SDK's Frame
     and compared with the ACK the SDK itself writes for the same frame and the same answer."""
     runner = AgentRunner(approvals_agent(tmp_path))
-    async with reference_gateway(tmp_path, {"ReconnectNonce": 0}, runner=runner) as (feishu, _, _):
+    async with reference_gateway(tmp_path, {"ReconnectNonce": 0}, runner=runner) as (feishu, gateway, _):
         ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
         asked = AckPayload.parse((await feishu.ack_of(await feishu.ws_push(ask))).payload)
         assert (asked.code, asked.answer) == (200, None)  # a message event has no answer to carry
@@ -105,7 +104,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         assert toast.type == "error" and "管理员" in toast.content
         expected = await lark_reference.sdk_ack(refused_frame, refused.answer)
         assert lark_reference.ack_without_timing(ack) == lark_reference.ack_without_timing(expected)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: idle(gateway))  # a wrongly resumed task would have run by now
         assert RAN == [] and feishu.patches == []
 
         allowed = await feishu.ws_push(feishu.card_action("ou_alice", card.message_id, buttons["approve"]))
@@ -116,7 +115,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         assert decided.type == "raw" and card_buttons(decided.data) == {} and "已批准" in json.dumps(
             decided.data, ensure_ascii=False)  # fmt: skip
         await eventually(lambda: len(feishu.sent) == 2)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: idle(gateway))
         assert feishu.patches == []  # the answer carries the card: no PATCH
     assert RAN == ["invoice ACME 120"]
 
@@ -204,7 +203,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
     With an Encrypt Key the body may come encrypted; the signature still uses the token."""
     async with LarkReference(time_scale=0.001, encrypt_key=encrypt_key) as feishu:
         agent = approvals_agent(tmp_path)
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             challenge = {"challenge": "c-123", "token": feishu.verification_token, "type": "url_verification"}
             plain = {"Content-Type": "application/json"}
             status, answer = await post_raw(url, plain, json.dumps(challenge).encode())
@@ -242,7 +241,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             assert (await post_raw(url, tampered, body))[0] == 401
             stale_headers, stale_body = legacy("ou_alice", timestamp=str(int(time.time()) - 3 * 24 * 3600))
             assert (await post_raw(url, stale_headers, stale_body))[0] == 401
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
             assert RAN == [] and feishu.patches == []
 
             headers, body = legacy("ou_alice")
@@ -251,7 +250,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             assert status == 200 and answer["toast"]["type"] == "success", answer
             await eventually(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
             assert (await post_raw(url, headers, body))[1]["toast"]["type"] == "error"  # already decided
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
     assert RAN == ["invoice ACME 120"]
     assert "已批准" in feishu.patches[0].text and "User alice" in feishu.patches[0].text
 

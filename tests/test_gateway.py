@@ -168,7 +168,7 @@ async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(t
         running[message.conversation] -= 1
         return [message.text]
 
-    async with running_gateway(tmp_path, runner) as (_, url):
+    async with running_gateway(tmp_path, runner) as (gateway, url):
         started = clock()
         requests = [
             post(f"{url}/webhook", {"message": f"{user}-{i}", "user_id": user})
@@ -176,9 +176,9 @@ async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(t
             for user in ("alice", "bob", "carol")
         ]
         results = []
-        for request in requests:  # sent in this order, each accepted before the next is sent
+        for sent, request in enumerate(requests, 1):  # sent in this order, each accepted before the next
             results.append(asyncio.ensure_future(request))
-            await asyncio.sleep(0.01)
+            await eventually(lambda n=sent: sum(gateway.lanes()["turns"].values()) == n)  # type: ignore[misc]
         [answers] = await clock.run(asyncio.gather(*results), settled=every_busy_conversation_is_waiting)
         elapsed = clock() - started
     assert overlap == []
@@ -270,9 +270,11 @@ async def test_undeliverable_reply_goes_to_the_dead_letter_table(new_store: NewS
     gateway.add_channel(FlakyChannel(failures=99))
     await gateway.start()
     await gateway.accept(inbound("c1", "hello", "id1"))
-    deadline = time.monotonic() + 20
-    while not (await store.counts())["dead_letters"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+
+    async def dead_lettered() -> bool:
+        return bool((await store.counts())["dead_letters"])
+
+    await eventually(dead_lettered)
     dead = await store.dead_letters()
     await gateway.stop(grace=1)
     assert len(dead) == 1 and dead[0]["attempts"] == 3 and "platform busy" in dead[0]["error"]
@@ -340,8 +342,11 @@ async def test_duplicates_by_event_id_and_message_id(new_store: NewStore) -> Non
 
 
 async def test_graceful_stop_lets_an_inflight_turn_finish(new_store: NewStore) -> None:
+    started = asyncio.Event()
+
     async def slow(message: InboundMessage) -> list[str]:
-        await asyncio.sleep(0.3)
+        started.set()
+        await asyncio.sleep(0.3)  # a turn still running when the stop comes: the behaviour under test
         return ["finished"]
 
     store = new_store()
@@ -350,7 +355,7 @@ async def test_graceful_stop_lets_an_inflight_turn_finish(new_store: NewStore) -
     gateway.add_channel(channel)
     await gateway.start()
     await gateway.accept(inbound("c1", "work", "id1"))
-    await asyncio.sleep(0.05)
+    await eventually(started.is_set, what="the turn to start")
     await gateway.stop(grace=2)
     assert channel.delivered == ["finished"]
     reopened = new_store()
