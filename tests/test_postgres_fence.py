@@ -204,7 +204,9 @@ def test_a_node_paused_past_its_lease_does_not_run_the_tool_again_when_it_wakes(
         wait_for(lambda: "not answered here" in first.output() or len(lines()) > 1, timeout=15,
              what="node A to wake and end its turn")  # fmt: skip
         print(f"\nnode A ended its turn {time.monotonic() - woke:.2f} s after waking")
-        time.sleep(0.5)  # a second execution or reply would show up now
+        wait_for(
+            lambda: first.idle() and second.idle(), what="both nodes idle"
+        )  # a second run is over by then
         assert lines() == ["weekly"]  # the tool ran once: B's
         assert replies() == ["all done"]  # one reply, no apology from A
         assert handler.calls == 3  # A's first call, B's two; A asked nothing more

@@ -100,7 +100,7 @@ def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
                         break
                     assert status in (200, 202, 503), (status, answer)
                     node = 1 - node
-                    time.sleep(0.1)
+                    time.sleep(0.1)  # a client pausing before its retry, as real ones do: not a wait
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
 

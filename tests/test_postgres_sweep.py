@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import TurnLog
+from gateway_harness import TurnLog, idle
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.postgres.database import PostgresDatabase
@@ -114,7 +114,7 @@ def test_a_turn_left_by_a_killed_node_is_finished_by_the_other_node_with_no_new_
         wait_for(done, timeout=LEASE + LEASE / 3 * 1.25 + 1.0 + 3.0, what="the other node's reply")
         took = time.monotonic() - killed
         print(f"\nreply {took:.2f} s after the kill (lease {LEASE} s, sweep every {LEASE / 3:.2f} s)")
-        time.sleep(0.5)  # a second reply would show up now
+        wait_for(second.idle, what="the other node to be idle")  # a second reply is out by then
         assert [m.text for m in replies()] == ["all done"]
         assert effects.read_text(encoding="utf-8").splitlines() == ["weekly"]  # the write is not run again
         assert marks.read_text(encoding="utf-8").splitlines() == ["start write_record"]
@@ -200,7 +200,12 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     await holder
     replies = 8
     await eventually(lambda: sum(len(channel.delivered) for channel in channels) == replies, timeout=10)
-    await asyncio.sleep(0.3)  # a turn run twice would deliver more now
+
+    async def all_done() -> bool:
+        counts = await gateways[0].store.counts()
+        return all(map(idle, gateways)) and counts["inbox_pending"] == counts["outbox_pending"] == 0
+
+    await eventually(all_done, what="both nodes idle")  # a turn run twice would have delivered by then
     for gateway in gateways:
         await gateway.stop(grace=1)
     await dead.close()

@@ -107,7 +107,7 @@ def test_sigkill_at_the_fire_moment_neither_loses_nor_doubles_a_fire(tmp_path: P
             wait_for(
                 lambda: len({key for key, _ in receiver.received}) >= JOBS, timeout=90, what="all replies"
             )
-            time.sleep(0.5)  # a doubled fire would show up now
+            wait_for(server.idle, what="serve to be idle")  # a doubled fire is answered by then
         finally:
             server.process.send_signal(signal.SIGTERM)
             server.process.wait(30)

@@ -14,7 +14,6 @@ processes, tests/test_temporal_engine.py's `Cluster`) on a Temporal dev server a
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,10 +110,12 @@ async def test_a_job_made_on_a_worker_fires_once_into_its_conversation(setup: Se
     [fired] = [r for r in fired_requests(setup.fake) if f"stretch {run}" in str(r.messages[-1]["content"])]
     assert "schedule_task" not in {t["function"]["name"] for t in fired.tools}  # type: ignore[index]  # issue 31
     inbox = await setup.inbox()
-    deadline = time.monotonic() + 30
-    while (status := await inbox.conversation_status(conversation))["turns"] < 5 or status["queued"]:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.1)
+
+    async def five_turns() -> dict[str, Any] | None:
+        status = await inbox.conversation_status(conversation)
+        return status if status["turns"] >= 5 and not status["queued"] else None
+
+    status = await eventually(five_turns, what="five turns, none queued")
     assert status["duplicates"] == 0 and status["turns"] == 5
     texts = setup.texts(chat)
     assert texts.count(f"Reminder: stretch {run}") == 1 and len(texts) == 5, texts
@@ -181,12 +182,14 @@ async def test_a_fire_claimed_by_a_node_killed_before_its_signal_is_signalled_by
                            "WHERE job_id LIKE %s", (f"%-{run}",))  # fmt: skip
     assert {job_id: ok for job_id, ok, _ in delivered} == {f"signalled-{run}": True, f"never-{run}": True}
     assert all(by != killed.node for _, _, by in delivered)  # taken over by a serve node's sweep
-    status = await inbox.conversation_status(f"feishu:oc_{run}_signalled")
-    deadline = time.monotonic() + 20
-    while status["duplicates"] < 1 or status["in_flight"] or status["queued"]:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.1)
+
+    async def copy_dropped() -> dict[str, Any] | None:
         status = await inbox.conversation_status(f"feishu:oc_{run}_signalled")
+        return (
+            status if status["duplicates"] >= 1 and not status["in_flight"] and not status["queued"] else None
+        )
+
+    status = await eventually(copy_dropped, what="the sweep's copy dropped")
     assert status["turns"] == 1 and status["duplicates"] == 1  # the sweep's copy dropped
     assert setup.texts(f"oc_{run}_signalled") == [f"Reminder: signalled {run}"]
     assert setup.texts(f"oc_{run}_never") == [f"Reminder: never {run}"]

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import clean_environ, idle_at
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes and a kill
@@ -88,7 +87,8 @@ def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_pat
 
         second = start()  # runs the message again from its inbox row
         wait_for(lambda: card.text == ANSWER, 60, "the card to hold the complete reply")
-        time.sleep(1.0)  # a second message, if one were sent, would show up now
+        # once serve is idle, a second message would have been sent
+        wait_for(lambda: idle_at(f"http://127.0.0.1:{port}"), what="serve to be idle")
         assert [m.message_id for m in feishu.sent] == [card.message_id]  # one message: the same card
         assert card.text == ANSWER and card.reply_to == ask["event"]["message"]["message_id"]
         later = [p for p in feishu.patches[patches_before:] if p.message_id == card.message_id]

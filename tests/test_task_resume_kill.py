@@ -25,7 +25,7 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import clean_environ, idle_at
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
@@ -165,7 +165,8 @@ def test_kill_at_each_step_then_resume(tmp_path: Path, platform, kill_point: str
             f"\nresume after kill at {kill_point!r}: serving after {up - restarted:.2f} s, "
             f"reply after {time.monotonic() - restarted:.2f} s"
         )
-        time.sleep(0.5)  # a second reply would show up now
+        # once serve is idle, a second reply would have been sent
+        wait_for(lambda: idle_at(f"http://127.0.0.1:{port}"), what="serve to be idle")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=30)

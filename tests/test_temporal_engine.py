@@ -501,11 +501,12 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
         await feishu.push(envelope, short_runs.events(i % 2))
         await eventually(lambda n=i: len(feishu.messages_in(chat)) > n, 30, f"reply {i}")
     handle = (await Client.connect(temporal_dev)).get_workflow_handle(f"feishu:ou_{chat}")  # p2p: the sender
-    deadline = time.monotonic() + 20
-    status = await handle.query("status")
-    while status["runs"] < 4 and time.monotonic() < deadline:  # the 3rd continues after its reply
-        await asyncio.sleep(0.05)
-        status = await handle.query("status")
+
+    async def fourth_run() -> dict[str, Any] | None:  # the 3rd continues as new after its reply
+        status: dict[str, Any] = await handle.query("status")
+        return status if status["runs"] >= 4 else None
+
+    status = await eventually(fourth_run, what="the workflow's 4th run")
     assert status["runs"] == 4, status  # 6 turns at 2 per run: continued as new 3 times
     assert status["turns"] == 6 and status["recorded_turns"] == 6, status
     assert status["history_length"] < 150, status  # this run's history only

@@ -67,7 +67,7 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
         result = await feishu.push(envelope, nodes.events(n % 2))
         assert result.ok, result  # acknowledged: signal-with-start needs no database
         sent.append(envelope["event"]["message"]["message_id"])
-    await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))
+    await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))  # the outage lasts: time must pass
     assert not any(m.reply_to in sent for m in feishu.sent), "answered while the database was down"
     private_postgres.start_again()
     back_at = time.monotonic()

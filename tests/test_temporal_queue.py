@@ -13,7 +13,6 @@ chat starts on B. Where each run is, is read from the server (DescribeWorkflowEx
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -51,10 +50,10 @@ async def queue_of(address: str, workflow_id: str) -> str:
 
 
 async def until_on(address: str, workflow_id: str, queue: str, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (found := await queue_of(address, workflow_id)) != queue:
-        assert asyncio.get_running_loop().time() < deadline, f"{workflow_id} still on {found}, not {queue}"
-        await asyncio.sleep(0.2)
+    async def on_it() -> bool:
+        return await queue_of(address, workflow_id) == queue
+
+    await eventually(on_it, timeout, f"{workflow_id} on {queue}", interval=0.2)
 
 
 async def say(cluster: Cluster, feishu: FakeFeishu, chat: str, text: str) -> str:
