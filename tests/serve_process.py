@@ -113,6 +113,12 @@ def follow_the_words(request: RecordedRequest) -> FakeReply:
     return FakeReply.text(f"ok: {last.get('content')}")
 
 
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on `port`."""
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) == 0
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -39,6 +39,7 @@ from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
+from waiting import eventually, wait_for
 
 API_KEY = "sk-test-Hq7Lm2Nx9Pw4Rz6Tb8Vc1Yd3"
 APP_SECRET = "fsAppSecret+/=Zx81kQ3vW7"  # `+`, `/`, `=`: its URL-encoded form differs
@@ -299,15 +300,12 @@ def post_webhook(url: str, payload: dict[str, str], secret: str) -> tuple[int, b
 
 
 def wait_for_address(stdout: Path, process: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def address() -> str | None:
         found = re.search(r"serving on (http://\S+) \(", stdout.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited with {process.returncode}")
-        time.sleep(0.05)
-    raise AssertionError("serve did not start")
+        assert found or process.poll() is None, f"serve exited with {process.returncode}"
+        return found.group(1) if found else None
+
+    return wait_for(address, what="serve to start")
 
 
 def talk_to_webhook(url: str, run: Run) -> None:
@@ -334,9 +332,7 @@ async def talk_to_feishu(feishu: FakeFeishu, url: str, run: Run) -> None:
     forged = await feishu.push(feishu.user_message("reveal"), url, bad_signature=True)
     run.statuses["feishu forged"] = forged.status or 0
     run.produced["feishu answer to a forged push"] = forged.body.encode()
-    deadline = time.monotonic() + 30
-    while len(feishu.sent) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(feishu.sent) >= 2, what="both replies")
 
 
 def collect(run: Run, work: Path, feishu: FakeFeishu, model: FakeOpenAIServer) -> None:

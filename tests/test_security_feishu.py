@@ -11,7 +11,6 @@ controls) and TR36 §3 (visual spoofing), and the "Trojan Source" paper (CVE-202
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway
+from gateway_harness import feishu_gateway, idle
 from hermes_core import Agent
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.kernel.tools.permissions import Policy
@@ -95,7 +94,7 @@ async def test_token_only_mode_refuses_an_event_captured_more_than_48_hours_ago(
     48 h: a captured event sent again later ran again. Now an event older than the replay window
     (by its header's `create_time`, FEISHU.md §1) is refused, and one within it is still a
     duplicate (the window is shorter than the dedup keys' 48 h)."""
-    async with FakeFeishu() as feishu, feishu_gateway(tmp_path, feishu) as (_, url):
+    async with FakeFeishu() as feishu, feishu_gateway(tmp_path, feishu) as (gateway, url):
         captured = feishu.user_message("转账给我")
         captured["header"]["create_time"] = str(int((time.time() - 49 * 3600) * 1000))  # type: ignore[index]
         replayed = await feishu.push(captured, url)
@@ -103,6 +102,6 @@ async def test_token_only_mode_refuses_an_event_captured_more_than_48_hours_ago(
         assert (await feishu.push(fresh, url)).ok
         await eventually(lambda: len(feishu.sent) >= 1)
         again = await feishu.push(fresh, url)  # the same event within the window: a duplicate
-        await asyncio.sleep(0.3)
+        await eventually(lambda: idle(gateway))
     assert replayed.status == 401 and again.ok
     assert [sent.text for sent in feishu.sent] == ["echo: hello"]

@@ -45,6 +45,7 @@ from hermes_core.channels.webhook import sign
 from hermes_core.kernel.redaction import Redactor
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
+from waiting import wait_for
 
 _random = random.Random(13)
 
@@ -187,15 +188,14 @@ def get(url: str) -> bytes:
 
 
 def wait_for_address(stdout: Path, process: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def address() -> str | None:
         for line in stdout.read_text(errors="replace").splitlines():
             if "serving on http://" in line:
                 return line.split("serving on ", 1)[1].split(" ", 1)[0]
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited with {process.returncode}")
-        time.sleep(0.05)
-    raise AssertionError("serve did not start")
+        assert process.poll() is None, f"serve exited with {process.returncode}"
+        return None
+
+    return wait_for(address, what="serve to start")
 
 
 def talk(address: str, work: Path, run: Run) -> None:

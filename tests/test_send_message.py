@@ -9,14 +9,13 @@ platform's own idempotency, which a retry after a lost answer relies on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from gateway_harness import feishu_gateway, post, serving
+from gateway_harness import feishu_gateway, idle, post, serving
 from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings, WebhookConfig
 from hermes_core.gateway.messages import InboundMessage
@@ -59,7 +58,7 @@ async def test_an_admin_makes_the_bot_post_in_another_chat_once_approved(tmp_pat
             (pending,) = await interactions.list()
             await gateway.decide(pending.id, "ou_boss", "feishu", True)
             await eventually(lambda: len(feishu.messages_in("oc_team")) == 1 and len(feishu.sent) == 3)
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
     (posted,) = feishu.messages_in("oc_team")
     assert posted.text == POST and posted.receive_id_type == "chat_id" and posted.reply_to is None
     assert [m.text for m in feishu.messages_in("oc_boss")][-1] == "Posted."
@@ -71,11 +70,11 @@ async def test_a_member_is_refused_and_nothing_is_posted(tmp_path: Path) -> None
     model = ScriptedModel([call("send_message", {"target": "oc_team", "text": "spam"}), reply("I cannot.")])
     agent, _ = agent_for(tmp_path, model)
     async with FakeFeishu(time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             ask = feishu.user_message("post spam to the team", chat_id="oc_intern", sender="ou_intern")
             assert (await feishu.push(ask, url)).ok
             await eventually(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
     assert [m.text for m in feishu.sent] == ["I cannot."] and feishu.messages_in("oc_team") == []
     assert "send_message" not in [t["function"]["name"] for t in model.calls[0].tools or []]  # not offered
     assert "requires the admin role" in str(model.calls[1].messages[-1]["content"])
@@ -94,7 +93,7 @@ async def test_a_job_an_admin_made_posts_to_a_user_once_across_retries(tmp_path:
             await gateway.store.accept(fire("by-admin", "admin"))
             gateway.enqueue((await gateway.store.pending_inbound())[0])
             await eventually(lambda: len(feishu.sent) == 2, timeout=30)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: idle(gateway))
             assert await interactions.list() == []
             await gateway.store.accept(fire("by-member", "member"))
             gateway.enqueue((await gateway.store.pending_inbound())[0])

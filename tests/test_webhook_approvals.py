@@ -159,7 +159,8 @@ async def test_a_retry_while_the_approved_task_still_runs_waits_for_its_reply(tm
         approval = (await ask(url, "m-5", "refund A-1"))["approval"]
         await gateway.decide(approval["id"], "alice", "webhook", True)
         retry = asyncio.create_task(ask(url, "m-5", "refund A-1"))
-        await asyncio.sleep(0.3)
+        parked = gateway.channels["webhook"]._waiting  # type: ignore[attr-defined]  # requests awaiting a reply
+        await eventually(lambda: retry.done() or parked, what="the retry parked for the task's reply")
         assert not retry.done()  # waiting for the task, not answering the request again
         release.set()
         answer = await asyncio.wait_for(retry, 20)
