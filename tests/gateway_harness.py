@@ -150,7 +150,7 @@ class TurnLog:
         if message.conversation in self._running:
             self.overlaps.append(message.conversation)
         self._running.add(message.conversation)
-        await asyncio.sleep(self.seconds)
+        await asyncio.sleep(self.seconds)  # a turn that takes this long: the behaviour under test
         self.ran.append((message.conversation, message.text))
         self._running.discard(message.conversation)
         return [f"echo: {message.text}"]

@@ -113,6 +113,17 @@ def follow_the_words(request: RecordedRequest) -> FakeReply:
     return FakeReply.text(f"ok: {last.get('content')}")
 
 
+def address_in(log: Path, process: subprocess.Popen) -> str:
+    """The address a `serve` writing its output to the file `log` serves on, once it says so."""
+
+    def address() -> str | None:
+        found = SERVING.search(log.read_text(errors="replace"))
+        assert found or process.poll() is None, f"serve exited with {process.returncode}"
+        return found.group(1) if found else None
+
+    return wait_for(address, what="serve to start")
+
+
 def listening(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something accepts connections on `port`."""
     with socket.socket() as probe:

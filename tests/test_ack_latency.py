@@ -73,7 +73,7 @@ async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Pat
             end = time.perf_counter() + 0.01
             while time.perf_counter() < end:
                 pass
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn that yields between its busy slices
         return [f"done: {message.text}"]
 
     with FakeFeishu() as feishu:
@@ -86,7 +86,7 @@ async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Pat
             for i in range(10):
                 envelope = feishu.user_message(f"p{i}", chat_id=f"oc_p{i}", sender=f"ou_p{i}")
                 probes.append(await feishu.push(envelope, url))
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # probes spread over the backlog's run: time passing is the test
             assert all(p.ok for p in probes)
             slowest = max(p.elapsed for p in probes)
             assert slowest < 1.0, f"an ack took {slowest:.2f} s while turns ran"

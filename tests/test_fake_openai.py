@@ -195,7 +195,7 @@ async def test_handler_may_be_sync_or_async(fake: FakeOpenAIServer, http: aiohtt
     assert message_of((await chat(http, fake))[1])["content"] == "sync saw 1"
 
     async def slow_handler(request: RecordedRequest) -> FakeReply:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an async handler: it awaits
         return FakeReply.text(f"async saw {request.model}")
 
     fake.handler = slow_handler

@@ -46,7 +46,7 @@ def sync_raise(arg: str) -> str:
 @tool(level=0)
 async def async_raise(arg: str) -> str:
     """Raise the named exception (an async tool, on the event loop)."""
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # an async tool: it awaits before it raises
     misbehave(arg)
     return "unreachable"
 

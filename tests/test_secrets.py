@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import signal
 import subprocess
 import sys
@@ -38,8 +37,8 @@ from hermes_core.observe.log_redaction import (
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
-from waiting import eventually, wait_for
+from serve_process import address_in, clean_environ
+from waiting import eventually
 
 API_KEY = "sk-test-Hq7Lm2Nx9Pw4Rz6Tb8Vc1Yd3"
 APP_SECRET = "fsAppSecret+/=Zx81kQ3vW7"  # `+`, `/`, `=`: its URL-encoded form differs
@@ -299,15 +298,6 @@ def post_webhook(url: str, payload: dict[str, str], secret: str) -> tuple[int, b
         return exc.code, exc.read()
 
 
-def wait_for_address(stdout: Path, process: subprocess.Popen[bytes]) -> str:
-    def address() -> str | None:
-        found = re.search(r"serving on (http://\S+) \(", stdout.read_text(errors="replace"))
-        assert found or process.poll() is None, f"serve exited with {process.returncode}"
-        return found.group(1) if found else None
-
-    return wait_for(address, what="serve to start")
-
-
 def talk_to_webhook(url: str, run: Run) -> None:
     """A prompt injection, a tool call with the secrets, a model outage, then a forged request."""
     messages = {
@@ -383,7 +373,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         process = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=err)
     result = Run()
     try:
-        address = wait_for_address(work / "stdout.txt", process)
+        address = address_in(work / "stdout.txt", process)
         talk_to_webhook(f"{address}/webhook", result)
         asyncio.run(talk_to_feishu(feishu, f"{address}/feishu/events", result))
     finally:

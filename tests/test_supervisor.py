@@ -135,7 +135,7 @@ async def test_each_expert_runs_at_most_its_concurrency_at_once() -> None:
         nonlocal active, most
         active += 1
         most = max(most, active)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # work that takes a moment: calls overlap if the limit lets them
         active -= 1
         return reply("ok")
 
