@@ -183,9 +183,8 @@ def test_a_node_paused_past_its_lease_does_not_run_the_tool_again_when_it_wakes(
                                        stderr=subprocess.STDOUT)  # fmt: skip
             nodes.append(Server(process, f"http://127.0.0.1:{port}", log))
         for node in nodes:
-            wait_for(
-                lambda node=node: node.healthy() or node.process.poll() is not None, what="serve to start"
-            )  # type: ignore[misc]
+            up = lambda node=node: node.healthy() or node.process.poll() is not None  # type: ignore[misc]  # noqa: E731
+            wait_for(up, what="serve to start")
             assert node.process.poll() is None, node.output()
         first, second = nodes
         envelope = feishu.user_message("weekly report", chat_id="oc_fence")
@@ -204,9 +203,8 @@ def test_a_node_paused_past_its_lease_does_not_run_the_tool_again_when_it_wakes(
         wait_for(lambda: "not answered here" in first.output() or len(lines()) > 1, timeout=15,
              what="node A to wake and end its turn")  # fmt: skip
         print(f"\nnode A ended its turn {time.monotonic() - woke:.2f} s after waking")
-        wait_for(
-            lambda: first.idle() and second.idle(), what="both nodes idle"
-        )  # a second run is over by then
+        # once both nodes are idle, a second run of the tool or a second reply would be over
+        wait_for(lambda: first.idle() and second.idle(), what="both nodes idle")
         assert lines() == ["weekly"]  # the tool ran once: B's
         assert replies() == ["all done"]  # one reply, no apology from A
         assert handler.calls == 3  # A's first call, B's two; A asked nothing more

@@ -94,9 +94,8 @@ def test_a_turn_left_by_a_killed_node_is_finished_by_the_other_node_with_no_new_
                                        stderr=subprocess.STDOUT)  # fmt: skip
             nodes.append(Server(process, f"http://127.0.0.1:{port}", log))
         for node in nodes:
-            wait_for(
-                lambda node=node: node.healthy() or node.process.poll() is not None, what="serve to start"
-            )  # type: ignore[misc]
+            up = lambda node=node: node.healthy() or node.process.poll() is not None  # type: ignore[misc]  # noqa: E731
+            wait_for(up, what="serve to start")
             assert node.process.poll() is None, node.output()
         first, second = nodes
         envelope = feishu.user_message("weekly report", chat_id="oc_sweep")

@@ -436,9 +436,7 @@ async def test_a_trickled_body_is_cut_off_and_an_idle_kept_alive_connection_is_n
         for _ in range(2):
             writer.write(request)
             statuses.append(await read_response(reader))
-            await asyncio.sleep(
-                1.5
-            )  # idle, longer than header_timeout: time must pass (the server's own timer)
+            await asyncio.sleep(1.5)  # idle, longer than header_timeout: the server's timer must run
         writer.close()
     elapsed, said = head
     assert not said.endswith(b"(still open)") and 0.9 < elapsed < 5, (elapsed, said)
