@@ -15,7 +15,12 @@
 A test file that needs another set-up (other credentials, a thread-run server) defines its own
 fixture of the same name, which takes precedence over these. The helpers behind them stay
 importable modules: tests/serve_process.py (processes, clean environments) and
-tests/gateway_harness.py (an in-process gateway on 127.0.0.1, `wait_for`).
+tests/gateway_harness.py (an in-process gateway on 127.0.0.1, `idle`).
+
+Waiting: `wait_for(condition)` and `await eventually(condition)` poll a condition and fail with what
+was awaited and the last value seen; no test sleeps for a fixed time in place of a condition. They
+live in tests/waiting.py, re-exported here: conftest.py imports the helper modules that use them,
+and tests/contracts has a conftest.py of its own, so the files import them from `waiting`.
 
 Tests marked `slow` (real `hermes-kernel` processes, kill loops, a browser, the MCP reference
 servers) are left out of the daily loop `python -m pytest -m "not slow"`; CI runs them all.
@@ -37,6 +42,9 @@ from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PostgresServer
 from pg_server import missing as postgres_missing
 from serve_process import Serve, start_serve, stop_serve
+from waiting import eventually, wait_for
+
+__all__ = ["eventually", "wait_for"]  # the one way tests wait (tests/waiting.py)
 
 
 @pytest.fixture

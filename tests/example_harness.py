@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import serving
+from gateway_harness import look_often, serving
 from hermes_core.config import Settings, build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
@@ -78,7 +78,7 @@ async def example_gateway(
     port: the gateway and its base URL; its runner and agent closed afterwards."""
     agent = build_agent(settings)
     gateway, routes = build_gateway(settings, agent, clock=clock)
-    gateway.scheduler.tick = 0.02  # type: ignore[union-attr]  # look often: the test moves the clock
+    look_often(gateway)  # the test moves the clock
     try:
         async with serving(gateway, routes) as url:
             yield gateway, url

@@ -1,11 +1,12 @@
-"""Shared by the gateway tests: serve a gateway's routes on a free local port, and wait for a condition."""
+"""Shared by the gateway tests: serve a gateway's routes on a free local port, and tell when a
+gateway has nothing left to do (`idle`) and when its scheduler has looked at the clock the test
+moved (`scheduler_looked`)."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from hermes_core.gateway.server import build_gateway, watcher_of
 from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.server import serve
 from hermes_core.testing.fake_feishu import FakeFeishu
+from serve_process import IDLE
+from waiting import eventually
 
 
 @asynccontextmanager
@@ -82,18 +85,56 @@ async def serve_here(settings: Settings, agent: Agent | None = None) -> AsyncIte
         gc.set_threshold(*threshold)
 
 
+async def serve_idle(url: str) -> bool:
+    """Whether the `serve` at `url` (say, `serve_here`'s) has nothing left to do, by its /healthz:
+    `idle`, and nothing pending in its store; asked without blocking the event loop it may run on."""
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/healthz") as response:
+        health = await response.json() if response.status == 200 else {}
+    return bool(health) and all(health.get(key) == 0 for key in IDLE)
+
+
 async def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """POST `body` as JSON; the status and the parsed JSON answer."""
     async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
         return response.status, await response.json()
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
+def idle(gateway: Gateway) -> bool:
+    """Whether `gateway` has nothing left to do: every message it accepted has had its turn and
+    every reply queued is sent or dead-lettered (its lanes are empty). From then on nothing more is
+    sent without a new event, so `await eventually(lambda: idle(gateway))` is the moment a test can
+    check that nothing else arrived (a duplicate, a second card, a reply to an ignored message)."""
+    return gateway.lanes() == {"turns": {}, "replies": {}}
+
+
+class CountedSleep:
+    """A scheduler's sleep that counts its calls: each pass of the scheduler ends in one."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[Any]]) -> None:
+        self.sleep, self.calls = sleep, 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls += 1
+        await self.sleep(seconds)
+
+
+def look_often(gateway: Gateway) -> None:
+    """`gateway`'s scheduler looks at its clock every 20 ms (the test moves the clock) and counts its
+    passes, for `scheduler_looked`."""
+    scheduler = gateway.scheduler
+    assert scheduler is not None
+    scheduler.tick = 0.02
+    scheduler.sleep = CountedSleep(scheduler.sleep)
+
+
+async def scheduler_looked(gateway: Gateway) -> None:
+    """Until `gateway`'s scheduler has made a whole pass since now — it read the clock as the test
+    set it and queued whatever was due — and the gateway is idle: a fire that was due has been run
+    and answered by then, so a check that nothing fired can be made. Needs `look_often` first."""
+    sleep = gateway.scheduler.sleep if gateway.scheduler is not None else None
+    assert isinstance(sleep, CountedSleep), "the scheduler's passes are not counted: look_often(gateway)"
+    seen = sleep.calls  # a pass under way may have read the clock before the test moved it: two more
+    await eventually(lambda: sleep.calls >= seen + 2 and idle(gateway), what="a whole pass of the scheduler")
 
 
 class TurnLog:
@@ -110,7 +151,7 @@ class TurnLog:
         if message.conversation in self._running:
             self.overlaps.append(message.conversation)
         self._running.add(message.conversation)
-        await asyncio.sleep(self.seconds)
+        await asyncio.sleep(self.seconds)  # a turn that takes this long: the behaviour under test
         self.ran.append((message.conversation, message.text))
         self._running.discard(message.conversation)
         return [f"echo: {message.text}"]

@@ -36,7 +36,7 @@ async def run(store: PostgresGatewayStore, name: str) -> None:
                 if turn is None:
                     break
                 started = time.time()
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # a turn that takes a moment: another node could overlap it
                 await store._count(
                     "INSERT INTO runs VALUES (%s, %s, %s, %s)", (turn.id, name, started, time.time())
                 )
@@ -50,7 +50,7 @@ async def hold(store: PostgresGatewayStore) -> None:
     [pending, *_] = await store.pending_inbound()
     async with store.turn_claim(pending):
         print("claimed", flush=True)
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # holds the claim until the test kills this process
 
 
 async def main(url: str, mode: str, *args: str) -> None:

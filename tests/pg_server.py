@@ -22,10 +22,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from waiting import wait_for
 
 USER, PASSWORD = "hermes", "pg-test-" + uuid.uuid4().hex[:12]
 
@@ -112,15 +113,14 @@ class PostgresServer:
     def _wait_ready(self, timeout: float = 30.0) -> None:
         import psycopg
 
-        deadline = time.monotonic() + timeout
-        while True:
+        def answers() -> bool:
             try:
                 psycopg.connect(self.url("postgres"), connect_timeout=2).close()
-                return
+                return True
             except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+
+        wait_for(answers, timeout, "PostgreSQL to take connections", interval=0.05)
 
     def url(self, database: str = "postgres", *, password: bool = True) -> str:
         credentials = f"{USER}:{PASSWORD}" if password else USER

@@ -40,7 +40,7 @@ async def main(url: str, base_url: str, name: str, count: str, chats: str, per_m
             except FeishuError as exc:
                 if not exc.throttled:
                     raise
-                await asyncio.sleep(exc.retry_after or 0.1)
+                await asyncio.sleep(exc.retry_after or 0.1)  # as long as the platform said: a client's wait
 
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hermes_core.testing.fake_openai import FakeReply, RecordedRequest
+from waiting import wait_for
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
@@ -112,18 +113,27 @@ def follow_the_words(request: RecordedRequest) -> FakeReply:
     return FakeReply.text(f"ok: {last.get('content')}")
 
 
+def address_in(log: Path, process: subprocess.Popen) -> str:
+    """The address a `serve` writing its output to the file `log` serves on, once it says so."""
+
+    def address() -> str | None:
+        found = SERVING.search(log.read_text(errors="replace"))
+        assert found or process.poll() is None, f"serve exited with {process.returncode}"
+        return found.group(1) if found else None
+
+    return wait_for(address, what="serve to start")
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on `port`."""
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) == 0
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait(condition: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Folder:
@@ -150,8 +160,29 @@ class Folder:
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         server = Server(process, f"http://127.0.0.1:{self.port}", log)
-        wait(lambda: server.healthy() or process.poll() is not None, what="serve to start")
+        wait_for(lambda: server.healthy() or process.poll() is not None, what="serve to start")
         return server
+
+
+IDLE = ("conversations_busy", "messages_waiting", "replies_waiting", "inbox_pending", "outbox_pending")
+
+
+def health_at(url: str) -> dict | None:
+    """The /healthz answer of the `serve` at `url` (its base URL) while it answers 200; else None."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=2) as response:
+            return json.loads(response.read()) if response.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def idle_at(url: str) -> bool:
+    """Whether the `serve` at `url` has nothing left to do, by its /healthz: no turn running or
+    waiting, no reply queued, nothing pending in its store (with a shared database: in any node's).
+    From then on nothing more is sent without a new event: the moment a test can check that nothing
+    was answered twice."""
+    health = health_at(url)
+    return health is not None and all(health.get(key) == 0 for key in IDLE)
 
 
 class Server:
@@ -159,10 +190,10 @@ class Server:
         self.process, self.url, self.log = process, url, log
 
     def healthy(self) -> bool:
-        try:
-            return self.get("/healthz")[0] == 200
-        except OSError:
-            return False
+        return health_at(self.url) is not None
+
+    def idle(self) -> bool:
+        return idle_at(self.url)
 
     def get(self, path: str) -> tuple[int, dict]:
         try:

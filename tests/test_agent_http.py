@@ -23,7 +23,7 @@ def add(a: int, b: int) -> int:
 @tool
 async def lookup(city: str) -> dict[str, Any]:
     """Look up facts about a city."""
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # an async tool that takes a moment
     return {"city": city, "population_m": 21.9}
 
 

@@ -3,7 +3,6 @@ terminal's y/n prompt. Each channel renders the request its own way; the tool ru
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import feishu_gateway, post, serving, wait_for
+from gateway_harness import feishu_gateway, idle, post, serving
 from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.runner import AgentRunner
@@ -29,6 +28,7 @@ from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.clarify import clarify
 from invoicing import RAN, send_invoice
 from serve_process import clean_environ
+from waiting import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +82,7 @@ async def test_webhook_approval_expires_and_the_model_hears_it(tmp_path: Path) -
     model = ScriptedModel([call("send_invoice", {"customer": "ACME", "amount": 1}), reply("It expired.")])
     async with webhook_server(tmp_path, model, ttl=0.3) as url:
         _, answer = await post(f"{url}/webhook", {"message": "invoice ACME", "user_id": "alice"})
-        await wait_for(lambda: len(model.calls) == 2)  # the expiry resumed the task
+        await eventually(lambda: len(model.calls) == 2)  # the expiry resumed the task
         status, late = await post(
             f"{url}/webhook/approvals/{answer['approval']['id']}", {"user_id": "alice", "decision": "approve"}
         )
@@ -117,10 +117,10 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
                   interactions=SQLiteInteractions(database),
                   permissions=Policy.from_lists(admins=["feishu:ou_boss"]))  # fmt: skip
     async with FakeFeishu(encrypt_key="card-key", time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             assert card.msg_type == "interactive" and "send_invoice" in card.text and "审批编号" in card.text
             buttons = card_buttons(card.content)
@@ -131,7 +131,7 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
             )
             assert other.ok and json.loads(other.body)["toast"]["type"] == "error"
             assert "管理员" in json.loads(other.body)["toast"]["content"]
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))  # a wrongly resumed task would have run by now
             assert RAN == [] and len(feishu.sent) == 1 and feishu.patches == []
 
             clicked = await feishu.push(
@@ -139,12 +139,12 @@ async def test_feishu_approval_card_button_callback_runs_the_tool_once_and_updat
             )
             assert clicked.ok and json.loads(clicked.body)["toast"]["type"] == "success"
             assert card_buttons(json.loads(clicked.body)["card"]["data"]) == {}  # decided at once
-            await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
+            await eventually(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
             again = await feishu.push(
                 feishu.card_action("ou_alice", card.message_id, buttons["approve"]), url
             )
             assert json.loads(again.body)["toast"]["type"] == "error"
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
     assert RAN == ["invoice ACME 120"]
     assert (
         feishu.sent[1].text == "Invoice sent."

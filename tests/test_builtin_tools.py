@@ -17,6 +17,7 @@ from hermes_core.tools import Tool, ToolError, ToolRegistry
 from hermes_core.tools.builtin import builtin_tools
 from hermes_core.tools.files import Workspace, file_tools
 from hermes_core.tools.shell import run_command_tool
+from waiting import eventually
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="the sandbox needs POSIX openat")
 pytestmark = posix_only
@@ -392,16 +393,15 @@ async def test_timeout_kills_children_too(root: Path, tmp_path: Path, sandbox: s
         result = await run.handler(command=["spawner"], timeout=0.5)  # script's write fd a moment
     assert result["output"].split()[0].isdigit(), result
     child = int(result["output"].split()[0])
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
+
+    def dead() -> bool:
         try:
             state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except FileNotFoundError:
-            return  # gone and reaped
-        if state == "Z":
-            return  # dead, waiting for its new parent to reap it
-        time.sleep(0.05)
-    pytest.fail("the background child outlived the timeout")
+            return True  # gone and reaped
+        return state == "Z"  # dead, waiting for its new parent to reap it
+
+    await eventually(dead, timeout=3, what="the background child to die with the call's timeout")
 
 
 async def test_output_is_capped(root: Path) -> None:

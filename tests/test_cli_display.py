@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from serve_process import CLEAN_ENV, wait
+from serve_process import CLEAN_ENV
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -161,7 +162,7 @@ def test_ctrl_c_cancels_the_turn_then_the_next_message_works_and_ctrl_c_leaves(
     screen.expect(r"> $")
     screen.type("a slow question\n")
     screen.expect("thinking…")
-    wait(lambda: fake.requests, what="the question at the model")
+    wait_for(lambda: fake.requests, what="the question at the model")
     screen.type("\x03")  # Ctrl-C
     screen.expect(r"cancelled")
     screen.expect(r"> $")
@@ -271,7 +272,7 @@ def test_run_streams_on_a_terminal_and_ctrl_c_exits_130_with_one_line(
     slow = Screen(["run", "a slow question"], environment(fake), tmp_path)
     screens.append(slow)
     slow.expect("thinking…")
-    wait(lambda: len(fake.requests) == 2, what="the slow question at the model")
+    wait_for(lambda: len(fake.requests) == 2, what="the slow question at the model")
     slow.type("\x03")
     assert slow.wait() == 130
     said = [line for line in slow.plain.splitlines() if line.strip() and "thinking" not in line]

@@ -28,6 +28,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from invoicing import RAN, send_invoice
 from serve_process import clean_environ
+from waiting import eventually
 
 TOKEN = "console-token-4f9a1c77"
 SECRET = "s3cr3t-Value-9QxZ41kP"  # the value of a secret variable: redacted wherever it shows up
@@ -330,10 +331,8 @@ async def test_an_admin_decides_in_the_console_a_call_asked_on_another_channel(t
         status, body, _ = await fetch(decide, method="POST", body={"decision": "approve"})
         decided = json.loads(body)
         assert status == 200 and decided["status"] == "approved" and decided["task_id"].startswith("webhook:")
-        for _ in range(200):  # the task resumes on its own channel (the webhook's): no one waits here
-            if len(model.calls) == 2:
-                break
-            await asyncio.sleep(0.02)
+        # the task resumes on its own channel (the webhook's): no one waits here
+        await eventually(lambda: len(model.calls) == 2, what="the resumed task's model call")
         assert RAN == ["invoice ACME 120"]
         again = await fetch(decide, method="POST", body={"decision": "reject"})
         assert again[0] == 409 and json.loads(again[1])["error"] == "approval_already_decided"
@@ -426,11 +425,12 @@ async def test_status_shows_turns_in_flight_per_conversation(tmp_path: Path) -> 
                 )
                 for i in range(2)
             ]
-            for _ in range(200):
-                numbers = json.loads((await fetch(f"{url}/console/api/status"))[1])
-                if numbers["lanes"]["turns"].get("webhook:u1") == 2:
-                    break
-                await asyncio.sleep(0.02)
+
+            async def both_in_the_lane() -> dict[str, Any] | None:
+                numbers: dict[str, Any] = json.loads((await fetch(f"{url}/console/api/status"))[1])
+                return numbers if numbers["lanes"]["turns"].get("webhook:u1") == 2 else None
+
+            numbers = await eventually(both_in_the_lane)
             assert numbers["gateway"]["conversations_busy"] == 1
             _, page, _ = await fetch(f"{url}/console/status")
             assert "<td>webhook:u1</td><td>1</td><td>1</td>" in page  # one in flight, one waiting
@@ -527,11 +527,12 @@ async def test_a_browser_that_leaves_mid_turn_loses_nothing(tmp_path: Path) -> N
             first = json.loads(await answer.content.readline())
             answer.close()  # the tab is closed while the model is still thinking
         release.set()
-        for _ in range(200):
-            health = json.loads((await fetch(f"{url}/healthz"))[1])
-            if health["replies_sent"] == 1:
-                break
-            await asyncio.sleep(0.02)
+
+        async def replied() -> dict[str, Any] | None:
+            health: dict[str, Any] = json.loads((await fetch(f"{url}/healthz"))[1])
+            return health if health["replies_sent"] == 1 else None
+
+        health = await eventually(replied)
         _, page, _ = await fetch(url + "/console/tasks/" + first["task_id"].replace(":", "%3A"))
     assert health["turns_done"] == 1 and health["replies_sent"] == 1 and health["outbox_pending"] == 0
     assert "finished anyway" in page  # its trace, with the reply nobody was waiting for
@@ -579,10 +580,9 @@ class EventStream:
                 if line.startswith(b"data: "):
                     self.received.append(json.loads(line[6:]))
 
-    async def wait_for(self, count: int, timeout: float = 20) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(self.received) < count and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+    async def collected(self, count: int) -> list[dict[str, Any]]:
+        """The events received, once there are `count` of them."""
+        await eventually(lambda: len(self.received) >= count, what=f"{count} events")
         return self.received
 
     async def __aexit__(self, *exc: object) -> None:
@@ -629,7 +629,7 @@ async def test_a_reminder_set_in_the_chat_shows_live_in_the_open_chat_and_in_its
                 body={"message": "remind me in a moment to drink water", "conversation": "r1"},
             )  # fmt: skip
             assert status == 200 and events(body)[-1]["text"] == "Reminder set."
-            live = await feed.wait_for(2)
+            live = await feed.collected(2)
         _, history, _ = await fetch(f"{url}/console/api/history?conversation=r1")
         _, other, _ = await fetch(f"{url}/console/api/history?conversation=r2")
         assert (await fetch(f"{url}/console/api/history?conversation=../x"))[0] == 400

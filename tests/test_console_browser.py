@@ -27,6 +27,7 @@ import pytest
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from serve_process import clean_environ, start_serve
+from waiting import wait_for
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed")
 from selenium.common.exceptions import WebDriverException  # noqa: E402
@@ -186,11 +187,7 @@ def test_a_call_asked_on_feishu_is_approved_on_the_approvals_page(stack: Stack) 
     message = feishu.user_message("save a note from Feishu", chat_id="oc_console", sender="ou_alice")
     assert asyncio.run(feishu.push(message, f"{stack.url}/feishu/events")).ok
     # On a slow machine a "Thinking…" placeholder card may come first; the approval card follows it.
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline and not any(
-        "write_file" in m.text for m in feishu.messages_in("oc_console")
-    ):
-        time.sleep(0.05)
+    wait_for(lambda: any("write_file" in m.text for m in feishu.messages_in("oc_console")), timeout=WAIT)
     assert any("write_file" in m.text for m in feishu.messages_in("oc_console"))  # the approval card
 
     stack.open("/console/approvals")

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway_harness import post, serving, wait_for
+from gateway_harness import post, serving
 from hermes_core.config import build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
@@ -23,6 +23,7 @@ from hermes_core.kernel.replies import fixed_reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
+from waiting import eventually
 
 ADMIN_TOOL = '''
 from hermes_core import tool
@@ -153,7 +154,7 @@ async def test_stop_cancels_the_running_task_of_its_sender(
     fake.handler = lambda request: FakeReply.slow(60, FakeReply.text("finally"))
     async with gateway(tmp_path, fake, monkeypatch) as (built, url):
         long_task = asyncio.ensure_future(say(url, "write a very long essay"))
-        await wait_for(lambda: len(fake.requests) == 1)
+        await eventually(lambda: len(fake.requests) == 1)
         assert await say(url, "/stop") == fixed_reply("stop_done", "en")
         stopped = await asyncio.wait_for(long_task, 10)
         assert await say(url, "/stop") == fixed_reply("stop_nothing", "en")
@@ -168,7 +169,7 @@ async def test_feishu_commands_are_the_webhook_replies_and_never_reach_the_model
     async with gateway(tmp_path, fake, monkeypatch, feishu) as (_, url):
         for n, text in enumerate(("/help", "/jobs", "/stop", "/new", "/停止"), start=1):
             assert (await feishu.push(feishu.user_message(text, chat_id="oc_dm"), f"{url}/feishu/events")).ok
-            await wait_for(
+            await eventually(
                 lambda n=n: len([m for m in feishu.messages_in("oc_dm") if m.sender == "app"]) == n
             )
         replies = [m.text for m in feishu.messages_in("oc_dm") if m.sender == "app"]
@@ -189,12 +190,12 @@ async def test_feishu_stop_from_someone_else_in_the_group_stops_nothing(
             "essay please", chat_id="oc_g", chat_type="group", sender="ou_a", mention_bot=True
         )
         assert (await feishu.push(ask, events)).ok
-        await wait_for(lambda: len(fake.requests) == 1)
+        await eventually(lambda: len(fake.requests) == 1)
         other = feishu.user_message(
             "/stop", chat_id="oc_g", chat_type="group", sender="ou_b", mention_bot=True
         )
         assert (await feishu.push(other, events)).ok
-        await wait_for(lambda: len([m for m in feishu.messages_in("oc_g") if m.sender == "app"]) == 2)
+        await eventually(lambda: len([m for m in feishu.messages_in("oc_g") if m.sender == "app"]) == 2)
     texts = [m.text for m in feishu.messages_in("oc_g") if m.sender == "app"]
     assert texts == ["the essay", fixed_reply("stop_nothing", "en")]
 
@@ -277,10 +278,10 @@ async def test_in_a_group_only_an_admin_clears_the_shared_history(
                 text, chat_id="oc_g", chat_type="group", sender=sender, mention_bot=True
             )
             assert (await feishu.push(message, events)).ok
-            await wait_for(lambda count=count: len(replies()) == count)  # type: ignore[misc]
+            await eventually(lambda count=count: len(replies()) == count)  # type: ignore[misc]
         own = feishu.user_message("/reset", chat_id="oc_dm", sender="ou_m")
         assert (await feishu.push(own, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_dm")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_dm")) == 1)
     assert replies() == [
         "noted", fixed_reply("command_admins_only", "en"), fixed_reply("command_admins_only", "zh"), "noted",
         fixed_reply("conversation_new", "en"),

@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,14 +23,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import echo, wait_for
+from gateway_harness import echo, idle
 from hermes_core import Agent
+from hermes_core.channels.seam import OutboundMessage
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
 from hermes_core.console.app import mount_console
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 
 @asynccontextmanager
@@ -82,12 +83,32 @@ async def dead_count(gateway: Gateway) -> int:
     return int((await gateway.store.counts())["dead_letters"])  # type: ignore[attr-defined]
 
 
-async def wait_dead(gateway: Gateway, count: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while await dead_count(gateway) != count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {count} dead letter(s), have {await dead_count(gateway)}")
-        await asyncio.sleep(0.05)
+async def wait_dead(gateway: Gateway, count: int) -> None:
+    async def reached() -> bool:
+        return await dead_count(gateway) == count
+
+    await eventually(reached, what=f"{count} dead letter(s)")
+
+
+def count_resend_looks(gateway: Gateway) -> list[int]:
+    """Count the resend poller's looks at the store (`claim_resends`), in a list of one number."""
+    looks = [0]
+    claim = gateway.store.claim_resends
+
+    async def counted() -> list[OutboundMessage]:
+        found = await claim()
+        looks[0] += 1
+        return found
+
+    gateway.store.claim_resends = counted  # type: ignore[method-assign]
+    return looks
+
+
+async def looked_again(gateway: Gateway, looks: list[int]) -> None:
+    """Until the resend poller has looked at the store twice more (so once wholly after now) and the
+    gateway is idle: a reply it would send twice has been sent by then."""
+    seen = looks[0]
+    await eventually(lambda: looks[0] >= seen + 2 and idle(gateway), what="the resend poller to look again")
 
 
 def group_message(feishu: FakeFeishu, text: str, chat: str) -> dict[str, Any]:
@@ -105,6 +126,7 @@ async def test_a_reply_to_a_chat_the_bot_was_removed_from_is_dead_lettered_liste
     group, `hermes-kernel deadletters resend ID` sends it — exactly once."""
     caplog.set_level(logging.INFO)
     async with FakeFeishu() as feishu, served(tmp_path, feishu, monkeypatch) as (gateway, url):
+        looks = count_resend_looks(gateway)
         feishu.chats_without_bot.add("oc_gone")
         message = group_message(feishu, "still there?", "oc_gone")
         assert (await feishu.push(message, f"{url}/feishu/events")).ok
@@ -131,9 +153,9 @@ async def test_a_reply_to_a_chat_the_bot_was_removed_from_is_dead_lettered_liste
         feishu.chats_without_bot.discard("oc_gone")  # the bot is added back
         status, out, _ = await cli(tmp_path, "deadletters", "resend", str(dead["id"]))
         assert status == 0 and "resend requested" in out
-        await wait_for(lambda: len(feishu.sent) == 1, timeout=20)
+        await eventually(lambda: len(feishu.sent) == 1, timeout=20)
         await wait_dead(gateway, 0)
-        await asyncio.sleep(0.5)  # the poller runs again: nothing is sent twice
+        await looked_again(gateway, looks)  # nothing is sent twice
         assert gateway.counters["dead_letters_resent"] == 1
     assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_gone", "echo: still there?")]
 
@@ -175,13 +197,13 @@ async def test_a_dissolved_chats_dead_letter_is_shown_in_the_console_and_resent_
 
         status, answer = await post(resend)  # the chat is still dissolved: it dies again
         assert status == 200 and answer["resent"] == dead["id"]
-        await wait_for(lambda: gateway.counters["dead_letters"] == 2, timeout=20)
+        await eventually(lambda: gateway.counters["dead_letters"] == 2, timeout=20)
         await wait_dead(gateway, 1)
 
         feishu.dissolved_chats.discard("oc_dissolved")
         status, _ = await post(resend)
         assert status == 200
-        await wait_for(lambda: len(feishu.sent) == 1, timeout=20)
+        await eventually(lambda: len(feishu.sent) == 1, timeout=20)
         await wait_dead(gateway, 0)
         assert (await post(resend))[0] == 404  # gone from the dead letters: nothing to send twice
     assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_dissolved", "echo: hello?")]
@@ -206,7 +228,8 @@ async def test_a_resend_asked_for_while_no_gateway_runs_is_sent_at_the_next_star
         status, out, _ = await cli(tmp_path, "deadletters", "resend", str(dead["id"]))
         assert status == 0
         async with served(tmp_path, feishu, monkeypatch) as (gateway, _):
-            await wait_for(lambda: len(feishu.sent) == 1, timeout=20)
+            looks = count_resend_looks(gateway)
+            await eventually(lambda: len(feishu.sent) == 1, timeout=20)
             await wait_dead(gateway, 0)
-            await asyncio.sleep(0.5)
+            await looked_again(gateway, looks)  # nothing is sent twice
     assert [(m.chat_id, m.text) for m in feishu.sent] == [("oc_later", "echo: after the deploy")]

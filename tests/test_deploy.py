@@ -32,7 +32,8 @@ import pytest
 
 from hermes_core.channels.webhook import sign
 from hermes_core.config import build_agent, load_settings
-from serve_process import CLEAN_ENV
+from serve_process import CLEAN_ENV, listening
+from waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -242,16 +243,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
-def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"nginx exited with {process.returncode}"
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
+def wait_for_port(port: int, process: subprocess.Popen[str]) -> None:
+    wait_for(lambda: process.poll() is not None or listening(port), 10, f"something listening on port {port}")
+    assert process.poll() is None, f"nginx exited with {process.returncode}"
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from hermes_core.cli import main
+from waiting import wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +136,7 @@ def test_after_the_nodes_start_no_migration_is_left_that_they_never_apply(
 
     from hermes_core.testing.fake_feishu import FakeFeishu
     from hermes_core.testing.fake_openai import FakeOpenAIServer
-    from test_temporal_engine import Cluster, steps, wait_until
+    from test_temporal_engine import Cluster, steps
 
     model = FakeOpenAIServer(handler=steps, latency=0.01).start_in_thread()
     feishu = FakeFeishu(time_scale=0.01, seed=17).start_in_thread()
@@ -144,7 +145,7 @@ def test_after_the_nodes_start_no_migration_is_left_that_they_never_apply(
         asyncio.run(
             feishu.push(feishu.user_message("hello", chat_id="oc_m", sender="ou_m"), cluster.events(0))
         )
-        wait_until(lambda: len(feishu.messages_in("oc_m")) >= 1, 60, "the reply")  # every store is in use
+        wait_for(lambda: len(feishu.messages_in("oc_m")) >= 1, 60, "the reply")  # every store is in use
         command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "doctor"]
         done = subprocess.run(
             command, cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=60

@@ -10,7 +10,6 @@ page, ISO 32000-1 §7.3.8 and §7.8.2).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
@@ -20,11 +19,11 @@ from types import FrameType
 import pytest
 
 from documents import hostile_pdf, pdf
-from gateway_harness import wait_for
 from hermes_core.gateway.documents import DocumentUnread, document_text
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from test_media_e2e import answered, media_gateway, user_parts
+from waiting import eventually
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find the reader process")
 READER = b"hermes_core.gateway.documents"
@@ -80,10 +79,10 @@ async def test_a_hostile_pdf_is_stopped_at_the_timeout_and_other_turns_stay_quic
         envelope = feishu.file_message(hostile_pdf(), "hostile.pdf", content_type="application/pdf",
                                        sender="ou_alice", chat_id="oc_alice")  # fmt: skip
         assert (await feishu.push(envelope, f"{url}/feishu/events")).ok
-        await asyncio.sleep(1.5)  # the reader is busy now
+        await eventually(lambda: readers_running() or parsing_here(), what="the PDF being read")
         busy = await trivial_turn(feishu, url, count=2)
         print(f"\na trivial turn: {quiet * 1000:.0f} ms; while a hostile PDF is read: {busy * 1000:.0f} ms")
-        await wait_for(lambda: len(feishu.sent) >= 3, timeout=30)
+        await eventually(lambda: len(feishu.sent) >= 3, timeout=30)
         assert feishu.sent[2].text == "Your PDF could not be read."
         assert not parsing_here() and not readers_running(), (parsing_here(), readers_running())
     told = user_parts(fake.requests[-1])

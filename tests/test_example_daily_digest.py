@@ -11,7 +11,6 @@ follow the formats' specifications (RSS 2.0 at rssboard.org, RFC 4287, jsonfeed.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -23,10 +22,11 @@ import pytest
 from aiohttp import web
 
 from example_harness import endpoints, example_gateway, example_settings
-from gateway_harness import wait_for
+from gateway_harness import scheduler_looked
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest, ToolArgs
 from virtual_clock import Clock, utc
+from waiting import eventually
 from web_sites import Site, local_site
 
 GROUP = "oc_team_news"  # the example's chat_id
@@ -146,11 +146,11 @@ async def test_the_daily_digest_reads_its_sources_and_posts_one_card_a_day_acros
         settings = example_settings("daily-digest", env, tmp_path / "data", allow_hosts=("127.0.0.1",),
                                     addresses=addresses)  # fmt: skip
         clock = Clock(utc("2026-12-01T00:59:50"))  # 08:59:50 in Shanghai
-        async with example_gateway(settings, clock):
-            await asyncio.sleep(0.2)
+        async with example_gateway(settings, clock) as (built, _):
+            await scheduler_looked(built)
             assert not fake.requests, "the job ran before 09:00"
             clock.now = utc("2026-12-01T01:00:00")
-            await wait_for(
+            await eventually(
                 lambda: bool(feishu.messages_in(GROUP)) and "5." in feishu.messages_in(GROUP)[-1].text
             )
 
@@ -168,14 +168,14 @@ async def test_the_daily_digest_reads_its_sources_and_posts_one_card_a_day_acros
 
         # restarted the same morning on the same data folder: today's digest is not posted again
         clock.now = utc("2026-12-01T01:02:00")
-        async with example_gateway(settings, clock):
-            await asyncio.sleep(0.5)
+        async with example_gateway(settings, clock) as (built, _):
+            await scheduler_looked(built)
             assert len(feishu.messages_in(GROUP)) == 1 and len(digest_requests(fake)) == 1
             clock.now = utc("2026-12-02T00:59:59")
-            await asyncio.sleep(0.2)
+            await scheduler_looked(built)
             assert len(feishu.messages_in(GROUP)) == 1
             clock.now = utc("2026-12-02T01:00:00")  # the next morning's
-            await wait_for(
+            await eventually(
                 lambda: len(feishu.messages_in(GROUP)) == 2 and "5." in feishu.messages_in(GROUP)[-1].text
             )
         assert len(digest_requests(fake)) == 2 and sum(site.hits.values()) == 8

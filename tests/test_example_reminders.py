@@ -9,18 +9,18 @@ arriving at 15:00 Asia/Shanghai (07:00 UTC) in the chat it was asked in, and onl
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
 import pytest
 
 from example_harness import endpoints, example_gateway, example_settings
-from gateway_harness import wait_for
+from gateway_harness import scheduler_looked
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import SentMessage
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from virtual_clock import Clock, utc
+from waiting import eventually
 
 ASKED = {  # what a person writes → what the model schedules
     "下午 3 点提醒我交周报": "提醒用户交周报",
@@ -54,24 +54,24 @@ async def test_remind_me_at_3pm_arrives_at_15_shanghai_in_the_chat_it_was_asked_
     async with FakeOpenAIServer(handler=ReminderModel()) as fake, FakeFeishu() as feishu:
         settings = example_settings("reminders", endpoints(fake, feishu, monkeypatch), tmp_path / "data")
         clock = Clock(utc("2026-12-01T05:00:00"))  # 13:00 in Shanghai
-        async with example_gateway(settings, clock) as (_, url):
+        async with example_gateway(settings, clock) as (built, url):
             events = f"{url}/feishu/events"
             in_private = feishu.user_message("下午 3 点提醒我交周报", chat_id="oc_dm_ann", sender="ou_ann")
             in_group = feishu.user_message("remind me at 3 pm to join the release call", chat_id="oc_team",
                                            chat_type="group", sender="ou_bob", mention_bot=True)  # fmt: skip
             assert (await feishu.push(in_private, events)).ok and (await feishu.push(in_group, events)).ok
-            await wait_for(lambda: all(chat and "OK:" in chat[-1].text for chat in chats(feishu)))
+            await eventually(lambda: all(chat and "OK:" in chat[-1].text for chat in chats(feishu)))
             for chat in chats(feishu):
                 assert "2026-12-01T15:00:00+08:00" in chat[0].text  # confirmed in Shanghai time
 
             clock.now = utc("2026-12-01T06:59:59")
-            await asyncio.sleep(0.3)
+            await scheduler_looked(built)
             assert [len(chat) for chat in chats(feishu)] == [1, 1]
             clock.now = utc("2026-12-01T07:00:00")
-            await wait_for(lambda: [len(chat) for chat in chats(feishu)] == [2, 2])
-            await wait_for(lambda: all("⏰" in chat[-1].text for chat in chats(feishu)))
+            await eventually(lambda: [len(chat) for chat in chats(feishu)] == [2, 2])
+            await eventually(lambda: all("⏰" in chat[-1].text for chat in chats(feishu)))
             clock.now = utc("2026-12-02T07:00:00")  # a one-off: nothing the next day
-            await asyncio.sleep(0.3)
+            await scheduler_looked(built)
 
         private, group = chats(feishu)
         assert [m.text for m in private][1:] == ["⏰ 提醒用户交周报"]

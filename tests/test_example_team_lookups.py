@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 
 from example_harness import endpoints, example_gateway, example_settings
-from gateway_harness import wait_for
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from virtual_clock import Clock, utc
+from waiting import eventually
 from web_sites import local_site
 
 TOKEN = "oncall-token-7f3a9c2e51d04b8b"
@@ -105,7 +105,7 @@ async def test_a_question_is_answered_through_the_declared_api_and_the_runbook_i
         async with example_gateway(settings, Clock(utc("2026-12-01T06:00:00"))) as (_, url):
             asked = feishu.user_message(QUESTION, chat_id="oc_dm_dev", sender="ou_dev")
             assert (await feishu.push(asked, f"{url}/feishu/events")).ok
-            await wait_for(lambda: any("3." in m.text for m in feishu.messages_in("oc_dm_dev")))
+            await eventually(lambda: any("3." in m.text for m in feishu.messages_in("oc_dm_dev")))
 
     [reply] = feishu.messages_in("oc_dm_dev")
     assert "王芳 在值班（到 2026-12-01T18:00:00+08:00）" in reply.text

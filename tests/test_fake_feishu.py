@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 from hermes_core.channels.feishu import crypto
 from hermes_core.channels.feishu.frames import METHOD_CONTROL, METHOD_DATA, Frame
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 TOKEN = "/open-apis/auth/v3/tenant_access_token/internal"
 MESSAGES = "/open-apis/im/v1/messages"
@@ -449,7 +450,7 @@ class Receiver:
     async def _handle(self, request: web.Request) -> web.Response:
         self.hits.append(Hit(dict(request.headers), await request.read(), time.monotonic()))
         delay, status = self.respond(len(self.hits))
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # as slow as the test asked: the behaviour under test
         return web.json_response({"msg": "success"}, status=status)
 
     def envelopes(self, key: str | None = None) -> list[dict[str, Any]]:
@@ -515,7 +516,7 @@ async def test_url_verification_plain_and_encrypted() -> None:
         plain = json.loads(crypto.decrypt(body["encrypt"], KEY)) if "encrypt" in body else body
         seen.append(plain)
         if request.query.get("mode") == "slow":
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a callback that answers late: the behaviour under test
         if request.query.get("mode") == "wrong":
             return web.json_response({"challenge": "nope"})
         return web.json_response({"challenge": plain["challenge"]})
@@ -607,8 +608,7 @@ async def test_closing_the_fake_cancels_retry_timers() -> None:
     started = time.monotonic()
     async with FakeFeishu() as fake:  # the first retry would come after 15 s
         fake.deliver(fake.user_message("x"), dead_url)
-        while not fake.push_log:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: fake.push_log)
         assert fake.pending_deliveries == 1
     assert fake.pending_deliveries == 0 and time.monotonic() - started < 2
 
@@ -752,10 +752,7 @@ async def test_ws_cluster_mode_and_disconnect_all(http: aiohttp.ClientSession) -
         await fake.disconnect_all()
         for ws in clients:
             assert (await ws.receive(1)).type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED)
-        for _ in range(50):
-            if fake.ws_clients == 0:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: fake.ws_clients == 0)
         assert fake.ws_clients == 0
         again = await connect(http, fake)
         await fake.ws_deliver(envelopes[0])

@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 
 from hermes_core.testing.fake_openai import NO_TOOLS_MESSAGE, FakeOpenAIServer, FakeReply, RecordedRequest
+from waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "tests" / "data" / "openai_chat_completions_schemas.json"
@@ -194,7 +195,7 @@ async def test_handler_may_be_sync_or_async(fake: FakeOpenAIServer, http: aiohtt
     assert message_of((await chat(http, fake))[1])["content"] == "sync saw 1"
 
     async def slow_handler(request: RecordedRequest) -> FakeReply:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an async handler: it awaits
         return FakeReply.text(f"async saw {request.model}")
 
     fake.handler = slow_handler
@@ -318,10 +319,7 @@ async def test_latency_and_delay(fake: FakeOpenAIServer, http: aiohttp.ClientSes
     assert time.monotonic() - started >= 0.15
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(chat(http, fake), 0.05)
-    for _ in range(100):  # the client gave up: the fake stops waiting too
-        if fake.in_flight == 0:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: fake.in_flight == 0)  # the client gave up: the fake stops waiting too
     assert fake.in_flight == 0
 
 

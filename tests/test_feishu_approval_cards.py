@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core import Agent
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.kernel.tools.permissions import Policy
@@ -29,6 +29,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.cards import buttons
 from invoicing import RAN, send_invoice
+from waiting import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -60,13 +61,13 @@ async def test_the_click_answer_carries_the_decided_card_naming_the_decider(tmp_
         async with feishu_gateway(tmp_path, feishu, AgentRunner(invoice_agent(tmp_path))) as (_, url):
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             approve = buttons_of(card.content)["approve"]
             clicked = await feishu.push(feishu.card_action("ou_alice", card.message_id, approve), url)
             answer = json.loads(clicked.body)
             shown_at_once = feishu.messages_in("oc_p2p")[0].text  # right after the answer arrived
-            await wait_for(lambda: len(feishu.sent) == 2)
+            await eventually(lambda: len(feishu.sent) == 2)
     assert answer["toast"] == {"type": "success", "content": "已批准：send_invoice（Alice Chen）"}
     assert answer["card"]["type"] == "raw" and buttons_of(answer["card"]["data"]) == {}
     assert "已批准：send_invoice（Alice Chen）" in shown_at_once and "ou_alice" not in shown_at_once
@@ -83,12 +84,12 @@ async def test_without_the_contact_scope_the_card_names_the_decider_with_an_at_t
         async with feishu_gateway(tmp_path, feishu, AgentRunner(invoice_agent(tmp_path))) as (_, url):
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             approve = buttons_of(card.content)["approve"]
             answer = json.loads((await feishu.push(feishu.card_action("ou_alice", card.message_id, approve),
                                                    url)).body)  # fmt: skip
-            await wait_for(lambda: len(feishu.sent) == 2)
+            await eventually(lambda: len(feishu.sent) == 2)
     markdown = json.dumps(answer["card"]["data"], ensure_ascii=False)
     assert "已批准：send_invoice（<at id=ou_alice></at>）" in markdown
     assert answer["toast"]["content"] == "已批准：send_invoice（你）"
@@ -105,14 +106,14 @@ async def test_over_the_long_connection_the_ack_carries_the_decided_card(tmp_pat
         feishu.users["ou_alice"] = "Alice Chen"
         async with feishu_gateway(tmp_path, feishu, AgentRunner(invoice_agent(tmp_path)),
                                   mode="longconn") as (_, _url):  # fmt: skip
-            await wait_for(lambda: feishu.ws_clients == 1)
+            await eventually(lambda: feishu.ws_clients == 1)
             await feishu.ws_deliver(feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p",
                                                         sender="ou_alice"))  # fmt: skip
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             await feishu.ws_deliver(feishu.card_action("ou_alice", card.message_id,
                                                        buttons_of(card.content)["approve"]))  # fmt: skip
-            await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
+            await eventually(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
     [acked] = [ack for ack in feishu.ws_acks if ack["answer"] is not None]
     assert acked["answer"]["card"]["type"] == "raw" and buttons_of(acked["answer"]["card"]["data"]) == {}
     [applied] = feishu.patches

@@ -27,6 +27,7 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from serve_process import CLEAN_ENV, Serve
+from waiting import wait_for
 
 
 def closed_port() -> int:
@@ -90,16 +91,6 @@ def down_platform(tmp_path: Path) -> Iterator[tuple[FakeFeishu, subprocess.Popen
             process.wait()
         assert process.stdout is not None
         print(process.stdout.read())  # the server's log, shown when the test fails
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow

@@ -27,11 +27,12 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import serving, wait_for
+from gateway_harness import idle, serving
 from hermes_core import Agent
 from hermes_core.channels.feishu.formatting import MAX_TABLES, count_tables, format_reply, markdown_card
 from hermes_core.channels.feishu.ratelimit import SendLimiter
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
+from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu, rendered
@@ -39,6 +40,7 @@ from hermes_core.testing.fake_feishu.api import SentMessage
 from hermes_core.testing.fake_feishu.cards import render_markdown
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from virtual_clock import VirtualClock
+from waiting import eventually
 
 ANSWER = (
     "Here is what I found about the weather in Hangzhou this week. Monday and Tuesday stay dry "
@@ -58,7 +60,7 @@ RAW_MARKUP = ("##", "| --- |", "> ", "`")
 async def gateway_for(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
     *, retry_base: float | None = None, **feishu_options: Any,
-) -> AsyncIterator[str]:  # fmt: skip
+) -> AsyncIterator[tuple[Gateway, str]]:  # fmt: skip
     monkeypatch.setenv("FEISHU_APP_SECRET", feishu.app_secret)
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
@@ -71,7 +73,7 @@ async def gateway_for(
         gateway.channels["feishu"].api.retry_base_delay = retry_base  # type: ignore[attr-defined]
     try:
         async with serving(gateway, routes) as url:
-            yield f"{url}/feishu/events"
+            yield gateway, f"{url}/feishu/events"
     finally:
         await gateway.runner.aclose()  # type: ignore[attr-defined]
         await agent.aclose()
@@ -91,9 +93,9 @@ async def test_a_markdown_reply_is_a_json_2_card_that_renders_its_headings_table
     backticks; the reply goes out as JSON 2.0, where each renders. Not streamed (one message)."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(MARKDOWN))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch, stream=False) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch, stream=False) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
     [card] = feishu.sent
     assert card.msg_type == "interactive" and card.content["schema"] == "2.0"
     shown = rendered(card.content)
@@ -109,10 +111,10 @@ async def test_the_streamed_card_ends_rendering_the_markdown_too(
 ) -> None:
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(MARKDOWN, chunk_delay=0.01))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1 and feishu.sent[0].text == MARKDOWN)
-            await wait_for(lambda: not next(iter(feishu.cards.values())).streaming)
+            await eventually(lambda: len(feishu.sent) == 1 and feishu.sent[0].text == MARKDOWN)
+            await eventually(lambda: not next(iter(feishu.cards.values())).streaming)
     shown = rendered(feishu.sent[0].content)
     assert "Hangzhou this week" in shown and not [markup for markup in RAW_MARKUP if markup in shown]
 
@@ -184,15 +186,15 @@ async def test_the_reply_is_typed_out_into_one_card_entity_and_streaming_is_clos
     closed and the chat list's summary is the reply's first line, not "[生成中...]"."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(ANSWER, chunk_delay=0.02))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             pushed = time.monotonic()
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             first_visible = time.monotonic() - pushed
             card = feishu.sent[0]
-            await wait_for(lambda: card.text == ANSWER and not next(iter(feishu.cards.values())).streaming)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: card.text == ANSWER and not next(iter(feishu.cards.values())).streaming)
+            await eventually(lambda: idle(gateway))
     assert len(feishu.sent) == 1 and first_visible < 1.0
     [entity] = feishu.cards.values()
     assert entity.message_id == card.message_id and card.reply_to == ask["event"]["message"]["message_id"]
@@ -219,11 +221,11 @@ async def test_streaming_closed_by_the_platform_after_ten_minutes_is_opened_agai
     A turn that outlives it opens it again and goes on; the card still ends with the reply."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(ANSWER, chunk_delay=0.03))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1 and ANSWER[:30] in feishu.sent[0].text)
+            await eventually(lambda: len(feishu.sent) == 1 and ANSWER[:30] in feishu.sent[0].text)
             feishu.advance_time(601)  # eleven minutes later on the platform's clock
-            await wait_for(
+            await eventually(
                 lambda: feishu.sent[0].text == ANSWER and not next(iter(feishu.cards.values())).streaming
             )
     assert [r.code for r in feishu.requests if r.code == 200850] == [200850]
@@ -243,11 +245,11 @@ async def test_a_refused_cardkit_falls_back_to_patching_a_card_message_for_this_
             FakeReply.text(ANSWER, chunk_delay=0.01), FakeReply.text("Sunny all week.", chunk_delay=0.01)
         )
         feishu.fail_next(1, code=99991672, paths=("cardkit/v1/cards",))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_a"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1 and feishu.sent[0].text == ANSWER)
+            await eventually(lambda: len(feishu.sent) == 1 and feishu.sent[0].text == ANSWER)
             assert (await feishu.push(feishu.user_message("and next week?", chat_id="oc_a"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 2 and feishu.sent[1].text == "Sunny all week.")
+            await eventually(lambda: len(feishu.sent) == 2 and feishu.sent[1].text == "Sunny all week.")
     assert len(calls(feishu, "POST", "cardkit/v1/cards")) == 1  # asked once, refused, not again
     for card in feishu.sent:
         assert card.msg_type == "interactive"
@@ -270,12 +272,12 @@ async def test_a_platform_fault_on_a_streaming_card_does_not_reorder_the_answers
         questions = [feishu.user_message(f"question {n}", chat_id="oc_q") for n in range(3)]
         first = questions[0]["event"]["message"]["message_id"]
         feishu.fail_next(5, code=1, status=503, paths=(f"{first}/reply",))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch, retry_base=0.05) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch, retry_base=0.05) as (gateway, url):
             for question in questions:
                 assert (await feishu.push(question, url)).ok
-            await wait_for(lambda: [m.text for m in feishu.sent] == ["answer 0", "answer 1", "answer 2"],
+            await eventually(lambda: [m.text for m in feishu.sent] == ["answer 0", "answer 1", "answer 2"],
                            timeout=20)  # fmt: skip
-            await asyncio.sleep(0.5)
+            await eventually(lambda: idle(gateway))
     assert [m.text for m in feishu.sent] == ["answer 0", "answer 1", "answer 2"]
     assert len([r for r in feishu.requests if r.status == 503]) == 5
 
@@ -322,8 +324,8 @@ async def test_a_close_the_platform_refuses_leaves_the_finished_card_and_sends_n
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(ANSWER, chunk_delay=0.01))
         feishu.fail_next(1, code=300309, paths=("/settings",))
-        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as url:
+        async with gateway_for(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: any(r.code == 300309 for r in feishu.requests))
-            await asyncio.sleep(0.5)
+            await eventually(lambda: any(r.code == 300309 for r in feishu.requests))
+            await eventually(lambda: idle(gateway))
     assert [m.text for m in feishu.sent] == [ANSWER]

@@ -6,13 +6,13 @@ schedule); at the end every message must have been answered exactly once, as the
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import clean_environ, health_at, idle_at
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -38,18 +39,9 @@ def echo(request: RecordedRequest) -> FakeReply:
     return FakeReply.text(f"echo: {request.messages[-1]['content']}")
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"gateway exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("gateway did not become healthy")
+def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
+    wait_for(lambda: process.poll() is not None or health_at(url) is not None, 20, "the gateway to start")
+    assert process.poll() is None, f"gateway exited with {process.returncode}"
 
 
 def diagnose(unanswered: set[str | None], feishu: FakeFeishu, tmp_path: Path) -> str:
@@ -91,7 +83,7 @@ def test_sigkill_at_random_points_loses_nothing_and_answers_nothing_twice(tmp_pa
                 command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
             try:
-                wait_healthy(f"http://127.0.0.1:{port}/healthz", process)
+                wait_healthy(f"http://127.0.0.1:{port}", process)
                 for i in range(MESSAGES_PER_RUN if run < RUNS else 0):
                     chat = f"oc_{rng.randrange(4)}"
                     envelope = feishu.user_message(
@@ -104,13 +96,11 @@ def test_sigkill_at_random_points_loses_nothing_and_answers_nothing_twice(tmp_pa
                     process.send_signal(signal.SIGKILL)
                     process.wait(timeout=10)
                 else:
-                    deadline = time.monotonic() + 90
-                    while time.monotonic() < deadline:
-                        answered = {m.reply_to for m in feishu.sent}
-                        if answered >= set(sent_ids):
-                            break
-                        time.sleep(0.1)
-                    time.sleep(0.5)  # anything sent twice would show up now
+                    answered = lambda: {m.reply_to for m in feishu.sent} >= set(sent_ids)  # noqa: E731
+                    with contextlib.suppress(AssertionError):  # else the checks below say what is missing
+                        wait_for(answered, 90, "a reply to every message")
+                    if answered():  # and once idle, anything answered twice has been sent too
+                        wait_for(lambda: idle_at(f"http://127.0.0.1:{port}"), what="the gateway to be idle")
             finally:
                 if process.poll() is None:
                     process.send_signal(signal.SIGTERM)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway, idle
 from hermes_core.gateway.messages import InboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
 ENCRYPT_KEY = "e2e-encrypt-key"
@@ -24,7 +25,7 @@ async def echo(message: InboundMessage) -> list[str]:
 @pytest.mark.parametrize("mode", ["webhook", "longconn"])
 async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path: Path, mode: str) -> None:
     async with FakeFeishu(encrypt_key=ENCRYPT_KEY, time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu, mode=mode) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, mode=mode) as (gateway, url):
             group = feishu.user_message(
                 "今天天气如何", chat_id="oc_group", chat_type="group", mention_bot=True
             )
@@ -35,8 +36,9 @@ async def test_group_mention_and_one_to_one_each_get_one_threaded_reply(tmp_path
                     assert (await feishu.push(envelope, url)).ok
                 else:
                     await feishu.ws_deliver(envelope)
-            await wait_for(lambda: len(feishu.sent) >= 2)
-            await asyncio.sleep(0.2)  # nothing else may arrive
+            await eventually(lambda: len(feishu.sent) >= 2)
+            await feishu.drain()  # every event delivered and acknowledged
+            await eventually(lambda: idle(gateway))  # and handled: nothing else may arrive
     by_chat = {message.chat_id: message for message in feishu.sent}
     assert len(feishu.sent) == 2
     assert by_chat["oc_group"].text == "echo: 今天天气如何"
@@ -50,7 +52,7 @@ async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_i
     tmp_path: Path,
 ) -> None:
     async with FakeFeishu(time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu) as (_, url):
+        async with feishu_gateway(tmp_path, feishu) as (gateway, url):
             chats = [f"oc_{n}" for n in range(30)]
 
             async def one_chat(chat: str) -> None:
@@ -63,8 +65,8 @@ async def test_300_messages_with_every_push_duplicated_get_exactly_300_replies_i
                     assert (await feishu.push(feishu.redelivery_of(envelope, new_event_id=True), url)).ok
 
             await asyncio.gather(*(one_chat(chat) for chat in chats))
-            await wait_for(lambda: len(feishu.sent) >= 300, timeout=60)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) >= 300, timeout=60)
+            await eventually(lambda: idle(gateway))
     assert len(feishu.sent) == 300
     for chat in chats:
         assert [m.text for m in feishu.messages_in(chat)] == [f"echo: {chat} #{i}" for i in range(10)]
@@ -75,13 +77,13 @@ async def test_ack_deadline_holds_while_the_model_takes_10_seconds(tmp_path: Pat
 
     async def slow_model(message: InboundMessage) -> list[str]:
         started_turns.append(message.text)
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # a model that takes 10 s: the behaviour under test
         return ["late answer"]
 
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, slow_model) as (gateway, url):
             results = [await feishu.push(feishu.user_message(f"q{i}", chat_id="oc_1"), url) for i in range(5)]
-            await wait_for(lambda: bool(started_turns))
+            await eventually(lambda: bool(started_turns))
             counts = await gateway.store.counts()  # type: ignore[attr-defined]
             gateway.accepting = False
     assert all(result.ok and result.elapsed < 1.0 for result in results), [r.elapsed for r in results]
@@ -125,7 +127,7 @@ async def test_throttling_storms_deliver_every_reply_in_order(tmp_path: Path) ->
                     feishu.fail_next(4, code=230020)
                 envelope = feishu.user_message(f"m{i}", chat_id=f"oc_{i % 2}", sender=f"ou_{i % 2}")
                 assert (await feishu.push(envelope, url)).ok
-            await wait_for(lambda: len(feishu.sent) >= 20, timeout=60)
+            await eventually(lambda: len(feishu.sent) >= 20, timeout=60)
     for chat in ("oc_0", "oc_1"):
         texts = [m.text for m in feishu.messages_in(chat)]
         assert texts == [f"echo: m{i}" for i in range(20) if f"oc_{i % 2}" == chat]
@@ -144,9 +146,9 @@ async def test_non_text_message_is_answered_politely_without_running_the_agent(t
     async with FakeFeishu() as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(Agent(model=model))) as (_, url):
             assert (await feishu.push(feishu.sticker_message(chat_id="oc_1"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             assert (await feishu.push(feishu.audio_message(b"OggS" + bytes(64), chat_id="oc_1"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 2)
+            await eventually(lambda: len(feishu.sent) == 2)
     assert "读不了这种消息" in feishu.sent[0].text and "cannot read this kind" in feishu.sent[0].text
     assert "转不了文字" in feishu.sent[1].text and "no speech-to-text service" in feishu.sent[1].text
     assert model.calls == []

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core.channels.feishu.api import TOKEN_CODES, FeishuAPI, FeishuError
 from hermes_core.channels.feishu.ratelimit import SendLimiter
 from hermes_core.channels.feishu.resources import download_resource
 from hermes_core.gateway.messages import InboundMessage, OutboundMessage
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 
 def client(feishu: FakeFeishu) -> FeishuAPI:
@@ -47,7 +48,7 @@ async def test_a_reply_to_a_deleted_message_arrives_as_a_new_message_in_the_chat
                                       mention_bot=True)  # fmt: skip
             assert (await feishu.push(ask, url)).ok
             # the platform has the message before the gateway has recorded it as sent
-            await wait_for(lambda: len(feishu.sent) == 1 and gateway.replies_sent == 1)  # type: ignore[attr-defined]
+            await eventually(lambda: len(feishu.sent) == 1 and gateway.replies_sent == 1)  # type: ignore[attr-defined]
             counts = await gateway.store.counts()  # type: ignore[attr-defined]
     [reply] = feishu.messages_in("oc_group")
     assert reply.text == "echo: where did it go" and reply.reply_to is None

@@ -13,7 +13,6 @@ p2_im_chat_member_bot_added_v1.py, p2_im_chat_member_bot_deleted_v1.py.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import serving, wait_for
+from gateway_harness import idle, serving
 from hermes_core import Agent
 from hermes_core.channels.feishu.channel import GREETING
 from hermes_core.channels.seam import TOO_LONG
@@ -32,6 +31,7 @@ from hermes_core.kernel.replies import REPLIES
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
+from waiting import eventually
 
 TEAM = "oc_team"
 ALICE, BOB = "ou_alice", "ou_bob"
@@ -77,7 +77,7 @@ def said(open_id: str, text: str, name: str | None = None) -> str:
 
 async def ask(feishu: FakeFeishu, url: str, envelope: dict[str, Any], replies: int) -> None:
     assert (await feishu.push(envelope, url)).ok
-    await wait_for(lambda: len(feishu.sent) >= replies)
+    await eventually(lambda: len(feishu.sent) >= replies)
 
 
 async def test_each_topic_has_its_own_history_and_the_model_knows_who_speaks(
@@ -177,15 +177,15 @@ async def test_a_message_recalled_before_its_turn_is_never_answered_even_after_a
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             slow = feishu.user_message("first", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(slow, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             second = feishu.user_message("second, sent by mistake", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(second, url)).ok
             assert (await feishu.push(feishu.recalled(second["event"]["message"]["message_id"]), url)).ok
             assert [m.text for m in await gateway.store.pending_inbound()] == ["first"]  # second: withdrawn
         # the slow turn was cut by the stop; the next process runs the first message only
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
-            await wait_for(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: idle(gateway))
             assert await gateway.store.pending_inbound() == []
     assert len(fake.requests) == 2 and all("second" not in " ".join(user_texts(r)) for r in fake.requests)
     assert [m.text for m in feishu.sent] == ["first, answered"]
@@ -199,16 +199,16 @@ async def test_a_message_recalled_once_its_turn_started_is_still_answered_and_th
     and a reply already sent is not withdrawn (no DELETE)."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.slow(0.8, FakeReply.text("answered anyway")), FakeReply.text("kept"))
-        async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (_, url):
+        async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             running = feishu.user_message("first", sender=ALICE, chat_id="oc_dm")
             assert (await feishu.push(running, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             assert (await feishu.push(feishu.recalled(running["event"]["message"]["message_id"]), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             answered = feishu.user_message("second", sender=ALICE, chat_id="oc_dm")
             await ask(feishu, url, answered, 2)
             assert (await feishu.push(feishu.recalled(answered["event"]["message"]["message_id"]), url)).ok
-            await asyncio.sleep(0.5)
+            await eventually(lambda: idle(gateway))
     assert [(m.text, m.reply_to) for m in feishu.sent] == [
         ("answered anyway", None),
         ("kept", answered["event"]["message"]["message_id"]),
@@ -230,21 +230,21 @@ async def test_a_removed_bot_sends_nothing_there_and_greets_once_when_added_agai
                 "hello", chat_id=TEAM, chat_type="group", sender=ALICE, mention_bot=True
             )
             assert (await feishu.push(asked, url)).ok
-            await wait_for(lambda: len(fake.requests) == 1)
+            await eventually(lambda: len(fake.requests) == 1)
             removed = feishu.bot_removed(TEAM)
             assert (await feishu.push(removed, url)).ok
-            await wait_for(lambda: gateway.counters["dead_letters"] == 1)
+            await eventually(lambda: gateway.counters["dead_letters"] == 1)
             [dead] = await gateway.store.dead_letters()
             assert "the bot was removed from chat oc_team" in dead["error"]
             assert not [r for r in feishu.requests if "/messages" in r.path]  # nothing tried
-            await asyncio.sleep(0.01)  # the platform's clock moves on (create_time in ms)
-            added = feishu.bot_added(TEAM)
+            added = feishu.bot_added(TEAM)  # a millisecond after the removal on the platform's clock:
+            added["header"]["create_time"] = str(int(removed["header"]["create_time"]) + 1)  # type: ignore[index]
             assert (await feishu.push(added, url)).ok
             assert (await feishu.push(feishu.redelivery_of(added, new_event_id=False), url)).ok
             assert (await feishu.push(feishu.redelivery_of(removed, new_event_id=False), url)).ok
             again = feishu.user_message("hi", chat_id=TEAM, chat_type="group", sender=BOB, mention_bot=True)
             await ask(feishu, url, again, 2)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: idle(gateway))
     assert [(m.chat_id, m.text) for m in feishu.sent] == [(TEAM, greeting), (TEAM, "back")]
     assert (
         feishu.sent[0].reply_to is None and feishu.sent[1].reply_to == again["event"]["message"]["message_id"]
@@ -257,9 +257,9 @@ async def test_the_default_greeting_is_in_both_languages_and_an_empty_one_is_non
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         async with team_gateway(tmp_path, feishu, fake, monkeypatch) as (_, url):
             await ask(feishu, url, feishu.bot_added(TEAM), 1)
-        async with team_gateway(tmp_path / "quiet", feishu, fake, monkeypatch, greeting="") as (_, url):
+        async with team_gateway(tmp_path / "quiet", feishu, fake, monkeypatch, greeting="") as (gateway, url):
             assert (await feishu.push(feishu.bot_added("oc_other"), url)).ok
-            await asyncio.sleep(0.5)
+            await eventually(lambda: idle(gateway))
     greeting = GREETING
     assert [m.text for m in feishu.sent] == [f"{greeting['zh']}\n{greeting['en']}"]
 

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.observe.metrics import REGISTRY
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 
 def link_up(app_id: str) -> float | None:
@@ -41,14 +42,14 @@ async def test_a_long_connection_that_gives_up_is_degraded_on_healthz_and_0_on_m
     async with FakeFeishu(app_id="cli_gives_up", time_scale=0.001) as feishu:
         feishu.ws_client_config.update(ReconnectCount=2, ReconnectInterval=0.3, ReconnectNonce=0)
         async with feishu_gateway(tmp_path, feishu, mode="longconn") as (gateway, _):
-            await wait_for(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
+            await eventually(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
             assert longconn_parts(gateway) == []
             feishu.max_ws_connections = 0  # every reconnect is refused from now on
             await feishu.disconnect_all()
-            await wait_for(lambda: bool(longconn_parts(gateway)))
+            await eventually(lambda: bool(longconn_parts(gateway)))
             assert link_up(feishu.app_id) == 0
             assert "reconnecting" in longconn_parts(gateway)[0]["detail"]
-            await wait_for(lambda: "gave up" in str(longconn_parts(gateway)))
+            await eventually(lambda: "gave up" in str(longconn_parts(gateway)))
             [part] = longconn_parts(gateway)
             assert link_up(feishu.app_id) == 0 and feishu.ws_clients == 0
     assert "no event arrives until serve is restarted" in part["detail"] and part["attempts"] == 2
@@ -58,13 +59,13 @@ async def test_a_dropped_long_connection_is_degraded_until_it_is_back(tmp_path: 
     async with FakeFeishu(app_id="cli_comes_back", time_scale=0.001) as feishu:
         feishu.ws_client_config.update(ReconnectInterval=0.3, ReconnectNonce=0)
         async with feishu_gateway(tmp_path, feishu, mode="longconn") as (gateway, _):
-            await wait_for(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
+            await eventually(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
             feishu.max_ws_connections = 0
             await feishu.disconnect_all()
-            await wait_for(lambda: bool(longconn_parts(gateway)) and link_up(feishu.app_id) == 0)
+            await eventually(lambda: bool(longconn_parts(gateway)) and link_up(feishu.app_id) == 0)
             feishu.max_ws_connections = 50  # the platform takes clients again
-            await wait_for(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
+            await eventually(lambda: feishu.ws_clients == 1 and link_up(feishu.app_id) == 1)
             assert longconn_parts(gateway) == []
             envelope = feishu.user_message("still there?", chat_id="oc_back")
             await feishu.ws_deliver(envelope)
-            await wait_for(lambda: len(feishu.messages_in("oc_back")) == 1)
+            await eventually(lambda: len(feishu.messages_in("oc_back")) == 1)

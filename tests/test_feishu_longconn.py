@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from aiohttp.test_utils import TestServer
 
 from hermes_core.channels.feishu.frames import METHOD_CONTROL, METHOD_DATA, Frame
 from hermes_core.channels.feishu.longconn import ClientConfig, FeishuLongConnection, LongConnectionError
+from virtual_clock import VirtualClock
+from waiting import eventually
 
 SECRET = "s3cret-never-logged"
 SERVICE_ID = 7
@@ -33,6 +36,7 @@ class MiniFeishu:
         self.sockets: list[web.WebSocketResponse] = []
         self.raw_pings: list[bytes] = []
         self.ping_times: list[float] = []
+        self.clock: Callable[[], float] = time.monotonic  # what `ping_times` are read from
         self.acks: list[Frame] = []
         app = web.Application()
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
@@ -62,7 +66,7 @@ class MiniFeishu:
             frame = Frame.decode(message.data)
             if frame.method == METHOD_CONTROL and frame.header("type") == "ping":
                 self.raw_pings.append(message.data)
-                self.ping_times.append(time.monotonic())
+                self.ping_times.append(self.clock())
                 pong = Frame(service=frame.service, method=METHOD_CONTROL, headers=[("type", "pong")])
                 await ws.send_bytes(dataclasses.replace(pong, payload=self.pong_payload).encode())
             else:
@@ -77,13 +81,6 @@ class MiniFeishu:
                       payload=payload)  # fmt: skip
         await self.sockets[-1].send_bytes(frame.encode())
         return frame
-
-
-async def until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 def envelope(text: str, message_id: str = "om_1") -> dict[str, Any]:
@@ -187,33 +184,56 @@ async def test_endpoint_url_without_service_id_is_refused(feishu: MiniFeishu) ->
         await FeishuLongConnection("cli_test", SECRET, on_event, domain=feishu.domain).start()
 
 
+async def read_so_far(feishu: MiniFeishu, received: Received) -> None:
+    """Until the client has read every frame the server sent before now: a whole event pushed after
+    them is ACKed (frames arrive in order on the socket). That marker event and its ACK are then
+    taken out of `received` and `feishu.acks` again."""
+    marker_id = f"om_marker_{uuid.uuid4().hex[:8]}"
+    marker = envelope("marker", marker_id)
+    await feishu.push(json.dumps(marker).encode(), message_id=marker_id)
+    acked = lambda: any(ack.header("message_id") == marker_id for ack in feishu.acks)  # noqa: E731
+    await eventually(acked, what=f"the ACK of {marker_id}")
+    feishu.acks[:] = [ack for ack in feishu.acks if ack.header("message_id") != marker_id]
+    received.remove(marker)
+
+
 async def test_pings_at_once_then_every_ping_interval(feishu: MiniFeishu, connect: Connect) -> None:
-    await connect()  # PingInterval 60 s: only the immediate ping can arrive
-    await until(lambda: len(feishu.raw_pings) == 1)
+    """A ping at once on connecting, then one every PingInterval of the handshake's ClientConfig (60 s),
+    on the connection's clock: the test moves it from one wake-up of the ping loop to the next, so
+    the pings' times are exact and no wall-clock window is measured."""
+    clock = VirtualClock()
+    feishu.clock = clock
+
+    async def settled() -> None:
+        """The ping loop asleep again, its ping (if any) at the server and the pong read by the client
+        (the first marker's ACK follows the ping on the socket, the second marker the pong)."""
+        await eventually(lambda: clock.sleeping == 1, what="the ping loop asleep")
+        await read_so_far(feishu, received)
+        await read_so_far(feishu, received)
+
+    _, received = await connect(clock=clock, sleep=clock.sleep)
+    await settled()
     expected = Frame(service=SERVICE_ID, method=METHOD_CONTROL, headers=[("type", "ping")]).encode()
     assert expected == bytes.fromhex("08 00 10 00 18 07 20 00 2a 0c 0a 04") + b"type\x12\x04ping"
-    assert feishu.raw_pings[0] == expected
-    await asyncio.sleep(0.1)
-    assert len(feishu.raw_pings) == 1
-
-    feishu.config["PingInterval"] = 0.05
-    await connect()
-    await until(lambda: len(feishu.raw_pings) >= 5)
-    gaps = [b - a for a, b in zip(feishu.ping_times[2:], feishu.ping_times[3:], strict=False)]
-    assert all(0.03 < gap < 0.5 for gap in gaps)
+    assert feishu.raw_pings == [expected] and feishu.ping_times == [0]
+    while len(feishu.raw_pings) < 5:
+        clock.wake_next()
+        await settled()
+    assert feishu.ping_times == [0, 60, 120, 180, 240]  # none between: each ping is at a wake-up
+    assert feishu.raw_pings == [expected] * 5
 
 
 async def test_pong_client_config_is_applied_at_once(feishu: MiniFeishu, connect: Connect) -> None:
     feishu.pong_payload = json.dumps({"PingInterval": 0.05, "ReconnectCount": 3}).encode()
     client, _ = await connect()  # handshake said 60 s; the first pong says 0.05 s
-    await until(lambda: len(feishu.raw_pings) >= 4)
+    await eventually(lambda: len(feishu.raw_pings) >= 4)
     assert client.config.ping_interval == 0.05 and client.config.reconnect_count == 3
 
 
 async def test_event_is_delivered_once_and_acked_with_biz_rt(feishu: MiniFeishu, connect: Connect) -> None:
     client, received = await connect()
     pushed = await feishu.push(json.dumps(envelope("hi")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("hi")] and client.events_received == 1
     acked(pushed, feishu.acks[0], 200)
 
@@ -222,21 +242,23 @@ async def test_split_event_is_joined_in_seq_order(feishu: MiniFeishu, connect: C
     _, received = await connect()
     raw = json.dumps(envelope("a long message " * 20)).encode()
     await feishu.push(raw[100:], total=2, seq=1)  # out of order on purpose
-    await asyncio.sleep(0.05)
+    await read_so_far(feishu, received)
     assert received == [] and feishu.acks == []  # half an event is neither delivered nor ACKed
     last = await feishu.push(raw[:100], total=2, seq=0)
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("a long message " * 20)]
     acked(last, feishu.acks[0], 200)
 
 
 async def test_incomplete_parts_expire(feishu: MiniFeishu, connect: Connect) -> None:
-    _, received = await connect(part_timeout=0.05)
+    clock = VirtualClock()  # the connection's: the half event grows old without waiting
+    _, received = await connect(part_timeout=0.05, clock=clock, sleep=clock.sleep)
     raw = json.dumps(envelope("late")).encode()
     await feishu.push(raw[:10], total=2, seq=0)
-    await asyncio.sleep(0.1)
+    await read_so_far(feishu, received)
+    clock.now += 0.1
     await feishu.push(raw[10:], total=2, seq=1)  # its first half is gone: nothing to join
-    await asyncio.sleep(0.1)
+    await read_so_far(feishu, received)
     assert received == [] and feishu.acks == []
 
 
@@ -246,7 +268,7 @@ async def test_failing_handler_is_acked_500(feishu: MiniFeishu, connect: Connect
 
     await connect(boom)
     pushed = await feishu.push(json.dumps(envelope("x")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     acked(pushed, feishu.acks[0], 500)
 
 
@@ -254,8 +276,7 @@ async def test_card_frames_are_dropped_without_ack(feishu: MiniFeishu, connect: 
     _, received = await connect()
     await feishu.push(b'{"action":{}}', message_id="card-1", kind="card")
     await feishu.push(json.dumps(envelope("after")).encode(), message_id="m2")
-    await until(lambda: len(feishu.acks) == 1)
-    await asyncio.sleep(0.05)
+    await eventually(lambda: len(feishu.acks) == 1)  # m2's ACK: the card frame before it was read too
     assert received == [envelope("after")]
     assert [ack.header("message_id") for ack in feishu.acks] == ["m2"]
 
@@ -273,12 +294,12 @@ async def test_slow_handler_blocks_neither_pings_nor_other_events(
     _, received = await connect(slow_for_first, ack_timeout=0.05)
     await feishu.push(json.dumps(envelope("slow", "om_slow")).encode(), message_id="slow")
     await feishu.push(json.dumps(envelope("fast", "om_fast")).encode(), message_id="fast")
-    await until(lambda: [ack.header("message_id") for ack in feishu.acks] == ["fast"])
+    await eventually(lambda: [ack.header("message_id") for ack in feishu.acks] == ["fast"])
     pings = len(feishu.raw_pings)
-    await until(lambda: len(feishu.raw_pings) >= pings + 3)
-    await until(lambda: "still running" in caplog.text)
+    await eventually(lambda: len(feishu.raw_pings) >= pings + 3)
+    await eventually(lambda: "still running" in caplog.text)
     release.set()
-    await until(lambda: len(feishu.acks) == 2)
+    await eventually(lambda: len(feishu.acks) == 2)
     assert feishu.acks[1].header("message_id") == "slow" and feishu.acks[1].payload == b'{"code":200}'
     assert len(received) == 2
 
@@ -286,10 +307,10 @@ async def test_slow_handler_blocks_neither_pings_nor_other_events(
 async def test_disconnect_reconnects_with_a_new_handshake(feishu: MiniFeishu, connect: Connect) -> None:
     client, received = await connect()
     await feishu.sockets[0].close()
-    await until(lambda: client.reconnects == 1 and client.connected and len(feishu.sockets) == 2)
+    await eventually(lambda: client.reconnects == 1 and client.connected and len(feishu.sockets) == 2)
     assert len(feishu.endpoint_requests) == 2
     await feishu.push(json.dumps(envelope("again")).encode())
-    await until(lambda: len(feishu.acks) == 1)
+    await eventually(lambda: len(feishu.acks) == 1)
     assert received == [envelope("again")]
 
 
@@ -300,7 +321,7 @@ async def test_reconnect_gives_up_after_reconnect_count(
     client, _ = await connect()
     feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 5
     await feishu.sockets[0].close()
-    await until(lambda: "gave up" in caplog.text)
+    await eventually(lambda: "gave up" in caplog.text)
     assert len(feishu.endpoint_requests) == 1 + 2 and not client.connected
 
 
@@ -330,11 +351,11 @@ async def test_stop_is_clean_and_idempotent(feishu: MiniFeishu, connect: Connect
     release = asyncio.Event()
     client, _ = await connect(lambda event: release.wait())
     await feishu.push(json.dumps(envelope("pending")).encode())  # a handler still running at stop()
-    await until(lambda: client.events_received == 1 and len(feishu.raw_pings) >= 2)
+    await eventually(lambda: client.events_received == 1 and len(feishu.raw_pings) >= 2)
     await client.stop()
     assert asyncio.all_tasks() == {asyncio.current_task()} | _server_tasks()
     assert not client.connected
-    await until(lambda: feishu.sockets[0].closed)
+    await eventually(lambda: feishu.sockets[0].closed)
     await client.stop()
 
 
@@ -343,7 +364,7 @@ async def test_stop_during_reconnect_backoff_is_prompt(feishu: MiniFeishu, conne
     client, _ = await connect()
     feishu.endpoint_replies = [{"code": 1, "msg": "system busy"}] * 3
     await feishu.sockets[0].close()
-    await until(lambda: not client.connected and len(feishu.endpoint_requests) == 2)  # now waiting 30 s
+    await eventually(lambda: not client.connected and len(feishu.endpoint_requests) == 2)  # now waiting 30 s
     started = time.monotonic()
     await client.stop()
     assert time.monotonic() - started < 0.5
@@ -387,7 +408,7 @@ async def fake_client(
 async def test_fake_delivers_whole_and_split_events_with_acks(fake: Any) -> None:
     client, received = await fake_client(fake)
     try:
-        await until(lambda: fake.ws_clients == 1 and fake.pings_received == 1)
+        await eventually(lambda: fake.ws_clients == 1 and fake.pings_received == 1)
         whole, split = fake.user_message("hello"), fake.user_message("你好，" * 50)  # cuts inside characters
         await fake.ws_deliver(whole)
         await fake.ws_deliver(split, parts=3)
@@ -397,7 +418,7 @@ async def test_fake_delivers_whole_and_split_events_with_acks(fake: Any) -> None
         assert all(ack["biz_rt"].isdigit() for ack in fake.ws_acks) and not fake.ws_errors
     finally:
         await client.stop()
-    await until(lambda: fake.ws_clients == 0)
+    await eventually(lambda: fake.ws_clients == 0)
 
 
 async def test_fake_rejects_a_wrong_secret_at_start(fake: Any) -> None:
@@ -412,7 +433,7 @@ async def test_fake_pong_config_speeds_up_pings(fake: Any) -> None:
     fake.pong_config = {"PingInterval": 0.02}
     client, _ = await fake_client(fake)
     try:
-        await until(lambda: fake.pings_received >= 5)
+        await eventually(lambda: fake.pings_received >= 5)
         assert client.config.ping_interval == 0.02
     finally:
         await client.stop()
@@ -441,7 +462,7 @@ async def test_fake_disconnect_then_reconnect_and_keep_receiving(fake: Any) -> N
     client, received = await fake_client(fake)
     try:
         await fake.disconnect_all()
-        await until(lambda: client.reconnects == 1 and fake.ws_clients == 1)
+        await eventually(lambda: client.reconnects == 1 and fake.ws_clients == 1)
         assert fake.ws_endpoint_calls == 2
         message = fake.user_message("after the drop")
         await fake.ws_deliver(message)

@@ -9,7 +9,6 @@ reproduces comes from reading the SDK's source (lark_oapi/ws/client.py, lark_oap
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway, idle
 from hermes_core import Agent
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.longconn import FeishuLongConnection
@@ -32,6 +31,7 @@ from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu.cards import buttons
 from invoicing import RAN, send_invoice
+from waiting import eventually
 
 lark_reference = pytest.importorskip("lark_reference", reason="needs lark-oapi (the test extra)")
 LarkReference = lark_reference.LarkReference
@@ -74,7 +74,7 @@ async def reference_gateway(
         kwargs = {"runner": runner} if runner is not None else {}
         async with feishu_gateway(tmp_path, feishu, mode=mode, **kwargs) as (gateway, url):
             if mode == "longconn":
-                await wait_for(lambda: len(feishu.live) == 1, timeout=20)
+                await eventually(lambda: len(feishu.live) == 1, timeout=20)
             yield feishu, gateway, url
 
 
@@ -87,11 +87,11 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
     loses the error toast, so the clicker gets no feedback. The ACK is parsed with the SDK's Frame
     and compared with the ACK the SDK itself writes for the same frame and the same answer."""
     runner = AgentRunner(approvals_agent(tmp_path))
-    async with reference_gateway(tmp_path, {"ReconnectNonce": 0}, runner=runner) as (feishu, _, _):
+    async with reference_gateway(tmp_path, {"ReconnectNonce": 0}, runner=runner) as (feishu, gateway, _):
         ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
         asked = AckPayload.parse((await feishu.ack_of(await feishu.ws_push(ask))).payload)
         assert (asked.code, asked.answer) == (200, None)  # a message event has no answer to carry
-        await wait_for(lambda: len(feishu.sent) == 1)
+        await eventually(lambda: len(feishu.sent) == 1)
         card = feishu.sent[0]
         buttons = card_buttons(card.content)
 
@@ -104,7 +104,7 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         assert toast.type == "error" and "管理员" in toast.content
         expected = await lark_reference.sdk_ack(refused_frame, refused.answer)
         assert lark_reference.ack_without_timing(ack) == lark_reference.ack_without_timing(expected)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: idle(gateway))  # a wrongly resumed task would have run by now
         assert RAN == [] and feishu.patches == []
 
         allowed = await feishu.ws_push(feishu.card_action("ou_alice", card.message_id, buttons["approve"]))
@@ -114,8 +114,8 @@ async def test_card_click_toast_comes_back_in_the_long_connection_ack_as_the_sdk
         decided = lark_reference.P2CardActionTriggerResponse(answer.answer).card  # read by the SDK's model
         assert decided.type == "raw" and card_buttons(decided.data) == {} and "已批准" in json.dumps(
             decided.data, ensure_ascii=False)  # fmt: skip
-        await wait_for(lambda: len(feishu.sent) == 2)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: len(feishu.sent) == 2)
+        await eventually(lambda: idle(gateway))
         assert feishu.patches == []  # the answer carries the card: no PATCH
     assert RAN == ["invoice ACME 120"]
 
@@ -130,16 +130,16 @@ async def test_a_silently_dead_connection_is_replaced_within_two_ping_intervals(
     interval = 2.0
     config = {"PingInterval": interval, "ReconnectNonce": 0, "ReconnectInterval": 1}
     async with reference_gateway(tmp_path, config) as (feishu, gateway, _):
-        await wait_for(lambda: len(feishu.sockets[0].pings) >= 1)
+        await eventually(lambda: len(feishu.sockets[0].pings) >= 1)
         frozen_at = feishu.freeze()
-        await wait_for(lambda: len(feishu.live) == 1, timeout=4 * interval)
+        await eventually(lambda: len(feishu.live) == 1, timeout=4 * interval)
         replaced_after = feishu.live[0].opened_at - frozen_at
         assert replaced_after < 2 * interval, f"replaced after {replaced_after:.2f} s"
         assert feishu.sockets[0].frozen and longconn(gateway).dead_connections == 1
         message = feishu.user_message("still there?", chat_id="oc_p2p", sender="ou_alice")
         ack = AckPayload.parse((await feishu.ack_of(await feishu.ws_push(message))).payload)
         assert ack.code == 200
-        await wait_for(lambda: any(m.text == "echo: still there?" for m in feishu.sent))
+        await eventually(lambda: any(m.text == "echo: still there?" for m in feishu.sent))
 
 
 @pytest.mark.slow  # several seconds of real time
@@ -156,7 +156,7 @@ async def test_reconnect_attempts_follow_the_platforms_nonce_and_interval(tmp_pa
         feishu.endpoint_busy = 3  # three failed attempts, then the fourth connects
         handshakes = len(feishu.endpoint_times)
         dropped_at = await feishu.drop()
-        await wait_for(lambda: len(feishu.live) == 1, timeout=20)
+        await eventually(lambda: len(feishu.live) == 1, timeout=20)
         attempts = feishu.endpoint_times[handshakes:]
     assert len(attempts) == 4
     first = attempts[0] - dropped_at
@@ -176,7 +176,7 @@ async def test_first_reconnect_delays_are_spread_over_the_nonce(tmp_path: Path) 
         for _ in range(5):
             handshakes = len(feishu.endpoint_times)
             dropped_at = await feishu.drop()
-            await wait_for(lambda: len(feishu.live) == 1, timeout=10)  # noqa: B023
+            await eventually(lambda: len(feishu.live) == 1, timeout=10)  # noqa: B023
             delays.append(feishu.endpoint_times[handshakes] - dropped_at)
     assert all(0 <= delay <= nonce + 0.35 for delay in delays), delays
     assert max(delays) - min(delays) > 0.05, f"no jitter: {delays}"
@@ -203,7 +203,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
     With an Encrypt Key the body may come encrypted; the signature still uses the token."""
     async with LarkReference(time_scale=0.001, encrypt_key=encrypt_key) as feishu:
         agent = approvals_agent(tmp_path)
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             challenge = {"challenge": "c-123", "token": feishu.verification_token, "type": "url_verification"}
             plain = {"Content-Type": "application/json"}
             status, answer = await post_raw(url, plain, json.dumps(challenge).encode())
@@ -211,7 +211,7 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
 
             ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_p2p", sender="ou_alice")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             buttons = card_buttons(card.content)
 
@@ -241,16 +241,16 @@ async def test_legacy_card_callback_is_accepted_as_the_sdk_accepts_it(
             assert (await post_raw(url, tampered, body))[0] == 401
             stale_headers, stale_body = legacy("ou_alice", timestamp=str(int(time.time()) - 3 * 24 * 3600))
             assert (await post_raw(url, stale_headers, stale_body))[0] == 401
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
             assert RAN == [] and feishu.patches == []
 
             headers, body = legacy("ou_alice")
             assert sdk_accepts(token, headers, body) is not None
             status, answer = await post_raw(url, headers, body)
             assert status == 200 and answer["toast"]["type"] == "success", answer
-            await wait_for(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
+            await eventually(lambda: len(feishu.sent) == 2 and len(feishu.patches) == 1)
             assert (await post_raw(url, headers, body))[1]["toast"]["type"] == "error"  # already decided
-            await asyncio.sleep(0.2)
+            await eventually(lambda: idle(gateway))
     assert RAN == ["invoice ACME 120"]
     assert "已批准" in feishu.patches[0].text and "User alice" in feishu.patches[0].text
 
@@ -277,7 +277,7 @@ async def test_fake_feishu_reads_the_toast_out_of_the_ack_as_the_platform_does(t
 
     async with FakeFeishu(time_scale=0.001) as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(approvals_agent(tmp_path)), mode="longconn"):
-            await wait_for(lambda: feishu.ws_clients == 1)
+            await eventually(lambda: feishu.ws_clients == 1)
             click = feishu.card_action("ou_alice", "om_gone", {"approval_id": "nope", "decision": "approve"})
             await feishu.ws_deliver(click)
             await feishu.drain(10)

@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway
 from hermes_core import Agent
 from hermes_core.channels.feishu import scopes
 from hermes_core.channels.feishu.api import FeishuAPI
@@ -27,6 +27,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.cards import buttons
 from invoicing import send_invoice
+from waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 FEISHU = ROOT / "src" / "hermes_core" / "channels" / "feishu"
@@ -109,11 +110,11 @@ async def test_every_call_the_bot_makes_against_the_platform_is_in_the_table(tmp
     async with FakeFeishu(time_scale=0.001) as feishu:
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (_, url):
             assert (await feishu.push(feishu.user_message("invoice ACME", chat_id="oc_1"), url)).ok
-            await wait_for(lambda: any(buttons(m.content) for m in feishu.sent))
+            await eventually(lambda: any(buttons(m.content) for m in feishu.sent))
             card = next(m for m in feishu.sent if buttons(m.content))
             value = buttons(card.content)[0]
             assert (await feishu.push(feishu.card_action("ou_user1", card.message_id, value), url)).ok
-            await wait_for(lambda: any("Sent." in m.text for m in feishu.sent))
+            await eventually(lambda: any("Sent." in m.text for m in feishu.sent))
         picture = feishu.image_message(b"\x89PNG", chat_id="oc_1")["event"]["message"]
         async with FeishuAPI(feishu.app_id, feishu.app_secret, base_url=feishu.base_url) as api:
             key = json.loads(picture["content"])["image_key"]

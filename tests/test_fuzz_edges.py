@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from gateway_harness import serving, wait_for
+from gateway_harness import idle, serve_idle, serving
 from hermes_core.channels.feishu.api import FeishuAPI
 from hermes_core.channels.feishu.channel import FeishuChannel
 from hermes_core.channels.feishu.crypto import encrypt, signature
@@ -57,6 +57,7 @@ from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.tasks.pending import Pending, SQLiteInteractions
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 DATA = Path(__file__).parent / "data"
 CORPUS = DATA / "hostile_bodies.jsonl"
@@ -428,7 +429,7 @@ async def _flood(edge: Edge, bodies: list[tuple[str, bytes, dict[str, str], str]
             report.loaded.append(seconds)
             if n % 5 == 0:
                 report.legit_webhook.append(await edge.legit_webhook(n))
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # legit events spread over the flood: time passing is the test
 
     await asyncio.gather(interleaved(), asyncio.to_thread(asyncio.run, clients()))
 
@@ -475,9 +476,9 @@ def generated_bodies(
 
 async def settled(edge: Edge, report: FuzzReport) -> None:
     """Wait until every legit message is answered and nothing is left pending."""
-    await wait_for(lambda: all(edge.feishu_replies(m) >= 1 for m in report.legit_feishu), timeout=30)
-    await wait_for(lambda: all(status == "done" for _, _, status in edge.inbox()), timeout=30)
-    await asyncio.sleep(0.2)  # nothing more may arrive
+    await eventually(lambda: all(edge.feishu_replies(m) >= 1 for m in report.legit_feishu), timeout=30)
+    await eventually(lambda: all(status == "done" for _, _, status in edge.inbox()), timeout=30)
+    await eventually(lambda: idle(edge.gateway))  # nothing more may arrive
 
 
 def print_figures(name: str, report: FuzzReport) -> None:
@@ -546,8 +547,8 @@ async def test_a_lone_surrogate_in_the_text_is_replaced_and_answered_once(tmp_pa
         for _ in range(3):  # Feishu's retries of the same push
             status, _ = await target.post("feishu", json.dumps(envelope).encode())
             assert status == 200
-        await wait_for(lambda: target.feishu_replies("om_sur") >= 1)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: target.feishu_replies("om_sur") >= 1)
+        await eventually(lambda: idle(target.gateway))
         assert target.feishu_replies("om_sur") == 1
         assert target.answers.calls == Counter({"sur-1": 1, "om_sur": 1})
         assert target.answers.texts["om_sur"] == "half \ufffd pair"
@@ -598,11 +599,14 @@ async def test_hostile_frames_on_the_long_connection_never_end_it(
 
     caplog.set_level(logging.INFO, logger="hermes_core")
     frames = collect(hostile_frame(), 300)
-    async with FakeFeishu(time_scale=0.001) as feishu, feishu_gateway(tmp_path, feishu, mode="longconn"):
-        await wait_for(lambda: feishu.ws_clients == 1)
+    async with (
+        FakeFeishu(time_scale=0.001) as feishu,
+        feishu_gateway(tmp_path, feishu, mode="longconn") as (gateway, _),
+    ):
+        await eventually(lambda: feishu.ws_clients == 1)
         before = feishu.user_message("before", chat_id="oc_before")
         await feishu.ws_deliver(before)
-        await wait_for(lambda: len(feishu.sent) == 1)
+        await eventually(lambda: len(feishu.sent) == 1)
         connection = feishu._connections[0]  # the raw socket: the fake itself only sends valid frames
         for frame in frames:
             await connection.ws.send_bytes(frame)
@@ -614,9 +618,9 @@ async def test_hostile_frames_on_the_long_connection_never_end_it(
             await feishu.ws_deliver(envelope)
         after = feishu.user_message("after", chat_id="oc_after")
         await feishu.ws_deliver(after)
-        await wait_for(lambda: len(feishu.sent) == 2)
+        await eventually(lambda: len(feishu.sent) == 2)
         await feishu.drain(10)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: idle(gateway))
         assert feishu.ws_connections_total == 1 and feishu.ws_clients == 1
         assert [sent.text for sent in feishu.sent] == ["echo: before", "echo: after"]
         assert all(ack["code"] == 200 for ack in feishu.ws_acks)
@@ -667,11 +671,11 @@ async def test_serve_answers_503_when_the_database_fails_and_the_platform_retry_
                         assert "try again" in (await answer.json())["error"]
                 envelope = feishu.user_message("hello", chat_id="oc_503")
                 feishu.deliver(envelope, f"{url}/feishu/events")
-                await wait_for(lambda: any(attempt.status == 503 for attempt in feishu.push_log))
+                await eventually(lambda: any(attempt.status == 503 for attempt in feishu.push_log))
                 db.execute("ALTER TABLE inbox_moved_away RENAME TO inbox")
             await feishu.drain(20)
-            await wait_for(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: serve_idle(url))
             assert [sent.text for sent in feishu.sent] == ["answered"]
             assert [a.status for a in feishu.push_log][-1] == 200
         finally:

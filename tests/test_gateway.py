@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import serving, wait_for
+from gateway_harness import serving
 from hermes_core.channels.base import Channel, DeliveryError
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.gateway.dispatcher import Gateway, reply_for
@@ -26,6 +26,7 @@ from hermes_core.postgres.gateway import PostgresGatewayStore
 from hermes_core.sessions.store import TurnAppend
 from hermes_core.storage import StoreUnavailable
 from virtual_clock import VirtualClock
+from waiting import eventually
 
 Runner = Callable[[InboundMessage], Awaitable[list[str]]]
 
@@ -167,7 +168,7 @@ async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(t
         running[message.conversation] -= 1
         return [message.text]
 
-    async with running_gateway(tmp_path, runner) as (_, url):
+    async with running_gateway(tmp_path, runner) as (gateway, url):
         started = clock()
         requests = [
             post(f"{url}/webhook", {"message": f"{user}-{i}", "user_id": user})
@@ -175,9 +176,9 @@ async def test_one_turn_per_conversation_in_order_and_conversations_concurrent(t
             for user in ("alice", "bob", "carol")
         ]
         results = []
-        for request in requests:  # sent in this order, each accepted before the next is sent
+        for sent, request in enumerate(requests, 1):  # sent in this order, each accepted before the next
             results.append(asyncio.ensure_future(request))
-            await asyncio.sleep(0.01)
+            await eventually(lambda n=sent: sum(gateway.lanes()["turns"].values()) == n)  # type: ignore[misc]
         [answers] = await clock.run(asyncio.gather(*results), settled=every_busy_conversation_is_waiting)
         elapsed = clock() - started
     assert overlap == []
@@ -220,7 +221,7 @@ async def test_async_callback_variant_retries_until_delivered(tmp_path: Path) ->
         url,
     ):
         status, answer = await post(f"{url}/webhook", body, headers)
-        await wait_for(lambda: bool(received))
+        await eventually(lambda: bool(received))
     await callback_runner.cleanup()
     assert status == 202 and answer["accepted"] is True
     assert received and received[0]["body"]["reply"] == "echo: later please"
@@ -258,7 +259,7 @@ async def test_transient_send_failures_are_retried_in_order(new_store: NewStore)
     await gateway.start()
     for i in range(5):
         await gateway.accept(inbound("c1", f"m{i}", f"id{i}"))
-    await wait_for(lambda: len(channel.delivered) == 5)
+    await eventually(lambda: len(channel.delivered) == 5)
     await gateway.stop(grace=1)
     assert channel.delivered == [f"echo: m{i}" for i in range(5)]
 
@@ -269,9 +270,11 @@ async def test_undeliverable_reply_goes_to_the_dead_letter_table(new_store: NewS
     gateway.add_channel(FlakyChannel(failures=99))
     await gateway.start()
     await gateway.accept(inbound("c1", "hello", "id1"))
-    deadline = time.monotonic() + 20
-    while not (await store.counts())["dead_letters"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
+
+    async def dead_lettered() -> bool:
+        return bool((await store.counts())["dead_letters"])
+
+    await eventually(dead_lettered)
     dead = await store.dead_letters()
     await gateway.stop(grace=1)
     assert len(dead) == 1 and dead[0]["attempts"] == 3 and "platform busy" in dead[0]["error"]
@@ -292,7 +295,7 @@ async def test_restart_finishes_accepted_messages_and_sends_unsent_replies(new_s
     gateway = Gateway(new_store(), echo)
     gateway.add_channel(channel)
     await gateway.start()
-    await wait_for(lambda: len(channel.delivered) == 2)
+    await eventually(lambda: len(channel.delivered) == 2)
     await gateway.stop(grace=1)
     assert channel.delivered == ["reply one", "echo: two"]
 
@@ -339,8 +342,11 @@ async def test_duplicates_by_event_id_and_message_id(new_store: NewStore) -> Non
 
 
 async def test_graceful_stop_lets_an_inflight_turn_finish(new_store: NewStore) -> None:
+    started = asyncio.Event()
+
     async def slow(message: InboundMessage) -> list[str]:
-        await asyncio.sleep(0.3)
+        started.set()
+        await asyncio.sleep(0.3)  # a turn still running when the stop comes: the behaviour under test
         return ["finished"]
 
     store = new_store()
@@ -349,7 +355,7 @@ async def test_graceful_stop_lets_an_inflight_turn_finish(new_store: NewStore) -
     gateway.add_channel(channel)
     await gateway.start()
     await gateway.accept(inbound("c1", "work", "id1"))
-    await asyncio.sleep(0.05)
+    await eventually(started.is_set, what="the turn to start")
     await gateway.stop(grace=2)
     assert channel.delivered == ["finished"]
     reopened = new_store()

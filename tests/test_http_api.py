@@ -69,7 +69,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if path == "/everything":
         return web.json_response([{"id": i, "name": f"person {i}"} for i in range(5000)])
     if path == "/slow":
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # an API slower than the call may wait: the behaviour under test
     if path == "/endless":  # a body that never ends (the client must stop reading)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)

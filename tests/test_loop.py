@@ -77,7 +77,7 @@ async def test_parallel_sync_tools_do_not_share_state() -> None:
         current.set(label)
         context.scratch["label"] = label
         items.append(label)  # mutating its own arguments must not leak into another call
-        time.sleep(0.05)
+        time.sleep(0.05)  # long enough for the two calls to overlap
         seen[label] = (context.scratch["label"], list(items), current.get())
         return label
 

@@ -36,6 +36,8 @@ from hermes_core.tools.mcp import (
     attach_mcp,
     tool_result,
 )
+from serve_process import listening
+from waiting import wait_for
 
 DEMO_SERVER = Path(__file__).with_name("mcp_demo_server.py")
 
@@ -77,15 +79,8 @@ def http_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         [sys.executable, str(DEMO_SERVER), "--port", str(port)], env=env, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, "the demo server exited before it was ready"
-            assert time.monotonic() < deadline, "the demo server did not start listening"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_for(lambda: process.poll() is not None or listening(port), what="the demo server to listen")
+        assert process.poll() is None, "the demo server exited before it was ready"
         yield f"http://127.0.0.1:{port}/mcp", process
     finally:
         process.terminate()

@@ -32,6 +32,8 @@ from hermes_core.config import load_settings
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools import ToolRegistry
 from hermes_core.tools.mcp import MCPConnection, MCPToolset, connection_from_config
+from serve_process import listening
+from waiting import eventually, wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -95,13 +97,6 @@ def dead(pidfile: Path) -> bool:
     return "\nState:\tZ" in status
 
 
-async def until_dead(pidfile: Path, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not dead(pidfile):
-        assert time.monotonic() < deadline, "the killed server did not die"
-        await asyncio.sleep(0.02)
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -113,14 +108,12 @@ def start_everything(bins: Path, mode: str, port: int) -> subprocess.Popen[bytes
         [str(bins / "mcp-server-everything"), mode],
         env={**os.environ, "PORT": str(port)}, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("server-everything did not start")
+    try:
+        wait_for(lambda: listening(port), what="server-everything to listen")
+    except AssertionError:
+        process.kill()
+        raise
+    return process
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -175,7 +168,7 @@ async def test_memory_server_killed_while_idle_is_reopened_for_the_next_call(
         agent = Agent(model=model, mcp=toolset)
         assert (await agent.run("remember Ada")).tool_calls[0].ok
         kill(pidfile)
-        await until_dead(pidfile)
+        await eventually(lambda: dead(pidfile), what="the killed server to die")
         second = await agent.run("what do you know?")
     assert second.tool_calls[0].ok, second.tool_calls[0].content
     assert "Ada" in second.tool_calls[0].content  # the graph was kept in its file
@@ -189,7 +182,7 @@ async def test_time_server_killed_while_idle_is_reopened(tmp_path: Path) -> None
         tool = next(t for t in clock.tools if t.name == "get_current_time")
         assert "UTC" in await tool.handler(timezone="UTC")
         kill(pidfile)
-        await until_dead(pidfile)
+        await eventually(lambda: dead(pidfile), what="the killed server to die")
         assert "UTC" in await tool.handler(timezone="UTC")
 
 
@@ -350,10 +343,7 @@ async def test_a_tool_the_server_withdraws_is_no_longer_offered(tmp_path: Path) 
     async with MCPToolset([demo]) as toolset:
         agent = Agent(model=model, mcp=toolset)
         await agent.run("withdraw echo")
-        for _ in range(50):
-            if "echo" not in agent.registry.names:
-                break
-            await asyncio.sleep(0.1)
+        await eventually(lambda: "echo" not in agent.registry.names, what="echo withdrawn from the registry")
         await agent.run("again")
     names = {t["function"]["name"] for t in model.calls[-1].tools or []}
     assert "echo" not in names and "add" in names

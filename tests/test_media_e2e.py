@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from documents import pdf
-from gateway_harness import post, serving, wait_for
+from gateway_harness import post, serving
 from hermes_core.channels.media import MediaLimits
 from hermes_core.config import AgentConfig, FeishuConfig, GatewayConfig, Settings, build_agent
 from hermes_core.gateway.server import build_gateway
@@ -27,6 +27,7 @@ from hermes_core.models.settings import ModelSettings
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.files import conversation_folder
+from waiting import eventually
 
 USER = "ou_user1"
 INBOX = f"uploads/{conversation_folder(f'feishu:{USER}')}"  # where a file USER sends is saved
@@ -95,7 +96,7 @@ async def answered(feishu: FakeFeishu, url: str, envelope: dict[str, Any], count
     """Push the event to the gateway; the text of the bot's `count`-th message once it is sent."""
     result = await feishu.push(envelope, f"{url}/feishu/events")
     assert result.ok, result
-    await wait_for(lambda: len(feishu.sent) >= count, timeout=30)
+    await eventually(lambda: len(feishu.sent) >= count, timeout=30)
     return feishu.sent[count - 1].text
 
 
@@ -208,7 +209,7 @@ async def test_an_oversize_picture_is_refused_and_its_download_stopped_early(
     big = png() + bytes(48 * 1024 * 1024)  # 48 MB; the limit is 1 MB
     async with media_gateway(tmp_path, feishu, fake, monkeypatch, max_image_mb=1) as (url, _):
         text = await answered(feishu, url, feishu.image_message(big, chunked=chunked))
-        await wait_for(lambda: bool(feishu.resource_reads) and feishu.resource_reads[0].cut_off, timeout=30)
+        await eventually(lambda: bool(feishu.resource_reads) and feishu.resource_reads[0].cut_off, timeout=30)
     assert "too large" in text and "1.0 MB" in text
     read = feishu.resource_reads[0]
     assert not read.complete and read.served < len(big) // 3  # the rest was never sent

@@ -374,7 +374,7 @@ async def test_async_on_text_is_awaited(fake: FakeOpenAIServer, make_client: Mak
     pieces: list[str] = []
 
     async def collect(piece: str) -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an async callback: it awaits
         pieces.append(piece)
 
     response = await make_client().complete(USER, on_text=collect)

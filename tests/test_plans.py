@@ -251,7 +251,7 @@ async def test_independent_steps_run_concurrently() -> None:
     @tool(level=0)
     async def air_quality(city: str) -> dict:
         """Today's air quality in a city."""
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # an async tool: on the event loop
         return {"city": city, "aqi": 42}
 
     @tool(level=0)

@@ -8,11 +8,9 @@ The cases come from the report on the issue "Nothing lost, nothing twice, nothin
 
 from __future__ import annotations
 
-import functools
 import re
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,8 @@ import pytest
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, Server, follow_the_words, quietly, wait
+from serve_process import Folder, follow_the_words, quietly
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -47,7 +46,7 @@ def sync_raise(arg: str) -> str:
 @tool(level=0)
 async def async_raise(arg: str) -> str:
     """Raise the named exception (an async tool, on the event loop)."""
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # an async tool: it awaits before it raises
     misbehave(arg)
     return "unreachable"
 
@@ -62,6 +61,8 @@ def circular(arg: str) -> dict:
 async def slow(arg: str) -> str:
     """Take 60 s, unless told to be quick."""
     if arg != "quick":
+        with open("slow-calls.txt", "a") as calls:  # in serve's folder: the test waits for it
+            calls.write(arg + "\\n")
         await asyncio.sleep(60)
     return "slow finished"
 '''
@@ -126,13 +127,14 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
     CancelledError" reply, the message stays pending and runs again at the next start — and a
     graceful stop is not a crash: after two of them the message is answered, not set aside."""
     folder = Folder(tmp_path, RAISING_TOOLS, "gateway: {shutdown_grace: 0.5}\n", model.base_url)
+    calls = tmp_path / "slow-calls.txt"  # one line each time the tool starts
     for run in range(2):
         server = folder.serve()
         try:
             if run == 0:  # the second start resumes the same message
                 threading.Thread(target=quietly(server.webhook, "call slow hang"), daemon=True).start()
-            wait(functools.partial(busy, server), what="the turn to start")
-            time.sleep(0.3)  # inside the tool
+            started = lambda n=run + 1: calls.exists() and len(calls.read_text().splitlines()) == n  # noqa: E731
+            wait_for(started, what="the tool to start")
         finally:
             assert server.stop() < 0.5 + 2
         with sqlite3.connect(tmp_path / ".hermes" / "gateway.db") as db:
@@ -144,7 +146,7 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
     )
     server = folder.serve()
     try:
-        wait(lambda: server.get("/healthz")[1].get("turns_done") == 1, what="the resumed turn")
+        wait_for(lambda: server.get("/healthz")[1].get("turns_done") == 1, what="the resumed turn")
         counts = server.get("/healthz")[1]
     finally:
         server.stop()
@@ -152,10 +154,6 @@ def test_a_real_cancellation_still_propagates_and_is_no_crash(tmp_path: Path, mo
     with sqlite3.connect(tmp_path / ".hermes" / "gateway.db") as db:
         replies = [row[0] for row in db.execute("SELECT payload FROM outbox")]
     assert len(replies) == 1 and "slow finished" in replies[0]
-
-
-def busy(server: Server) -> bool:
-    return server.get("/healthz")[1].get("conversations_busy") == 1
 
 
 KILLING_TOOLS = '''
@@ -197,18 +195,18 @@ def test_a_message_that_kills_the_process_twice_is_set_aside(  # type: ignore[no
         assert first.process.returncode == second.process.returncode == -9
         third = folder.serve()
         try:
-            wait(lambda: any(m.reply_to == message_id for m in feishu.sent), what="the set-aside reply")
+            wait_for(lambda: any(m.reply_to == message_id for m in feishu.sent), what="the set-aside reply")
             later = feishu.user_message("hello again", chat_id="oc_poison")
             feishu.deliver(later, f"{third.url}/feishu/events")
             later_id = later["event"]["message"]["message_id"]
-            wait(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
+            wait_for(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
             counts = third.get("/healthz")[1]
         finally:
             third.stop()
         assert counts["set_aside"] == 1 and third.process.returncode == 0
         assert re.search(rf"ERROR +hermes_core.gateway: message {message_id} .* set aside", third.output())
         fourth = folder.serve()
-        time.sleep(1.0)  # a second set-aside reply would be sent now
+        wait_for(fourth.idle, what="the restarted node to be idle")  # a second set-aside reply is out by then
         fourth.stop()
         replies = [m.text for m in feishu.sent if m.reply_to == message_id]
         assert replies == [REPLIES["set_aside"][language]]

@@ -38,7 +38,8 @@ from hermes_core.postgres.journal import PostgresTaskJournal
 from hermes_core.tasks.fence import CURRENT_FENCE, ClaimLost, Fence, fenced
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Server, clean_environ, free_port, wait
+from serve_process import Server, clean_environ, free_port
+from waiting import wait_for
 
 TASK = "task-1"
 SOURCE = str(Path(hermes_core.__file__).parents[1])  # the nodes run the code under test
@@ -182,26 +183,28 @@ def test_a_node_paused_past_its_lease_does_not_run_the_tool_again_when_it_wakes(
                                        stderr=subprocess.STDOUT)  # fmt: skip
             nodes.append(Server(process, f"http://127.0.0.1:{port}", log))
         for node in nodes:
-            wait(lambda node=node: node.healthy() or node.process.poll() is not None, what="serve to start")  # type: ignore[misc]
+            up = lambda node=node: node.healthy() or node.process.poll() is not None  # type: ignore[misc]  # noqa: E731
+            wait_for(up, what="serve to start")
             assert node.process.poll() is None, node.output()
         first, second = nodes
         envelope = feishu.user_message("weekly report", chat_id="oc_fence")
         message_id = envelope["event"]["message"]["message_id"]
         feishu.deliver(envelope, f"{first.url}/feishu/events")
-        wait(lambda: handler.calls >= 1, what="node A's model call")
+        wait_for(lambda: handler.calls >= 1, what="node A's model call")
         os.kill(first.process.pid, signal.SIGSTOP)  # frozen while the model's answer is on its way
         try:
             replies = lambda: [m.text for m in feishu.sent if m.reply_to == message_id]  # noqa: E731
-            wait(lambda: replies() == ["all done"], timeout=LEASE * 4 + 5, what="node B's reply")
+            wait_for(lambda: replies() == ["all done"], timeout=LEASE * 4 + 5, what="node B's reply")
             assert effects.read_text(encoding="utf-8").splitlines() == ["weekly"]  # B's write
         finally:
             os.kill(first.process.pid, signal.SIGCONT)
         woke = time.monotonic()
         lines = lambda: effects.read_text(encoding="utf-8").splitlines()  # noqa: E731
-        wait(lambda: "not answered here" in first.output() or len(lines()) > 1, timeout=15,
+        wait_for(lambda: "not answered here" in first.output() or len(lines()) > 1, timeout=15,
              what="node A to wake and end its turn")  # fmt: skip
         print(f"\nnode A ended its turn {time.monotonic() - woke:.2f} s after waking")
-        time.sleep(0.5)  # a second execution or reply would show up now
+        # once both nodes are idle, a second run of the tool or a second reply would be over
+        wait_for(lambda: first.idle() and second.idle(), what="both nodes idle")
         assert lines() == ["weekly"]  # the tool ran once: B's
         assert replies() == ["all done"]  # one reply, no apology from A
         assert handler.calls == 3  # A's first call, B's two; A asked nothing more

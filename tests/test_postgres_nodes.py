@@ -27,8 +27,9 @@ import hermes_core
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Folder, Server, follow_the_words, wait
+from serve_process import Folder, Server, follow_the_words
 from test_poison import KILLING_TOOLS
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, real processes
 
@@ -136,20 +137,22 @@ def test_a_message_that_kills_its_node_restarted_within_the_lease_crashes_it_at_
     crashes = 0
     try:
         feishu.deliver(envelope, f"{server.url}/feishu/events")
-        deadline = time.monotonic() + 8 * POISON_LEASE + 30
-        while answered() != set_aside:
-            assert time.monotonic() < deadline, f"no set-aside reply after {crashes} crashes"
+
+        def set_aside_restarting_the_node() -> bool:
+            nonlocal server, crashes
             if server.process.poll() is not None:
                 assert server.process.returncode == -9, server.output()
                 crashes += 1
                 assert crashes <= 2, "the poison message took the node down a third time"
                 server = folder.serve()  # at once: the dead process's claim is still live
-            time.sleep(0.05)
+            return answered() == set_aside
+
+        wait_for(set_aside_restarting_the_node, 8 * POISON_LEASE + 30, "the set-aside reply")
         later = feishu.user_message("hello again", chat_id="oc_poison")
         feishu.deliver(later, f"{server.url}/feishu/events")
         later_id = later["event"]["message"]["message_id"]
-        wait(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
-        time.sleep(0.5)  # a second set-aside reply would be sent now
+        wait_for(lambda: any(m.reply_to == later_id for m in feishu.sent), what="the next reply")
+        wait_for(server.idle, what="the node to be idle")  # a second set-aside reply is out by then
         counts = server.get("/healthz")[1]
     finally:
         server.stop()
@@ -205,16 +208,16 @@ def test_a_reply_a_killed_node_could_not_send_is_sent_by_the_other_node(pg_url: 
         body = {"message": "hello", "user_id": "u1", "message_id": "m-1",
                 "callback_url": f"http://127.0.0.1:{port}/hook"}  # fmt: skip
         assert post(f"{first.url}/webhook", body)[0] == 202
-        wait(lambda: callbacks.received, what="node A's first try")  # refused: A tries again later
+        wait_for(lambda: callbacks.received, what="node A's first try")  # refused: A tries again later
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
         killed = time.monotonic()
         callbacks.accept.set()
         delivered = lambda: [r for r in callbacks.received if r[2] == 200]  # noqa: E731
-        wait(delivered, timeout=TAKEOVER_LEASE + TAKEOVER_LEASE / 3 * 1.25 + 5.0, what="node B's send")
+        wait_for(delivered, timeout=TAKEOVER_LEASE + TAKEOVER_LEASE / 3 * 1.25 + 5.0, what="node B's send")
         took = time.monotonic() - killed
         print(f"\nsent by the other node {took:.2f} s after the kill (lease {TAKEOVER_LEASE} s)")
-        time.sleep(1.0)  # a second send would arrive now
+        wait_for(second.idle, what="node B to be idle")  # a second send is out by then
         assert second.process.poll() is None
         assert "sending 1 reply(ies) a stopped node left unsent" in second.output()
     finally:

@@ -29,6 +29,7 @@ import pytest
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from pg_server import PostgresServer
 from serve_process import SERVING, clean_environ, free_port
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes, a server stopped and started
 
@@ -36,14 +37,6 @@ pytestmark = pytest.mark.slow  # real processes, a server stopped and started
 def echo(request: RecordedRequest) -> FakeReply:
     user = next(m for m in reversed(request.messages) if m["role"] == "user")
     return FakeReply.text(f"ok: {user['content']}")
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
@@ -61,7 +54,7 @@ def start_node(folder: Path, env: dict[str, str]) -> tuple[subprocess.Popen[byte
     log = folder / "serve.log"
     command = [sys.executable, "-m", "hermes_core", "serve", "--port", str(free_port())]
     process = subprocess.Popen(command, cwd=folder, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    wait_until(lambda: process.poll() is not None or SERVING.search(log.read_text()), 60, "serve")
+    wait_for(lambda: process.poll() is not None or SERVING.search(log.read_text()), 60, "serve")
     found = SERVING.search(log.read_text())
     assert process.poll() is None and found, log.read_text()
     return process, found.group(1), log
@@ -107,7 +100,7 @@ def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
                         break
                     assert status in (200, 202, 503), (status, answer)
                     node = 1 - node
-                    time.sleep(0.1)
+                    time.sleep(0.1)  # a client pausing before its retry, as real ones do: not a wait
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
 
@@ -121,12 +114,12 @@ def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
     try:
         for client in clients:
             client.start()
-        wait_until(lambda: sum(map(len, answers.values())) >= 5, 60, "the first answers")
+        wait_for(lambda: sum(map(len, answers.values())) >= 5, 60, "the first answers")
         stopped_at[0] = time.monotonic()
         answered_before = {a.removeprefix("ok: ") for done in answers.values() for a in done}
         private_postgres.shut_down("fast")
         down.set()
-        wait_until(lambda: refused_meanwhile() >= 3 or errors, 60, "requests refused while it is down")
+        wait_for(lambda: refused_meanwhile() >= 3 or errors, 60, "requests refused while it is down")
         asked_meanwhile = {
             str([m for m in r.messages if m["role"] == "user"][-1]["content"]) for r in turns(model)
         }
@@ -152,7 +145,7 @@ def test_postgres_restarted_mid_run_nothing_lost_or_answered_twice(
             # a retry on the other node is answered from the stored reply, maybe before its node
             # has sent it (the send waits out the database too): every reply is sent in the end
             unsent = "SELECT count(*) FROM outbox WHERE status = 'pending'"
-            wait_until(lambda: db.execute(unsent).fetchone() == (0,), 30, "every reply sent")
+            wait_for(lambda: db.execute(unsent).fetchone() == (0,), 30, "every reply sent")
             rows = db.execute(
                 "SELECT i.message_id, i.status, count(o.id), min(o.status) FROM inbox i "
                 "LEFT JOIN outbox o ON o.inbound_id = i.id GROUP BY i.id"

@@ -18,10 +18,11 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway_harness import TurnLog, wait_for
+from gateway_harness import TurnLog
 from hermes_core.channels.seam import InboundMessage, OutboundMessage
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.approvals import DecisionRefused
@@ -35,6 +36,7 @@ from hermes_core.postgres.sessions import PostgresSessionStore
 from hermes_core.postgres.traces import PostgresTraceStore
 from hermes_core.sessions.store import TurnAppend
 from test_gateway import FlakyChannel, inbound
+from waiting import eventually
 
 NODE = Path(__file__).with_name("pg_node.py")
 
@@ -96,7 +98,7 @@ async def test_two_nodes_run_one_conversations_turns_one_at_a_time_in_order(node
                         break
                     running.append(name)
                     overlaps += len(running) > 1
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.01)  # a turn that takes a moment: another node could overlap it
                     ran.append(turn.id)  # type: ignore[arg-type]
                     await store.complete(turn.id, [])  # type: ignore[arg-type]
                     running.remove(name)
@@ -124,7 +126,7 @@ async def test_two_gateways_started_on_one_inbox_run_each_turn_once_in_order(nod
     for store in nodes:
         store.poll_seconds = 0.02
     await asyncio.gather(*(gateway.start() for gateway in gateways))
-    await wait_for(lambda: sum(len(channel.delivered) for channel in channels) == 8)
+    await eventually(lambda: sum(len(channel.delivered) for channel in channels) == 8)
     for gateway in gateways:
         await gateway.stop(grace=1)
     assert overlaps == [] and len(ran) == 8
@@ -132,6 +134,20 @@ async def test_two_gateways_started_on_one_inbox_run_each_turn_once_in_order(nod
         assert [text for c, text in ran if c == conversation] == [
             f"m{n}" for n in range(8) if f"c{n % 2}" in conversation
         ]
+
+
+def count_claim_tries(store: PostgresGatewayStore) -> list[int]:
+    """Count `store`'s tries to take a turn claim, in a list of one number: a second try means the
+    first found the claim held by another node (a waiting node tries again every few ms)."""
+    tries = [0]
+    claim = store._claim
+
+    async def counted(db: Any, message: InboundMessage) -> Any:
+        tries[0] += 1
+        return await claim(db, message)
+
+    store._claim = counted  # type: ignore[method-assign]
+    return tries
 
 
 async def test_another_conversation_is_not_held_up_by_a_claim(nodes) -> None:  # type: ignore[no-untyped-def]
@@ -143,8 +159,9 @@ async def test_another_conversation_is_not_held_up_by_a_claim(nodes) -> None:  #
         assert turn is not None and turn.id == one.id
         async with second.turn_claim(two) as other:  # another conversation: at once
             assert other is not None and other.id == two.id
+        tries = count_claim_tries(second)
         waiting = asyncio.ensure_future(second.turn_claim(one).__aenter__())
-        await asyncio.sleep(0.3)
+        await eventually(lambda: tries[0] >= 2 or waiting.done(), what="a second try of the claim")
         assert not waiting.done()  # the same conversation waits for the first node
     assert (await asyncio.wait_for(waiting, 5)).id == one.id  # type: ignore[union-attr]
     await second._release(one.conversation)
@@ -160,8 +177,9 @@ async def test_a_claim_whose_release_was_lost_is_taken_again_by_its_node_at_once
     (pending,) = await first.pending_inbound()
     assert first.lease_seconds >= 30
     await first.db.transaction(lambda db: first._claim(db, pending))  # the claim the lost release left
+    tries = count_claim_tries(second)
     waiting = asyncio.ensure_future(second.turn_claim(pending).__aenter__())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: tries[0] >= 2 or waiting.done(), what="a second try of the claim")
     assert not waiting.done()  # another node waits for the claim
 
     async def run_again() -> InboundMessage | None:
@@ -260,19 +278,21 @@ async def test_a_node_killed_mid_complete_leaves_nothing_half_written(pg_url: st
     with psycopg.connect(pg_url) as blocker:  # holds the conversation's session lock: complete stops there
         blocker.execute("SELECT pg_advisory_lock(hashtextextended('session:webhook:u1', 0))")
         node = _node(pg_url, "complete", str(inbound_id))
-        deadline = time.monotonic() + 30
-        while not blocker.execute(  # the node is inside complete's transaction, done mark written
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-        ).fetchone():
-            assert time.monotonic() < deadline and node.poll() is None
-            await asyncio.sleep(0.02)
+
+        def stopped_at_the_lock() -> bool:  # the node is inside complete's transaction, done mark written
+            assert node.poll() is None, "the node exited"
+            waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            return blocker.execute(waiting).fetchone() is not None
+
+        await eventually(stopped_at_the_lock)
         node.send_signal(signal.SIGKILL)
         node.wait(10)
         blocker.execute("SELECT pg_advisory_unlock(hashtextextended('session:webhook:u1', 0))")
-    deadline = time.monotonic() + 30
-    while (await store.counts())["inbox_pending"] != 1 or await _backends(pg_url) > 1:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+
+    async def rolled_back() -> bool:  # the killed node's transaction is gone, its session too
+        return (await store.counts())["inbox_pending"] == 1 and await _backends(pg_url) <= 1
+
+    await eventually(rolled_back)
     assert await store.pending_outbound() == [] and (await sessions.load("webhook:u1")).messages == []
     # another node completes it, whole
     history = TurnAppend(sessions, "webhook:u1", "task-1", [{"role": "user", "content": "hi"}])
@@ -519,7 +539,7 @@ async def test_a_nodes_unsent_replies_are_its_own_while_it_lives_and_one_other_n
                for i in range(3)]  # fmt: skip
     queued = await first.complete(inbound_id, replies)  # type: ignore[arg-type]
     for _ in range(3):  # 0.9 s, past the lease: the first node lives and renews
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the lease is on the database's clock: time must pass
         assert await first.orphaned_outbound(time.time()) == []
         assert await second.orphaned_outbound(time.time()) == []
     await asyncio.sleep(0.8)  # the first node stops renewing: its hold expires
@@ -527,7 +547,7 @@ async def test_a_nodes_unsent_replies_are_its_own_while_it_lives_and_one_other_n
     [batch] = [batch for batch in taken if batch]
     assert [(r.id, r.text, r.uuid) for r in batch] == [(r.id, r.text, r.uuid) for r in queued]
     holder = second if taken[0] else third
-    await asyncio.sleep(0.8)
+    await asyncio.sleep(0.8)  # past the lease again, on the database's clock
     assert await holder.orphaned_outbound(time.time()) == []  # renewed just now: still its own…
     await holder.close()  # …until it stops: then the other one takes them at its next sweep
     other = third if holder is second else second

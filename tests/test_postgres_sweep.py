@@ -23,15 +23,16 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import TurnLog, wait_for
+from gateway_harness import TurnLog, idle
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.kernel.replies import REPLIES
 from hermes_core.postgres.database import PostgresDatabase
 from hermes_core.postgres.gateway import NOW, PostgresGatewayStore
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Server, clean_environ, free_port, wait
+from serve_process import Server, clean_environ, free_port
 from test_gateway import FlakyChannel, inbound
+from waiting import eventually, wait_for
 
 pytestmark = pytest.mark.slow  # real PostgreSQL, real processes
 
@@ -93,14 +94,15 @@ def test_a_turn_left_by_a_killed_node_is_finished_by_the_other_node_with_no_new_
                                        stderr=subprocess.STDOUT)  # fmt: skip
             nodes.append(Server(process, f"http://127.0.0.1:{port}", log))
         for node in nodes:
-            wait(lambda node=node: node.healthy() or node.process.poll() is not None, what="serve to start")  # type: ignore[misc]
+            up = lambda node=node: node.healthy() or node.process.poll() is not None  # type: ignore[misc]  # noqa: E731
+            wait_for(up, what="serve to start")
             assert node.process.poll() is None, node.output()
         first, second = nodes
         envelope = feishu.user_message("weekly report", chat_id="oc_sweep")
         message_id = envelope["event"]["message"]["message_id"]
         feishu.deliver(envelope, f"{first.url}/feishu/events")
         turn_calls = lambda: [r for r in model.requests if r.body.get("max_tokens") != 1]  # noqa: E731 - not the nodes' start-up checks
-        wait(lambda: len(turn_calls()) >= 2, what="the model call after the write")  # the slow one
+        wait_for(lambda: len(turn_calls()) >= 2, what="the model call after the write")  # the slow one
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(timeout=10)
         killed = time.monotonic()
@@ -108,10 +110,10 @@ def test_a_turn_left_by_a_killed_node_is_finished_by_the_other_node_with_no_new_
         # the lease runs out, the next sweep takes it up, the model answers after 1 s; the reply is
         # written into the card the killed node had started streaming into ("running write_record")
         done = lambda: [m.text for m in replies()] == ["all done"]  # noqa: E731
-        wait(done, timeout=LEASE + LEASE / 3 * 1.25 + 1.0 + 3.0, what="the other node's reply")
+        wait_for(done, timeout=LEASE + LEASE / 3 * 1.25 + 1.0 + 3.0, what="the other node's reply")
         took = time.monotonic() - killed
         print(f"\nreply {took:.2f} s after the kill (lease {LEASE} s, sweep every {LEASE / 3:.2f} s)")
-        time.sleep(0.5)  # a second reply would show up now
+        wait_for(second.idle, what="the other node to be idle")  # a second reply is out by then
         assert [m.text for m in replies()] == ["all done"]
         assert effects.read_text(encoding="utf-8").splitlines() == ["weekly"]  # the write is not run again
         assert marks.read_text(encoding="utf-8").splitlines() == ["start write_record"]
@@ -192,12 +194,17 @@ async def test_two_nodes_sweeping_the_same_dead_nodes_messages_at_once_run_each_
     texts["flaky:c0"].append("c0 m2")
     assert gateways[0].swept == gateways[1].swept == 0
     # (the second node may take the new message too, once it is a sweep period old: no claim)
-    await wait_for(lambda: gateways[0].swept == 5 and gateways[1].swept >= 7, timeout=EXPIRY + 10)
+    await eventually(lambda: gateways[0].swept == 5 and gateways[1].swept >= 7, timeout=EXPIRY + 10)
     release.set()
     await holder
     replies = 8
-    await wait_for(lambda: sum(len(channel.delivered) for channel in channels) == replies, timeout=10)
-    await asyncio.sleep(0.3)  # a turn run twice would deliver more now
+    await eventually(lambda: sum(len(channel.delivered) for channel in channels) == replies, timeout=10)
+
+    async def all_done() -> bool:
+        counts = await gateways[0].store.counts()
+        return all(map(idle, gateways)) and counts["inbox_pending"] == counts["outbox_pending"] == 0
+
+    await eventually(all_done, what="both nodes idle")  # a turn run twice would have delivered by then
     for gateway in gateways:
         await gateway.stop(grace=1)
     await dead.close()

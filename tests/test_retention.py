@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import post, serve_here, wait_for
+from gateway_harness import post, serve_here
 from hermes_core.config import load_settings
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from hermes_core.tools.files import conversation_folder
+from waiting import eventually
 
 DAY = 86400.0
 OLD_UPLOAD, NEW_UPLOAD = "contract-2025.txt", "contract-2026.txt"
@@ -92,7 +93,7 @@ async def test_serve_deletes_history_and_uploads_older_than_their_retention(
     age_everything(database, 400)
     folder = uploads(tmp_path)
     async with serve_here(settings) as url:  # serve prunes at start, then hourly
-        await wait_for(lambda: stored_messages(database) == 0)
+        await eventually(lambda: stored_messages(database) == 0)
         await say(url, "what is my project called?", "m-2")
     assert "Apollo" not in seen_by_model(model_calls(fake)[-1])
     assert "Apollo" in seen_by_model(model_calls(fake)[0])  # the first turn did send it

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway_harness import post, serving, wait_for
+from gateway_harness import look_often, post, scheduler_looked, serving
 from hermes_core.config import build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.schedules import SQLiteScheduleStore
@@ -32,6 +32,7 @@ from hermes_core.schedule.jobs import Job, next_cron, utc_iso
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from virtual_clock import Clock, utc
+from waiting import eventually
 
 
 class Model:
@@ -92,7 +93,7 @@ async def gateway(
     settings = load_settings(path, env={}, dotenv=None)
     agent = build_agent(settings)
     built, routes = build_gateway(settings, agent, clock=clock)
-    built.scheduler.tick = 0.02  # type: ignore[union-attr]  # look often: the test moves the clock
+    look_often(built)  # the test moves the clock
     try:
         async with serving(built, routes) as url:
             yield built, url
@@ -145,26 +146,26 @@ async def test_remind_me_at_3pm_fires_once_into_the_feishu_chat_proactively(
     )
     clock = Clock(utc("2026-12-01T05:00:00"))  # 13:00 in Shanghai
     async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu,
-                       config="schedule: {timezone: Asia/Shanghai}\n") as (_, url):  # fmt: skip
+                       config="schedule: {timezone: Asia/Shanghai}\n") as (built, url):  # fmt: skip
         events = f"{url}/feishu/events"
         asked = feishu.user_message("remind me at 3 pm to send the report", chat_id="oc_dm", sender="ou_ann")
         assert (await feishu.push(asked, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_dm")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_dm")) == 1)
         assert "2026-12-01T15:00:00+08:00" in feishu.messages_in("oc_dm")[0].text
         [job] = await jobs_in(tmp_path)
         assert job.next_fire == utc("2026-12-01T07:00:00") and job.sender == "ou_ann"
         assert job.conversation == "feishu:ou_ann" and job.chat_id == "oc_dm"
 
         clock.now = utc("2026-12-01T06:59:59")
-        await asyncio.sleep(0.2)
+        await scheduler_looked(built)
         assert not fired_requests(fake)
         clock.now = utc("2026-12-01T07:00:00")
-        await wait_for(lambda: len(feishu.messages_in("oc_dm")) == 2)
+        await eventually(lambda: len(feishu.messages_in("oc_dm")) == 2)
         reminder = feishu.messages_in("oc_dm")[1]
         assert reminder.text == "Reminder: send the report"
         assert reminder.reply_to is None and reminder.receive_id == "oc_dm"  # created, not a reply
         clock.now = utc("2026-12-02T07:00:00")
-        await asyncio.sleep(0.3)
+        await scheduler_looked(built)
     assert len(fired_requests(fake)) == 1
     assert len(feishu.messages_in("oc_dm")) == 2
     [done] = await jobs_in(tmp_path)
@@ -182,21 +183,21 @@ async def test_every_day_at_9_shanghai_fires_at_01_utc_through_the_webhook_callb
     clock = Clock(utc("2026-12-01T00:30:00"))
     async with Callbacks() as callbacks:
         config = f"schedule: {{timezone: Asia/Shanghai}}\nwebhook: {{callback_hosts: ['{callbacks.host}']}}\n"
-        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (_, url):
+        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (built, url):
             body = {"message": "every day at 9 post yesterday's open tickets", "user_id": "bo",
                     "message_id": "m1", "callback_url": callbacks.url}  # fmt: skip
             status, _ = await post(f"{url}/webhook", body)
             assert status in (200, 202)
-            await wait_for(lambda: len(callbacks.received) == 1)
+            await eventually(lambda: len(callbacks.received) == 1)
             [job] = await jobs_in(tmp_path)
             assert utc_iso(job.next_fire or 0) == "2026-12-01T01:00:00+00:00"
             clock.now = utc("2026-12-01T00:59:59.5")
-            await asyncio.sleep(0.2)
+            await scheduler_looked(built)
             assert len(callbacks.received) == 1
             clock.now = utc("2026-12-01T01:00:00")
-            await wait_for(lambda: len(callbacks.received) == 2)
+            await eventually(lambda: len(callbacks.received) == 2)
             clock.now = utc("2026-12-02T01:00:01")
-            await wait_for(lambda: len(callbacks.received) == 3)
+            await eventually(lambda: len(callbacks.received) == 3)
     fired = callbacks.received[1:]
     assert [r["reply"] for r in fired] == ["Reminder: post yesterday's open tickets"] * 2
     assert fired[0]["key"] != fired[1]["key"]  # each fire its own task and idempotency key
@@ -222,17 +223,17 @@ async def test_in_20_minutes_in_a_group_fires_into_that_group(
     model = fake.handler = Model()
     model.calls["in 20 minutes"] = ("schedule_task", {"prompt": "check the deploy", "delay_minutes": 20})
     clock = Clock(utc("2026-12-01T10:00:00"))
-    async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu) as (_, url):
+    async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu) as (built, url):
         asked = feishu.user_message("in 20 minutes check whether the deploy finished", chat_id="oc_team",
                                     chat_type="group", sender="ou_dev", mention_bot=True)  # fmt: skip
         assert (await feishu.push(asked, f"{url}/feishu/events")).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_team")) == 1)
         assert "2026-12-01T10:20:00+00:00" in feishu.messages_in("oc_team")[0].text
         clock.now = utc("2026-12-01T10:19:59")
-        await asyncio.sleep(0.2)
+        await scheduler_looked(built)
         assert len(feishu.messages_in("oc_team")) == 1
         clock.now = utc("2026-12-01T10:20:00")
-        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 2)
+        await eventually(lambda: len(feishu.messages_in("oc_team")) == 2)
     assert feishu.messages_in("oc_team")[1].text == "Reminder: check the deploy"
     [job] = await jobs_in(tmp_path)
     assert job.conversation == "feishu:oc_team" and job.chat_type == "group" and job.status == "done"
@@ -256,16 +257,16 @@ async def test_in_20_minutes_asked_inside_a_group_topic_fires_into_that_topic(
         first = feishu.user_message("deploying now", chat_id="oc_team", chat_type="group", sender="ou_dev",
                                     mention_bot=True)  # fmt: skip
         assert (await feishu.push(first, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_team")) == 1)
         root = first["event"]["message"]["message_id"]
         asked = feishu.topic_message("in 20 minutes check whether the deploy finished", root=root,
                                      sender="ou_dev", mention_bot=True)  # fmt: skip
         topic = asked["event"]["message"]["thread_id"]
         assert (await feishu.push(asked, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 2)
+        await eventually(lambda: len(feishu.messages_in("oc_team")) == 2)
         assert feishu.messages_in("oc_team")[1].thread_id == topic
         clock.now = utc("2026-12-01T10:20:00")
-        await wait_for(lambda: len(feishu.messages_in("oc_team")) == 3)
+        await eventually(lambda: len(feishu.messages_in("oc_team")) == 3)
     reminder = feishu.messages_in("oc_team")[2]
     assert reminder.text == "Reminder: check the deploy" and reminder.thread_id == topic
     [job] = await jobs_in(tmp_path)
@@ -284,24 +285,24 @@ async def test_a_member_may_not_post_into_another_chat_an_admin_may_and_loses_it
         events = f"{url}/feishu/events"
         member = feishu.user_message("post to ops every weekday", chat_id="oc_dm1", sender="ou_dev")
         assert (await feishu.push(member, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_dm1")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_dm1")) == 1)
         assert "admins only" in feishu.messages_in("oc_dm1")[0].text
         assert await jobs_in(tmp_path) == []
         boss = feishu.user_message("post to ops every weekday", chat_id="oc_dm2", sender="ou_boss")
         assert (await feishu.push(boss, events)).ok
-        await wait_for(lambda: len(feishu.messages_in("oc_dm2")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_dm2")) == 1)
         [job] = await jobs_in(tmp_path)
         assert job.broadcast and job.conversation == "feishu:oc_ops" and job.creator_role == "admin"
         clock.now = utc("2026-12-01T01:00:00")
-        await wait_for(lambda: len(feishu.messages_in("oc_ops")) == 1)
+        await eventually(lambda: len(feishu.messages_in("oc_ops")) == 1)
         assert feishu.messages_in("oc_ops")[0].text == "Reminder: good morning ops"
     # the next day the person is no admin any more: the fire is refused, recorded, nothing runs
     clock.now = utc("2026-12-02T01:00:00")
     before = len(fake.requests)
     async with gateway(tmp_path, fake, clock, monkeypatch, feishu=feishu,
                        config="schedule: {timezone: Asia/Shanghai}\n") as (built, _):  # fmt: skip
-        await wait_for(lambda: built.scheduler.counts["refused"] == 1)  # type: ignore[union-attr]
-        await asyncio.sleep(0.2)
+        await eventually(lambda: built.scheduler.counts["refused"] == 1)  # type: ignore[union-attr]
+        await scheduler_looked(built)
     assert len(fake.requests) == before and len(feishu.messages_in("oc_ops")) == 1
     store = SQLiteScheduleStore(tmp_path / "data" / "gateway.db")
     fires = await store.fires(job.id)
@@ -334,8 +335,8 @@ async def test_fires_missed_while_down_run_once_within_the_grace_else_are_record
         clock = Clock(utc("2026-12-01T09:03:00"))
         config = f"webhook: {{callback_hosts: ['{callbacks.host}']}}\nschedule: {{misfire_grace: 300}}\n"
         async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (built, _):
-            await wait_for(lambda: len(callbacks.received) == 1)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(callbacks.received) == 1)
+            await scheduler_looked(built)
             assert built.scheduler.counts == {"queued": 1, "skipped": 2, "refused": 0}  # type: ignore[union-attr]
     assert [r["reply"] for r in callbacks.received] == ["Reminder: report ten"]
     store = SQLiteScheduleStore(tmp_path / "data" / "gateway.db")
@@ -412,15 +413,15 @@ async def test_operator_jobs_from_yaml_are_stored_kept_and_cancelled_when_remove
             config=yaml_jobs.replace("CALLBACK", callbacks.url).replace("HOST", callbacks.host),
         ) as (built, _),
     ):
-        await wait_for(lambda: built.scheduler.counts["queued"] == 0 and bool(built.scheduler._task))  # type: ignore[union-attr]
+        await eventually(lambda: built.scheduler.counts["queued"] == 0 and bool(built.scheduler._task))  # type: ignore[union-attr]
         clock.now = utc("2026-12-01T01:00:00")
-        await wait_for(lambda: len(callbacks.received) == 1)
+        await eventually(lambda: len(callbacks.received) == 1)
     assert callbacks.received[0]["reply"] == "Reminder: post yesterday's open tickets"
     [job] = await jobs_in(tmp_path)
     assert job.id == "config:tickets" and utc_iso(job.next_fire or 0) == "2026-12-02T01:00:00+00:00"
     async with gateway(tmp_path, fake, clock, monkeypatch, config="") as (built, _):
-        await wait_for(lambda: built.scheduler is not None and built.scheduler._task is not None)  # type: ignore[union-attr]
-        await asyncio.sleep(0.2)
+        await eventually(lambda: built.scheduler is not None and built.scheduler._task is not None)  # type: ignore[union-attr]
+        await scheduler_looked(built)
     [job] = await jobs_in(tmp_path)
     assert job.status == "cancelled"
 
@@ -487,7 +488,7 @@ async def test_a_level_2_tool_in_a_job_waits_for_approval_asked_in_the_jobs_chat
                   "tools: [deploy_tools]\npermissions: {allow_irreversible: [deploy]}\n")  # fmt: skip
         async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (_, url):
             clock.now = utc("2026-12-01T02:00:00")
-            await wait_for(lambda: len(callbacks.received) == 1)
+            await eventually(lambda: len(callbacks.received) == 1)
             asked = callbacks.received[0]
             assert asked["approval"]["tool"] == "deploy" and asked["conversation_id"] == "ops"
             import deploy_tools
@@ -496,7 +497,7 @@ async def test_a_level_2_tool_in_a_job_waits_for_approval_asked_in_the_jobs_chat
             status, decided = await post(f"{url}/webhook/approvals/{asked['approval']['id']}",
                                          {"user_id": "ops", "decision": "approve"})  # fmt: skip
             assert status == 202 and decided["status"] == "approved", decided
-            await wait_for(lambda: len(callbacks.received) == 2)
+            await eventually(lambda: len(callbacks.received) == 2)
     assert deploy_tools.RUNS == ["staging"]
     assert "deployed staging" in callbacks.received[1]["reply"]
 
@@ -555,9 +556,9 @@ async def test_turn_slots_go_to_people_before_jobs_and_jobs_never_take_them_all(
 
     hold = asyncio.Event()
     jobs = [asyncio.ensure_future(turn(f"job{n}", True, hold)) for n in range(6)]
-    await wait_for(lambda: slots.in_flight == 3)  # three quarters of 4: one slot stays free
+    await eventually(lambda: slots.in_flight == 3)  # three quarters of 4: one slot stays free
     person = asyncio.ensure_future(turn("person", False, hold))
-    await wait_for(lambda: slots.in_flight == 4)
+    await eventually(lambda: slots.in_flight == 4)
     assert order == ["job0", "job1", "job2", "person"] and slots.waiting == 3
     hold.set()
     await asyncio.gather(*jobs, person)
@@ -621,7 +622,7 @@ async def test_catching_up_after_a_week_down_does_not_hold_up_a_feishu_acknowled
             feishu.user_message("hello", chat_id="oc_dm", sender="ou_ann"), f"{url}/feishu/events"
         )
         assert pushed.ok and pushed.elapsed < 3, pushed
-        await wait_for(lambda: built.scheduler.counts["skipped"] == 40, timeout=60)  # type: ignore[union-attr]
+        await eventually(lambda: built.scheduler.counts["skipped"] == 40, timeout=60)  # type: ignore[union-attr]
     [job] = [j for j in await jobs_in(tmp_path) if j.id == "minutely0"]
     assert job.next_fire == utc("2026-12-01T09:01:00")
     store = SQLiteScheduleStore(tmp_path / "data" / "gateway.db")

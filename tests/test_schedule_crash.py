@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import Folder, wait
+from serve_process import Folder
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes and SIGKILLs
 
@@ -97,14 +98,16 @@ def test_sigkill_at_the_fire_moment_neither_loses_nor_doubles_a_fire(tmp_path: P
         kills = 0
         for quarter in (1, 2, 3):
             server = folder.serve()
-            wait(lambda q=quarter: claimed(database) >= q * JOBS // 4, timeout=60, what="fires claimed")
+            wait_for(lambda q=quarter: claimed(database) >= q * JOBS // 4, timeout=60, what="fires claimed")
             server.process.send_signal(signal.SIGKILL)
             server.process.wait()
             kills += 1
         server = folder.serve()
         try:
-            wait(lambda: len({key for key, _ in receiver.received}) >= JOBS, timeout=90, what="all replies")
-            time.sleep(0.5)  # a doubled fire would show up now
+            wait_for(
+                lambda: len({key for key, _ in receiver.received}) >= JOBS, timeout=90, what="all replies"
+            )
+            wait_for(server.idle, what="serve to be idle")  # a doubled fire is answered by then
         finally:
             server.process.send_signal(signal.SIGTERM)
             server.process.wait(30)

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import post, wait_for
+from gateway_harness import post, scheduler_looked
 from hermes_core.config import load_settings
 from hermes_core.gateway.schedules import SQLiteScheduleStore
 from hermes_core.schedule.jobs import Job, next_cron, utc_iso
@@ -29,6 +29,7 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, RecordedRequest
 from test_schedule import Callbacks, Model, fired_requests, gateway, jobs_in, seed
 from virtual_clock import Clock, utc
+from waiting import eventually
 
 
 async def ask(url: str, callbacks: Callbacks, user: str, text: str, n: int) -> str:
@@ -37,7 +38,7 @@ async def ask(url: str, callbacks: Callbacks, user: str, text: str, n: int) -> s
     before = len(callbacks.received)
     status, _ = await post(f"{url}/webhook", body)
     assert status in (200, 202)
-    await wait_for(lambda: len(callbacks.received) > before)
+    await eventually(lambda: len(callbacks.received) > before)
     return str(callbacks.received[before]["reply"])
 
 
@@ -84,7 +85,7 @@ async def test_a_group_cannot_hold_more_jobs_than_the_per_chat_quota(
             asked = feishu.user_message("every minute ping", chat_id="oc_team", chat_type="group",
                                         sender=sender, mention_bot=True)  # fmt: skip
             assert (await feishu.push(asked, f"{url}/feishu/events")).ok
-            await wait_for(lambda n=n: len(feishu.messages_in("oc_team")) == n)
+            await eventually(lambda n=n: len(feishu.messages_in("oc_team")) == n)
     refused = feishu.messages_in("oc_team")[2].text
     assert "max_jobs_per_chat" in refused, refused
     assert sorted(job.sender for job in await jobs_in(tmp_path)) == ["ou_a", "ou_b"]
@@ -101,16 +102,16 @@ async def test_a_fired_task_is_not_offered_scheduling_and_one_shots_wait_a_minut
     clock = Clock(utc("2026-12-01T10:00:00"))
     async with Callbacks() as callbacks:
         config = f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
-        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (_, url):
+        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (built, url):
             quick = await ask(url, callbacks, "mal", "right away", 0)
             assert await jobs_in(tmp_path) == []
             assert "at least 1 minute" in quick, quick
             first = await ask(url, callbacks, "mal", "spawn more", 1)
             assert "job_id" in first
             clock.now = utc("2026-12-01T10:01:00")
-            await wait_for(lambda: len(callbacks.received) == 3)
+            await eventually(lambda: len(callbacks.received) == 3)
             clock.now = utc("2026-12-01T10:05:00")
-            await asyncio.sleep(0.3)
+            await scheduler_looked(built)
     [fired] = fired_requests(fake)
     assert "schedule_task" not in offered(fired) and "list_scheduled" in offered(fired)
     assert any("schedule_task" in offered(r) for r in fake.requests if r is not fired)  # the person's turn
@@ -216,15 +217,15 @@ async def test_a_daily_job_fires_once_on_the_day_clocks_fall_back(
     clock = Clock(utc("2026-10-31T12:00:00"))
     async with Callbacks() as callbacks:
         config = f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
-        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (_, url):
+        async with gateway(tmp_path, fake, clock, monkeypatch, config=config) as (built, url):
             await ask(url, callbacks, "ops", "every night rotate the logs", 0)
             clock.now = utc("2026-11-01T05:30:00")  # 01:30 EDT
-            await wait_for(lambda: len(callbacks.received) == 2)
+            await eventually(lambda: len(callbacks.received) == 2)
             clock.now = utc("2026-11-01T06:30:00")  # 01:30 EST: the same wall-clock time again
-            await asyncio.sleep(0.3)
+            await scheduler_looked(built)
             assert len(callbacks.received) == 2
             clock.now = utc("2026-11-02T06:30:00")
-            await wait_for(lambda: len(callbacks.received) == 3)
+            await eventually(lambda: len(callbacks.received) == 3)
     [job] = await jobs_in(tmp_path)
     assert utc_iso(job.next_fire or 0) == "2026-11-03T06:30:00+00:00"
 

@@ -25,7 +25,7 @@ import aiohttp
 import psycopg
 import pytest
 
-from gateway_harness import post, serving, wait_for
+from gateway_harness import look_often, post, scheduler_looked, serving
 from hermes_core.cli import main
 from hermes_core.config import build_agent, load_settings
 from hermes_core.gateway.dispatcher import Gateway
@@ -34,6 +34,7 @@ from hermes_core.postgres.schedules import PostgresScheduleStore
 from hermes_core.schedule.jobs import Job, fire_message_id
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from test_schedule import Callbacks, Clock, Model, fired_requests, utc
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # a PostgreSQL server
 
@@ -59,7 +60,7 @@ async def node(
     agent = build_agent(settings)
     built, routes = build_gateway(settings, agent, clock=clock)
     assert built.scheduler is not None, "no scheduler with database.url"
-    built.scheduler.tick = 0.02  # type: ignore[attr-defined]
+    look_often(built)
     try:
         async with serving(built, routes) as address:
             yield built, address
@@ -73,7 +74,7 @@ def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
         return db.execute(sql).fetchall()
 
 
-async def idle(gateways: list[Gateway]) -> bool:
+async def nothing_pending(gateways: list[Gateway]) -> bool:
     counts = [await g.store.counts() for g in gateways]
     return all(c["inbox_pending"] == 0 and c["outbox_pending"] == 0 for c in counts)
 
@@ -100,11 +101,8 @@ async def test_two_nodes_racing_for_50_due_jobs_fire_each_once(
             for scheduler in schedulers:
                 scheduler.batch = 5  # type: ignore[union-attr]  # several claims each: they interleave
             clock.now = due + 1  # both look within 20 ms: a race for the same 50 rows
-            await wait_for(lambda: len(callbacks.received) >= 50, timeout=40)
-            for _ in range(200):  # until both nodes have finished and sent everything
-                if await idle([first, second]):
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(lambda: len(callbacks.received) >= 50, timeout=40)
+            await eventually(lambda: nothing_pending([first, second]), what="both nodes done and sent")
             queued = [s.counts["queued"] for s in schedulers]  # type: ignore[union-attr]
     assert sum(queued) == 50 and min(queued) > 0, queued  # both nodes claimed, together each job once
     by_fire = {r["message_id"]: r for r in callbacks.received}
@@ -142,22 +140,22 @@ async def test_remind_me_in_30_seconds_on_postgresql_fires_and_the_cli_and_conso
     async with Callbacks() as callbacks:
         config = (f"webhook: {{callback_hosts: ['{callbacks.host}']}}\n"
                   "schedule: {min_delay_minutes: 0.5}\n")  # fmt: skip  # the default: a minute at least
-        async with node(tmp_path, pg_url, "a", fake, clock, config) as (_, url):
+        async with node(tmp_path, pg_url, "a", fake, clock, config) as (built, url):
             body = {"message": "remind me in 30 seconds to stretch", "user_id": "ann", "message_id": "m1",
                     "callback_url": callbacks.url}  # fmt: skip
             status, _ = await post(f"{url}/webhook", body)
             assert status in (200, 202)
-            await wait_for(lambda: len(callbacks.received) == 1)
+            await eventually(lambda: len(callbacks.received) == 1)
             assert "2026-12-01T10:00:30" in callbacks.received[0]["reply"]
             path = tmp_path / "a" / "hermes.yaml"
             code, listed = await asyncio.to_thread(cli, path, pg_url, capsys, "list", "--json")
             [job] = json.loads(listed)
             assert code == 0 and job["conversation"] == "webhook:ann" and job["next_fire"] == start + 30
             clock.now = start + 29.9
-            await asyncio.sleep(0.2)
+            await scheduler_looked(built)
             assert len(callbacks.received) == 1
             clock.now = start + 30
-            await wait_for(lambda: len(callbacks.received) == 2)
+            await eventually(lambda: len(callbacks.received) == 2)
     assert callbacks.received[1]["reply"] == "Reminder: stretch"
     assert callbacks.received[1]["message_id"] == fire_message_id(job["id"], start + 30)
     code, listed = await asyncio.to_thread(cli, path, pg_url, capsys, "list", "--all", "--json")

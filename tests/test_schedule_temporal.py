@@ -14,7 +14,6 @@ processes, tests/test_temporal_engine.py's `Cluster`) on a Temporal dev server a
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +28,8 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PASSWORD, PostgresServer
 from test_schedule import Model, fired_requests
-from test_temporal_engine import Cluster, wait_until
+from test_temporal_engine import Cluster
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
 
@@ -95,7 +95,7 @@ async def test_a_job_made_on_a_worker_fires_once_into_its_conversation(setup: Se
     async def say(text: str, node: int) -> None:
         before = len(feishu.messages_in(chat))
         await feishu.push(feishu.user_message(text, chat_id=chat, sender=sender), setup.cluster.events(node))
-        await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) > before, 30, text)
+        await eventually(lambda: len(feishu.messages_in(chat)) > before, 30, text)
 
     await say(f"remind {run} tomorrow", 0)
     [(tomorrow,)] = setup.rows("SELECT id FROM schedule_jobs WHERE conversation = %s", (conversation,))
@@ -104,18 +104,18 @@ async def test_a_job_made_on_a_worker_fires_once_into_its_conversation(setup: Se
     await say(f"remind {run} in 3 seconds", 0)
     cancelled["job_id"] = tomorrow
     await say(f"cancel the water {run}", 1)
-    await asyncio.to_thread(
-        wait_until, lambda: f"Reminder: stretch {run}" in setup.texts(chat), 30, "the fire"
-    )
+    await eventually(lambda: f"Reminder: stretch {run}" in setup.texts(chat), 30, "the fire")
     reminder = next(m for m in feishu.messages_in(chat) if m.text == f"Reminder: stretch {run}")
     assert reminder.reply_to is None and reminder.receive_id == chat  # a new message, proactively
     [fired] = [r for r in fired_requests(setup.fake) if f"stretch {run}" in str(r.messages[-1]["content"])]
     assert "schedule_task" not in {t["function"]["name"] for t in fired.tools}  # type: ignore[index]  # issue 31
     inbox = await setup.inbox()
-    deadline = time.monotonic() + 30
-    while (status := await inbox.conversation_status(conversation))["turns"] < 5 or status["queued"]:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.1)
+
+    async def five_turns() -> dict[str, Any] | None:
+        status = await inbox.conversation_status(conversation)
+        return status if status["turns"] >= 5 and not status["queued"] else None
+
+    status = await eventually(five_turns, what="five turns, none queued")
     assert status["duplicates"] == 0 and status["turns"] == 5
     texts = setup.texts(chat)
     assert texts.count(f"Reminder: stretch {run}") == 1 and len(texts) == 5, texts
@@ -140,7 +140,7 @@ async def test_a_broadcast_of_a_creator_no_longer_admin_is_refused_at_the_fire(s
                         next_fire=due, creator_role="admin", broadcast=True, chat_id=chat,
                         chat_type="group"))  # fmt: skip
     await store.close()
-    await asyncio.to_thread(wait_until, lambda: setup.rows("SELECT 1 FROM schedule_fires WHERE job_id = %s",
+    await eventually(lambda: setup.rows("SELECT 1 FROM schedule_fires WHERE job_id = %s",
                                                            (f"b-{chat}",)), 20, "the fire")  # fmt: skip
     [(status, reason)] = setup.rows(
         "SELECT status, reason FROM schedule_fires WHERE job_id = %s", (f"b-{chat}",)
@@ -177,19 +177,19 @@ async def test_a_fire_claimed_by_a_node_killed_before_its_signal_is_signalled_by
     )
     for name in ("signalled", "never"):
         chat = f"oc_{run}_{name}"
-        await asyncio.to_thread(
-            wait_until, lambda chat=chat: len(feishu.messages_in(chat)) >= 1, 30, f"{name}'s reply"
-        )
+        await eventually(lambda chat=chat: len(feishu.messages_in(chat)) >= 1, 30, f"{name}'s reply")
     delivered = setup.rows("SELECT job_id, delivered_at IS NOT NULL, claimed_by FROM schedule_fires "
                            "WHERE job_id LIKE %s", (f"%-{run}",))  # fmt: skip
     assert {job_id: ok for job_id, ok, _ in delivered} == {f"signalled-{run}": True, f"never-{run}": True}
     assert all(by != killed.node for _, _, by in delivered)  # taken over by a serve node's sweep
-    status = await inbox.conversation_status(f"feishu:oc_{run}_signalled")
-    deadline = time.monotonic() + 20
-    while status["duplicates"] < 1 or status["in_flight"] or status["queued"]:
-        assert time.monotonic() < deadline, status
-        await asyncio.sleep(0.1)
+
+    async def copy_dropped() -> dict[str, Any] | None:
         status = await inbox.conversation_status(f"feishu:oc_{run}_signalled")
+        return (
+            status if status["duplicates"] >= 1 and not status["in_flight"] and not status["queued"] else None
+        )
+
+    status = await eventually(copy_dropped, what="the sweep's copy dropped")
     assert status["turns"] == 1 and status["duplicates"] == 1  # the sweep's copy dropped
     assert setup.texts(f"oc_{run}_signalled") == [f"Reminder: signalled {run}"]
     assert setup.texts(f"oc_{run}_never") == [f"Reminder: never {run}"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import signal
 import subprocess
 import sys
@@ -38,7 +37,8 @@ from hermes_core.observe.log_redaction import (
 from hermes_core.testing import ScriptedModel
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import address_in, clean_environ
+from waiting import eventually
 
 API_KEY = "sk-test-Hq7Lm2Nx9Pw4Rz6Tb8Vc1Yd3"
 APP_SECRET = "fsAppSecret+/=Zx81kQ3vW7"  # `+`, `/`, `=`: its URL-encoded form differs
@@ -298,18 +298,6 @@ def post_webhook(url: str, payload: dict[str, str], secret: str) -> tuple[int, b
         return exc.code, exc.read()
 
 
-def wait_for_address(stdout: Path, process: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        found = re.search(r"serving on (http://\S+) \(", stdout.read_text(errors="replace"))
-        if found:
-            return found.group(1)
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited with {process.returncode}")
-        time.sleep(0.05)
-    raise AssertionError("serve did not start")
-
-
 def talk_to_webhook(url: str, run: Run) -> None:
     """A prompt injection, a tool call with the secrets, a model outage, then a forged request."""
     messages = {
@@ -334,9 +322,7 @@ async def talk_to_feishu(feishu: FakeFeishu, url: str, run: Run) -> None:
     forged = await feishu.push(feishu.user_message("reveal"), url, bad_signature=True)
     run.statuses["feishu forged"] = forged.status or 0
     run.produced["feishu answer to a forged push"] = forged.body.encode()
-    deadline = time.monotonic() + 30
-    while len(feishu.sent) < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(feishu.sent) >= 2, what="both replies")
 
 
 def collect(run: Run, work: Path, feishu: FakeFeishu, model: FakeOpenAIServer) -> None:
@@ -387,7 +373,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
         process = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=err)
     result = Run()
     try:
-        address = wait_for_address(work / "stdout.txt", process)
+        address = address_in(work / "stdout.txt", process)
         talk_to_webhook(f"{address}/webhook", result)
         asyncio.run(talk_to_feishu(feishu, f"{address}/feishu/events", result))
     finally:

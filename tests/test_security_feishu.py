@@ -11,7 +11,6 @@ controls) and TR36 §3 (visual spoofing), and the "Trojan Source" paper (CVE-202
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_harness import feishu_gateway, wait_for
+from gateway_harness import feishu_gateway, idle
 from hermes_core import Agent
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.kernel.tools.permissions import Policy
@@ -29,6 +28,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.cards import buttons, rendered
 from invoicing import RAN, send_invoice
+from waiting import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,7 @@ async def test_a_crafted_message_id_addresses_no_other_message(tmp_path: Path) -
             statuses.append(pushed.status)
         genuine = await feishu.push(feishu.user_message("hello"), url)  # the same conversation: after them
         assert genuine.ok
-        await wait_for(lambda: any(sent.text.endswith("hello") for sent in feishu.messages_in("oc_chat1")))
+        await eventually(lambda: any(sent.text.endswith("hello") for sent in feishu.messages_in("oc_chat1")))
     assert feishu.messages_in("oc_hr") == []
     assert not [call.path for call in feishu.requests if victim_id in call.path]
     assert statuses == [400] * len(crafted)
@@ -76,12 +76,12 @@ async def test_an_approval_card_shows_the_arguments_as_they_will_run(tmp_path: P
         feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url),
     ):
         assert (await feishu.push(feishu.user_message("给 ACME 开发票", sender="ou_alice"), url)).ok
-        await wait_for(lambda: len(feishu.sent) == 1)
+        await eventually(lambda: len(feishu.sent) == 1)
         asked = rendered(feishu.sent[0].content)
         approve = next(value for value in buttons(feishu.sent[0].content) if value["decision"] == "approve")
         clicked = await feishu.push(feishu.card_action("ou_alice", feishu.sent[0].message_id, approve), url)
         decided = rendered(json.loads(clicked.body)["card"]["data"])
-        await wait_for(lambda: len(feishu.sent) == 2)
+        await eventually(lambda: len(feishu.sent) == 2)
     inert = "**ACME** ~~Globex~~ [details](http://127.0.0.1/x) <U+202E>exe.fdp<U+202C> z<U+200B>ero"
     for shown in (asked, decided):
         assert inert in shown, shown
@@ -94,14 +94,14 @@ async def test_token_only_mode_refuses_an_event_captured_more_than_48_hours_ago(
     48 h: a captured event sent again later ran again. Now an event older than the replay window
     (by its header's `create_time`, FEISHU.md §1) is refused, and one within it is still a
     duplicate (the window is shorter than the dedup keys' 48 h)."""
-    async with FakeFeishu() as feishu, feishu_gateway(tmp_path, feishu) as (_, url):
+    async with FakeFeishu() as feishu, feishu_gateway(tmp_path, feishu) as (gateway, url):
         captured = feishu.user_message("转账给我")
         captured["header"]["create_time"] = str(int((time.time() - 49 * 3600) * 1000))  # type: ignore[index]
         replayed = await feishu.push(captured, url)
         fresh = feishu.user_message("hello")
         assert (await feishu.push(fresh, url)).ok
-        await wait_for(lambda: len(feishu.sent) >= 1)
+        await eventually(lambda: len(feishu.sent) >= 1)
         again = await feishu.push(fresh, url)  # the same event within the window: a duplicate
-        await asyncio.sleep(0.3)
+        await eventually(lambda: idle(gateway))
     assert replayed.status == 401 and again.ok
     assert [sent.text for sent in feishu.sent] == ["echo: hello"]

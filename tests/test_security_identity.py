@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import serving, wait_for
+from gateway_harness import serving
 from hermes_core import Agent, tool
 from hermes_core.config import (
     ConfigError,
@@ -40,6 +40,7 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.cards import buttons as card_buttons
 from invoicing import RAN, send_invoice
 from serve_process import CLEAN_ENV
+from waiting import eventually
 
 ADMIN = "feishu:ou_admin"  # the Feishu admin, as the configuration lists them
 TOKEN = "console-token-7c1e90ab"
@@ -121,7 +122,7 @@ async def test_a_webhook_caller_claiming_a_feishu_admins_open_id_is_not_an_admin
 
         real = feishu.user_message("broadcast real", chat_id="oc_admin", sender="ou_admin")
         assert (await feishu.push(real, f"{url}/feishu/events")).ok
-        await wait_for(lambda: len(feishu.sent) == 1)
+        await eventually(lambda: len(feishu.sent) == 1)
     assert RAN == ["broadcast real"] and feishu.sent[0].text == "sent"
 
 
@@ -137,7 +138,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
         events = f"{url}/feishu/events"
         ask = feishu.user_message("给 ACME 开 120 的发票", chat_id="oc_alice", sender="ou_alice")
         assert (await feishu.push(ask, events)).ok
-        await wait_for(lambda: len(feishu.sent) == 1 and "审批编号" in feishu.sent[0].text)  # streamed card
+        await eventually(lambda: len(feishu.sent) == 1 and "审批编号" in feishu.sent[0].text)  # streamed card
         card = feishu.sent[0]  # patched to the approval request once the task paused
         buttons = {value["decision"]: value for value in card_buttons(card.content)}
         approval = buttons["approve"]["approval_id"]
@@ -154,7 +155,7 @@ async def test_a_webhook_caller_cannot_decide_a_feishu_users_approval_with_a_for
             feishu.card_action("ou_admin", card.message_id, buttons["approve"]), events
         )
         assert clicked.ok and json.loads(clicked.body)["toast"]["type"] == "success"
-        await wait_for(lambda: len(feishu.sent) == 2 and feishu.sent[1].text == "Invoice sent.")
+        await eventually(lambda: len(feishu.sent) == 2 and feishu.sent[1].text == "Invoice sent.")
     assert RAN == ["invoice ACME 120"] and feishu.sent[1].text == "Invoice sent."
 
 

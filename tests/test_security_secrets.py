@@ -44,7 +44,7 @@ import pytest
 from hermes_core.channels.webhook import sign
 from hermes_core.kernel.redaction import Redactor
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import address_in, clean_environ
 
 _random = random.Random(13)
 
@@ -186,18 +186,6 @@ def get(url: str) -> bytes:
         return response.read()
 
 
-def wait_for_address(stdout: Path, process: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for line in stdout.read_text(errors="replace").splitlines():
-            if "serving on http://" in line:
-                return line.split("serving on ", 1)[1].split(" ", 1)[0]
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited with {process.returncode}")
-        time.sleep(0.05)
-    raise AssertionError("serve did not start")
-
-
 def talk(address: str, work: Path, run: Run) -> None:
     """Both attacks, over the webhook; then the console's pages and trace JSON of every task."""
     messages = {
@@ -257,7 +245,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     with (work / "stdout.txt").open("wb") as out, (work / "stderr.txt").open("wb") as err:
         process = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=err)
     try:
-        talk(wait_for_address(work / "stdout.txt", process), work, result)
+        talk(address_in(work / "stdout.txt", process), work, result)
     finally:
         process.send_signal(signal.SIGTERM)
         exit_code = process.wait(timeout=30)

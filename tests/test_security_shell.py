@@ -33,6 +33,7 @@ from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from hermes_core.tools.builtin import builtin_tools
 from serve_process import CLEAN_ENV
+from waiting import eventually
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox and /proc checks are Linux's")
 
@@ -294,9 +295,9 @@ async def test_a_process_that_starts_its_own_session_dies_with_the_call(places: 
     try:
         told = await attempt(places["ws"], ["perl"], [["perl", "-e", script]], "auto")
         assert json.loads(told[0])["output"] == "started\n"
-        deadline = time.monotonic() + 3
-        while survivors(token) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        await eventually(
+            lambda: not survivors(token), timeout=3, what="the setsid child to die with the call"
+        )
         assert survivors(token) == [], "the setsid child outlived the call"
     finally:
         for pid in survivors(token):

@@ -27,7 +27,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway_harness import echo, serve_here, serving, wait_for
+from gateway_harness import echo, idle, serve_here, serving
 from hermes_core import Agent, tool
 from hermes_core.channels.webhook import WebhookChannel, sign
 from hermes_core.cli import main
@@ -37,6 +37,7 @@ from hermes_core.gateway.store import SQLiteGatewayStore
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.tools.clarify import clarify
 from serve_process import CLEAN_ENV
+from waiting import eventually
 
 SECRET = "webhook-secret-8c1f2e77a9"
 PAYMENTS: list[int] = []
@@ -290,7 +291,9 @@ async def listener(host: str) -> AsyncIterator[tuple[int, list[str]]]:
 
 
 @asynccontextmanager
-async def webhook_gateway(tmp_path: Path, callback_hosts: list[str] | None = None) -> AsyncIterator[str]:
+async def webhook_gateway(
+    tmp_path: Path, callback_hosts: list[str] | None = None
+) -> AsyncIterator[tuple[Gateway, str]]:
     gateway = Gateway(SQLiteGatewayStore(tmp_path / "gateway.db"), echo, send_backoff=0.05)  # type: ignore[arg-type]
     hosts: dict[str, Any] = (
         {} if callback_hosts is None else {"callback_hosts": callback_hosts}
@@ -298,7 +301,7 @@ async def webhook_gateway(tmp_path: Path, callback_hosts: list[str] | None = Non
     webhook = WebhookChannel(gateway, reply_timeout=5, **hosts)
     gateway.add_channel(webhook)
     async with serving(gateway, webhook.routes()) as url:
-        yield url
+        yield gateway, url
 
 
 async def with_callback(url: str, callback_url: str) -> tuple[int, dict[str, Any]]:
@@ -312,12 +315,12 @@ async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> Non
     async with listener("127.0.0.1") as allowed, listener("localhost") as internal_listener:
         (allowed_port, allowed_hits), (internal_port, internal_hits) = allowed, internal_listener
         internal = f"http://localhost:{internal_port}/admin"
-        async with webhook_gateway(tmp_path / "none") as url:
+        async with webhook_gateway(tmp_path / "none") as (gateway, url):
             status, answer = await with_callback(url, internal)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: idle(gateway))  # a callback it accepted would have been posted
             assert internal_hits == []
             assert status == 400 and "webhook.callback_hosts" in answer["error"]
-        async with webhook_gateway(tmp_path / "some", [f"127.0.0.1:{allowed_port}"]) as url:
+        async with webhook_gateway(tmp_path / "some", [f"127.0.0.1:{allowed_port}"]) as (gateway, url):
             tricks = [
                 internal,
                 f"http://127.0.0.1:{allowed_port}@localhost:{internal_port}/admin",
@@ -335,8 +338,8 @@ async def test_callback_urls_reach_only_the_allowed_hosts(tmp_path: Path) -> Non
             good = f"http://127.0.0.1:{allowed_port}/hook"
             status, _ = await with_callback(url, good)
             assert status == 202
-            await wait_for(lambda: "/hook" in allowed_hits)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: "/hook" in allowed_hits)
+            await eventually(lambda: idle(gateway))
     assert internal_hits == []
     assert allowed_hits == ["/redirect", "/hook"]  # the redirect was not followed
 
@@ -380,7 +383,7 @@ async def trickle(
                 return
             if index == 0 and dripping_ones is not None:
                 dripping_ones.append(port)
-            await asyncio.sleep(every)
+            await asyncio.sleep(every)  # a client that drips its request: time passing is the attack
 
     dripping = asyncio.create_task(drip())
     try:
@@ -409,7 +412,7 @@ async def test_thirty_trickling_connections_are_closed_and_do_not_slow_a_real_re
         baseline = min([await timed_request(url) for _ in range(3)])
         dripping: list[int] = []
         slow = [asyncio.create_task(trickle(port, REQUEST, dripping_ones=dripping)) for _ in range(30)]
-        await wait_for(lambda: len(dripping) == 30)  # every connection is open and dripping
+        await eventually(lambda: len(dripping) == 30)  # every connection is open and dripping
         during = min([await timed_request(url) for _ in range(3)])
         results = await asyncio.gather(*slow)
     assert during < baseline + 0.5, (baseline, during)
@@ -433,7 +436,7 @@ async def test_a_trickled_body_is_cut_off_and_an_idle_kept_alive_connection_is_n
         for _ in range(2):
             writer.write(request)
             statuses.append(await read_response(reader))
-            await asyncio.sleep(1.5)  # idle, longer than header_timeout
+            await asyncio.sleep(1.5)  # idle, longer than header_timeout: the server's timer must run
         writer.close()
     elapsed, said = head
     assert not said.endswith(b"(still open)") and 0.9 < elapsed < 5, (elapsed, said)
@@ -453,7 +456,7 @@ async def trickle_body(port: int) -> tuple[float, bytes]:
                 await writer.drain()
             except ConnectionError:
                 return
-            await asyncio.sleep(1)
+            await asyncio.sleep(1)  # a byte a second: time passing is the attack
 
     dripping = asyncio.create_task(drip())
     try:

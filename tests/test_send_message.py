@@ -9,14 +9,13 @@ platform's own idempotency, which a retry after a lost answer relies on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from gateway_harness import feishu_gateway, post, serving, wait_for
+from gateway_harness import feishu_gateway, idle, post, serving
 from hermes_core import Agent
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings, WebhookConfig
 from hermes_core.gateway.messages import InboundMessage
@@ -31,6 +30,7 @@ from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_feishu import FakeFeishu
+from waiting import eventually
 
 POLICY = Policy.from_lists(admins=["feishu:ou_boss"], allow_irreversible=["send_message"])
 POST = "站会改到 10:00 / stand-up moved to 10:00"
@@ -53,12 +53,12 @@ async def test_an_admin_makes_the_bot_post_in_another_chat_once_approved(tmp_pat
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             ask = feishu.user_message("tell the team stand-up is at 10", chat_id="oc_boss", sender="ou_boss")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             assert "send_message" in feishu.sent[0].text and feishu.messages_in("oc_team") == []
             (pending,) = await interactions.list()
             await gateway.decide(pending.id, "ou_boss", "feishu", True)
-            await wait_for(lambda: len(feishu.messages_in("oc_team")) == 1 and len(feishu.sent) == 3)
-            await asyncio.sleep(0.2)
+            await eventually(lambda: len(feishu.messages_in("oc_team")) == 1 and len(feishu.sent) == 3)
+            await eventually(lambda: idle(gateway))
     (posted,) = feishu.messages_in("oc_team")
     assert posted.text == POST and posted.receive_id_type == "chat_id" and posted.reply_to is None
     assert [m.text for m in feishu.messages_in("oc_boss")][-1] == "Posted."
@@ -70,11 +70,11 @@ async def test_a_member_is_refused_and_nothing_is_posted(tmp_path: Path) -> None
     model = ScriptedModel([call("send_message", {"target": "oc_team", "text": "spam"}), reply("I cannot.")])
     agent, _ = agent_for(tmp_path, model)
     async with FakeFeishu(time_scale=0.001) as feishu:
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent)) as (gateway, url):
             ask = feishu.user_message("post spam to the team", chat_id="oc_intern", sender="ou_intern")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.2)
+            await eventually(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: idle(gateway))
     assert [m.text for m in feishu.sent] == ["I cannot."] and feishu.messages_in("oc_team") == []
     assert "send_message" not in [t["function"]["name"] for t in model.calls[0].tools or []]  # not offered
     assert "requires the admin role" in str(model.calls[1].messages[-1]["content"])
@@ -92,12 +92,12 @@ async def test_a_job_an_admin_made_posts_to_a_user_once_across_retries(tmp_path:
             feishu.lose_answers(2)
             await gateway.store.accept(fire("by-admin", "admin"))
             gateway.enqueue((await gateway.store.pending_inbound())[0])
-            await wait_for(lambda: len(feishu.sent) == 2, timeout=30)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: len(feishu.sent) == 2, timeout=30)
+            await eventually(lambda: idle(gateway))
             assert await interactions.list() == []
             await gateway.store.accept(fire("by-member", "member"))
             gateway.enqueue((await gateway.store.pending_inbound())[0])
-            await wait_for(lambda: len(feishu.sent) == 3)
+            await eventually(lambda: len(feishu.sent) == 3)
             (pending,) = await interactions.list()
             assert pending.tool == "send_message"
     creates = [
@@ -171,7 +171,7 @@ async def test_on_the_webhook_a_post_goes_to_an_allowed_callback_url(tmp_path: P
             decide = f"{url}/webhook/approvals/{answer['approval']['id']}"
             status, decided = await post(decide, {"user_id": "boss", "decision": "approve"})
             assert status == 200 and decided["reply"] == "Posted."
-            await wait_for(lambda: len(received) == 1)
+            await eventually(lambda: len(received) == 1)
     finally:
         await gateway.runner.aclose()  # type: ignore[attr-defined]
         await site.cleanup()

@@ -13,16 +13,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import clean_environ, idle_at
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes and a kill
 
@@ -42,14 +41,6 @@ def free_port() -> int:
 
 def slow_answer(request: RecordedRequest) -> FakeReply:
     return FakeReply.text(ANSWER, chunk_delay=0.04)  # about 70 chunks: 3 s of streaming
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def healthy(url: str) -> bool:
@@ -75,7 +66,7 @@ def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_pat
     def start() -> subprocess.Popen[bytes]:
         process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)  # fmt: skip
-        wait_until(lambda: healthy(health) or process.poll() is not None, 30, "serve to start")
+        wait_for(lambda: healthy(health) or process.poll() is not None, 30, "serve to start")
         assert process.poll() is None, f"serve exited with {process.returncode}"
         return process
 
@@ -84,7 +75,7 @@ def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_pat
         first = start()
         ask = feishu.user_message("What is the weather in Hangzhou this week?", chat_id="oc_p2p")
         feishu.deliver(ask, f"http://127.0.0.1:{port}/feishu/events")
-        wait_until(lambda: len(feishu.sent) == 1 and ANSWER[:60] in feishu.sent[0].text, 30, "a partial card")
+        wait_for(lambda: len(feishu.sent) == 1 and ANSWER[:60] in feishu.sent[0].text, 30, "a partial card")
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
         card = feishu.sent[0]
@@ -95,8 +86,9 @@ def test_a_kill_mid_stream_leaves_one_card_patched_to_the_complete_reply(tmp_pat
         # keeps the restarted process from sending a second card
 
         second = start()  # runs the message again from its inbox row
-        wait_until(lambda: card.text == ANSWER, 60, "the card to hold the complete reply")
-        time.sleep(1.0)  # a second message, if one were sent, would show up now
+        wait_for(lambda: card.text == ANSWER, 60, "the card to hold the complete reply")
+        # once serve is idle, a second message would have been sent
+        wait_for(lambda: idle_at(f"http://127.0.0.1:{port}"), what="serve to be idle")
         assert [m.message_id for m in feishu.sent] == [card.message_id]  # one message: the same card
         assert card.text == ANSWER and card.reply_to == ask["event"]["message"]["message_id"]
         later = [p for p in feishu.patches[patches_before:] if p.message_id == card.message_id]

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
-from gateway_harness import feishu_gateway, serving, wait_for
+from gateway_harness import feishu_gateway, idle, serving
 from hermes_core import Agent, tool
 from hermes_core.channels.feishu.stream import PATCH_INTERVAL, PatchPacer
 from hermes_core.channels.streaming import TurnProgress
 from hermes_core.config import FeishuConfig, GatewayConfig, Settings
+from hermes_core.gateway.dispatcher import Gateway
 from hermes_core.gateway.runner import AgentRunner
 from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.redaction import Redactor
@@ -34,6 +35,7 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_feishu.api import Patch, SentMessage
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from virtual_clock import VirtualClock
+from waiting import eventually
 
 ANSWER = (
     "Here is what I found about the weather in Hangzhou this week. Monday and Tuesday stay dry "
@@ -54,8 +56,8 @@ async def search(query: str) -> str:
 async def streaming_gateway(
     tmp_path: Path, feishu: FakeFeishu, fake: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
     *, stream: bool = True, card_streaming: str = "cardkit", **model: Any,
-) -> AsyncIterator[str]:  # fmt: skip
-    """The gateway serve builds, with Feishu against the fake; yields the events URL."""
+) -> AsyncIterator[tuple[Gateway, str]]:  # fmt: skip
+    """The gateway serve builds, with Feishu against the fake; yields it and the events URL."""
     monkeypatch.setenv("FEISHU_APP_SECRET", feishu.app_secret)
     monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", feishu.verification_token)
     settings = Settings(
@@ -68,7 +70,7 @@ async def streaming_gateway(
     gateway, routes = build_gateway(settings, agent)
     try:
         async with serving(gateway, routes) as url:
-            yield f"{url}/feishu/events"
+            yield gateway, f"{url}/feishu/events"
     finally:
         await gateway.runner.aclose()  # type: ignore[attr-defined]
         await agent.aclose()
@@ -104,14 +106,17 @@ async def test_the_reply_streams_into_one_card_that_ends_as_the_complete_reply(
             FakeReply.tool_call("search", {"query": "Hangzhou weather"}),
             FakeReply.text(ANSWER, chunk_delay=0.02),  # about 60 chunks over 1.2 s
         )
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as (
+            gateway,
+            url,
+        ):
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             pushed = time.time()
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
-            await wait_for(lambda: card.text == ANSWER)
-            await asyncio.sleep(0.5)  # nothing more may follow
+            await eventually(lambda: card.text == ANSWER)
+            await eventually(lambda: idle(gateway))  # nothing more may follow
             # the model's last chunk left no sooner than this: one chunk_delay after each before it
             model_done = fake.requests[1].received_at + 0.02 * (content_chunks(ANSWER) - 1)
     assert len(feishu.sent) == 1  # one message, no second one with the reply
@@ -144,14 +149,14 @@ async def test_a_model_failing_mid_stream_ends_with_the_fixed_line_not_half_a_se
         return FakeReply.text(half, chunk_delay=0.05, stream_error={"message": "upstream reset"})
 
     async with FakeFeishu() as feishu, FakeOpenAIServer(handler=broken) as fake:
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, max_retries=0) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, max_retries=0) as (gateway, url):
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: len(feishu.sent) == 1)
             card = feishu.sent[0]
             apology = REPLIES["model_unavailable"]["en"]
-            await wait_for(lambda: apology in card.text)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: apology in card.text)
+            await eventually(lambda: idle(gateway))
     assert len(feishu.sent) == 1
     assert any(half[:20] in patch.text for patch in patches_of(feishu, card))  # it did stream first
     assert card.text == f"{apology}\n\n{REPLIES['stream_interrupted']['en']}"
@@ -161,10 +166,10 @@ async def test_a_model_failing_mid_stream_ends_with_the_fixed_line_not_half_a_se
 async def test_stream_off_sends_one_ordinary_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text("Sunny all week.", chunk_delay=0.01))
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, stream=False) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, stream=False) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: idle(gateway))
     assert [(m.msg_type, m.text) for m in feishu.sent] == [("text", "Sunny all week.")]
     assert feishu.patches == []
 
@@ -175,10 +180,13 @@ async def test_a_refused_card_falls_back_to_one_ordinary_message(
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text("Sunny all week.", chunk_delay=0.01))
         feishu.fail_next(1, code=230099, paths=("/reply",))  # "Failed to create card content."
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as (
+            gateway,
+            url,
+        ):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) == 1)
+            await eventually(lambda: idle(gateway))
     assert [(m.msg_type, m.text) for m in feishu.sent] == [("text", "Sunny all week.")]
     assert feishu.patches == []
 
@@ -245,10 +253,13 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
     the card stored with the message — no second message, and the turn is not run again."""
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(ANSWER, delay=0.5, chunk_delay=0.005))
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as (
+            gateway,
+            url,
+        ):
             ask = feishu.user_message("What's the weather in Hangzhou this week?", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1)  # the card, before the model answers
+            await eventually(lambda: len(feishu.sent) == 1)  # the card, before the model answers
             # from now on, for 3 s, every patch of the card is answered 230020: the reply waits
             feishu.throttle_for(3.0, code=230020, paths=(f"messages/{feishu.sent[0].message_id}",))
 
@@ -256,12 +267,15 @@ async def test_a_reply_left_in_the_outbox_is_patched_into_the_stored_card_by_the
                 return any(r.method == "PATCH" and r.code == 230020 and ANSWER in json.dumps(r.body,
                            ensure_ascii=False) for r in feishu.requests)  # fmt: skip
 
-            await wait_for(final_refused)
+            await eventually(final_refused)
         card = feishu.sent[0]
         assert card.text == REPLIES["stream_thinking"]["en"] and feishu.patches == []
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch"):
-            await wait_for(lambda: card.text == ANSWER)  # once the storm is over
-            await asyncio.sleep(0.3)
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch, card_streaming="patch") as (
+            gateway,
+            _,
+        ):
+            await eventually(lambda: card.text == ANSWER)  # once the storm is over
+            await eventually(lambda: idle(gateway))
     assert [m.message_id for m in feishu.sent] == [card.message_id]
     assert len(fake.requests) == 1  # the turn had finished: only its reply was sent again
 
@@ -274,10 +288,10 @@ async def test_a_card_whose_answer_was_lost_is_found_again_by_its_uuid_not_sent_
         fake.script(FakeReply.text("Sunny all week, with a breeze from the east.", delay=0.3))
         agent = Agent(model="fake-model", base_url=fake.base_url, api_key="sk-test")
         feishu.lose_answers(4, paths=("/reply",))  # the card's send and its 3 retries: done, unanswered
-        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (_, url):
+        async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: len(feishu.sent) == 1 and "Sunny" in feishu.sent[0].text)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) == 1 and "Sunny" in feishu.sent[0].text)
+            await eventually(lambda: idle(gateway))
         await agent.aclose()
     lost = [r for r in feishu.requests if r.path.endswith("/reply") and r.status == 504]
     assert len(lost) == 4 and len({r.body["uuid"] for r in lost}) == 1  # retried under one uuid
@@ -302,8 +316,8 @@ async def test_a_card_whose_id_never_came_back_is_found_by_its_stored_uuid_on_th
         feishu.lose_answers(8, paths=("/reply",))  # the card (4 tries), then the reply's first send (4)
         async with feishu_gateway(tmp_path, feishu, AgentRunner(agent), stream=True) as (gateway, url):
             assert (await feishu.push(feishu.user_message("weather?", chat_id="oc_p2p"), url)).ok
-            await wait_for(lambda: "Sunny" in (feishu.sent[0].text if feishu.sent else ""), timeout=15)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: "Sunny" in (feishu.sent[0].text if feishu.sent else ""), timeout=15)
+            await eventually(lambda: idle(gateway))
             assert (await gateway.store.counts())["outbox_pending"] == 0
         await agent.aclose()
     lost = [r for r in feishu.requests if r.path.endswith("/reply") and r.status == 504]
@@ -320,11 +334,11 @@ async def test_a_reply_longer_than_a_card_fills_the_card_and_goes_on_in_messages
     long_reply = "\n\n".join(paragraphs)  # about 44,000 characters: more than one 30 KB card
     async with FakeFeishu() as feishu, FakeOpenAIServer() as fake:
         fake.script(FakeReply.text(long_reply))
-        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as url:
+        async with streaming_gateway(tmp_path, feishu, fake, monkeypatch) as (gateway, url):
             ask = feishu.user_message("the long forecast, please", chat_id="oc_p2p")
             assert (await feishu.push(ask, url)).ok
-            await wait_for(lambda: len(feishu.sent) == 2 and "Paragraph 79" in feishu.sent[1].text)
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(feishu.sent) == 2 and "Paragraph 79" in feishu.sent[1].text)
+            await eventually(lambda: idle(gateway))
     card, rest = feishu.sent
     assert "Paragraph 0:" in card.text and "Paragraph 79" not in card.text  # the card took the start
     assert rest.msg_type == "interactive" and rest.reply_to == ask["event"]["message"]["message_id"]

@@ -33,7 +33,7 @@ ANSWER = (
 @tool
 async def search(query: str) -> str:
     """Search the web for a query."""
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a step that takes a while: the stream shows it running
     return f"results for {query}"
 
 

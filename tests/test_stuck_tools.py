@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from serve_process import Folder, follow_the_words, quietly, wait
+from serve_process import Folder, follow_the_words, quietly
+from waiting import wait_for
 
 STUCK_TOOLS = '''
 import time
@@ -27,6 +28,8 @@ from hermes_core import tool
 
 def stuck(arg: str) -> str:
     """Never return (in practice: a network call without a timeout, a lock never released)."""
+    with open("stuck-calls.txt", "a") as calls:  # in serve's folder: the tests wait for it
+        calls.write(arg + "\\n")
     time.sleep(45)
     return "too late"
 
@@ -108,8 +111,7 @@ def test_serve_stops_within_its_grace_with_a_stuck_tool(tmp_path: Path, model) -
     try:
         sender = threading.Thread(target=quietly(server.webhook, "call stuck_0 x"), daemon=True)
         sender.start()
-        wait(lambda: server.get("/healthz")[1].get("conversations_busy") == 1, what="the turn to start")
-        time.sleep(0.3)  # inside the tool
+        wait_for(lambda: (tmp_path / "stuck-calls.txt").exists(), what="the tool to start")
     finally:
         took = server.stop(timeout=60)
     assert took < 1 + 2, f"SIGTERM → exit took {took:.1f} s"
@@ -161,7 +163,8 @@ def test_a_refused_tool_is_available_again_once_its_threads_return(tmp_path: Pat
     try:
         stuck = server.webhook("parallel stuck_0 4")["reply"]
         refused = server.webhook("call stuck_0 again", user="u2")["reply"]
-        time.sleep(3.5)  # the four threads return
+        returned = "tool stuck_0 returned"  # logged once an abandoned thread is let go
+        wait_for(lambda: server.output().count(returned) == 4, what="the four threads to return")
         again = server.webhook("call stuck_0 later", user="u3")["reply"]
     finally:
         server.stop()

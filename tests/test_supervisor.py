@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
 
@@ -16,17 +15,10 @@ from hermes_core.models.settings import ModelSettings
 from hermes_core.team import BATCH, Delegation, Expert, Supervisor
 from hermes_core.testing import ScriptedModel, call, reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer
+from waiting import eventually
 
 BATCH_CALLER = Caller("nightly-report", interactive=False)
 PERSON = Caller("u1")
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for `condition` (polling), failing the test instead of hanging."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.005)
 
 
 def delegating_to(expert: str) -> ScriptedModel:
@@ -120,7 +112,7 @@ async def test_interactive_work_is_served_before_queued_batch_work() -> None:
     async def send(message: str, caller: Caller) -> None:
         queued = team.pending("worker")
         runs.append(asyncio.create_task(team.run(message, caller=caller)))
-        await until(lambda: team.pending("worker") == queued + 1)
+        await eventually(lambda: team.pending("worker") == queued + 1)
 
     async with team:
         runs.append(asyncio.create_task(team.run("batch-0", caller=BATCH_CALLER)))
@@ -143,7 +135,7 @@ async def test_each_expert_runs_at_most_its_concurrency_at_once() -> None:
         nonlocal active, most
         active += 1
         most = max(most, active)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # work that takes a moment: calls overlap if the limit lets them
         active -= 1
         return reply("ok")
 

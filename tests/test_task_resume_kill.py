@@ -25,7 +25,8 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
-from serve_process import clean_environ
+from serve_process import clean_environ, idle_at
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -92,14 +93,6 @@ def four_tool_model(request: RecordedRequest) -> FakeReply:
     return FakeReply.tool_call(*PLAN[done]) if done < len(PLAN) else FakeReply.text("all done")
 
 
-def wait(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -152,9 +145,9 @@ def test_kill_at_each_step_then_resume(tmp_path: Path, platform, kill_point: str
         command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        wait(lambda: healthy(port))
+        wait_for(lambda: healthy(port))
         feishu.deliver(envelope, f"http://127.0.0.1:{port}/feishu/events")
-        wait(reached)
+        wait_for(reached)
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
     finally:
@@ -165,14 +158,15 @@ def test_kill_at_each_step_then_resume(tmp_path: Path, platform, kill_point: str
         command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        wait(lambda: healthy(port))
+        wait_for(lambda: healthy(port))
         up = time.monotonic()
-        wait(lambda: any(m.reply_to == message_id for m in feishu.sent), timeout=60)
+        wait_for(lambda: any(m.reply_to == message_id for m in feishu.sent), timeout=60)
         print(
             f"\nresume after kill at {kill_point!r}: serving after {up - restarted:.2f} s, "
             f"reply after {time.monotonic() - restarted:.2f} s"
         )
-        time.sleep(0.5)  # a second reply would show up now
+        # once serve is idle, a second reply would have been sent
+        wait_for(lambda: idle_at(f"http://127.0.0.1:{port}"), what="serve to be idle")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=30)

@@ -42,6 +42,7 @@ import pytest
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ, free_port
+from waiting import eventually, wait_for
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, SIGKILL
 
@@ -107,14 +108,6 @@ def steps(request: RecordedRequest) -> FakeReply:
     return FakeReply.text("done: " + " | ".join(results) if results else f"ok: {user['content']}")
 
 
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 class Cluster:
     """The nodes of one test: `serve` ×2, `worker` ×2, in `folder`, on a task queue of their own."""
 
@@ -166,13 +159,13 @@ class Cluster:
         port = free_port()
         process = self._start(f"serve-{index}", "serve", "--port", str(port))
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: process.poll() is not None or _healthy(url), 60, f"serve node {index}")
+        wait_for(lambda: process.poll() is not None or _healthy(url), 60, f"serve node {index}")
         assert process.poll() is None, self.output(f"serve-{index}")
         return url
 
     def worker(self, index: int) -> subprocess.Popen[bytes]:
         process = self._start(f"worker-{index}", "worker")
-        wait_until(
+        wait_for(
             lambda: process.poll() is not None or "worker running" in self.output(f"worker-{index}"),
             60, f"worker {index}",
         )  # fmt: skip
@@ -267,9 +260,7 @@ async def test_duplicated_pushes_on_two_nodes_answered_once_in_order(
 
     await asyncio.gather(*(talk(n, chat) for n, chat in enumerate(chats)))
     everything = {mid for ids in sent.values() for mid in ids}
-    await asyncio.to_thread(
-        wait_until, lambda: set(replies_by_message(feishu)) >= everything, 90, "a reply to every message"
-    )
+    await eventually(lambda: set(replies_by_message(feishu)) >= everything, 90, "a reply to every message")
     counts = replies_by_message(feishu)
     assert {mid: n for mid, n in counts.items() if n != 1} == {}, "a message answered more than once"
     for chat in chats:
@@ -296,7 +287,7 @@ async def test_a_plain_turn_is_one_activity_task_its_short_steps_run_locally(
     for i in range(2):
         envelope = feishu.user_message(f"hello {i}", chat_id=chat, sender=f"ou_{chat}")
         assert (await feishu.push(envelope, cluster.events(i))).ok
-        await asyncio.to_thread(wait_until, lambda n=i: len(feishu.messages_in(chat)) > n, 30, "the reply")
+        await eventually(lambda n=i: len(feishu.messages_in(chat)) > n, 30, "the reply")
     client = await Client.connect(temporal_dev)
     history = await client.get_workflow_handle(f"feishu:ou_{chat}").fetch_history()  # p2p: by sender
     scheduled = [
@@ -324,7 +315,7 @@ async def test_worker_killed_mid_turn_the_turn_finishes_on_the_other(
     run = uuid.uuid4().hex[:6]
     for kill, tool in enumerate(["slow_write", "slow_read", "slow_write"]):
         await kill_mid_step(cluster, feishu, f"oc_{run}_k{kill}", tool, kill)
-    await asyncio.to_thread(wait_until, lambda: len(feishu.sent) >= 3, 5, "all replies")
+    await eventually(lambda: len(feishu.sent) >= 3, 5, "all replies")
     assert all(n == 1 for n in replies_by_message(feishu).values()), "a reply was sent twice"
 
 
@@ -339,14 +330,14 @@ async def kill_mid_step(cluster: Cluster, feishu: FakeFeishu, chat: str, tool: s
     def started() -> dict[str, Any] | None:
         return next((s for s in cluster.steps() if (s["kind"], s["arg"]) == (f"{tool}:start", second)), None)
 
-    await asyncio.to_thread(wait_until, lambda: started() is not None, 60, "the slow step to start")
+    await eventually(lambda: started() is not None, 60, "the slow step to start")
     step = started()
     assert step is not None
     victim = next(w for w in cluster.workers if w.pid == step["pid"])
     os.kill(victim.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     victim.wait(timeout=10)
-    await asyncio.to_thread(wait_until, lambda: message_id in replies_by_message(feishu), 30, "the reply")
+    await eventually(lambda: message_id in replies_by_message(feishu), 30, "the reply")
     took = time.monotonic() - killed_at
     assert took < 15, f"the turn took {took:.1f} s after the kill"
     reply = next(m for m in feishu.sent if m.reply_to == message_id)
@@ -370,7 +361,7 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
     payer = f"ou_{chat}"
     envelope = feishu.user_message("call transfer 42", chat_id=chat, sender=payer)
     await feishu.push(envelope, cluster.events(0))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the approval card")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 1, 60, "the approval card")
     card = feishu.messages_in(chat)[0]
     assert card.msg_type == "interactive", card
     approval_id = _approval_id(card.content)
@@ -386,9 +377,9 @@ async def test_approval_clicked_on_the_other_node_resumes_the_task(
     assert [s for s in cluster.steps() if s["kind"] == "transfer"] == [], "ran on a forged decision"
     click = feishu.card_action(payer, card.message_id, {"approval_id": approval_id, "decision": "approve"})
     await feishu.push(click, cluster.events(1))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
     assert feishu.messages_in(chat)[1].text == "done: transferred 42"
-    await asyncio.to_thread(wait_until, lambda: len(card.versions) >= 2, 10, "the card to show the decision")
+    await eventually(lambda: len(card.versions) >= 2, 10, "the card to show the decision")
     assert [s["arg"] for s in cluster.steps() if s["kind"] == "transfer"] == ["42"]
 
 
@@ -404,7 +395,7 @@ async def test_a_message_signalled_into_another_conversations_workflow_is_droppe
     await feishu.push(
         feishu.user_message("call record one", chat_id=chat, sender=f"ou_{chat}"), cluster.events(0)
     )
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the first reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 1, 60, "the first reply")
     address = json.loads((cluster.folder / "hermes.yaml").read_text())["temporal"]["address"]
     handle = (await Client.connect(address)).get_workflow_handle(f"feishu:ou_{chat}")  # a p2p chat: its user
     forged = {
@@ -416,7 +407,7 @@ async def test_a_message_signalled_into_another_conversations_workflow_is_droppe
     await feishu.push(
         feishu.user_message("call record two", chat_id=chat, sender=f"ou_{chat}"), cluster.events(1)
     )
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 60, "the second reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 2, 60, "the second reply")
     assert feishu.messages_in(forged_chat) == []
     assert [s["arg"] for s in cluster.steps() if s["kind"] == "record"] == ["one", "two"]
 
@@ -509,13 +500,14 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
     envelopes = [feishu.user_message(f"note {i}", chat_id=chat, sender=f"ou_{chat}") for i in range(7)]
     for i, envelope in enumerate(envelopes[:6]):
         await feishu.push(envelope, short_runs.events(i % 2))
-        await asyncio.to_thread(wait_until, lambda n=i: len(feishu.messages_in(chat)) > n, 30, f"reply {i}")
+        await eventually(lambda n=i: len(feishu.messages_in(chat)) > n, 30, f"reply {i}")
     handle = (await Client.connect(temporal_dev)).get_workflow_handle(f"feishu:ou_{chat}")  # p2p: the sender
-    deadline = time.monotonic() + 20
-    status = await handle.query("status")
-    while status["runs"] < 4 and time.monotonic() < deadline:  # the 3rd continues after its reply
-        await asyncio.sleep(0.05)
-        status = await handle.query("status")
+
+    async def fourth_run() -> dict[str, Any] | None:  # the 3rd continues as new after its reply
+        status: dict[str, Any] = await handle.query("status")
+        return status if status["runs"] >= 4 else None
+
+    status = await eventually(fourth_run, what="the workflow's 4th run")
     assert status["runs"] == 4, status  # 6 turns at 2 per run: continued as new 3 times
     assert status["turns"] == 6 and status["recorded_turns"] == 6, status
     assert status["history_length"] < 150, status  # this run's history only
@@ -523,7 +515,7 @@ async def test_continue_as_new_keeps_order_dedup_and_the_conversation(
     assert [m["content"] for m in last if m["role"] == "user"] == [f"note {i}" for i in range(6)]
     await feishu.push(feishu.redelivery_of(envelopes[0], new_event_id=True), short_runs.events(1))
     await feishu.push(envelopes[6], short_runs.events(0))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 7, 30, "the last reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 7, 30, "the last reply")
     assert [m.text for m in feishu.messages_in(chat)] == [f"ok: note {i}" for i in range(7)]
 
 
@@ -551,14 +543,14 @@ async def test_send_pacing_holds_across_nodes_and_workers(
     burst = [feishu.user_message(f"say {i}", chat_id=chat, sender=f"ou_{chat}") for i in range(4)]
     for i, envelope in enumerate(burst):
         await feishu.push(envelope, paced.events(i % 2))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 4, 30, "the chat's replies")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 4, 30, "the chat's replies")
     times = [m.created_at for m in feishu.messages_in(chat)]
     gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
     assert min(gaps) >= 0.45, gaps  # 1 / chat_send_rate, the clocks' jitter aside
     chats = [f"oc_{run}_{n}" for n in range(16)]
     others = [feishu.user_message("hi all", chat_id=chat, sender=f"ou_{chat}") for chat in chats]
     await asyncio.gather(*(feishu.push(envelope, paced.events(n % 2)) for n, envelope in enumerate(others)))
-    await asyncio.to_thread(wait_until, lambda: all(feishu.messages_in(c) for c in chats), 60, "every reply")
+    await eventually(lambda: all(feishu.messages_in(c) for c in chats), 60, "every reply")
     sent = sorted(feishu.messages_in(c)[0].created_at for c in chats)
     span = sent[-1] - sent[0]
     print(f"16 sends over {span:.2f} s: {[round(t - sent[0], 2) for t in sent]}")
@@ -573,17 +565,17 @@ async def test_a_question_is_answered_by_the_askers_next_message_on_another_node
     chat = f"oc_{uuid.uuid4().hex[:6]}_q"
     asked = feishu.user_message("call clarify which-city?", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(asked, cluster.events(0))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 1, 60, "the question")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 1, 60, "the question")
     assert feishu.messages_in(chat)[0].text == "which-city?"
     answer = feishu.user_message("Paris", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(answer, cluster.events(1))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 2, 30, "the task's reply")
     reply = feishu.messages_in(chat)[1]
     assert reply.reply_to == answer["event"]["message"]["message_id"]  # it answers the answer
     assert json.loads(reply.text.removeprefix("done: ")) == {"question": "which-city?", "answer": "Paris"}
     later = feishu.user_message("thanks a lot", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(later, cluster.events(0))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.messages_in(chat)) >= 3, 30, "the next turn")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 3, 30, "the next turn")
     assert feishu.messages_in(chat)[2].text == "ok: thanks a lot"  # the answer started no turn of its own
 
 
@@ -646,16 +638,12 @@ async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
         for i in range(per_chat):
             if i:
                 last = sent[chat][-1]
-                await asyncio.to_thread(
-                    wait_until, lambda m=last: answered(m) or down.is_set(), 120, f"{chat}-{i - 1} answered"
-                )
+                await eventually(lambda m=last: answered(m) or down.is_set(), 120, f"{chat}-{i - 1} answered")
             envelope = feishu.user_message(f"call record {chat}-{i}", chat_id=chat, sender=f"ou_{chat}")
             message_id = envelope["event"]["message"]["message_id"]
             sent[chat].append(message_id)
             feishu.deliver(envelope, cluster.events((number + i) % 2))
-            await asyncio.to_thread(
-                wait_until, lambda m=message_id: acked(m) or given_up(m), 120, f"{chat}-{i} acked"
-            )
+            await eventually(lambda m=message_id: acked(m) or given_up(m), 120, f"{chat}-{i} acked")
             assert acked(message_id), f"{chat}-{i}: every delivery refused"
 
     async def outage() -> None:
@@ -663,8 +651,7 @@ async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
             return sum(1 for ids in sent.values() for mid in ids if acked(mid) and not answered(mid))
 
         # the server goes down after the first replies, while a turn is running (a condition, not a time)
-        await asyncio.to_thread(
-            wait_until,
+        await eventually(
             lambda: len(feishu.sent) >= 5 and running() >= 1,
             60,
             "the first replies, a turn running",
@@ -677,7 +664,7 @@ async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
         def refused_meanwhile() -> int:
             return sum(1 for a in feishu.push_log if not a.ok and a.at >= killed_at[0])
 
-        await asyncio.to_thread(wait_until, lambda: refused_meanwhile() >= 3, 30, "pushes refused")
+        await eventually(lambda: refused_meanwhile() >= 3, 30, "pushes refused")
         restartable.start()
         await asyncio.to_thread(restartable.wait_ready)
         down.clear()
@@ -685,8 +672,8 @@ async def test_temporal_restarted_mid_run_nothing_lost_or_answered_twice(
     try:
         await asyncio.gather(outage(), *(talk(n, chat) for n, chat in enumerate(chats)))
         everything = {mid for ids in sent.values() for mid in ids}
-        await asyncio.to_thread(
-            wait_until, lambda: set(replies_by_message(feishu)) >= everything, 120, "a reply to every message"
+        await eventually(
+            lambda: set(replies_by_message(feishu)) >= everything, 120, "a reply to every message"
         )
         assert in_flight[0] >= 1, "no turn was running when the server went down"
         failed = [a for a in feishu.push_log if not a.ok]

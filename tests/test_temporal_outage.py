@@ -26,7 +26,8 @@ from hermes_core.kernel.replies import REPLIES
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
 from pg_server import PostgresServer
-from test_temporal_engine import Cluster, replies_by_message, steps, wait_until
+from test_temporal_engine import Cluster, replies_by_message, steps
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes, PostgreSQL stopped for a minute
 
@@ -56,7 +57,7 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
     chats = [f"oc_{uuid.uuid4().hex[:6]}_{n}" for n in range(3)]
     first = feishu.user_message("hello before", chat_id=chats[0], sender=f"ou_{chats[0]}")
     await feishu.push(first, nodes.events(0))
-    await asyncio.to_thread(wait_until, lambda: len(feishu.sent) >= 1, 60, "the first reply")
+    await eventually(lambda: len(feishu.sent) >= 1, 60, "the first reply")
 
     private_postgres.shut_down("fast")
     down_at = time.monotonic()
@@ -66,14 +67,12 @@ async def test_a_database_outage_is_waited_out_not_apologised_for(
         result = await feishu.push(envelope, nodes.events(n % 2))
         assert result.ok, result  # acknowledged: signal-with-start needs no database
         sent.append(envelope["event"]["message"]["message_id"])
-    await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))
+    await asyncio.sleep(DOWN_SECONDS - (time.monotonic() - down_at))  # the outage lasts: time must pass
     assert not any(m.reply_to in sent for m in feishu.sent), "answered while the database was down"
     private_postgres.start_again()
     back_at = time.monotonic()
     try:
-        await asyncio.to_thread(
-            wait_until, lambda: set(replies_by_message(feishu)) >= set(sent), 60, "every message answered"
-        )
+        await eventually(lambda: set(replies_by_message(feishu)) >= set(sent), 60, "every message answered")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; the worker's log: {nodes.output('worker-0')[-3000:]}") from None
     print(f"answered {time.monotonic() - back_at:.1f} s after the database was back")

@@ -13,7 +13,6 @@ chat starts on B. Where each run is, is read from the server (DescribeWorkflowEx
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ import pytest
 
 from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer
-from test_temporal_engine import Cluster, steps, wait_until
+from test_temporal_engine import Cluster, steps
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
 
@@ -50,10 +50,10 @@ async def queue_of(address: str, workflow_id: str) -> str:
 
 
 async def until_on(address: str, workflow_id: str, queue: str, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while (found := await queue_of(address, workflow_id)) != queue:
-        assert asyncio.get_running_loop().time() < deadline, f"{workflow_id} still on {found}, not {queue}"
-        await asyncio.sleep(0.2)
+    async def on_it() -> bool:
+        return await queue_of(address, workflow_id) == queue
+
+    await eventually(on_it, timeout, f"{workflow_id} on {queue}", interval=0.2)
 
 
 async def say(cluster: Cluster, feishu: FakeFeishu, chat: str, text: str) -> str:
@@ -63,7 +63,7 @@ async def say(cluster: Cluster, feishu: FakeFeishu, chat: str, text: str) -> str
     def answered() -> bool:
         return len(feishu.messages_in(chat)) > before
 
-    await asyncio.to_thread(wait_until, answered, 60, f"the reply to {text}")
+    await eventually(answered, 60, f"the reply to {text}")
     return str(feishu.messages_in(chat)[before].text)
 
 

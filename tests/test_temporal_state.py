@@ -19,7 +19,6 @@ One Temporal server, PostgreSQL database, platform and cluster for the whole mod
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -39,7 +38,8 @@ from hermes_core.testing.fake_feishu import FakeFeishu
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from pg_server import PostgresServer
 from prompt_parts import without_context
-from test_temporal_engine import Cluster, steps, wait_until
+from test_temporal_engine import Cluster, steps
+from waiting import eventually
 
 pytestmark = pytest.mark.slow  # real processes, a Temporal server, PostgreSQL
 
@@ -117,16 +117,12 @@ def console(node: str, path: str, body: dict[str, Any] | None = None, token: str
     return status, json.loads(text) if "json" in kind else text
 
 
-async def until(condition: Any, what: str, timeout: float = 30) -> None:
-    await asyncio.to_thread(wait_until, condition, timeout, what)
-
-
 async def say(cluster: Cluster, feishu: FakeFeishu, chat: str, text: str, node: int = 0) -> str:
     """Push `text` in the p2p chat `chat` to `node`; the text of its reply."""
     before = len(feishu.messages_in(chat))
     envelope = feishu.user_message(text, chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(node))
-    await until(lambda: len(feishu.messages_in(chat)) > before, f"the reply to {text!r}")
+    await eventually(lambda: len(feishu.messages_in(chat)) > before, what=f"the reply to {text!r}")
     return str(feishu.messages_in(chat)[before].text)
 
 
@@ -137,8 +133,8 @@ async def test_a_turn_is_stored_in_postgresql_and_shown_by_the_other_nodes_conso
     chat = f"oc_{uuid.uuid4().hex[:6]}_t"
     conversation = f"feishu:ou_{chat}"
     assert await say(cluster, feishu, chat, "call record t1") == "done: recorded t1"
-    await until(
-        lambda: rows(database, "SELECT 1 FROM traces WHERE conversation = %s", conversation), "the trace"
+    await eventually(
+        lambda: rows(database, "SELECT 1 FROM traces WHERE conversation = %s", conversation), what="the trace"
     )
     stored = [json.loads(m) for (m,) in rows(
         database, "SELECT message FROM session_messages WHERE conversation = %s ORDER BY seq", conversation
@@ -167,7 +163,7 @@ async def test_a_turn_is_stored_in_postgresql_and_shown_by_the_other_nodes_conso
     apology = await say(cluster, feishu, chat, "refuse this")
     assert apology == fixed_reply("model_rejected", "en"), apology
     failed = "SELECT task_id FROM traces WHERE conversation = %s AND failed"
-    await until(lambda: rows(database, failed, conversation), "the failed task's trace")
+    await eventually(lambda: rows(database, failed, conversation), what="the failed task's trace")
     [(failed_id,)] = rows(database, failed, conversation)
     status, page = console(other, "/console/tasks?failed=1")
     assert status == 200 and failed_id in page and task_id not in page
@@ -190,7 +186,7 @@ async def test_an_approval_is_listed_and_decided_in_the_other_nodes_console(
     envelope = feishu.user_message("call transfer 42", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(0))
     query = "SELECT id, status, decided_by FROM pending WHERE conversation = %s AND kind = 'approval'"
-    await until(lambda: rows(database, query, conversation), "the approval in PostgreSQL")
+    await eventually(lambda: rows(database, query, conversation), what="the approval in PostgreSQL")
     [(approval, status, _)] = rows(database, query, conversation)
     assert status == "pending"
     other = cluster.nodes[1]
@@ -198,9 +194,11 @@ async def test_an_approval_is_listed_and_decided_in_the_other_nodes_console(
     assert code == 200 and approval in page and "transfer" in page, page
     code, answer = console(other, f"/console/api/approvals/{approval}", {"decision": "approve"})
     assert (code, answer["status"]) == (200, "approved"), answer
-    await until(lambda: len(feishu.messages_in(chat)) >= 2, "the task's reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 2, what="the task's reply")
     assert feishu.messages_in(chat)[1].text == "done: transferred 42"
-    await until(lambda: rows(database, query, conversation)[0][1] != "pending", "the decision in PostgreSQL")
+    await eventually(
+        lambda: rows(database, query, conversation)[0][1] != "pending", what="the decision in PostgreSQL"
+    )
     assert rows(database, query, conversation) == [(approval, "approved", "console")]
     again = console(other, f"/console/api/approvals/{approval}", {"decision": "reject"})
     assert again == (409, {"error": "approval_already_decided"}), again
@@ -224,7 +222,7 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
         assert code == 200, body
         return [row for row in body["dead_letters"] if row["conversation"] == conversation]
 
-    await until(lambda: listed(), "the dead letter in the other node's console")
+    await eventually(lambda: listed(), what="the dead letter in the other node's console")
     [letter] = listed()
     assert "230002" in letter["error"] or "not in the chat" in letter["error"], letter
     assert feishu.messages_in(chat) == []
@@ -234,17 +232,19 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
                metrics.splitlines()), metrics  # fmt: skip
     code, resent = console(other, f"/console/api/deadletters/{letter['id']}/resend", {})
     assert code == 200 and resent["conversation"] == conversation, resent
-    await until(lambda: len(feishu.messages_in(chat)) >= 1, "the resent reply")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 1, what="the resent reply")
     assert [m.text for m in feishu.messages_in(chat)] == ["done: recorded d1"]
     assert listed() == []
     sent = "SELECT status FROM outbox WHERE conversation = %s ORDER BY id"
-    await until(lambda: rows(database, sent, conversation) == [("sent",)], "the outbox row marked sent")
+    await eventually(
+        lambda: rows(database, sent, conversation) == [("sent",)], what="the outbox row marked sent"
+    )
 
     # the same through `hermes-kernel deadletters resend ID`: a request any serve node takes up
     feishu.fail_next(1, code=230002)
     envelope = feishu.user_message("call record d2", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(1))
-    await until(lambda: listed(), "the second dead letter")
+    await eventually(lambda: listed(), what="the second dead letter")
     [letter] = listed()
     command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "deadletters", "resend",
                str(letter["id"])]  # fmt: skip
@@ -252,9 +252,11 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
         command, cwd=cluster.folder, env=cluster.env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "resend requested" in done.stdout, done.stderr
-    await until(lambda: len(feishu.messages_in(chat)) >= 2, "the reply resent on request")
+    await eventually(lambda: len(feishu.messages_in(chat)) >= 2, what="the reply resent on request")
     assert [m.text for m in feishu.messages_in(chat)] == ["done: recorded d1", "done: recorded d2"]
-    await until(lambda: rows(database, sent, conversation) == [("sent",), ("sent",)], "both marked sent")
+    await eventually(
+        lambda: rows(database, sent, conversation) == [("sent",), ("sent",)], what="both marked sent"
+    )
     assert listed() == []
 
 
@@ -317,9 +319,9 @@ async def test_stop_cancels_the_askers_turn_in_flight(
     chat = f"oc_{uuid.uuid4().hex[:6]}_s"
     envelope = feishu.user_message("call slow_write s1", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(0))
-    await until(
+    await eventually(
         lambda: any((s["kind"], s["arg"]) == ("slow_write:start", "s1") for s in cluster.steps()),
-        "the slow step",
+        what="the slow step",
     )
     assert await say(cluster, feishu, chat, "/停止", node=1) == fixed_reply("stop_done", "zh")
     assert await say(cluster, feishu, chat, "call record s2") == "done: recorded s2"
@@ -328,11 +330,13 @@ async def test_stop_cancels_the_askers_turn_in_flight(
     envelope = feishu.user_message("call transfer 9", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(1))
     query = "SELECT status FROM pending WHERE conversation = %s AND kind = 'approval'"
-    await until(lambda: rows(database, query, f"feishu:ou_{chat}") == [("pending",)], "the approval")
-    await until(lambda: len(feishu.messages_in(chat)) == 3, "the approval request")
+    await eventually(
+        lambda: rows(database, query, f"feishu:ou_{chat}") == [("pending",)], what="the approval"
+    )
+    await eventually(lambda: len(feishu.messages_in(chat)) == 3, what="the approval request")
     assert await say(cluster, feishu, chat, "/stop") == fixed_reply("stop_done", "en")
-    await until(
-        lambda: rows(database, query, f"feishu:ou_{chat}") == [("expired",)], "the approval withdrawn"
+    await eventually(
+        lambda: rows(database, query, f"feishu:ou_{chat}") == [("expired",)], what="the approval withdrawn"
     )
     assert [s for s in cluster.steps() if (s["kind"], s["arg"]) == ("transfer", "9")] == []
 
@@ -350,4 +354,6 @@ async def test_the_consoles_chat_is_answered_through_the_workflows(cluster: Clus
         "type": "reply", "text": "done: recorded w1", "approval": None,
     }, events  # fmt: skip
     task = "SELECT task_id FROM traces WHERE conversation = 'web:w1'"
-    await until(lambda: rows(database, task) == [(events[0]["task_id"],)], "the console turn's trace")
+    await eventually(
+        lambda: rows(database, task) == [(events[0]["task_id"],)], what="the console turn's trace"
+    )

@@ -15,7 +15,6 @@ import datetime
 import ipaddress
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from hermes_core.config import TemporalConfig, TemporalTLSConfig
 from serve_process import free_port
+from waiting import wait_for
 
 pytest.importorskip("temporalio", reason="the temporal extra is not installed (temporalio)")
 SBIN_PATH = "/usr/sbin:/usr/local/sbin:/sbin:/usr/bin:/bin"
@@ -106,9 +106,7 @@ http {{
     ]
     process = subprocess.Popen([*command, "-g", "daemon off;"])
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not (tmp_path / "nginx.pid").exists():
-            time.sleep(0.05)
+        wait_for((tmp_path / "nginx.pid").exists, 10, "nginx to start")
         yield f"127.0.0.1:{port}", files
     finally:
         process.terminate()

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway_harness import post, serve_here, serving, wait_for
+from gateway_harness import post, serve_here, serving
 from hermes_core import Agent, tool
 from hermes_core.config import GatewayConfig, PermissionsConfig, Settings
 from hermes_core.gateway.dispatcher import Gateway
@@ -32,6 +32,7 @@ from hermes_core.gateway.server import build_gateway
 from hermes_core.kernel.tools.permissions import Policy
 from hermes_core.testing import ScriptedModel, call, reply
 from invoicing import RAN, send_invoice
+from waiting import eventually
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "webhook.md"
 ADMINS = ["webhook:boss", "feishu:ou_boss"]
@@ -89,7 +90,7 @@ async def test_a_retry_after_a_console_approval_gets_the_reply_of_the_task_run_o
             headers={"Origin": url},
         ) as decided:  # fmt: skip
             assert decided.status == 200, await decided.text()
-        await wait_for(lambda: RAN == ["invoice ACME 120"])
+        await eventually(lambda: RAN == ["invoice ACME 120"])
         retries = [await ask(url, "m-1") for _ in range(2)]
     for answer in retries:
         assert (answer["reply"], answer["ok"], answer["duplicate"]) == ("Invoice sent.", True, True)
@@ -108,7 +109,7 @@ async def test_a_refused_or_expired_approval_answers_the_retry_with_the_outcome(
         approval = (await ask(url, "m-2"))["approval"]
         if settle == "reject":
             await gateway.decide(approval["id"], "ou_boss", "feishu", False)
-        await wait_for(lambda: len(model.calls) == 2)  # the model was told, and answered
+        await eventually(lambda: len(model.calls) == 2)  # the model was told, and answered
         answer = await ask(url, "m-2")
     assert answer["reply"] == "I did not send the invoice: it was not approved."
     assert answer["duplicate"] is True and "approval" not in answer and RAN == []
@@ -125,12 +126,12 @@ async def test_a_task_asking_twice_is_followed_from_one_approval_to_the_next(tmp
     async with gateway_serving(tmp_path, model) as (gateway, url):
         first = (await ask(url, "m-3"))["approval"]
         await gateway.decide(first["id"], "alice", "webhook", True)
-        await wait_for(lambda: len(model.calls) == 2)
+        await eventually(lambda: len(model.calls) == 2)
         second = await ask(url, "m-3")
         assert second["approval"]["id"] != first["id"]
         assert second["approval"]["arguments"] == {"customer": "Globex", "amount": 80}
         await gateway.decide(second["approval"]["id"], "alice", "webhook", True)
-        await wait_for(lambda: len(model.calls) == 3)
+        await eventually(lambda: len(model.calls) == 3)
         done = await ask(url, "m-3")
         streamed = await events(url, "m-3")
     assert done["reply"] == "Both invoices sent." and "approval" not in done
@@ -158,7 +159,8 @@ async def test_a_retry_while_the_approved_task_still_runs_waits_for_its_reply(tm
         approval = (await ask(url, "m-5", "refund A-1"))["approval"]
         await gateway.decide(approval["id"], "alice", "webhook", True)
         retry = asyncio.create_task(ask(url, "m-5", "refund A-1"))
-        await asyncio.sleep(0.3)
+        parked = gateway.channels["webhook"]._waiting  # type: ignore[attr-defined]  # requests awaiting a reply
+        await eventually(lambda: retry.done() or parked, what="the retry parked for the task's reply")
         assert not retry.done()  # waiting for the task, not answering the request again
         release.set()
         answer = await asyncio.wait_for(retry, 20)

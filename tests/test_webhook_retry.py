@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,6 +38,7 @@ from hermes_core.channels.webhook import sign
 from hermes_core.kernel.replies import fixed_reply
 from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply, RecordedRequest
 from serve_process import clean_environ
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # real processes: not in the daily loop (-m "not slow")
 
@@ -48,14 +49,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
 
 
 class Serve:
@@ -89,7 +82,7 @@ class Serve:
         self.process = subprocess.Popen(
             command, cwd=self.workdir, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        wait(self.healthy)
+        wait_for(self.healthy)
 
     def healthy(self) -> bool:
         assert self.process is not None
@@ -156,7 +149,7 @@ def cut_by_a_crash(serve: Serve, model: FakeOpenAIServer, body: bytes, headers: 
     caller = threading.Thread(target=call)
     caller.start()
     text = json.loads(body)["message"]  # not serve's start-up probe of the model: this message's turn
-    wait(lambda: any(r.messages[-1].get("content") == text for r in model.requests[asked:]))  # in flight
+    wait_for(lambda: any(r.messages[-1].get("content") == text for r in model.requests[asked:]))  # in flight
     serve.kill()
     caller.join(timeout=10)
     return outcome[0]
@@ -202,7 +195,7 @@ def test_retry_after_the_rerun_finished_gets_the_stored_reply(tmp_path: Path, mo
         serve.start()
         assert cut_by_a_crash(serve, model, body, {}).startswith("cut")
         serve.start()
-        wait(lambda: (serve.health() or {}).get("replies_sent", 0) >= 1)
+        wait_for(lambda: (serve.health() or {}).get("replies_sent", 0) >= 1)
         asked = len(model.requests)
         status, answer = post(serve.url, body)
         assert len(model.requests) == asked  # answered from the store, not run again
@@ -274,7 +267,7 @@ def test_a_failed_task_says_so_in_the_response_and_the_callback(tmp_path: Path, 
                 "callback_url": callbacks.url,
             }
             accepted, _ = post(serve.url, json.dumps(later).encode())
-            wait(lambda: bool(callbacks.bodies))
+            wait_for(lambda: bool(callbacks.bodies))
     finally:
         callbacks.shutdown()
     assert status == 200 and answer == {"reply": apology, "ok": False, "error": "model_unavailable",

@@ -22,6 +22,7 @@ from hermes_core.tasks import SQLiteTaskJournal
 from hermes_core.tasks.journal import UNKNOWN_OUTCOME
 from hermes_core.tasks.pending import SQLiteInteractions
 from hermes_core.testing import ScriptedModel
+from waiting import wait_for
 
 CHILD = Path(__file__).with_name("workflow_child.py")
 
@@ -321,14 +322,6 @@ def journaled_steps(database: Path) -> set[str]:
     except sqlite3.OperationalError:  # not created yet
         return set()
     return {json.loads(data)["id"] for (data,) in rows}
-
-
-def wait_for(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.02)
 
 
 @pytest.mark.slow

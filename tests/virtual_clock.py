@@ -59,11 +59,20 @@ class VirtualClock:
                 if all(task.done() for task in tasks):
                     break
                 await asyncio.sleep(0.005)
-            if self._sleepers:
-                wake, _, future = heapq.heappop(self._sleepers)
+            if self.sleeping:
+                self.wake_next()
+        return [task.result() for task in tasks]
+
+    def wake_next(self) -> float:
+        """Move the clock to the earliest wake-up of a task parked in `sleep` and wake it; the new
+        time. (A sleep cancelled meanwhile is passed over.)"""
+        while self._sleepers:
+            wake, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
                 self.now = max(self.now, wake)
                 future.set_result(None)
-        return [task.result() for task in tasks]
+                return self.now
+        raise AssertionError("no task sleeps on this clock")
 
 
 def utc(text: str) -> float:

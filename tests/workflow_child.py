@@ -62,7 +62,7 @@ def tool_ran(name: str) -> None:
 
 async def model_answered(name: str) -> None:
     if executed(name):
-        await asyncio.sleep(60)
+        await asyncio.sleep(60)  # blocked here until the test kills this process
 
 
 @tool(level=0)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -36,6 +36,7 @@ from hermes_core.gateway.runner import AgentRunner
 from hermes_core.kernel.approvals import ApprovalDesk, DecisionRefused
 from hermes_core.kernel.tools.permissions import Caller
 from hermes_core.testing import ScriptedModel
+from waiting import eventually
 
 
 class Recording(Channel):
@@ -61,13 +62,6 @@ class Recording(Channel):
 
 def message(text: str, message_id: str, user: str = "alice", event_id: str | None = None) -> InboundMessage:
     return InboundMessage("chat", f"chat:{user}", user, text, message_id, event_id=event_id)
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def echo(message: InboundMessage) -> list[str | Reply]:
@@ -101,7 +95,7 @@ async def test_it_accepts_only_while_running(backend: Backend) -> None:
     await inbox.start()
     assert inbox.accepting is True
     assert await inbox.accept(message("hi", "m1")) is not None
-    await until(lambda: channel.texts() == ["echo: hi"])
+    await eventually(lambda: channel.texts() == ["echo: hi"])
     await inbox.stop(grace=1)
     assert inbox.accepting is False
     with pytest.raises(RuntimeError):
@@ -121,7 +115,7 @@ async def test_a_message_runs_once_however_often_it_is_delivered(backend: Backen
         await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
         await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
         assert await inbox.accept(message("next", "m2")) is not None
-        await until(lambda: len(channel.sent) == 2)
+        await eventually(lambda: len(channel.sent) == 2)
     assert ran == ["m1", "m2"] and channel.texts() == ["echo: hi", "echo: next"]
 
 
@@ -134,7 +128,7 @@ async def test_a_duplicate_is_told_at_the_ack_also_after_a_restart(backend: Back
         again = await asyncio.gather(*(inbox.accept(message("hi", "m1", event_id="ev_1")) for _ in range(5)))
         other_id = await inbox.accept(message("hi", "m1-resent", event_id="ev_1"))  # the same delivery
         assert again == [None] * 5 and other_id is None
-        await until(lambda: channel.texts() == ["echo: hi"])
+        await eventually(lambda: channel.texts() == ["echo: hi"])
     async with running(backend, echo, Recording()) as inbox:
         assert await inbox.accept(message("hi", "m1", event_id="ev_2")) is None
 
@@ -164,10 +158,10 @@ async def test_one_turn_per_conversation_in_arrival_order_while_others_go_on(bac
             await inbox.accept(message(f"alice-{i}", f"a{i}", "alice"))
         for i in range(2):
             await inbox.accept(message(f"bob-{i}", f"b{i}", "bob"))
-        await until(lambda: channel.texts("chat:bob") == ["bob-0", "bob-1"])
+        await eventually(lambda: channel.texts("chat:bob") == ["bob-0", "bob-1"])
         assert [text for text in started if text.startswith("alice")] == ["alice-0"]
         hold_alice.set()
-        await until(lambda: len(channel.sent) == 5)
+        await eventually(lambda: len(channel.sent) == 5)
     assert overlaps == []
     assert channel.texts("chat:alice") == ["alice-0", "alice-1", "alice-2"]
 
@@ -176,7 +170,7 @@ async def test_a_reply_is_sent_again_under_its_key_until_it_is_delivered(backend
     channel = Recording(failures=2)  # the platform refuses it twice, then takes it
     async with running(backend, echo, channel) as inbox:
         await inbox.accept(message("hi", "m1"))
-        await until(lambda: len(channel.sent) == 1)
+        await eventually(lambda: len(channel.sent) == 1)
     [sent] = channel.sent
     assert sent.text == "echo: hi" and channel.tries == {sent.uuid: 3}  # one idempotency key
 
@@ -190,7 +184,7 @@ async def test_replies_go_out_in_order_and_a_retry_reads_them_back(backend: Back
     channel = Recording(failures=2)  # every reply fails twice before it is delivered
     async with running(backend, three, channel) as inbox:
         await inbox.accept(message("part", "m1"))
-        await until(lambda: len(channel.sent) == 3)
+        await eventually(lambda: len(channel.sent) == 3)
         earlier = await inbox.store.replies_of("chat", "m1")
     assert channel.texts() == ["part 0", "part 1", "part 2"]
     assert all(tries == 3 for tries in channel.tries.values())
@@ -213,7 +207,7 @@ async def test_an_accepted_message_is_answered_after_a_restart(backend: Backend)
         await asyncio.wait_for(started.wait(), 20)
     channel = Recording()
     async with running(backend, echo, channel) as inbox:
-        await until(lambda: channel.texts() == ["echo: hi"])
+        await eventually(lambda: channel.texts() == ["echo: hi"])
 
 
 async def test_a_decision_resumes_its_task_once(backend: Backend) -> None:
@@ -244,7 +238,7 @@ async def test_a_decision_resumes_its_task_once(backend: Backend) -> None:
             assert decided.status == "approved" and resumed is not None
             with pytest.raises(DecisionRefused):
                 await inbox.decide(pending.id, "alice", "chat", True)
-            await until(lambda: channel.texts() == ["sent"])
+            await eventually(lambda: channel.texts() == ["sent"])
     finally:
         await store.close()
     [again] = ran

@@ -191,7 +191,7 @@ async def test_everything_survives_a_reopen(session_stores: Stores) -> None:
 
 async def stored_before_and_after(store: SessionStore) -> float:
     """A cut between what was stored so far and what comes next (stored times are the real clock)."""
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # the stores take no clock: time must pass on the real one
     cut = time.time()
     await asyncio.sleep(0.02)
     return cut

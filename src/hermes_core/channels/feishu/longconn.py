@@ -124,12 +124,18 @@ class FeishuLongConnection:
     event, so a handler slower than `ack_timeout` is a bug worth a warning, not a reason to ACK
     early (an early ACK would lose the event if the handler then failed). Each event runs in its
     own task, so a slow handler never delays pings or other events.
+
+    `clock` (monotonic seconds) and `sleep` time the pings, the silence and split events' expiry;
+    tests pass virtual ones and move time rather than wait for it.
     """
 
     def __init__(self, app_id: str, app_secret: str, on_event: EventHandler, *,
                  domain: str = "https://open.feishu.cn", ack_timeout: float = 2.5,
-                 part_timeout: float = 5.0, config: ClientConfig | None = None) -> None:  # fmt: skip
+                 part_timeout: float = 5.0, config: ClientConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:  # fmt: skip
         self.app_id, self._app_secret, self._on_event = app_id, app_secret, on_event
+        self._clock, self._sleep = clock, sleep
         self.domain = domain.rstrip("/")
         self.ack_timeout, self.part_timeout = ack_timeout, part_timeout
         self.config = config or ClientConfig()  # until the first handshake brings the platform's
@@ -143,7 +149,7 @@ class FeishuLongConnection:
         self._handlers: set[asyncio.Task[None]] = set()
         self._partial: dict[str, _PartialEvent] = {}
         self._config_changed = asyncio.Event()
-        self._heard_at = 0.0  # monotonic time of the last frame from the server
+        self._heard_at = 0.0  # `clock` time of the last frame from the server
         self.dead_connections = 0  # connections given up for silence
         self.down_since: float | None = time.time()  # wall time the link went down; None while up
         self.failed_attempts = 0  # connect attempts failed in a row
@@ -271,7 +277,7 @@ class FeishuLongConnection:
 
     async def _serve(self, ws: Any) -> None:
         """Read frames until the socket closes or the ping loop finds it dead; then close it."""
-        self._heard_at = time.monotonic()
+        self._heard_at = self._clock()
         reader = asyncio.create_task(self._read(ws), name="feishu-longconn-read")
         pinger = asyncio.create_task(self._ping_loop(ws), name="feishu-longconn-ping")
         try:
@@ -290,7 +296,7 @@ class FeishuLongConnection:
         import aiohttp
 
         async for message in ws:
-            self._heard_at = time.monotonic()
+            self._heard_at = self._clock()
             if message.type == aiohttp.WSMsgType.BINARY:
                 self._on_frame_safely(ws, message.data)
             elif message.type == aiohttp.WSMsgType.ERROR:
@@ -322,7 +328,7 @@ class FeishuLongConnection:
         sent_at = -float("inf")
         while True:
             self._config_changed.clear()
-            interval, now = self.config.ping_interval, time.monotonic()
+            interval, now = self.config.ping_interval, self._clock()
             if now - self._heard_at >= interval * SILENT_PINGS:
                 self.dead_connections += 1
                 log.warning("feishu long connection for %s silent for %.1fs (no pong): reconnecting",
@@ -336,8 +342,14 @@ class FeishuLongConnection:
                     return True
                 sent_at = now
             wake = min(sent_at + interval, self._heard_at + interval * SILENT_PINGS)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._config_changed.wait(), max(0.0, wake - time.monotonic()))
+            waits = [asyncio.ensure_future(self._config_changed.wait()),
+                     asyncio.ensure_future(self._sleep(max(0.0, wake - self._clock())))]  # fmt: skip
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
 
     def _on_frame_safely(self, ws: Any, data: bytes) -> None:
         """`_on_frame`, with any failure one WARNING line: one bad frame must not drop the socket."""
@@ -383,7 +395,7 @@ class FeishuLongConnection:
         if int(total) > MAX_PARTS or int(seq) >= int(total):
             log.warning("feishu long connection: event part %s of %s dropped", seq, total)
             return None
-        now = time.monotonic()
+        now = self._clock()
         for stale in [k for k, p in self._partial.items() if now - p.first_seen > self.part_timeout]:
             log.warning("feishu long connection: incomplete event %s expired", stale)
             del self._partial[stale]
