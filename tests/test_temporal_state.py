@@ -280,7 +280,7 @@ async def test_a_reply_that_fails_every_attempt_is_a_dead_letter_with_the_last_e
         assert code == 200, body
         return [row for row in body["dead_letters"] if row["conversation"] == conversation]
 
-    await until(lambda: listed(), "the dead letter after both attempts")
+    await eventually(lambda: listed(), what="the dead letter after both attempts")
     [letter] = listed()
     assert "500" in letter["error"] or "code 1" in letter["error"], letter
     assert feishu.messages_in(chat) == []
