@@ -87,10 +87,11 @@ async def _streams(
     feishu: Any, model_url: str, folder: str, way: str, answers: list[str], unrelated_after: float
 ) -> tuple[dict[str, dict[str, float]], float]:
     """One user per chat asks at once; when each chat first shows its answer, and when all of it."""
-    from gateway_harness import serving, wait_for
+    from gateway_harness import serving
     from hermes_core import Agent
     from hermes_core.config import FeishuConfig, GatewayConfig, Settings
     from hermes_core.gateway.server import build_gateway
+    from waiting import eventually
 
     os.environ["FEISHU_APP_SECRET"] = feishu.app_secret
     os.environ["FEISHU_VERIFICATION_TOKEN"] = feishu.verification_token
@@ -118,7 +119,7 @@ async def _streams(
             return len(seen["complete"]) == len(answers)
 
         unrelated = asyncio.create_task(_unrelated_reply(gateway.channels["feishu"], unrelated_after))
-        await wait_for(watch, timeout=300)
+        await eventually(watch, timeout=300)
         waited = await unrelated
     await gateway.runner.aclose()  # type: ignore[attr-defined]
     await agent.aclose()

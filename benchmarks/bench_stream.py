@@ -33,12 +33,13 @@ WORDS = (
 
 
 async def one_turn(length: int, chunk_delay: float, stream: bool) -> dict[str, Any]:
-    from gateway_harness import serving, wait_for
+    from gateway_harness import serving
     from hermes_core import Agent
     from hermes_core.config import FeishuConfig, GatewayConfig, Settings
     from hermes_core.gateway.server import build_gateway
     from hermes_core.testing.fake_feishu import FakeFeishu
     from hermes_core.testing.fake_openai import FakeOpenAIServer, FakeReply
+    from waiting import eventually
 
     answer = (WORDS * (length // len(WORDS) + 1))[:length].strip() + "."
     with tempfile.TemporaryDirectory() as folder:
@@ -71,7 +72,7 @@ async def one_turn(length: int, chunk_delay: float, stream: bool) -> dict[str, A
                             seen.setdefault("complete", now)
                     return "complete" in seen
 
-                await wait_for(watch, timeout=120)
+                await eventually(watch, timeout=120)
             await gateway.runner.aclose()  # type: ignore[attr-defined]
             await agent.aclose()
             times = [patch.at for patch in feishu.patches]
