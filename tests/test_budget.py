@@ -71,6 +71,20 @@ def test_kernel_import_pulls_in_no_heavy_library() -> None:
     assert heavy == [], f"importing the kernel pulled in {heavy}"
 
 
+def test_the_package_alone_imports_nothing() -> None:
+    """`python -X importtime -c "import hermes_core"`: about 0 ms at the top level — the package's
+    names are imported on first use, and not even `typing` (re, contextlib, collections: 10 ms, nearly
+    all the import's time when `__init__.py` took TYPE_CHECKING from it) comes in before one is."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import hermes_core"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("|") for line in done.stderr.splitlines() if line.startswith("import time:")]
+    at = next(i for i, row in enumerate(rows) if row[-1].strip() == "hermes_core")
+    first = max(i for i in range(at) if not rows[i][-1].startswith("  ")) if at else -1
+    pulled = [row[-1].strip() for row in rows[first + 1 : at]]  # the modules imported under it
+    assert pulled in ([], ["__future__"]), pulled
+
+
 def test_help_does_not_import_the_agent() -> None:
     script = (
         "import sys; from hermes_core.cli import build_parser; build_parser().format_help();"

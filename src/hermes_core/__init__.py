@@ -7,8 +7,9 @@ Names are imported on first use, so `import hermes_core` stays cheap and pulls i
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+# not `from typing import TYPE_CHECKING`: importing typing (re, contextlib, collections) was
+# nearly all of `import hermes_core`'s time; type checkers take any constant of this name as True
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,8 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .agent import Agent, Session
     from .kernel.loop import Limits, RunResult
     from .kernel.messages import ModelResponse, ToolCall, Usage
@@ -53,6 +56,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hermes_core' has no attribute {name!r}")
+    import importlib  # here, not at the top: `import hermes_core` itself imports nothing
+
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
