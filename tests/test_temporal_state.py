@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -206,6 +207,13 @@ async def test_an_approval_is_listed_and_decided_in_the_other_nodes_console(
     assert code == 200 and [a["status"] for a in trace["approvals"]] == ["approved"], trace
 
 
+def dead_letters(node: str, conversation: str) -> list[dict[str, Any]]:
+    """The dead letters of `conversation` that the console of `node` lists."""
+    code, body = console(node, "/console/api/deadletters")
+    assert code == 200, body
+    return [row for row in body["dead_letters"] if row["conversation"] == conversation]
+
+
 async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_and_is_resent(
     cluster: Cluster, platform: tuple[FakeOpenAIServer, FakeFeishu], database: str
 ) -> None:
@@ -216,13 +224,8 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
     envelope = feishu.user_message("call record d1", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(0))
     other = cluster.nodes[1]
-
-    def listed() -> list[dict[str, Any]]:
-        code, body = console(other, "/console/api/deadletters")
-        assert code == 200, body
-        return [row for row in body["dead_letters"] if row["conversation"] == conversation]
-
-    await eventually(lambda: listed(), what="the dead letter in the other node's console")
+    listed = partial(dead_letters, other, conversation)
+    await eventually(listed, what="the dead letter in the other node's console")
     [letter] = listed()
     assert "230002" in letter["error"] or "not in the chat" in letter["error"], letter
     assert feishu.messages_in(chat) == []
@@ -244,7 +247,7 @@ async def test_a_reply_refused_for_good_is_a_dead_letter_in_the_other_console_an
     feishu.fail_next(1, code=230002)
     envelope = feishu.user_message("call record d2", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(1))
-    await eventually(lambda: listed(), what="the second dead letter")
+    await eventually(listed, what="the second dead letter")
     [letter] = listed()
     command = [sys.executable, "-m", "hermes_core", "--config", "hermes.yaml", "deadletters", "resend",
                str(letter["id"])]  # fmt: skip
@@ -274,13 +277,8 @@ async def test_a_reply_that_fails_every_attempt_is_a_dead_letter_with_the_last_e
     feishu.fail_next(8, code=1, status=500)
     envelope = feishu.user_message("call record r1", chat_id=chat, sender=f"ou_{chat}")
     await feishu.push(envelope, cluster.events(0))
-
-    def listed() -> list[dict[str, Any]]:
-        code, body = console(cluster.nodes[1], "/console/api/deadletters")
-        assert code == 200, body
-        return [row for row in body["dead_letters"] if row["conversation"] == conversation]
-
-    await eventually(lambda: listed(), what="the dead letter after both attempts")
+    listed = partial(dead_letters, cluster.nodes[1], conversation)
+    await eventually(listed, what="the dead letter after both attempts")
     [letter] = listed()
     assert "500" in letter["error"] or "code 1" in letter["error"], letter
     assert feishu.messages_in(chat) == []
